@@ -1,0 +1,97 @@
+package kernels
+
+import "math"
+
+// NaiveForward computes attention row by row in the precision of T: the
+// scores of one query row, their maximum, the exponentials, and the weighted
+// sum of values, each summed left to right. Instantiated with float64 it is
+// the reference every backend is checked against; instantiated with float32
+// it is the baseline whose error defines the float32 tolerance.
+//
+// It keeps one row of Nk scores, never an Nq×Nk matrix, but it is slow: use a
+// Backend for real work.
+func NaiveForward[T Float](p Params, q, k, v, o, lse []T) error {
+	if err := CheckForward(p, q, k, v, o, lse); err != nil {
+		return err
+	}
+	scale := T(p.Scale)
+	s := make([]T, p.Nk)
+	for bh := range p.B * p.H {
+		qh, kh, vh := q[bh*p.Nq*p.D:], k[bh*p.Nk*p.D:], v[bh*p.Nk*p.D:]
+		oh, lh := o[bh*p.Nq*p.D:], lse[bh*p.Nq:]
+		for i := range p.Nq {
+			oi := oh[i*p.D : (i+1)*p.D]
+			clear(oi)
+			n := p.VisibleKeys(i)
+			if n == 0 {
+				lh[i] = T(math.Inf(1))
+				continue
+			}
+			qi := qh[i*p.D : (i+1)*p.D]
+			m := T(math.Inf(-1))
+			for j := range n {
+				s[j] = scale * dot(qi, kh[j*p.D:(j+1)*p.D])
+				m = max(m, s[j])
+			}
+			var l T
+			for j := range n {
+				s[j] = T(math.Exp(float64(s[j] - m)))
+				l += s[j]
+			}
+			for j := range n {
+				pj := s[j] / l
+				for d, vd := range vh[j*p.D : (j+1)*p.D] {
+					oi[d] += pj * vd
+				}
+			}
+			lh[i] = m + T(math.Log(float64(l)))
+		}
+	}
+	return nil
+}
+
+// NaiveBackward computes dq, dk and dv row by row in the precision of T from
+// the saved lse, following the formulas in the package documentation.
+func NaiveBackward[T Float](p Params, q, k, v, o, lse, do, dq, dk, dv []T) error {
+	if err := CheckBackward(p, q, k, v, o, lse, do, dq, dk, dv); err != nil {
+		return err
+	}
+	clear(dq)
+	clear(dk)
+	clear(dv)
+	scale := T(p.Scale)
+	pr := make([]T, p.Nk)
+	for bh := range p.B * p.H {
+		qOff, kOff := bh*p.Nq*p.D, bh*p.Nk*p.D
+		for i := range p.Nq {
+			n := p.VisibleKeys(i)
+			row := qOff + i*p.D
+			qi, oi, doi, dqi := q[row:row+p.D], o[row:row+p.D], do[row:row+p.D], dq[row:row+p.D]
+			rowD := dot(doi, oi)
+			for j := range n {
+				kj := k[kOff+j*p.D : kOff+(j+1)*p.D]
+				pr[j] = T(math.Exp(float64(scale*dot(qi, kj) - lse[bh*p.Nq+i])))
+			}
+			for j := range n {
+				at := kOff + j*p.D
+				kj, vj := k[at:at+p.D], v[at:at+p.D]
+				dkj, dvj := dk[at:at+p.D], dv[at:at+p.D]
+				ds := pr[j] * (dot(doi, vj) - rowD)
+				for d := range p.D {
+					dvj[d] += pr[j] * doi[d]
+					dqi[d] += scale * ds * kj[d]
+					dkj[d] += scale * ds * qi[d]
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func dot[T Float](a, b []T) T {
+	var s T
+	for i, x := range a {
+		s += x * b[i]
+	}
+	return s
+}
