@@ -1,0 +1,112 @@
+package cpukernels
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gorgonia-flash/flashattention/internal/simd"
+	"github.com/gorgonia-flash/flashattention/kernels"
+)
+
+// Tile sizes. A Br×D query tile, a Br×Bc score tile and a Bc×D key or value
+// tile together stay within a core's L2 cache for D ≤ 256.
+const (
+	blockRows = 64  // Br: query rows per work unit
+	blockCols = 128 // Bc: keys per inner step
+)
+
+// Backend runs attention on the CPU. The zero value is ready to use.
+type Backend struct {
+	// Workers bounds the goroutines one call uses; 0 means GOMAXPROCS.
+	// Results do not depend on it.
+	Workers int
+}
+
+var _ kernels.Backend = Backend{}
+
+// Name implements kernels.Backend.
+func (Backend) Name() string { return "cpu" }
+
+// Forward32 implements kernels.Backend.
+func (b Backend) Forward32(p kernels.Params, q, k, v, o, lse []float32) error {
+	return forward(b.workers(), p, q, k, v, o, lse)
+}
+
+// Forward64 implements kernels.Backend.
+func (b Backend) Forward64(p kernels.Params, q, k, v, o, lse []float64) error {
+	return forward(b.workers(), p, q, k, v, o, lse)
+}
+
+// Backward32 implements kernels.Backend.
+func (b Backend) Backward32(p kernels.Params, q, k, v, o, lse, do, dq, dk, dv []float32) error {
+	return backward(b.workers(), p, q, k, v, o, lse, do, dq, dk, dv)
+}
+
+// Backward64 implements kernels.Backend.
+func (b Backend) Backward64(p kernels.Params, q, k, v, o, lse, do, dq, dk, dv []float64) error {
+	return backward(b.workers(), p, q, k, v, o, lse, do, dq, dk, dv)
+}
+
+func (b Backend) workers() int {
+	if b.Workers > 0 {
+		return b.Workers
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+// parallelFor runs body(worker, unit) for unit in [0, units) on at most
+// workers goroutines. Units are handed out dynamically, which balances the
+// uneven cost of causal blocks; each unit writes only its own outputs, so the
+// order in which they run never changes a result.
+func parallelFor(workers, units int, body func(worker, unit int)) {
+	workers = max(1, min(workers, units))
+	if workers == 1 {
+		for u := range units {
+			body(0, u)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for {
+				u := int(next.Add(1)) - 1
+				if u >= units {
+					return
+				}
+				body(w, u)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// mathOps binds the simd inner loops for one element type.
+type mathOps[T kernels.Float] struct {
+	gemm     func(m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int)
+	expShift func(x []T, shift T) T
+}
+
+func opsFor[T kernels.Float]() mathOps[T] {
+	var zero T
+	switch any(zero).(type) {
+	case float32:
+		return any(mathOps[float32]{simd.GemmNN32, simd.ExpShift32}).(mathOps[T])
+	default:
+		return any(mathOps[float64]{simd.GemmNN64, simd.ExpShift64}).(mathOps[T])
+	}
+}
+
+// transpose writes the rows×cols matrix src (row stride lds) into dst as
+// cols×rows (row stride ldd).
+func transpose[T kernels.Float](rows, cols int, src []T, lds int, dst []T, ldd int) {
+	for r := range rows {
+		for c, x := range src[r*lds : r*lds+cols] {
+			dst[c*ldd+r] = x
+		}
+	}
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }

@@ -1,0 +1,38 @@
+// Package cpukernels is the pure-Go attention backend: a FlashAttention-2
+// style forward and a recomputing backward, parallel over goroutines, with
+// their inner loops in package internal/simd (assembly on amd64, portable Go
+// elsewhere or with the noasm build tag).
+//
+// # Forward
+//
+// One work unit is a block of Br query rows of one (batch, head). It loops
+// over blocks of Bc keys: S = (scale·Q_i)·K_jᵀ through a GEMM on Kᵀ
+// transposed once per call, then the online softmax updates the running row
+// maximum m and row sum l, rescales the output accumulator by exp(m_old −
+// m_new) and adds P·V_j. Under a causal mask the loop stops at the last key
+// block any row of the unit can see. At the end O = acc / l and LSE = m +
+// log l; a row that saw no key keeps l = 0 and gets O = 0, LSE = +Inf.
+//
+// # Backward
+//
+// D_i = rowsum(dO∘O) first. Then one work unit is a chunk of key blocks of
+// one (batch, head): for each key block it keeps dK_j and dV_j in local
+// accumulators and loops over the query blocks that can see it, recomputing
+// P = exp(S − LSE) and
+//
+//	dV_j += Pᵀ·dO_i,  dP = dO_i·V_jᵀ,  dS = P∘(dP − D_i),
+//	dK_j += scale·dSᵀ·Q_i,  dQ_i += scale·dS·K_j.
+//
+// dQ_i receives contributions from every chunk. To stay deterministic without
+// atomics, each chunk adds into its own dQ buffer and the buffers are summed
+// in chunk order at the end. The number of chunks depends only on the
+// problem's shape (never on the number of goroutines), so results are
+// bit-identical from run to run and across machines with the same assembly
+// path. It is at most maxKeyChunks, so the extra memory is at most
+// maxKeyChunks−1 copies of dQ: O(N), never O(Nq·Nk).
+//
+// # Memory
+//
+// Per call: one transposed copy of K (forward) and, per worker, a few tiles
+// of at most Br×Bc and Bc×D elements. Nothing of size Nq×Nk is allocated.
+package cpukernels

@@ -1,0 +1,105 @@
+package conformance
+
+import (
+	"math"
+
+	"github.com/gorgonia-flash/flashattention/kernels"
+)
+
+// result holds the outputs of one forward and backward pass.
+type result[T kernels.Float] struct {
+	o, lse, dq, dk, dv []T
+}
+
+// naive32 is the baseline for precision prec: attention as an eager
+// framework computes it in float32, one row at a time, with the rounding of
+// prec applied to matrix-product operands and results (see
+// Precision.rounding). For Float32 it is kernels.NaiveForward/Backward in
+// float32 with D taken from P·dP, as autograd of softmax computes it.
+func naive32(p kernels.Params, prec Precision, q, k, v, do []float32) result[float32] {
+	in, out := prec.rounding()
+	r := result[float32]{
+		o: make([]float32, p.QLen()), lse: make([]float32, p.LSELen()),
+		dq: make([]float32, p.QLen()), dk: make([]float32, p.KLen()), dv: make([]float32, p.KLen()),
+	}
+	rnd := func(x []float32) []float32 {
+		y := make([]float32, len(x))
+		for i, xi := range x {
+			y[i] = in(xi)
+		}
+		return y
+	}
+	qr, kr, vr, dor := rnd(q), rnd(k), rnd(v), rnd(do)
+	dot := func(a, b []float32) float32 {
+		var s float32
+		for i, x := range a {
+			s += x * b[i]
+		}
+		return s
+	}
+	scale := float32(p.Scale)
+	pr := make([]float32, p.Nk) // P of one row, rounded as stored
+	dsr := make([]float32, p.Nk)
+	for bh := range p.B * p.H {
+		qOff, kOff := bh*p.Nq*p.D, bh*p.Nk*p.D
+		row := func(t []float32, off, i int) []float32 { return t[off+i*p.D : off+(i+1)*p.D] }
+		for i := range p.Nq {
+			n := p.VisibleKeys(i)
+			if n == 0 {
+				r.lse[bh*p.Nq+i] = float32(math.Inf(1))
+				continue
+			}
+			m := float32(math.Inf(-1))
+			for j := range n {
+				pr[j] = out(scale * dot(row(qr, qOff, i), row(kr, kOff, j)))
+				m = max(m, pr[j])
+			}
+			var l float32
+			for j := range n {
+				pr[j] = float32(math.Exp(float64(pr[j] - m)))
+				l += pr[j]
+			}
+			for j := range n {
+				pr[j] = out(pr[j] / l)
+			}
+			r.lse[bh*p.Nq+i] = m + float32(math.Log(float64(l)))
+			oi := row(r.o, qOff, i)
+			for j := range n {
+				for d, x := range row(vr, kOff, j) {
+					oi[d] += in(pr[j]) * x
+				}
+			}
+			for d := range oi {
+				oi[d] = out(oi[d])
+			}
+			// Backward of this row.
+			doi := row(dor, qOff, i)
+			var rowD float32
+			for j := range n {
+				dsr[j] = out(dot(doi, row(vr, kOff, j))) // dP
+				rowD += pr[j] * dsr[j]
+			}
+			dqi := row(r.dq, qOff, i)
+			for j := range n {
+				ds := out(pr[j] * (dsr[j] - rowD))
+				for d, x := range row(kr, kOff, j) {
+					dqi[d] += in(ds) * x
+				}
+				dkj, dvj := row(r.dk, kOff, j), row(r.dv, kOff, j)
+				qi := row(qr, qOff, i)
+				for d := range p.D {
+					dkj[d] += in(ds) * qi[d]
+					dvj[d] += in(pr[j]) * doi[d]
+				}
+			}
+			for d := range dqi {
+				dqi[d] = out(scale * dqi[d])
+			}
+		}
+	}
+	for i := range r.dk {
+		r.dk[i] = out(scale * r.dk[i])
+		r.dv[i] = out(r.dv[i])
+	}
+	return r
+}

@@ -1,0 +1,33 @@
+// Package conformance is the one test suite every attention backend must
+// pass: the CPU backend and each GPU kernel family call Run from their own
+// tests, as gonum's testblas is called by each BLAS implementation.
+//
+// # What it checks
+//
+//   - Golden cases: testdata/golden/*.json at the module root, computed by
+//     PyTorch in float64 (an independent reference).
+//   - A sweep of odd sizes against kernels.NaiveForward/NaiveBackward in
+//     float64: N in {1, 17, 113, 255, 1023}, D in {8, 24, 40, 64, 80, 128},
+//     causal on and off, Nq = Nk and Nq ≠ Nk both ways.
+//   - Rows that see no key (causal, Nq > Nk): output, LSE and gradients are
+//     0, +Inf and 0, never NaN.
+//   - Determinism: two calls give bit-identical results.
+//   - Inputs are not modified, and bad slice lengths give an error.
+//
+// # Tolerances
+//
+// Float64 results must be within 1e-10 of the reference, relative to the
+// reference's largest magnitude. For float32 results no constant is tuned:
+// the same inputs go through a naive computation in the backend's precision
+// (Precision), and the backend's error must be at most twice that baseline's
+// error, both measured against float64 — FlashAttention's own rule. On top
+// comes a floor of two rounding units of the output's natural magnitude (for
+// example max|V| for O), derived from the formula rather than fitted: without
+// it a gradient whose exact value is 0 through cancellation, such as dQ when
+// every row sees a single key, would demand an exact zero.
+//
+// # Test cost
+//
+// With testing.Short the sweep keeps N ≤ 255 and three head dimensions, so
+// that the suite also runs quickly under the race detector.
+package conformance

@@ -1,0 +1,338 @@
+package conformance
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/gorgonia-flash/flashattention/kernels"
+)
+
+// float64Tolerance is the largest error allowed to a float64 backend,
+// relative to the magnitude of each output.
+const float64Tolerance = 1e-10
+
+// Run checks backend b. prec is the arithmetic of b's float32 path; it picks
+// the naive baseline that sets the float32 tolerance.
+func Run(t *testing.T, b kernels.Backend, prec Precision) {
+	t.Run("golden", func(t *testing.T) { testGolden(t, b, prec) })
+	t.Run("sweep", func(t *testing.T) { testSweep(t, b, prec) })
+	t.Run("sharp-softmax", func(t *testing.T) { testSharpSoftmax(t, b, prec) })
+	t.Run("rows-without-keys", func(t *testing.T) { testRowsWithoutKeys(t, b) })
+	t.Run("determinism", func(t *testing.T) { testDeterminism(t, b) })
+	t.Run("bad-arguments", func(t *testing.T) { testBadArguments(t, b) })
+}
+
+// problem is one set of inputs, held in float32 so that both paths and the
+// float64 reference see exactly the same numbers.
+type problem struct {
+	p           kernels.Params
+	q, k, v, do []float32
+}
+
+func randomProblem(p kernels.Params, seed uint64) problem {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	fill := func(n int) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		return x
+	}
+	return problem{p, fill(p.QLen()), fill(p.KLen()), fill(p.KLen()), fill(p.QLen())}
+}
+
+func widen(x []float32) []float64 {
+	y := make([]float64, len(x))
+	for i, xi := range x {
+		y[i] = float64(xi)
+	}
+	return y
+}
+
+func narrow(x []float64) []float32 {
+	y := make([]float32, len(x))
+	for i, xi := range x {
+		y[i] = float32(xi)
+	}
+	return y
+}
+
+// reference computes the float64 answer with the naive kernels.
+func reference(p kernels.Params, q, k, v, do []float64) (result[float64], error) {
+	r := newResult[float64](p)
+	if err := kernels.NaiveForward(p, q, k, v, r.o, r.lse); err != nil {
+		return r, err
+	}
+	err := kernels.NaiveBackward(p, q, k, v, r.o, r.lse, do, r.dq, r.dk, r.dv)
+	return r, err
+}
+
+func newResult[T kernels.Float](p kernels.Params) result[T] {
+	return result[T]{
+		o: make([]T, p.QLen()), lse: make([]T, p.LSELen()),
+		dq: make([]T, p.QLen()), dk: make([]T, p.KLen()), dv: make([]T, p.KLen()),
+	}
+}
+
+// run64 and run32 call the backend's forward then backward, and fail the
+// test if the inputs changed.
+func run64(t *testing.T, b kernels.Backend, p kernels.Params, q, k, v, do []float64) result[float64] {
+	t.Helper()
+	in := [][]float64{slices.Clone(q), slices.Clone(k), slices.Clone(v), slices.Clone(do)}
+	r := newResult[float64](p)
+	if err := b.Forward64(p, q, k, v, r.o, r.lse); err != nil {
+		t.Fatalf("Forward64(%+v): %v", p, err)
+	}
+	if err := b.Backward64(p, q, k, v, r.o, r.lse, do, r.dq, r.dk, r.dv); err != nil {
+		t.Fatalf("Backward64(%+v): %v", p, err)
+	}
+	for i, x := range [][]float64{q, k, v, do} {
+		if !slices.Equal(x, in[i]) {
+			t.Fatalf("%s modified input %d", b.Name(), i)
+		}
+	}
+	return r
+}
+
+func run32(t *testing.T, b kernels.Backend, p kernels.Params, q, k, v, do []float32) result[float32] {
+	t.Helper()
+	in := [][]float32{slices.Clone(q), slices.Clone(k), slices.Clone(v), slices.Clone(do)}
+	r := newResult[float32](p)
+	if err := b.Forward32(p, q, k, v, r.o, r.lse); err != nil {
+		t.Fatalf("Forward32(%+v): %v", p, err)
+	}
+	if err := b.Backward32(p, q, k, v, r.o, r.lse, do, r.dq, r.dk, r.dv); err != nil {
+		t.Fatalf("Backward32(%+v): %v", p, err)
+	}
+	for i, x := range [][]float32{q, k, v, do} {
+		if !slices.Equal(x, in[i]) {
+			t.Fatalf("%s modified input %d", b.Name(), i)
+		}
+	}
+	return r
+}
+
+// check64 requires every output within float64Tolerance of the reference.
+func check64(t *testing.T, p kernels.Params, got, want result[float64], q, k, v, do []float64) {
+	t.Helper()
+	for _, c := range checks(p, got, want, q, k, v, do) {
+		bound := float64Tolerance * max(maxAbs(c.want), c.natural)
+		if e, at := maxAbsErr(c.got, c.want); !(e <= bound) {
+			t.Errorf("float64 %s: error %.3g > bound %.3g (got %v, want %v)",
+				describe(c.name, p, at), e, bound, c.got[at], c.want[at])
+		}
+	}
+}
+
+// check32 requires every output within twice the error of the naive
+// baseline in precision prec, plus two rounding units of its magnitude.
+func check32(t *testing.T, p kernels.Params, prec Precision, got result[float32], want result[float64], q, k, v, do []float32) {
+	t.Helper()
+	base := naive32(p, prec, q, k, v, do)
+	q64, k64, v64, do64 := widen(q), widen(k), widen(v), widen(do)
+	baseChecks := checks(p, base, want, q64, k64, v64, do64)
+	unit := roundingUnit(prec)
+	for i, c := range checks(p, got, want, q64, k64, v64, do64) {
+		naiveErr, _ := maxAbsErr(baseChecks[i].got, c.want)
+		bound := 2*naiveErr + 2*unit*max(maxAbs(c.want), c.natural)
+		if e, at := maxAbsErr(c.got, c.want); !(e <= bound) {
+			t.Errorf("%v %s: error %.3g > bound %.3g (naive %v error %.3g; got %v, want %v)",
+				prec, describe(c.name, p, at), e, bound, prec, naiveErr, c.got[at], c.want[at])
+		}
+	}
+}
+
+// roundingUnit is half the spacing of numbers near 1 in the precision's
+// storage format: float32 for Float32 and TF32 (results are float32).
+func roundingUnit(prec Precision) float64 {
+	switch prec {
+	case BF16:
+		return 1.0 / (1 << 8)
+	case FP16:
+		return 1.0 / (1 << 11)
+	}
+	return 1.0 / (1 << 24)
+}
+
+func testGolden(t *testing.T, b kernels.Backend, prec Precision) {
+	cases, err := loadGolden()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			want := result[float64]{c.O, c.LSE, c.DQ, c.DK, c.DV}
+			got := run64(t, b, c.Params, c.Q, c.K, c.V, c.DO)
+			check64(t, c.Params, got, want, c.Q, c.K, c.V, c.DO)
+			// The float32 path sees the inputs rounded to float32; its
+			// reference is recomputed from exactly those inputs.
+			q, k, v, do := narrow(c.Q), narrow(c.K), narrow(c.V), narrow(c.DO)
+			want32, err := reference(c.Params, widen(q), widen(k), widen(v), widen(do))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got32 := run32(t, b, c.Params, q, k, v, do)
+			check32(t, c.Params, prec, got32, want32, q, k, v, do)
+		})
+	}
+}
+
+// sweepParams lists the odd-size problems; short mode keeps the cheap ones.
+func sweepParams(short bool) []kernels.Params {
+	ns := []int{1, 17, 113, 255, 1023}
+	ds := []int{8, 24, 40, 64, 80, 128}
+	if short {
+		ns = ns[:4]
+		ds = []int{8, 40, 128}
+	}
+	var ps []kernels.Params
+	for i, n := range ns {
+		other := ns[(i+1)%len(ns)] // a different length, so Nq ≠ Nk both ways
+		bh := 2
+		if n > 255 {
+			bh = 1
+		}
+		for _, d := range ds {
+			for _, causal := range []bool{false, true} {
+				for _, nn := range [][2]int{{n, n}, {n, other}, {other, n}} {
+					ps = append(ps, kernels.Params{B: bh, H: 2, Nq: nn[0], Nk: nn[1], D: d,
+						Scale: 1 / math.Sqrt(float64(d)), Causal: causal})
+				}
+			}
+		}
+	}
+	return ps
+}
+
+func testSweep(t *testing.T, b kernels.Backend, prec Precision) {
+	for i, p := range sweepParams(testing.Short()) {
+		name := fmt.Sprintf("B%dH%d_Nq%d_Nk%d_D%d_causal=%v", p.B, p.H, p.Nq, p.Nk, p.D, p.Causal)
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			checkProblem(t, b, prec, randomProblem(p, uint64(i)))
+		})
+	}
+}
+
+// checkProblem runs both paths on pr and checks them against the reference.
+func checkProblem(t *testing.T, b kernels.Backend, prec Precision, pr problem) {
+	t.Helper()
+	q, k, v, do := widen(pr.q), widen(pr.k), widen(pr.v), widen(pr.do)
+	want, err := reference(pr.p, q, k, v, do)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check64(t, pr.p, run64(t, b, pr.p, q, k, v, do), want, q, k, v, do)
+	check32(t, pr.p, prec, run32(t, b, pr.p, pr.q, pr.k, pr.v, pr.do), want, pr.q, pr.k, pr.v, pr.do)
+}
+
+// testSharpSoftmax makes the row maximum grow from one key block to the next,
+// so the online softmax must rescale its accumulator many times, with scores
+// spanning about ±60.
+func testSharpSoftmax(t *testing.T, b kernels.Backend, prec Precision) {
+	p := kernels.Params{B: 1, H: 2, Nq: 300, Nk: 700, D: 64, Scale: 0.125, Causal: true}
+	pr := randomProblem(p, 99)
+	for i := range pr.q {
+		pr.q[i] *= 4
+	}
+	for j := range p.B * p.H * p.Nk {
+		pr.k[j*p.D] += float32(j%p.Nk) / 40
+		pr.q[j%(p.B*p.H*p.Nq)*p.D] = 8
+	}
+	checkProblem(t, b, prec, pr)
+}
+
+// testRowsWithoutKeys checks the rows a bottom-right causal mask leaves
+// empty when Nq > Nk: exact zeros and +Inf, no NaN.
+func testRowsWithoutKeys(t *testing.T, b kernels.Backend) {
+	p := kernels.Params{B: 2, H: 3, Nq: 150, Nk: 20, D: 32, Scale: 0.2, Causal: true}
+	pr := randomProblem(p, 7)
+	r32 := run32(t, b, p, pr.q, pr.k, pr.v, pr.do)
+	r64 := run64(t, b, p, widen(pr.q), widen(pr.k), widen(pr.v), widen(pr.do))
+	for bh := range p.B * p.H {
+		for i := range p.Nq {
+			empty := p.VisibleKeys(i) == 0
+			row := r32.o[(bh*p.Nq+i)*p.D : (bh*p.Nq+i+1)*p.D]
+			dq := r32.dq[(bh*p.Nq+i)*p.D : (bh*p.Nq+i+1)*p.D]
+			row64 := r64.o[(bh*p.Nq+i)*p.D : (bh*p.Nq+i+1)*p.D]
+			for d := range p.D {
+				for _, x := range []float64{float64(row[d]), float64(dq[d]), row64[d]} {
+					if math.IsNaN(x) || (empty && x != 0) {
+						t.Fatalf("head %d row %d (empty=%v): value %v, want 0 and never NaN", bh, i, empty, x)
+					}
+				}
+			}
+			if l := r32.lse[bh*p.Nq+i]; empty != math.IsInf(float64(l), 1) {
+				t.Fatalf("head %d row %d: LSE %v, want +Inf exactly when the row sees no key", bh, i, l)
+			}
+		}
+	}
+	for _, x := range append(slices.Clone(r32.dk), r32.dv...) {
+		if math.IsNaN(float64(x)) {
+			t.Fatal("NaN in dK or dV")
+		}
+	}
+}
+
+// testDeterminism runs a problem large enough to use every parallel path
+// twice and requires bit-identical results.
+func testDeterminism(t *testing.T, b kernels.Backend) {
+	p := kernels.Params{B: 1, H: 3, Nq: 300, Nk: 700, D: 40, Scale: 0.15, Causal: true}
+	pr := randomProblem(p, 11)
+	first, second := run32(t, b, p, pr.q, pr.k, pr.v, pr.do), run32(t, b, p, pr.q, pr.k, pr.v, pr.do)
+	q, k, v, do := widen(pr.q), widen(pr.k), widen(pr.v), widen(pr.do)
+	first64, second64 := run64(t, b, p, q, k, v, do), run64(t, b, p, q, k, v, do)
+	for i, pair := range [][2][]float32{{first.o, second.o}, {first.lse, second.lse}, {first.dq, second.dq}, {first.dk, second.dk}, {first.dv, second.dv}} {
+		if !slices.Equal(pair[0], pair[1]) {
+			t.Errorf("float32 output %d differs between two identical calls", i)
+		}
+	}
+	for i, pair := range [][2][]float64{{first64.o, second64.o}, {first64.lse, second64.lse}, {first64.dq, second64.dq}, {first64.dk, second64.dk}, {first64.dv, second64.dv}} {
+		if !slices.Equal(pair[0], pair[1]) {
+			t.Errorf("float64 output %d differs between two identical calls", i)
+		}
+	}
+}
+
+// testBadArguments requires an error wrapping kernels.ErrInvalidParams, not
+// a panic, for invalid parameters and slice lengths.
+func testBadArguments(t *testing.T, b kernels.Backend) {
+	good := kernels.Params{B: 1, H: 2, Nq: 5, Nk: 7, D: 8, Scale: 0.3}
+	pr := randomProblem(good, 3)
+	r := newResult[float32](good)
+	bad := map[string]func() error{
+		"D=0": func() error {
+			p := good
+			p.D = 0
+			return b.Forward32(p, pr.q, pr.k, pr.v, r.o, r.lse)
+		},
+		"Nk=0": func() error {
+			p := good
+			p.Nk = 0
+			return b.Forward32(p, pr.q, pr.k, pr.v, r.o, r.lse)
+		},
+		"NaN scale": func() error {
+			p := good
+			p.Scale = math.NaN()
+			return b.Forward32(p, pr.q, pr.k, pr.v, r.o, r.lse)
+		},
+		"short q": func() error { return b.Forward32(good, pr.q[1:], pr.k, pr.v, r.o, r.lse) },
+		"short lse": func() error {
+			return b.Backward32(good, pr.q, pr.k, pr.v, r.o, r.lse[1:], pr.do, r.dq, r.dk, r.dv)
+		},
+		"long dv": func() error {
+			return b.Backward32(good, pr.q, pr.k, pr.v, r.o, r.lse, pr.do, r.dq, r.dk, append(r.dv, 0))
+		},
+	}
+	for name, call := range bad {
+		t.Run(name, func(t *testing.T) {
+			if err := call(); !errors.Is(err, kernels.ErrInvalidParams) {
+				t.Fatalf("got error %v, want one wrapping kernels.ErrInvalidParams", err)
+			}
+		})
+	}
+}
