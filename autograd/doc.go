@@ -1,0 +1,20 @@
+// Package autograd is the Gorgonia side of attention's backward pass: the op
+// that recomputes the gradients from the forward's saved statistics, and a
+// finite-difference gradient checker that works on any Gorgonia graph.
+//
+// # The backward op
+//
+// Package op's forward saves only the per-row log-sum-exp LSE = m + log l
+// (shape [B, H, Nq]) in a Saved value shared with its backward, the way
+// gorgonia's maxPoolOp shares its mask with maxPoolDiffOp. Gradient builds
+// one node that runs the backend's backward on (Q, K, V, O, dO) and that
+// LSE, and three nodes that copy dQ, dK and dV out of its packed result
+// (Gorgonia ops have a single output). Nothing of size Nq×Nk exists at any
+// point; the packed result has the size of Q, K and V together.
+//
+// Values computes the same three tensors directly, for ops' DoDiff under
+// gorgonia's LispMachine.
+//
+// The backward nodes are not themselves differentiable: second derivatives
+// of attention are not supported.
+package autograd
