@@ -1,0 +1,45 @@
+// Command transformer trains a small GPT-style character model on a text
+// corpus with Gorgonia, using flash attention (or, for comparison, the naive
+// O(N²)-memory attention), and samples from it.
+//
+// From the repository root:
+//
+//	go run ./examples/transformer                     # default run, a few minutes on 2 cores
+//	go run ./examples/transformer -attention=naive    # same model, naive attention
+//	go run ./examples/transformer -resume examples/transformer/out/checkpoint.gob -steps 200
+//
+// It writes into -out: checkpoint.gob (loadable with -resume), loss.png
+// (training and validation loss) and sample.txt, and prints the sample.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+func main() {
+	err := run(os.Args[1:], os.Stdout, os.Stderr)
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(os.Stderr, "transformer:", err)
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "transformer:", err)
+		os.Exit(1)
+	}
+}
+
+// run is the whole command; args exclude the program name.
+func run(args []string, stdout, stderr io.Writer) error {
+	opts, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	return train(opts, stdout, stderr)
+}

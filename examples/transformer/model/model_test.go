@@ -1,0 +1,358 @@
+package model
+
+import (
+	"bytes"
+	"math"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/gorgonia-flash/flashattention/kernels"
+)
+
+const corpusPath = "../../../testdata/corpus/tinyshakespeare_head.txt"
+
+func loadCorpus(t *testing.T) (*Vocab, []int) {
+	t.Helper()
+	text, err := os.ReadFile(corpusPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := NewVocab(string(text))
+	toks, err := v.Encode(string(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, toks
+}
+
+// randomBatch returns batch sequences of seq random tokens and their targets.
+func randomBatch(rng *rand.Rand, batch, seq, vocab int) (in, tg [][]int) {
+	for range batch {
+		s := make([]int, seq+1)
+		for i := range s {
+			s[i] = rng.IntN(vocab)
+		}
+		in, tg = append(in, s[:seq]), append(tg, s[1:])
+	}
+	return in, tg
+}
+
+// maxRelDiff is max |a−b| / max(1, max |b|) over two equal-length slices.
+func maxRelDiff(t *testing.T, a, b []float64) float64 {
+	t.Helper()
+	if len(a) != len(b) {
+		t.Fatalf("lengths %d and %d differ", len(a), len(b))
+	}
+	scale, diff := 1.0, 0.0
+	for i := range a {
+		scale = max(scale, math.Abs(b[i]))
+		diff = max(diff, math.Abs(a[i]-b[i]))
+	}
+	return diff / scale
+}
+
+func TestTrainingLowersLoss(t *testing.T) {
+	v, toks := loadCorpus(t)
+	cfg := Config{Vocab: v.Size(), Seq: 16, Layers: 1, Heads: 2, Dim: 32, Dtype: "float32"}
+	m, err := New(cfg, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gr, err := m.NewGraph(8, AttentionFlash, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	solver := G.NewAdamSolver(G.WithLearnRate(1e-2))
+	rng := rand.New(rand.NewPCG(7, 7))
+	const steps = 30
+	var losses []float64
+	for range steps {
+		in, tg, err := Batch(toks, 8, cfg.Seq, rng)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := gr.Run(in, tg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := gr.Step(solver); err != nil {
+			t.Fatal(err)
+		}
+		losses = append(losses, l)
+	}
+	mean := func(xs []float64) float64 {
+		s := 0.0
+		for _, x := range xs {
+			s += x
+		}
+		return s / float64(len(xs))
+	}
+	first, last := mean(losses[:3]), mean(losses[steps-5:])
+	t.Logf("mean loss of the first 3 steps %.3f, of the last 5 %.3f", first, last)
+	// Uniform guessing costs log(vocab) ≈ 4.1 nats; 30 steps of Adam learn at
+	// least the character frequencies, which are worth well over half a nat.
+	if first-last < 0.5 {
+		t.Errorf("loss fell from %.3f to %.3f over %d steps, want a drop of at least 0.5", first, last, steps)
+	}
+}
+
+// TestNaiveMatchesFlash runs the same float64 model through both attention
+// paths: logits and every parameter gradient must agree to rounding.
+func TestNaiveMatchesFlash(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		tol  float64
+	}{
+		{"two layers", Config{Vocab: 11, Seq: 12, Layers: 2, Heads: 2, Dim: 16, Dtype: "float64"}, 1e-10},
+		{"one head odd dim", Config{Vocab: 7, Seq: 9, Layers: 1, Heads: 1, Dim: 5, Dtype: "float64"}, 1e-10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := New(tc.cfg, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in, tg := randomBatch(rand.New(rand.NewPCG(3, 3)), 2, tc.cfg.Seq, tc.cfg.Vocab)
+			run := func(a Attention) (float64, []float64, [][]float64) {
+				gr, err := m.NewGraph(2, a, true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				loss, err := gr.Run(in, tg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				grads, err := gr.Gradients()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return loss, gr.Logits(), grads
+			}
+			lossN, logitsN, gradsN := run(AttentionNaive)
+			lossF, logitsF, gradsF := run(AttentionFlash)
+			if d := math.Abs(lossN - lossF); d > tc.tol {
+				t.Errorf("loss: naive %v, flash %v", lossN, lossF)
+			}
+			if d := maxRelDiff(t, logitsF, logitsN); d > tc.tol {
+				t.Errorf("logits differ by %.3g (relative), tol %.0g", d, tc.tol)
+			}
+			for i, name := range m.ParamNames() {
+				if d := maxRelDiff(t, gradsF[i], gradsN[i]); d > tc.tol {
+					t.Errorf("gradient of %s differs by %.3g (relative), tol %.0g", name, d, tc.tol)
+				}
+			}
+		})
+	}
+}
+
+// TestNaiveAttentionMatchesReference checks the naive graph alone, forward
+// and backward, against the module's float64 reference.
+func TestNaiveAttentionMatchesReference(t *testing.T) {
+	p := kernels.Params{B: 2, H: 3, Nq: 7, Nk: 7, D: 4, Causal: true}
+	p.Scale = 1 / math.Sqrt(float64(p.D))
+	rng := rand.New(rand.NewPCG(5, 5))
+	rnd := func(n int) []float64 {
+		x := make([]float64, n)
+		for i := range x {
+			x[i] = rng.NormFloat64()
+		}
+		return x
+	}
+	q, k, v, do := rnd(p.QLen()), rnd(p.KLen()), rnd(p.KLen()), rnd(p.QLen())
+
+	g := G.NewGraph()
+	b := &builder{g: g, m: &Model{Config: Config{Dtype: "float64"}}}
+	shape := []int{p.B, p.H, p.Nq, p.D}
+	node := func(name string, data []float64) *G.Node {
+		return G.NewTensor(g, tensor.Float64, 4, G.WithShape(shape...), G.WithName(name),
+			G.WithValue(tensor.New(tensor.WithShape(shape...), tensor.WithBacking(append([]float64(nil), data...)))))
+	}
+	qn, kn, vn, don := node("q", q), node("k", k), node("v", v), node("do", do)
+	o, err := b.naiveAttention(qn, kn, vn, p.Scale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod, err := G.HadamardProd(o, don)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cost, err := G.Sum(prod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := G.Grad(cost, qn, kn, vn); err != nil {
+		t.Fatal(err)
+	}
+	vm := G.NewTapeMachine(g)
+	defer vm.Close()
+	if err := vm.RunAll(); err != nil {
+		t.Fatal(err)
+	}
+
+	wantO, lse := make([]float64, p.QLen()), make([]float64, p.LSELen())
+	if err := kernels.NaiveForward(p, q, k, v, wantO, lse); err != nil {
+		t.Fatal(err)
+	}
+	dq, dk, dv := make([]float64, p.QLen()), make([]float64, p.KLen()), make([]float64, p.KLen())
+	if err := kernels.NaiveBackward(p, q, k, v, wantO, lse, do, dq, dk, dv); err != nil {
+		t.Fatal(err)
+	}
+	const tol = 1e-12
+	if d := maxRelDiff(t, toFloat64(o.Value().Data()), wantO); d > tol {
+		t.Errorf("output differs from the reference by %.3g", d)
+	}
+	for _, c := range []struct {
+		name string
+		n    *G.Node
+		want []float64
+	}{{"dq", qn, dq}, {"dk", kn, dk}, {"dv", vn, dv}} {
+		gv, err := c.n.Grad()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := maxRelDiff(t, toFloat64(gv.Data()), c.want); d > tol {
+			t.Errorf("%s differs from the reference by %.3g", c.name, d)
+		}
+	}
+}
+
+func TestCheckpointRoundTrip(t *testing.T) {
+	v, toks := loadCorpus(t)
+	cfg := Config{Vocab: v.Size(), Seq: 8, Layers: 1, Heads: 2, Dim: 8, Dtype: "float32"}
+	m, err := New(cfg, 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Train a little so that no parameter still has its initial value.
+	gr, err := m.NewGraph(4, AttentionFlash, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	solver := G.NewAdamSolver(G.WithLearnRate(1e-2))
+	rng := rand.New(rand.NewPCG(11, 11))
+	for range 3 {
+		in, tg, err := Batch(toks, 4, cfg.Seq, rng)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := gr.Run(in, tg); err != nil {
+			t.Fatal(err)
+		}
+		if err := gr.Step(solver); err != nil {
+			t.Fatal(err)
+		}
+	}
+	history := []LossPoint{{Step: 3, Train: 3.5, Val: math.NaN()}}
+	var buf bytes.Buffer
+	if err := m.Snapshot(v, 3, history).Encode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := ReadCheckpoint(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, v2, err := ck.Restore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v2.String() != v.String() || ck.Step != 3 || len(ck.History) != 1 || m2.Config != cfg {
+		t.Errorf("restored vocab %q, step %d, history %v, config %+v", v2, ck.Step, ck.History, m2.Config)
+	}
+	in, tg, err := Batch(toks, 2, cfg.Seq, rng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logits := func(m *Model) []float64 {
+		g, err := m.NewGraph(2, AttentionFlash, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.Run(in, tg); err != nil {
+			t.Fatal(err)
+		}
+		return g.Logits()
+	}
+	a, b := logits(m), logits(m2)
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("logit %d: %v before saving, %v after loading", i, a[i], b[i])
+		}
+	}
+}
+
+func TestRestoreRejectsMismatch(t *testing.T) {
+	m, err := New(Config{Vocab: 3, Seq: 4, Layers: 1, Heads: 1, Dim: 4, Dtype: "float64"}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck := m.Snapshot(NewVocab("abc"), 0, nil)
+	ck.Params[2].Shape = []int{5, 4}
+	if _, _, err := ck.Restore(); err == nil {
+		t.Error("Restore accepted a parameter of the wrong shape")
+	}
+	ck = m.Snapshot(NewVocab("ab"), 0, nil)
+	if _, _, err := ck.Restore(); err == nil {
+		t.Error("Restore accepted a vocabulary of the wrong size")
+	}
+}
+
+func TestVocab(t *testing.T) {
+	v := NewVocab("hello, world")
+	ids, err := v.Encode("world hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := v.Decode(ids); got != "world hello" {
+		t.Errorf("round trip gave %q", got)
+	}
+	if _, err := v.Encode("hello!"); err == nil {
+		t.Error("Encode accepted a character outside the vocabulary")
+	}
+}
+
+func TestSampleIsSeeded(t *testing.T) {
+	m, err := New(Config{Vocab: 5, Seq: 6, Layers: 1, Heads: 1, Dim: 4, Dtype: "float32"}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := m.NewSampler(AttentionFlash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	draw := func() []int {
+		ids, err := s.Sample([]int{1, 2}, 10, 1, rand.New(rand.NewPCG(9, 9)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	a, b := draw(), draw()
+	if len(a) != 12 {
+		t.Fatalf("got %d tokens, want 12", len(a))
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("two runs with the same seed differ: %v and %v", a, b)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	good := Config{Vocab: 5, Seq: 6, Layers: 1, Heads: 2, Dim: 4, Dtype: "float32"}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []Config{
+		{Vocab: 5, Seq: 6, Layers: 1, Heads: 3, Dim: 4, Dtype: "float32"},
+		{Vocab: 5, Seq: 0, Layers: 1, Heads: 2, Dim: 4, Dtype: "float32"},
+		{Vocab: 5, Seq: 6, Layers: 1, Heads: 2, Dim: 4, Dtype: "float16"},
+	} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("%+v: no error", bad)
+		}
+	}
+}
