@@ -6,6 +6,8 @@ import (
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/gorgonia-flash/flashattention/internal/naivegraph"
 )
 
 // selfAttention is one multi-head causal self-attention sublayer on x [B·T, C]
@@ -39,7 +41,7 @@ func (b *builder) selfAttention(x *G.Node, batch int, prefix string) (*G.Node, e
 	var o *G.Node
 	switch b.attn {
 	case AttentionNaive:
-		o, err = b.naiveAttention(q, k, v, scale)
+		o, err = naivegraph.Attention(q, k, v, scale, true)
 	case AttentionFlash:
 		o, err = flashAttention(q, k, v, scale, b.flashOpts)
 	default:
@@ -55,74 +57,4 @@ func (b *builder) selfAttention(x *G.Node, batch int, prefix string) (*G.Node, e
 		return nil, err
 	}
 	return b.linear(o, prefix+".wo", "")
-}
-
-// naiveAttention is the textbook computation softmax(scale·Q·Kᵀ + mask)·V on
-// [B, H, T, D] inputs. It materialises the [B·H, T, T] scores, their softmax
-// and the repeated mask, and the tape keeps all of them (and their gradients)
-// alive: the O(T²) memory that flash attention avoids.
-func (b *builder) naiveAttention(q, k, v *G.Node, scale float64) (*G.Node, error) {
-	s := q.Shape()
-	B, H, T, D := s[0], s[1], s[2], s[3]
-	flat := tensor.Shape{B * H, T, D}
-	q3, err := G.Reshape(q, flat)
-	if err != nil {
-		return nil, err
-	}
-	// Scaling Q rather than the scores touches T·D instead of T·T numbers.
-	if q3, err = G.HadamardProd(q3, b.scalar(scale)); err != nil {
-		return nil, err
-	}
-	k3, err := G.Reshape(k, flat)
-	if err != nil {
-		return nil, err
-	}
-	v3, err := G.Reshape(v, flat)
-	if err != nil {
-		return nil, err
-	}
-	scores, err := G.BatchedMatMul(q3, k3, false, true)
-	if err != nil {
-		return nil, err
-	}
-	if scores, err = G.BroadcastAdd(scores, b.causalMask(T), nil, []byte{0}); err != nil {
-		return nil, err
-	}
-	p, err := G.SoftMax(scores, 2)
-	if err != nil {
-		return nil, err
-	}
-	o, err := G.BatchedMatMul(p, v3)
-	if err != nil {
-		return nil, err
-	}
-	return G.Reshape(o, tensor.Shape{B, H, T, D})
-}
-
-// maskedScore replaces a score that a causal query must not see. It is finite
-// so that even a fully masked row could not produce (−∞) − (−∞) = NaN; for
-// self-attention every row sees at least its own key anyway.
-const maskedScore = -1e9
-
-// causalMask is the additive [T, T] mask: 0 where key j ≤ query i, else
-// maskedScore. With Nq = Nk this is also the bottom-right aligned mask that
-// op.Attention applies.
-func (b *builder) causalMask(T int) *G.Node {
-	dt, _ := b.m.Config.dtype()
-	m := tensor.New(tensor.Of(dt), tensor.WithShape(T, T))
-	switch d := m.Data().(type) {
-	case []float32:
-		for i := range T {
-			for j := i + 1; j < T; j++ {
-				d[i*T+j] = maskedScore
-			}
-		}
-	case []float64:
-		for i := range T {
-			for j := i + 1; j < T; j++ {
-				d[i*T+j] = maskedScore
-			}
-		}
-	}
-	return G.NewMatrix(b.g, dt, G.WithShape(T, T), G.WithValue(m), G.WithName(fmt.Sprintf("causalMask%d", T)))
 }

@@ -21,7 +21,8 @@
 // attention paths consume:
 //
 //	AttentionFlash  op.Attention with a causal mask, O(T) extra memory
-//	AttentionNaive  BatchedMatMul + additive causal mask + SoftMax, O(T²)
+//	AttentionNaive  internal/naivegraph: BatchedMatMul + additive causal
+//	                mask + SoftMax, O(T²) memory
 //
 // # Parameters and graphs
 //

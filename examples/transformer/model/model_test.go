@@ -8,9 +8,6 @@ import (
 	"testing"
 
 	G "gorgonia.org/gorgonia"
-	"gorgonia.org/tensor"
-
-	"github.com/gorgonia-flash/flashattention/kernels"
 )
 
 const corpusPath = "../../../testdata/corpus/tinyshakespeare_head.txt"
@@ -146,77 +143,6 @@ func TestNaiveMatchesFlash(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestNaiveAttentionMatchesReference checks the naive graph alone, forward
-// and backward, against the module's float64 reference.
-func TestNaiveAttentionMatchesReference(t *testing.T) {
-	p := kernels.Params{B: 2, H: 3, Nq: 7, Nk: 7, D: 4, Causal: true}
-	p.Scale = 1 / math.Sqrt(float64(p.D))
-	rng := rand.New(rand.NewPCG(5, 5))
-	rnd := func(n int) []float64 {
-		x := make([]float64, n)
-		for i := range x {
-			x[i] = rng.NormFloat64()
-		}
-		return x
-	}
-	q, k, v, do := rnd(p.QLen()), rnd(p.KLen()), rnd(p.KLen()), rnd(p.QLen())
-
-	g := G.NewGraph()
-	b := &builder{g: g, m: &Model{Config: Config{Dtype: "float64"}}}
-	shape := []int{p.B, p.H, p.Nq, p.D}
-	node := func(name string, data []float64) *G.Node {
-		return G.NewTensor(g, tensor.Float64, 4, G.WithShape(shape...), G.WithName(name),
-			G.WithValue(tensor.New(tensor.WithShape(shape...), tensor.WithBacking(append([]float64(nil), data...)))))
-	}
-	qn, kn, vn, don := node("q", q), node("k", k), node("v", v), node("do", do)
-	o, err := b.naiveAttention(qn, kn, vn, p.Scale)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prod, err := G.HadamardProd(o, don)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cost, err := G.Sum(prod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := G.Grad(cost, qn, kn, vn); err != nil {
-		t.Fatal(err)
-	}
-	vm := G.NewTapeMachine(g)
-	defer vm.Close()
-	if err := vm.RunAll(); err != nil {
-		t.Fatal(err)
-	}
-
-	wantO, lse := make([]float64, p.QLen()), make([]float64, p.LSELen())
-	if err := kernels.NaiveForward(p, q, k, v, wantO, lse); err != nil {
-		t.Fatal(err)
-	}
-	dq, dk, dv := make([]float64, p.QLen()), make([]float64, p.KLen()), make([]float64, p.KLen())
-	if err := kernels.NaiveBackward(p, q, k, v, wantO, lse, do, dq, dk, dv); err != nil {
-		t.Fatal(err)
-	}
-	const tol = 1e-12
-	if d := maxRelDiff(t, toFloat64(o.Value().Data()), wantO); d > tol {
-		t.Errorf("output differs from the reference by %.3g", d)
-	}
-	for _, c := range []struct {
-		name string
-		n    *G.Node
-		want []float64
-	}{{"dq", qn, dq}, {"dk", kn, dk}, {"dv", vn, dv}} {
-		gv, err := c.n.Grad()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d := maxRelDiff(t, toFloat64(gv.Data()), c.want); d > tol {
-			t.Errorf("%s differs from the reference by %.3g", c.name, d)
-		}
 	}
 }
 
