@@ -1,0 +1,141 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gorgonia-flash/flashattention/cpukernels"
+	"github.com/gorgonia-flash/flashattention/internal/naivegraph"
+	"github.com/gorgonia-flash/flashattention/kernels"
+	"github.com/gorgonia-flash/flashattention/op"
+	"gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// The shape the targets are stated at: B=1, H=8, D=64, N=2048.
+var shapes = []kernels.Params{
+	{B: 1, H: 8, Nq: 2048, Nk: 2048, D: 64},
+	{B: 1, H: 8, Nq: 2048, Nk: 2048, D: 64, Causal: true},
+	{B: 1, H: 8, Nq: 512, Nk: 512, D: 64},
+	{B: 1, H: 8, Nq: 2048, Nk: 2048, D: 128},
+}
+
+func name(p kernels.Params) string {
+	return fmt.Sprintf("B%d_H%d_N%d_D%d_causal=%v", p.B, p.H, p.Nq, p.D, p.Causal)
+}
+
+func randomSlice[T kernels.Float](n int, seed uint64) []T {
+	rng := rand.New(rand.NewPCG(seed, 3))
+	x := make([]T, n)
+	for i := range x {
+		x[i] = T(rng.NormFloat64())
+	}
+	return x
+}
+
+func BenchmarkKernelForward32(b *testing.B) { benchKernel[float32](b, false) }
+func BenchmarkKernelForward64(b *testing.B) { benchKernel[float64](b, false) }
+func BenchmarkKernelBackward32(b *testing.B) { benchKernel[float32](b, true) }
+func BenchmarkKernelBackward64(b *testing.B) { benchKernel[float64](b, true) }
+
+func benchKernel[T kernels.Float](b *testing.B, backward bool) {
+	for _, p := range shapes {
+		p.Scale = 1 / math.Sqrt(float64(p.D))
+		b.Run(name(p), func(b *testing.B) {
+			q, k, v, do := randomSlice[T](p.QLen(), 1), randomSlice[T](p.KLen(), 2), randomSlice[T](p.KLen(), 3), randomSlice[T](p.QLen(), 4)
+			o, lse := make([]T, p.QLen()), make([]T, p.LSELen())
+			dq, dk, dv := make([]T, p.QLen()), make([]T, p.KLen()), make([]T, p.KLen())
+			fwd, bwd := kernelFuncs[T]()
+			if err := fwd(p, q, k, v, o, lse); err != nil {
+				b.Fatal(err)
+			}
+			flops := p.ForwardFLOPs()
+			if backward {
+				flops = p.BackwardFLOPs()
+			}
+			for b.Loop() {
+				var err error
+				if backward {
+					err = bwd(p, q, k, v, o, lse, do, dq, dk, dv)
+				} else {
+					err = fwd(p, q, k, v, o, lse)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
+
+// kernelFuncs returns the CPU backend's entry points for T.
+func kernelFuncs[T kernels.Float]() (
+	fwd func(p kernels.Params, q, k, v, o, lse []T) error,
+	bwd func(p kernels.Params, q, k, v, o, lse, do, dq, dk, dv []T) error,
+) {
+	var be cpukernels.Backend
+	var zero T
+	if _, ok := any(zero).(float32); ok {
+		return any(be.Forward32).(func(kernels.Params, []T, []T, []T, []T, []T) error),
+			any(be.Backward32).(func(kernels.Params, []T, []T, []T, []T, []T, []T, []T, []T, []T) error)
+	}
+	return any(be.Forward64).(func(kernels.Params, []T, []T, []T, []T, []T) error),
+		any(be.Backward64).(func(kernels.Params, []T, []T, []T, []T, []T, []T, []T, []T, []T) error)
+}
+
+// BenchmarkGraph times one forward+backward of attention in a Gorgonia graph
+// on a TapeMachine, flash against naive, float32.
+func BenchmarkGraph(b *testing.B) {
+	for _, p := range shapes[:2] {
+		p.Scale = 1 / math.Sqrt(float64(p.D))
+		for _, impl := range []string{"flash", "naive"} {
+			b.Run(impl+"/"+name(p), func(b *testing.B) {
+				m, err := buildGraph(p, impl == "naive")
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer m.Close()
+				for b.Loop() {
+					if err := m.RunAll(); err != nil {
+						b.Fatal(err)
+					}
+					m.Reset()
+				}
+				flops := p.ForwardFLOPs() + p.BackwardFLOPs()
+				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
+
+// buildGraph returns a TapeMachine computing sum(attention(q, k, v)) and its
+// gradients with respect to q, k and v.
+func buildGraph(p kernels.Params, naive bool) (gorgonia.VM, error) {
+	g := gorgonia.NewGraph()
+	input := func(name string, n int, seed uint64) *gorgonia.Node {
+		val := tensor.New(tensor.WithShape(p.B, p.H, n, p.D), tensor.WithBacking(randomSlice[float32](p.B*p.H*n*p.D, seed)))
+		return gorgonia.NewTensor(g, tensor.Float32, 4, gorgonia.WithShape(p.B, p.H, n, p.D), gorgonia.WithName(name), gorgonia.WithValue(val))
+	}
+	q, k, v := input("q", p.Nq, 1), input("k", p.Nk, 2), input("v", p.Nk, 3)
+	var o *gorgonia.Node
+	var err error
+	if naive {
+		o, err = naivegraph.Attention(q, k, v, p.Scale, p.Causal)
+	} else {
+		o, err = op.Attention(q, k, v, op.WithCausal(p.Causal), op.WithScale(p.Scale))
+	}
+	if err != nil {
+		return nil, err
+	}
+	cost, err := gorgonia.Sum(o)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := gorgonia.Grad(cost, q, k, v); err != nil {
+		return nil, err
+	}
+	return gorgonia.NewTapeMachine(g), nil
+}
