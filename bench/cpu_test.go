@@ -35,8 +35,8 @@ func randomSlice[T kernels.Float](n int, seed uint64) []T {
 	return x
 }
 
-func BenchmarkKernelForward32(b *testing.B) { benchKernel[float32](b, false) }
-func BenchmarkKernelForward64(b *testing.B) { benchKernel[float64](b, false) }
+func BenchmarkKernelForward32(b *testing.B)  { benchKernel[float32](b, false) }
+func BenchmarkKernelForward64(b *testing.B)  { benchKernel[float64](b, false) }
 func BenchmarkKernelBackward32(b *testing.B) { benchKernel[float32](b, true) }
 func BenchmarkKernelBackward64(b *testing.B) { benchKernel[float64](b, true) }
 
