@@ -1,0 +1,54 @@
+//go:build !noasm
+
+package simd
+
+// The implementations this CPU can run, generic first. On an AVX-512
+// machine the same test binary also exercises the AVX-512 paths.
+
+func gemm32Impls() []gemmImpl[float32] {
+	impls := []gemmImpl[float32]{{"generic", gemmNNGeneric[float32]}}
+	if hasAVX2 {
+		impls = append(impls, gemmImpl[float32]{"avx2", gemm32AVX2})
+	}
+	if hasAVX512 {
+		impls = append(impls, gemmImpl[float32]{"avx512", gemm32AVX512})
+	}
+	return impls
+}
+
+func gemm64Impls() []gemmImpl[float64] {
+	impls := []gemmImpl[float64]{{"generic", gemmNNGeneric[float64]}}
+	if hasAVX2 {
+		impls = append(impls, gemmImpl[float64]{"avx2", gemm64AVX2})
+	}
+	if hasAVX512 {
+		impls = append(impls, gemmImpl[float64]{"avx512", gemm64AVX512})
+	}
+	return impls
+}
+
+func exp32Impls() []expImpl[float32] {
+	impls := []expImpl[float32]{{"generic", expShiftGeneric[float32]}}
+	if hasAVX2 {
+		impls = append(impls, expImpl[float32]{"avx2", expShift32AVX2})
+	}
+	if hasAVX512 {
+		impls = append(impls, expImpl[float32]{"avx512", expShift32AVX512})
+	}
+	return impls
+}
+
+func exp64Impls() []expImpl[float64] {
+	impls := []expImpl[float64]{{"generic", expShiftGeneric[float64]}}
+	if hasAVX2 {
+		impls = append(impls, expImpl[float64]{"avx2", expShift64AVX2})
+	}
+	if hasAVX512 {
+		impls = append(impls, expImpl[float64]{"avx512", expShift64AVX512})
+	}
+	return impls
+}
+
+// expFlushes reports whether an implementation flushes results below the
+// normal range to zero (the assembly does, see exp_amd64.go).
+func expFlushes(name string) bool { return name != "generic" }

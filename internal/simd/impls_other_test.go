@@ -1,0 +1,21 @@
+//go:build !amd64 || noasm
+
+package simd
+
+func gemm32Impls() []gemmImpl[float32] {
+	return []gemmImpl[float32]{{"generic", gemmNNGeneric[float32]}}
+}
+
+func gemm64Impls() []gemmImpl[float64] {
+	return []gemmImpl[float64]{{"generic", gemmNNGeneric[float64]}}
+}
+
+func exp32Impls() []expImpl[float32] {
+	return []expImpl[float32]{{"generic", expShiftGeneric[float32]}}
+}
+
+func exp64Impls() []expImpl[float64] {
+	return []expImpl[float64]{{"generic", expShiftGeneric[float64]}}
+}
+
+func expFlushes(string) bool { return false }
