@@ -190,9 +190,11 @@ func (r *GradReport) String() string {
 //
 // By default CheckGrad calls gorgonia.Grad(cost, wrt...), which adds the
 // gradient nodes to cost's graph and sets Deriv on the nodes it differentiates,
-// exactly as a user's own call would. If Grad was already called for cost,
-// Gorgonia reuses the existing gradient nodes, so the check covers those; if it
-// was called for wrt nodes other than these, Grad fails and so does CheckGrad.
+// exactly as a user's own call would. If cost and every wrt node already have
+// a Deriv, because Grad was called before, CheckGrad checks those gradient
+// nodes instead and adds nothing; Grad would return the same nodes. So if you
+// call Grad yourself, for training say, call it before CheckGrad: a second
+// Grad on a graph that already holds gradient nodes can fail in Gorgonia.
 // Only the part of the graph that cost and the gradients depend on is compiled
 // and run, so other roots of the graph need no values.
 //
@@ -338,13 +340,15 @@ func newParams(cost *gorgonia.Node, sub *gorgonia.ExprGraph, wrt gorgonia.Nodes)
 			return nil, fmt.Errorf("autograd: CheckGrad: wrt[%d] %q is not in cost's graph", i, n.Name())
 		case !n.IsVar():
 			return nil, fmt.Errorf("autograd: CheckGrad: wrt[%d] %q is not an input (variable) node", i, n.Name())
+		}
+		if dt, ok := nodeDtype(n); !ok || dt != tensor.Float64 {
+			return nil, fmt.Errorf("autograd: CheckGrad: wrt[%d] %q has type %v; only float64 is supported", i, n.Name(), n.Type())
+		}
+		switch {
 		case slices.Contains(wrt[:i], n):
 			return nil, fmt.Errorf("autograd: CheckGrad: wrt[%d] %q appears twice", i, n.Name())
 		case !inCost.Contains(n):
 			return nil, fmt.Errorf("autograd: CheckGrad: cost does not depend on wrt[%d] %q", i, n.Name())
-		}
-		if dt, ok := nodeDtype(n); !ok || dt != tensor.Float64 {
-			return nil, fmt.Errorf("autograd: CheckGrad: wrt[%d] %q has type %v; only float64 is supported", i, n.Name(), n.Type())
 		}
 		p, err := newParam(n)
 		if err != nil {
@@ -534,11 +538,7 @@ type tapeEvaluator struct {
 }
 
 func newTapeEvaluator(cost *gorgonia.Node, sub *gorgonia.ExprGraph, wrt gorgonia.Nodes) (*tapeEvaluator, error) {
-	var grads gorgonia.Nodes
-	err := callGorgonia("gorgonia.Grad", func() (err error) {
-		grads, err = gorgonia.Grad(cost, wrt...)
-		return err
-	})
+	grads, err := symbolicGrads(cost, wrt)
 	if err != nil {
 		return nil, err
 	}
@@ -547,6 +547,34 @@ func newTapeEvaluator(cost *gorgonia.Node, sub *gorgonia.ExprGraph, wrt gorgonia
 		return nil, err
 	}
 	return &tapeEvaluator{costNode: cost, gradNodes: grads, fwd: fwd}, nil
+}
+
+// symbolicGrads returns the gradient nodes of cost with respect to wrt.
+//
+// If Grad was already called for cost and every wrt node has a Deriv, those
+// nodes are returned as they are. gorgonia.Grad would return them too, since
+// Backpropagate skips nodes that already have a Deriv, but calling it again
+// can fail: it analyses the whole graph, gradient nodes included, and rejects
+// a graph holding a gradient op that is itself not differentiable.
+func symbolicGrads(cost *gorgonia.Node, wrt gorgonia.Nodes) (gorgonia.Nodes, error) {
+	if cost.Deriv() != nil {
+		grads := make(gorgonia.Nodes, 0, len(wrt))
+		for _, n := range wrt {
+			if n.Deriv() == nil {
+				break
+			}
+			grads = append(grads, n.Deriv())
+		}
+		if len(grads) == len(wrt) {
+			return grads, nil
+		}
+	}
+	var grads gorgonia.Nodes
+	err := callGorgonia("gorgonia.Grad", func() (err error) {
+		grads, err = gorgonia.Grad(cost, wrt...)
+		return err
+	})
+	return grads, err
 }
 
 func compileTape(g *gorgonia.ExprGraph) (gorgonia.VM, error) {
