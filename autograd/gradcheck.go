@@ -221,7 +221,7 @@ func CheckGrad(cost *gorgonia.Node, wrt gorgonia.Nodes, opts ...GradCheckOption)
 		return nil, err
 	}
 	sub := cost.Graph().ExactSubgraphRoots(cost)
-	params, err := newParams(cost, sub, wrt)
+	params, err := newCheckedInputs(cost, sub, wrt)
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +233,7 @@ func CheckGrad(cost *gorgonia.Node, wrt gorgonia.Nodes, opts ...GradCheckOption)
 		}
 	}()
 
-	var ev evaluator
+	var ev gradEvaluator
 	if cfg.lisp {
 		ev, err = newLispEvaluator(cost, sub, wrt)
 	} else {
@@ -314,8 +314,8 @@ func nodeDtype(n *gorgonia.Node) (tensor.Dtype, bool) {
 	return tensor.Dtype{}, false
 }
 
-// param is one wrt node during a check.
-type param struct {
+// checkedInput is one wrt node during a check.
+type checkedInput struct {
 	node *gorgonia.Node
 	orig gorgonia.Value // the user's value, bound again on return
 	snap []float64      // orig's elements in row-major order
@@ -326,12 +326,12 @@ type param struct {
 	set  func(i int, v float64)
 }
 
-func newParams(cost *gorgonia.Node, sub *gorgonia.ExprGraph, wrt gorgonia.Nodes) ([]*param, error) {
+func newCheckedInputs(cost *gorgonia.Node, sub *gorgonia.ExprGraph, wrt gorgonia.Nodes) ([]*checkedInput, error) {
 	if len(wrt) == 0 {
 		return nil, errors.New("autograd: CheckGrad: no wrt nodes")
 	}
 	inCost := sub.AllNodes()
-	params := make([]*param, 0, len(wrt))
+	params := make([]*checkedInput, 0, len(wrt))
 	for i, n := range wrt {
 		switch {
 		case n == nil:
@@ -350,7 +350,7 @@ func newParams(cost *gorgonia.Node, sub *gorgonia.ExprGraph, wrt gorgonia.Nodes)
 		case !inCost.Contains(n):
 			return nil, fmt.Errorf("autograd: CheckGrad: cost does not depend on wrt[%d] %q", i, n.Name())
 		}
-		p, err := newParam(n)
+		p, err := newCheckedInput(n)
 		if err != nil {
 			return nil, fmt.Errorf("autograd: CheckGrad: wrt[%d]: %w", i, err)
 		}
@@ -359,16 +359,16 @@ func newParams(cost *gorgonia.Node, sub *gorgonia.ExprGraph, wrt gorgonia.Nodes)
 	return params, nil
 }
 
-func newParam(n *gorgonia.Node) (*param, error) {
+func newCheckedInput(n *gorgonia.Node) (*checkedInput, error) {
 	orig := n.Value()
 	if orig == nil {
 		return nil, fmt.Errorf("%q has no value bound; use gorgonia.Let or gorgonia.WithValue", n.Name())
 	}
-	snap, err := float64s(orig)
+	snap, err := valueFloat64s(orig)
 	if err != nil {
 		return nil, fmt.Errorf("value of %q: %w", n.Name(), err)
 	}
-	p := &param{node: n, orig: orig, snap: snap}
+	p := &checkedInput{node: n, orig: orig, snap: snap}
 	switch orig.(type) {
 	case *gorgonia.F64:
 		w := gorgonia.NewF64(snap[0])
@@ -382,8 +382,8 @@ func newParam(n *gorgonia.Node) (*param, error) {
 	return p, nil
 }
 
-// float64s copies the elements of a float64 value in row-major order.
-func float64s(v gorgonia.Value) ([]float64, error) {
+// valueFloat64s copies the elements of a float64 value in row-major order.
+func valueFloat64s(v gorgonia.Value) ([]float64, error) {
 	switch v := v.(type) {
 	case *gorgonia.F64:
 		return []float64{float64(*v)}, nil
@@ -413,15 +413,15 @@ func float64s(v gorgonia.Value) ([]float64, error) {
 
 // checkUnchanged returns an error unless v still holds p's original elements,
 // bit for bit.
-func (p *param) checkUnchanged(v gorgonia.Value, during string) error {
-	now, err := float64s(v)
+func (p *checkedInput) checkUnchanged(v gorgonia.Value, during string) error {
+	now, err := valueFloat64s(v)
 	if err != nil {
 		return fmt.Errorf("autograd: CheckGrad: reading %q back: %w", p.node.Name(), err)
 	}
 	for i := range now {
 		if math.Float64bits(now[i]) != math.Float64bits(p.snap[i]) {
 			return fmt.Errorf("autograd: CheckGrad: an op wrote to the value of input %q (element %v) while %s",
-				p.node.Name(), unravel(i, p.orig.Shape()), during)
+				p.node.Name(), unravelIndex(i, p.orig.Shape()), during)
 		}
 	}
 	return nil
@@ -429,7 +429,7 @@ func (p *param) checkUnchanged(v gorgonia.Value, during string) error {
 
 // compare computes the central difference for the chosen elements of p and
 // compares it with the analytic gradient.
-func (p *param) compare(ev evaluator, analytic []float64, cfg *gradCheckConfig, k int) (InputReport, error) {
+func (p *checkedInput) compare(ev gradEvaluator, analytic []float64, cfg *gradCheckConfig, k int) (InputReport, error) {
 	shape := p.orig.Shape()
 	in := InputReport{Name: p.node.Name(), Shape: shape}
 	if err := gorgonia.Let(p.node, p.work); err != nil {
@@ -454,7 +454,7 @@ func (p *param) compare(ev evaluator, analytic []float64, cfg *gradCheckConfig, 
 		p.set(i, x)
 
 		e := compareElement(analytic[i], (fp-fm)/(xp-xm), cfg.atol, cfg.rtol)
-		e.Input, e.Index = in.Name, unravel(i, shape)
+		e.Input, e.Index = in.Name, unravelIndex(i, shape)
 		if in.Checked == 0 || e.Ratio > in.Worst.Ratio {
 			in.Worst = e
 		}
@@ -509,8 +509,8 @@ func sampleIndices(size, max int, seed uint64, input int) []int {
 	return idx
 }
 
-// unravel turns a row-major flat index into coordinates of shape.
-func unravel(i int, shape tensor.Shape) []int {
+// unravelIndex turns a row-major flat index into coordinates of shape.
+func unravelIndex(i int, shape tensor.Shape) []int {
 	coords := make([]int, len(shape))
 	for d := len(shape) - 1; d >= 0; d-- {
 		coords[d] = i % shape[d]
@@ -519,8 +519,8 @@ func unravel(i int, shape tensor.Shape) []int {
 	return coords
 }
 
-// evaluator runs cost's graph on one kind of Gorgonia machine.
-type evaluator interface {
+// gradEvaluator runs cost's graph on one kind of Gorgonia machine.
+type gradEvaluator interface {
 	name() string
 	// gradients runs the forward and backward pass once at the bound values
 	// and returns the cost and, per wrt node, its gradient in row-major order.
@@ -605,13 +605,13 @@ func (t *tapeEvaluator) gradients() (float64, [][]float64, error) {
 	if err := callGorgonia("running the gradient", vm.RunAll); err != nil {
 		return 0, nil, err
 	}
-	f, err := scalarValue(t.costNode)
+	f, err := costValue(t.costNode)
 	if err != nil {
 		return 0, nil, err
 	}
 	grads := make([][]float64, len(t.gradNodes))
 	for i, gn := range t.gradNodes {
-		if grads[i], err = float64s(gn.Value()); err != nil {
+		if grads[i], err = valueFloat64s(gn.Value()); err != nil {
 			return 0, nil, fmt.Errorf("autograd: CheckGrad: gradient node %q: %w", gn.Name(), err)
 		}
 	}
@@ -625,7 +625,7 @@ func (t *tapeEvaluator) cost() (float64, error) {
 	if err := callGorgonia("evaluating the cost", t.fwd.RunAll); err != nil {
 		return 0, err
 	}
-	return scalarValue(t.costNode)
+	return costValue(t.costNode)
 }
 
 func (t *tapeEvaluator) close() { t.fwd.Close() }
@@ -686,7 +686,7 @@ func (l *lispEvaluator) gradients() (float64, [][]float64, error) {
 	if err := l.run(); err != nil {
 		return 0, nil, err
 	}
-	f, err := scalarValue(l.costNode)
+	f, err := costValue(l.costNode)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -694,7 +694,7 @@ func (l *lispEvaluator) gradients() (float64, [][]float64, error) {
 	for i, n := range l.wrt {
 		d, err := n.Grad()
 		if err == nil {
-			grads[i], err = float64s(d)
+			grads[i], err = valueFloat64s(d)
 		}
 		if err != nil {
 			return 0, nil, fmt.Errorf("autograd: CheckGrad: gradient of %q: %w", n.Name(), err)
@@ -734,14 +734,14 @@ func (l *lispEvaluator) cost() (float64, error) {
 	if err := l.run(gorgonia.ExecuteFwdOnly()); err != nil {
 		return 0, err
 	}
-	return scalarValue(l.costNode)
+	return costValue(l.costNode)
 }
 
 func (l *lispEvaluator) close() {}
 
-// scalarValue reads the float64 value of the cost node after a run.
-func scalarValue(n *gorgonia.Node) (float64, error) {
-	v, err := float64s(n.Value())
+// costValue reads the float64 value of the cost node after a run.
+func costValue(n *gorgonia.Node) (float64, error) {
+	v, err := valueFloat64s(n.Value())
 	if err != nil {
 		return 0, fmt.Errorf("autograd: CheckGrad: value of cost %q: %w", n.Name(), err)
 	}

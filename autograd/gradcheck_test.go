@@ -16,8 +16,8 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// machines are the two ways CheckGrad can take the analytic gradient.
-var machines = []struct {
+// gradCheckMachines are the two ways CheckGrad can take the analytic gradient.
+var gradCheckMachines = []struct {
 	name string
 	opts []GradCheckOption
 }{
@@ -25,7 +25,7 @@ var machines = []struct {
 	{"LispMachine", []GradCheckOption{WithLispMachine()}},
 }
 
-func randDense(rng *rand.Rand, shape ...int) *tensor.Dense {
+func randMatrixValue(rng *rand.Rand, shape ...int) *tensor.Dense {
 	data := make([]float64, tensor.Shape(shape).TotalSize())
 	for i := range data {
 		data[i] = 2*rng.Float64() - 1
@@ -33,7 +33,7 @@ func randDense(rng *rand.Rand, shape ...int) *tensor.Dense {
 	return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(data))
 }
 
-func matrix(g *G.ExprGraph, name string, v *tensor.Dense) *G.Node {
+func matrixNode(g *G.ExprGraph, name string, v *tensor.Dense) *G.Node {
 	return G.NewMatrix(g, tensor.Float64, G.WithShape(v.Shape()...), G.WithName(name), G.WithValue(v))
 }
 
@@ -41,8 +41,8 @@ func matrix(g *G.ExprGraph, name string, v *tensor.Dense) *G.Node {
 func tanhGraph(seed uint64) (g *G.ExprGraph, x, W, cost *G.Node) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	g = G.NewGraph()
-	x = matrix(g, "x", randDense(rng, 3, 4))
-	W = matrix(g, "W", randDense(rng, 4, 5))
+	x = matrixNode(g, "x", randMatrixValue(rng, 3, 4))
+	W = matrixNode(g, "W", randMatrixValue(rng, 4, 5))
 	cost = G.Must(G.Sum(G.Must(G.Tanh(G.Must(G.Mul(x, W))))))
 	return g, x, W, cost
 }
@@ -85,7 +85,7 @@ func tanhGrad(x, W *tensor.Dense) (cost float64, dx, dW [][]float64) {
 }
 
 func TestCheckGradTanhMatMul(t *testing.T) {
-	for _, m := range machines {
+	for _, m := range gradCheckMachines {
 		t.Run(m.name, func(t *testing.T) {
 			_, x, W, cost := tanhGraph(1)
 			xv, Wv := x.Value().(*tensor.Dense), W.Value().(*tensor.Dense)
@@ -133,7 +133,7 @@ func TestCheckGradTanhMatMul(t *testing.T) {
 // scalar-by-scalar product: cost = s·Σ exp(v)∘v for a vector v, so
 // ds = Σ exp(v)∘v and dv = s·exp(v)∘(1+v).
 func TestCheckGradScalarInput(t *testing.T) {
-	for _, m := range machines {
+	for _, m := range gradCheckMachines {
 		t.Run(m.name, func(t *testing.T) {
 			g := G.NewGraph()
 			vv := []float64{-0.75, 0.5, 1.25, 0.1, -1.5}
@@ -169,7 +169,7 @@ func TestCheckGradScalarInput(t *testing.T) {
 // original Value, unmodified, and that the graph is left at the original
 // point, both after a passing check and after one that fails midway.
 func TestCheckGradRestoresInputs(t *testing.T) {
-	for _, m := range machines {
+	for _, m := range gradCheckMachines {
 		t.Run(m.name, func(t *testing.T) {
 			_, x, W, cost := tanhGraph(2)
 			xv, Wv := x.Value(), W.Value()
@@ -189,7 +189,7 @@ func TestCheckGradRestoresInputs(t *testing.T) {
 			g := G.NewGraph()
 			xs := []float64{0.1, -0.2, 0.3, 0.4, 0.9, -0.5}
 			xv := tensor.New(tensor.WithShape(2, 3), tensor.WithBacking(slices.Clone(xs)))
-			x := matrix(g, "x", xv)
+			x := matrixNode(g, "x", xv)
 			// The op fails once the largest element, x[1 1], is perturbed
 			// upwards: the gradient run and four elements succeed.
 			op := squareOp{bugAt: -1, limit: 0.9 + 1e-7}
@@ -218,7 +218,7 @@ func checkBound(t *testing.T, n *G.Node, want G.Value, wantData []float64) {
 // TestCheckGradCatchesWrongGradient uses an op whose backward (SymDiff on the
 // TapeMachine, DoDiff on the LispMachine) is wrong at one element.
 func TestCheckGradCatchesWrongGradient(t *testing.T) {
-	for _, m := range machines {
+	for _, m := range gradCheckMachines {
 		for _, tc := range []struct {
 			name   string
 			bugAt  int
@@ -282,8 +282,8 @@ func TestCheckGradCatchesWrongGradient(t *testing.T) {
 func squareGraph(seed uint64, op squareOp) (g *G.ExprGraph, x, W, cost *G.Node) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	g = G.NewGraph()
-	x = matrix(g, "x", randDense(rng, 3, 4))
-	W = matrix(g, "W", randDense(rng, 4, 5))
+	x = matrixNode(g, "x", randMatrixValue(rng, 3, 4))
+	W = matrixNode(g, "W", randMatrixValue(rng, 4, 5))
 	sq := G.Must(G.ApplyOp(squareLispOp{op}, x))
 	cost = G.Must(G.Sum(G.Must(G.Tanh(G.Must(G.Mul(sq, W))))))
 	return g, x, W, cost
@@ -293,7 +293,7 @@ func squareGraph(seed uint64, op squareOp) (g *G.ExprGraph, x, W, cost *G.Node) 
 // comparison: a gradient 1e-3 too large in relative terms passes or fails
 // with rtol on either side of 1e-3, and a coarse step fails a right gradient.
 func TestCheckGradOptions(t *testing.T) {
-	for _, m := range machines {
+	for _, m := range gradCheckMachines {
 		t.Run(m.name, func(t *testing.T) {
 			_, x, _, cost := squareGraph(10, squareOp{bugAt: 5, factor: 1 + 1e-3})
 			for _, tc := range []struct {
@@ -332,7 +332,7 @@ func TestCheckGradRepeatable(t *testing.T) {
 	// path reuses the gradient nodes of the first run (a second Grad fails on
 	// squareDiffOp, which is not differentiable), and the LispMachine would
 	// add the second gradient to the first if CheckGrad did not clear it.
-	for _, m := range machines {
+	for _, m := range gradCheckMachines {
 		t.Run(m.name, func(t *testing.T) {
 			g, x, W, cost := squareGraph(5, squareOp{bugAt: -1})
 			r1, err := CheckGrad(cost, G.Nodes{x, W}, m.opts...)
@@ -357,7 +357,7 @@ func TestCheckGradRepeatable(t *testing.T) {
 	}
 	t.Run("TapeMachine then LispMachine", func(t *testing.T) {
 		_, x, W, cost := tanhGraph(6)
-		for _, m := range machines {
+		for _, m := range gradCheckMachines {
 			r, err := CheckGrad(cost, G.Nodes{x, W}, m.opts...)
 			if err != nil {
 				t.Fatalf("%s: %v", m.name, err)
@@ -516,14 +516,14 @@ func TestCheckGradErrors(t *testing.T) {
 		}, "tolerances"},
 		{"LispMachine, op without DoDiff", func() (*G.Node, G.Nodes, []GradCheckOption) {
 			g := G.NewGraph()
-			x := matrix(g, "x", randDense(rand.New(rand.NewPCG(9, 1)), 2, 2))
+			x := matrixNode(g, "x", randMatrixValue(rand.New(rand.NewPCG(9, 1)), 2, 2))
 			// squareOp itself has SymDiff only.
 			cost := G.Must(G.Sum(G.Must(G.ApplyOp(squareOp{bugAt: -1}, x))))
 			return cost, G.Nodes{x}, []GradCheckOption{WithLispMachine()}
 		}, "has no DoDiff"},
 		{"op writes to its input", func() (*G.Node, G.Nodes, []GradCheckOption) {
 			g := G.NewGraph()
-			x := matrix(g, "x", randDense(rand.New(rand.NewPCG(9, 1)), 2, 2))
+			x := matrixNode(g, "x", randMatrixValue(rand.New(rand.NewPCG(9, 1)), 2, 2))
 			cost := G.Must(G.Sum(G.Must(G.ApplyOp(squareLispOp{squareOp{bugAt: -1, mutate: true}}, x))))
 			return cost, G.Nodes{x}, nil
 		}, "wrote to the value of input \"x\" (element [0 0]) while computing the gradient"},
