@@ -52,3 +52,25 @@ func exp64Impls() []expImpl[float64] {
 // expFlushes reports whether an implementation flushes results below the
 // normal range to zero (the assembly does, see exp_amd64.go).
 func expFlushes(name string) bool { return name != "generic" }
+
+func vec32Impls() []vecImpl[float32] {
+	impls := []vecImpl[float32]{{"generic", maxGeneric[float32], scaleGeneric[float32]}}
+	if hasAVX2 {
+		impls = append(impls, vecImpl[float32]{"avx2", max32AVX2, scale32AVX2})
+	}
+	if hasAVX512 {
+		impls = append(impls, vecImpl[float32]{"avx512", max32AVX512, scale32AVX512})
+	}
+	return impls
+}
+
+func vec64Impls() []vecImpl[float64] {
+	impls := []vecImpl[float64]{{"generic", maxGeneric[float64], scaleGeneric[float64]}}
+	if hasAVX2 {
+		impls = append(impls, vecImpl[float64]{"avx2", max64AVX2, scale64AVX2})
+	}
+	if hasAVX512 {
+		impls = append(impls, vecImpl[float64]{"avx512", max64AVX512, scale64AVX512})
+	}
+	return impls
+}

@@ -1,0 +1,89 @@
+//go:build !noasm
+
+package simd
+
+// max32AVX2 computes, over two 8-lane accumulators and a masked tail,
+//
+//	m := −Inf; for _, v := range x { if v > m { m = v } }; return m
+//
+//go:noescape
+func max32AVX2(x []float32) float32
+
+// max64AVX2 is max32AVX2 for float64 (4 lanes).
+//
+//go:noescape
+func max64AVX2(x []float64) float64
+
+// max32AVX512 is max32AVX2 with 16-lane accumulators.
+//
+//go:noescape
+func max32AVX512(x []float32) float32
+
+// max64AVX512 is max64AVX2 with 8-lane accumulators.
+//
+//go:noescape
+func max64AVX512(x []float64) float64
+
+// scale32AVX2 computes, 8 lanes at a time with a masked tail,
+//
+//	for i := range x { x[i] *= a }
+//
+//go:noescape
+func scale32AVX2(x []float32, a float32)
+
+// scale64AVX2 is scale32AVX2 for float64 (4 lanes).
+//
+//go:noescape
+func scale64AVX2(x []float64, a float64)
+
+// scale32AVX512 is scale32AVX2 with 16 lanes.
+//
+//go:noescape
+func scale32AVX512(x []float32, a float32)
+
+// scale64AVX512 is scale64AVX2 with 8 lanes.
+//
+//go:noescape
+func scale64AVX512(x []float64, a float64)
+
+func max32(x []float32) float32 {
+	switch {
+	case hasAVX512:
+		return max32AVX512(x)
+	case hasAVX2:
+		return max32AVX2(x)
+	}
+	return maxGeneric(x)
+}
+
+func max64(x []float64) float64 {
+	switch {
+	case hasAVX512:
+		return max64AVX512(x)
+	case hasAVX2:
+		return max64AVX2(x)
+	}
+	return maxGeneric(x)
+}
+
+func scale32(x []float32, a float32) {
+	switch {
+	case hasAVX512:
+		scale32AVX512(x, a)
+	case hasAVX2:
+		scale32AVX2(x, a)
+	default:
+		scaleGeneric(x, a)
+	}
+}
+
+func scale64(x []float64, a float64) {
+	switch {
+	case hasAVX512:
+		scale64AVX512(x, a)
+	case hasAVX2:
+		scale64AVX2(x, a)
+	default:
+		scaleGeneric(x, a)
+	}
+}
