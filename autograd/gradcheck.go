@@ -646,28 +646,37 @@ func newLispEvaluator(cost *gorgonia.Node, sub *gorgonia.ExprGraph, wrt gorgonia
 	return &lispEvaluator{costNode: cost, sub: sub, wrt: wrt}, nil
 }
 
-// checkDoDiff returns an error if an op between wrt and the cost lacks
-// DoDiff: the LispMachine would skip it silently and report a zero gradient
-// for everything below it.
+// checkDoDiff returns an error if an op that a gradient from wrt flows
+// through lacks DoDiff: the LispMachine would skip it silently and report a
+// zero gradient for everything below it. As in gorgonia.Grad, a gradient
+// flows into an SDOp only through the inputs its DiffWRT names, so an op such
+// as the SizeOf under gorgonia.Mean needs no DoDiff. An op that is no SDOp
+// gives no such information and counts as differentiable in all inputs.
 func checkDoDiff(sub *gorgonia.ExprGraph, wrt gorgonia.Nodes) error {
-	dependsOnWRT := make(map[*gorgonia.Node]bool)
+	flows := make(map[*gorgonia.Node]bool)
 	var visit func(n *gorgonia.Node) bool
 	visit = func(n *gorgonia.Node) bool {
-		if d, ok := dependsOnWRT[n]; ok {
-			return d
+		if f, ok := flows[n]; ok {
+			return f
 		}
-		d := wrt.Contains(n)
-		for children := sub.From(n.ID()); children.Next(); {
-			// No short cut: every child must be visited to be checked.
-			if visit(children.Node().(*gorgonia.Node)) {
-				d = true
+		f := wrt.Contains(n)
+		children := sub.From(n.ID())
+		var diffs []bool
+		if op, ok := n.Op().(gorgonia.SDOp); ok {
+			diffs = op.DiffWRT(children.Len())
+		} else {
+			diffs = slices.Repeat([]bool{true}, children.Len())
+		}
+		for j := 0; children.Next(); j++ {
+			if j < len(diffs) && diffs[j] && visit(children.Node().(*gorgonia.Node)) {
+				f = true
 			}
 		}
-		dependsOnWRT[n] = d
-		return d
+		flows[n] = f
+		return f
 	}
 	for _, n := range sub.AllNodes() {
-		if !visit(n) || n.Op() == nil {
+		if n.Op() == nil || !visit(n) {
 			continue
 		}
 		if _, ok := n.Op().(gorgonia.ADOp); !ok {

@@ -129,9 +129,10 @@ func TestCheckGradTanhMatMul(t *testing.T) {
 	}
 }
 
-// TestCheckGradScalarInput covers a *G.F64 input, elementwise ops and a
-// scalar-by-scalar product: cost = s·Σ exp(v)∘v for a vector v, so
-// ds = Σ exp(v)∘v and dv = s·exp(v)∘(1+v).
+// TestCheckGradScalarInput covers a *G.F64 input, elementwise ops, Mean
+// (whose SizeOf has no DoDiff, rightly) and a scalar-by-scalar product:
+// cost = s·mean(exp(v)∘v) for v of length 5, so ds = mean(exp(v)∘v) and
+// dv = s·exp(v)∘(1+v)/5.
 func TestCheckGradScalarInput(t *testing.T) {
 	for _, m := range gradCheckMachines {
 		t.Run(m.name, func(t *testing.T) {
@@ -140,7 +141,7 @@ func TestCheckGradScalarInput(t *testing.T) {
 			v := G.NewVector(g, tensor.Float64, G.WithShape(5), G.WithName("v"),
 				G.WithValue(tensor.New(tensor.WithShape(5), tensor.WithBacking(slices.Clone(vv)))))
 			s := G.NewScalar(g, tensor.Float64, G.WithName("s"), G.WithValue(1.5))
-			cost := G.Must(G.Mul(s, G.Must(G.Sum(G.Must(G.HadamardProd(G.Must(G.Exp(v)), v))))))
+			cost := G.Must(G.Mul(s, G.Must(G.Mean(G.Must(G.HadamardProd(G.Must(G.Exp(v)), v))))))
 
 			r, err := CheckGrad(cost, G.Nodes{s, v}, m.opts...)
 			if err != nil {
@@ -151,13 +152,13 @@ func TestCheckGradScalarInput(t *testing.T) {
 			}
 			var ds float64
 			for _, x := range vv {
-				ds += math.Exp(x) * x
+				ds += math.Exp(x) * x / 5
 			}
 			if ws := r.Inputs[0].Worst; len(ws.Index) != 0 || math.Abs(ws.Analytic-ds) > 1e-12 || math.Abs(ws.Numeric-ds) > 1e-8 {
 				t.Errorf("s: got %v, want derivative %v at index []", ws, ds)
 			}
 			wv := r.Inputs[1].Worst
-			want := 1.5 * math.Exp(vv[wv.Index[0]]) * (1 + vv[wv.Index[0]])
+			want := 1.5 * math.Exp(vv[wv.Index[0]]) * (1 + vv[wv.Index[0]]) / 5
 			if math.Abs(wv.Analytic-want) > 1e-12 || math.Abs(wv.Numeric-want) > 1e-8 {
 				t.Errorf("v: got %v, want derivative %v", wv, want)
 			}
@@ -355,9 +356,9 @@ func TestCheckGradRepeatable(t *testing.T) {
 			}
 		})
 	}
-	t.Run("TapeMachine then LispMachine", func(t *testing.T) {
+	t.Run("Tape, Lisp, Tape", func(t *testing.T) {
 		_, x, W, cost := tanhGraph(6)
-		for _, m := range gradCheckMachines {
+		for _, m := range append(slices.Clone(gradCheckMachines), gradCheckMachines[0]) {
 			r, err := CheckGrad(cost, G.Nodes{x, W}, m.opts...)
 			if err != nil {
 				t.Fatalf("%s: %v", m.name, err)
