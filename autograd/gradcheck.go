@@ -202,7 +202,7 @@ func (r *GradReport) String() string {
 // the gradient of an input across runs, so CheckGrad zeroes the gradient held
 // in each wrt node first; afterwards wrt[i].Grad() holds the gradient at the
 // original inputs. Because the LispMachine silently skips ops without DoDiff,
-// CheckGrad returns an error if an op between wrt and cost has none.
+// CheckGrad returns an error if a gradient from wrt would flow through one.
 //
 // While the cost is evaluated at perturbed inputs, each wrt node is bound to a
 // private copy of its value. On return, success or not, every wrt node is
