@@ -17,4 +17,16 @@
 //
 // The backward nodes are not themselves differentiable: second derivatives
 // of attention are not supported.
+//
+// # Gradient checking
+//
+// CheckGrad compares the gradients Gorgonia computes for any scalar float64
+// cost against central finite differences, element by element, and returns a
+// GradReport naming the worst element (input, index, analytic and numeric
+// value, error); report.Err() is nil when every element is within
+// atol + rtol·|numeric|. By default it uses gorgonia.Grad and a TapeMachine
+// (adding gradient nodes to the graph, or reusing those of an earlier Grad);
+// WithLispMachine checks the ops' DoDiff instead. Inputs are restored
+// exactly. Call gorgonia.Grad before CheckGrad, not after, on graphs whose
+// gradient nodes are themselves not differentiable (such as attention's).
 package autograd
