@@ -83,7 +83,6 @@ GLOBL exp64Consts<>(SB), RODATA|NOPTR, $640
 #define VANDN VANDNPS
 #define VOR VORPS
 #define VCMP VCMPPS
-#define VBLENDV VBLENDVPS
 #define VMASKMOV VMASKMOVPS
 #define VFMA231 VFMADD231PS
 #define VFNMA231 VFNMADD231PS
@@ -104,8 +103,8 @@ GLOBL exp64Consts<>(SB), RODATA|NOPTR, $640
 	VFMADD213PS 416(SI), r, p
 
 #define HSUM \
-	VEXTRACTF128 $1, Y8, X0; \
-	VADDPS       X8, X0, X0; \
+	VEXTRACTF128 $1, Y11, X0; \
+	VADDPS       X11, X0, X0; \
 	VPERMILPS    $0x0e, X0, X1; \
 	VADDPS       X1, X0, X0; \
 	VPERMILPS    $0x01, X0, X1; \
@@ -131,8 +130,8 @@ GLOBL exp64Consts<>(SB), RODATA|NOPTR, $640
 	VFMADD213PS.BCST 416(SI), r, p
 
 #define HSUMZ \
-	VEXTRACTF64X4 $1, Z8, Y0; \
-	VADDPS        Y8, Y0, Y8; \
+	VEXTRACTF64X4 $1, Z11, Y0; \
+	VADDPS        Y11, Y0, Y11; \
 	HSUM
 
 // func expShift32AVX512(x []float32, shift float32) float32
@@ -153,7 +152,6 @@ GLOBL exp64Consts<>(SB), RODATA|NOPTR, $640
 #undef VANDN
 #undef VOR
 #undef VCMP
-#undef VBLENDV
 #undef VMASKMOV
 #undef VFMA231
 #undef VFNMA231
@@ -184,7 +182,6 @@ GLOBL exp64Consts<>(SB), RODATA|NOPTR, $640
 #define VANDN VANDNPD
 #define VOR VORPD
 #define VCMP VCMPPD
-#define VBLENDV VBLENDVPD
 #define VMASKMOV VMASKMOVPD
 #define VFMA231 VFMADD231PD
 #define VFNMA231 VFNMADD231PD
@@ -211,8 +208,8 @@ GLOBL exp64Consts<>(SB), RODATA|NOPTR, $640
 	VFMADD213PD 608(SI), r, p
 
 #define HSUM \
-	VEXTRACTF128 $1, Y8, X0; \
-	VADDPD       X8, X0, X0; \
+	VEXTRACTF128 $1, Y11, X0; \
+	VADDPD       X11, X0, X0; \
 	VPERMILPD    $0x01, X0, X1; \
 	VADDSD       X1, X0, X0
 
@@ -242,8 +239,8 @@ GLOBL exp64Consts<>(SB), RODATA|NOPTR, $640
 	VFMADD213PD.BCST 608(SI), r, p
 
 #define HSUMZ \
-	VEXTRACTF64X4 $1, Z8, Y0; \
-	VADDPD        Y8, Y0, Y8; \
+	VEXTRACTF64X4 $1, Z11, Y0; \
+	VADDPD        Y11, Y0, Y11; \
 	HSUM
 
 // func expShift64AVX512(x []float64, shift float64) float64

@@ -1,10 +1,10 @@
 // Template for the AVX2+FMA shifted exponential, instantiated by exp_amd64.s
 // for float32 and float64. The including file defines the element size
 // (ES, LOGES), the mantissa width MANT, the packed instructions (VSUB, VMAX,
-// VMIN, VADD, VAND, VANDN, VOR, VCMP, VBLENDV, VMASKMOV, VFMA231, VFNMA231,
-// VPSLL, VPADD), BCASTC (a scalar broadcast), MOVS (a scalar store), the
-// constant table CONSTS (32-byte splats, offsets below), POLY(r, p) which
-// sets p = exp(r) for |r| ≤ ln2/2, and HSUM which reduces Y8 into X0.
+// VMIN, VADD, VAND, VANDN, VOR, VCMP, VMASKMOV, VFMA231, VFNMA231, VPSLL,
+// VPADD), BCASTC (a scalar broadcast), MOVS (a scalar store), the constant
+// table CONSTS (32-byte splats, offsets below), POLY(r, p) which sets
+// p = exp(r) for |r| ≤ ln2/2, and HSUM which reduces Y11 into X0.
 //
 // Per element, with y = x − shift:
 //
@@ -20,9 +20,10 @@
 // y is clamped to [L, H] before the reduction, so n stays small and no lane
 // computes garbage that could leak through the masks.
 //
-// Registers: Y15 shift, Y14 L, Y13 H, Y12 log2e, Y11 magic, Y10 ln2hi,
-// Y9 ln2lo, Y8 sum; Y0..Y4 work, Y7 tail mask. DI x, CX len(x) in bytes,
-// AX offset, SI constants.
+// Registers: Y15 shift, Y14 L, Y13 H, Y12 magic, Y11 sum; Y0..Y4 and
+// Y5..Y9 two independent working sets, Y10 tail mask; log2e, ln2hi, ln2lo
+// and the polynomial are memory operands. DI x, CX len(x) in bytes, AX
+// offset, SI constants.
 
 #define C_LOG2E 0
 #define C_MAGIC 32
@@ -33,25 +34,29 @@
 #define C_INF 192
 #define C_POLY 224
 
-// EXP maps Y0 = x to Y3 = exp(x − shift), leaving y in Y0.
-#define EXP \
-	VSUB     Y15, Y0, Y0; \
-	VMAX     Y0, Y14, Y1; \
-	VMIN     Y13, Y1, Y1; \
-	VMOVUPS  Y11, Y2; \
-	VFMA231  Y12, Y1, Y2; \
-	VSUB     Y11, Y2, Y4; \
-	VFNMA231 Y10, Y4, Y1; \
-	VFNMA231 Y9, Y4, Y1; \
-	POLY(Y1, Y3); \
-	VPSLL    $MANT, Y2, Y2; \
-	VPADD    Y2, Y3, Y3; \
-	VCMP     $0x01, Y14, Y0, Y4; \
-	VANDN    Y3, Y4, Y3; \
-	VCMP     $0x1e, Y13, Y0, Y4; \
-	VBLENDV  Y4, C_INF(SI), Y3, Y3; \
-	VCMP     $0x03, Y0, Y0, Y4; \
-	VOR      Y4, Y3, Y3
+// EXP maps x to p = exp(x − shift), leaving y = x − shift in x; r, t and m
+// are scratch. Two expansions on disjoint registers overlap in the
+// out-of-order core, hiding the latency of the polynomial chain.
+// Overflowing lanes get +Inf by adding (m AND +Inf) to a finite p.
+#define EXP(x, r, t, p, m) \
+	VSUB     Y15, x, x; \
+	VMAX     x, Y14, r; \
+	VMIN     Y13, r, r; \
+	VMOVUPS  Y12, t; \
+	VFMA231  C_LOG2E(SI), r, t; \
+	VSUB     Y12, t, m; \
+	VFNMA231 C_LN2HI(SI), m, r; \
+	VFNMA231 C_LN2LO(SI), m, r; \
+	POLY(r, p); \
+	VPSLL    $MANT, t, t; \
+	VPADD    t, p, p; \
+	VCMP     $0x01, Y14, x, m; \
+	VANDN    p, m, p; \
+	VCMP     $0x1e, Y13, x, m; \
+	VAND     C_INF(SI), m, m; \
+	VADD     m, p, p; \
+	VCMP     $0x03, x, x, m; \
+	VOR      m, p, p
 
 TEXT NAME(SB), NOSPLIT, $0-FRAMEARGS
 	MOVQ    x_base+0(FP), DI
@@ -61,24 +66,35 @@ TEXT NAME(SB), NOSPLIT, $0-FRAMEARGS
 	LEAQ    CONSTS, SI
 	VMOVUPS C_L(SI), Y14
 	VMOVUPS C_H(SI), Y13
-	VMOVUPS C_LOG2E(SI), Y12
-	VMOVUPS C_MAGIC(SI), Y11
-	VMOVUPS C_LN2HI(SI), Y10
-	VMOVUPS C_LN2LO(SI), Y9
-	VXORPS  Y8, Y8, Y8
+	VMOVUPS C_MAGIC(SI), Y12
+	VXORPS  Y11, Y11, Y11
 	XORQ    AX, AX
 
-loop:
+loop64:
 	MOVQ    CX, DX
 	SUBQ    AX, DX
+	CMPQ    DX, $64
+	JLT     loop32
+	VMOVUPS (DI)(AX*1), Y0
+	VMOVUPS 32(DI)(AX*1), Y5
+	EXP(Y0, Y1, Y2, Y3, Y4)
+	EXP(Y5, Y6, Y7, Y8, Y9)
+	VMOVUPS Y3, (DI)(AX*1)
+	VMOVUPS Y8, 32(DI)(AX*1)
+	VADD    Y3, Y11, Y11
+	VADD    Y8, Y11, Y11
+	ADDQ    $64, AX
+	JMP     loop64
+
+loop32:
 	CMPQ    DX, $32
 	JLT     tail
 	VMOVUPS (DI)(AX*1), Y0
-	EXP
+	EXP(Y0, Y1, Y2, Y3, Y4)
 	VMOVUPS Y3, (DI)(AX*1)
-	VADD    Y3, Y8, Y8
+	VADD    Y3, Y11, Y11
 	ADDQ    $32, AX
-	JMP     loop
+	SUBQ    $32, DX
 
 tail:
 	// DX < 32 bytes remain: load, compute and store them under a mask, and
@@ -87,12 +103,12 @@ tail:
 	JEQ      reduce
 	LEAQ     maskTable<>+64(SB), BX
 	SUBQ     DX, BX
-	VMOVDQU  (BX), Y7
-	VMASKMOV (DI)(AX*1), Y7, Y0
-	EXP
-	VMASKMOV Y3, Y7, (DI)(AX*1)
-	VAND     Y7, Y3, Y3
-	VADD     Y3, Y8, Y8
+	VMOVDQU  (BX), Y10
+	VMASKMOV (DI)(AX*1), Y10, Y0
+	EXP(Y0, Y1, Y2, Y3, Y4)
+	VMASKMOV Y3, Y10, (DI)(AX*1)
+	VAND     Y10, Y3, Y3
+	VADD     Y3, Y11, Y11
 
 reduce:
 	HSUM

@@ -3,11 +3,11 @@
 // tail handled by opmasks. The including file defines, besides the AVX2
 // template's names, MOVU (VMOVUPS/VMOVUPD, for masked moves), VPTERNLOG,
 // BCASTZ (scalar broadcast into a zmm register), POLYZ(r, p) and HSUMZ
-// (reduce Z8 into X0).
+// (reduce Z11 into X0).
 //
-// Registers: Z15 shift, Z14 L, Z13 H, Z12 log2e, Z11 magic, Z10 ln2hi,
-// Z9 ln2lo, Z8 sum, Z7 +Inf, Z6 all ones (a NaN); Z0..Z4 work.
-// K1..K3 special cases, K4 tail mask.
+// Registers: Z15 shift, Z14 L, Z13 H, Z12 magic, Z11 sum, Z10 log2e,
+// Z9 ln2hi, Z8 ln2lo, Z7 +Inf, Z6 all ones (a NaN); Z0..Z4 and Z16..Z20
+// two independent working sets. K1..K3 special cases, K4 tail mask.
 
 #define C_LOG2E 0
 #define C_MAGIC 32
@@ -18,24 +18,26 @@
 #define C_INF 192
 #define C_POLY 224
 
-#define EXPZ \
-	VSUB     Z15, Z0, Z0; \
-	VMAX     Z0, Z14, Z1; \
-	VMIN     Z13, Z1, Z1; \
-	VMOVUPS  Z11, Z2; \
-	VFMA231  Z12, Z1, Z2; \
-	VSUB     Z11, Z2, Z4; \
-	VFNMA231 Z10, Z4, Z1; \
-	VFNMA231 Z9, Z4, Z1; \
-	POLYZ(Z1, Z3); \
-	VPSLL    $MANT, Z2, Z2; \
-	VPADD    Z2, Z3, Z3; \
-	VCMP     $0x05, Z14, Z0, K1; \
-	MOVU.Z   Z3, K1, Z3; \
-	VCMP     $0x1e, Z13, Z0, K2; \
-	MOVU     Z7, K2, Z3; \
-	VCMP     $0x03, Z0, Z0, K3; \
-	MOVU     Z6, K3, Z3
+// EXPZ maps x to p = exp(x − shift) like EXP of the AVX2 template, with
+// opmasks for the special cases.
+#define EXPZ(x, r, t, p, m) \
+	VSUB     Z15, x, x; \
+	VMAX     x, Z14, r; \
+	VMIN     Z13, r, r; \
+	VMOVUPS  Z12, t; \
+	VFMA231  Z10, r, t; \
+	VSUB     Z12, t, m; \
+	VFNMA231 Z9, m, r; \
+	VFNMA231 Z8, m, r; \
+	POLYZ(r, p); \
+	VPSLL    $MANT, t, t; \
+	VPADD    t, p, p; \
+	VCMP     $0x05, Z14, x, K1; \
+	MOVU.Z   p, K1, p; \
+	VCMP     $0x1e, Z13, x, K2; \
+	MOVU     Z7, K2, p; \
+	VCMP     $0x03, x, x, K3; \
+	MOVU     Z6, K3, p
 
 TEXT NAME(SB), NOSPLIT, $0-FRAMEARGS
 	MOVQ      x_base+0(FP), DI
@@ -45,26 +47,40 @@ TEXT NAME(SB), NOSPLIT, $0-FRAMEARGS
 	LEAQ      CONSTS, SI
 	BCASTZ    C_L(SI), Z14
 	BCASTZ    C_H(SI), Z13
-	BCASTZ    C_LOG2E(SI), Z12
-	BCASTZ    C_MAGIC(SI), Z11
-	BCASTZ    C_LN2HI(SI), Z10
-	BCASTZ    C_LN2LO(SI), Z9
+	BCASTZ    C_MAGIC(SI), Z12
+	BCASTZ    C_LOG2E(SI), Z10
+	BCASTZ    C_LN2HI(SI), Z9
+	BCASTZ    C_LN2LO(SI), Z8
 	BCASTZ    C_INF(SI), Z7
 	VPTERNLOG $0xff, Z6, Z6, Z6
-	VPXORD    Z8, Z8, Z8
+	VPXORD    Z11, Z11, Z11
 	XORQ      AX, AX
 
-loop:
+loop128:
 	MOVQ    CX, DX
 	SUBQ    AX, DX
+	CMPQ    DX, $128
+	JLT     loop64
+	VMOVUPS (DI)(AX*1), Z0
+	VMOVUPS 64(DI)(AX*1), Z16
+	EXPZ(Z0, Z1, Z2, Z3, Z4)
+	EXPZ(Z16, Z17, Z18, Z19, Z20)
+	VMOVUPS Z3, (DI)(AX*1)
+	VMOVUPS Z19, 64(DI)(AX*1)
+	VADD    Z3, Z11, Z11
+	VADD    Z19, Z11, Z11
+	ADDQ    $128, AX
+	JMP     loop128
+
+loop64:
 	CMPQ    DX, $64
 	JLT     tail
 	VMOVUPS (DI)(AX*1), Z0
-	EXPZ
+	EXPZ(Z0, Z1, Z2, Z3, Z4)
 	VMOVUPS Z3, (DI)(AX*1)
-	VADD    Z3, Z8, Z8
+	VADD    Z3, Z11, Z11
 	ADDQ    $64, AX
-	JMP     loop
+	SUBQ    $64, DX
 
 tail:
 	// DX < 64 bytes remain: K4 selects their t = DX/ES elements.
@@ -77,9 +93,9 @@ tail:
 	DECQ   BX
 	KMOVW  BX, K4
 	MOVU.Z (DI)(AX*1), K4, Z0
-	EXPZ
+	EXPZ(Z0, Z1, Z2, Z3, Z4)
 	MOVU   Z3, K4, (DI)(AX*1)
-	VADD   Z3, Z8, K4, Z8
+	VADD   Z3, Z11, K4, Z11
 
 reduce:
 	HSUMZ

@@ -2,6 +2,8 @@
 
 package simd
 
+import "unsafe"
+
 // Microkernel tile heights (rows of C per kernel call). The widths are two
 // vector registers: 16 float32 or 8 float64 for AVX2, 32 or 16 for AVX-512.
 const (
@@ -57,30 +59,52 @@ func gemm64(m, n, k int, a []float64, lda int, b []float64, ldb int, c []float64
 	}
 }
 
-// The drivers below cut C into row panels of the kernel's height; the
-// kernel itself walks the columns, masking the last partial block. They
-// expect checkGemm to have passed and m, n, k > 0.
+// The drivers below expect checkGemm to have passed and m, n, k > 0.
+//
+// Each kernel call covers one row panel (up to the kernel's height) and a
+// range of columns, which it walks one register-tile width at a time. When
+// B (k×n) fits comfortably in L1, one call per row panel sweeps all of n
+// and B is re-read from L1 for every panel. A larger B would be re-read
+// from L2 for every panel, so then the driver goes column block by column
+// block instead: the k×nr panel of B stays in L1 while the row panels of A,
+// which cost a quarter or less of B's traffic per step, stream past it.
+
+// bInL1 is the largest B, in bytes, swept whole for each row panel. L1D is
+// 32 KiB on Zen 3 and 48 KiB on Sapphire Rapids; A, C and the stack need
+// the rest.
+const bInL1 = 24 << 10
+
+// gemmDrive runs kern over C in row panels of mr rows and, if B is large,
+// column blocks of nr columns.
+func gemmDrive[T float32 | float64](kern func(mr, n, k int, a *T, lda int, b *T, ldb int, c *T, ldc int),
+	mr, nr, m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int) {
+	var zero T
+	if k*n*int(unsafe.Sizeof(zero)) <= bInL1 {
+		for i := 0; i < m; i += mr {
+			kern(min(mr, m-i), n, k, &a[i*lda], lda, &b[0], ldb, &c[i*ldc], ldc)
+		}
+		return
+	}
+	for j := 0; j < n; j += nr {
+		nb := min(nr, n-j)
+		for i := 0; i < m; i += mr {
+			kern(min(mr, m-i), nb, k, &a[i*lda], lda, &b[j], ldb, &c[i*ldc+j], ldc)
+		}
+	}
+}
 
 func gemm32AVX2(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
-	for i := 0; i < m; i += mrAVX2 {
-		gemmKernel32AVX2(min(mrAVX2, m-i), n, k, &a[i*lda], lda, &b[0], ldb, &c[i*ldc], ldc)
-	}
+	gemmDrive(gemmKernel32AVX2, mrAVX2, 16, m, n, k, a, lda, b, ldb, c, ldc)
 }
 
 func gemm64AVX2(m, n, k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int) {
-	for i := 0; i < m; i += mrAVX2 {
-		gemmKernel64AVX2(min(mrAVX2, m-i), n, k, &a[i*lda], lda, &b[0], ldb, &c[i*ldc], ldc)
-	}
+	gemmDrive(gemmKernel64AVX2, mrAVX2, 8, m, n, k, a, lda, b, ldb, c, ldc)
 }
 
 func gemm32AVX512(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
-	for i := 0; i < m; i += mrAVX512 {
-		gemmKernel32AVX512(min(mrAVX512, m-i), n, k, &a[i*lda], lda, &b[0], ldb, &c[i*ldc], ldc)
-	}
+	gemmDrive(gemmKernel32AVX512, mrAVX512, 32, m, n, k, a, lda, b, ldb, c, ldc)
 }
 
 func gemm64AVX512(m, n, k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int) {
-	for i := 0; i < m; i += mrAVX512 {
-		gemmKernel64AVX512(min(mrAVX512, m-i), n, k, &a[i*lda], lda, &b[0], ldb, &c[i*ldc], ldc)
-	}
+	gemmDrive(gemmKernel64AVX512, mrAVX512, 16, m, n, k, a, lda, b, ldb, c, ldc)
 }
