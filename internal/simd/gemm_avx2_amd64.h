@@ -80,6 +80,24 @@
 	VFMA     Y12, Y15, Y10; \
 	VFMA     Y13, Y15, Y11
 
+// HSTEP is MSTEP for a last block of at most 32 bytes: one ymm of B per
+// step, loaded under the mask kept in Y13, and only the even accumulators.
+#define HSTEP \
+	VMASKMOV (BX), Y13, Y12; \
+	ADDQ     CX, BX; \
+	BCAST    (R8)(AX*1), Y14; \
+	VFMA     Y12, Y14, Y0; \
+	BCAST    (R9)(AX*1), Y15; \
+	VFMA     Y12, Y15, Y2; \
+	BCAST    (R10)(AX*1), Y14; \
+	VFMA     Y12, Y14, Y4; \
+	BCAST    (R11)(AX*1), Y15; \
+	VFMA     Y12, Y15, Y6; \
+	BCAST    (R12)(AX*1), Y14; \
+	VFMA     Y12, Y14, Y8; \
+	BCAST    (R13)(AX*1), Y15; \
+	VFMA     Y12, Y15, Y10
+
 #define ZERO12 \
 	VXORPS Y0, Y0, Y0; \
 	VXORPS Y1, Y1, Y1; \
@@ -109,6 +127,12 @@
 	VMASKMOV 32(BX), Y13, Y14; \
 	VADD     Y14, hi, hi; \
 	VMASKMOV hi, Y13, 32(BX)
+
+// HUPDATE is MUPDATE for the half block: the mask is in Y13, hi is unused.
+#define HUPDATE(lo, hi) \
+	VMASKMOV (BX), Y13, Y14; \
+	VADD     Y14, lo, lo; \
+	VMASKMOV lo, Y13, (BX)
 
 // ROWS applies U (UPDATE or MUPDATE) to the first mr tile rows, then jumps
 // to next.
@@ -211,7 +235,9 @@ tail:
 	JEQ   done
 	LEAQ  maskTable<>+64(SB), BX
 	SUBQ  R15, BX
+	CMPQ  R15, $32
 	MOVQ  BX, R15
+	JLE   half
 	ZERO12
 	MOVQ  DI, BX
 	XORQ  AX, AX
@@ -227,6 +253,24 @@ tupdate:
 	VMOVDQU (R15), Y12
 	VMOVDQU 32(R15), Y13
 	ROWS(MUPDATE, done)
+	JMP done
+
+half:
+	// At most 32 bytes are left: half the work of the two-register tail.
+	VMOVDQU (R15), Y13
+	ZERO12
+	MOVQ    DI, BX
+	XORQ    AX, AX
+
+h1:
+	CMPQ AX, SI
+	JGE  hupdate
+	HSTEP
+	ADDQ $ES, AX
+	JMP  h1
+
+hupdate:
+	ROWS(HUPDATE, done)
 
 done:
 	VZEROUPPER
@@ -237,4 +281,6 @@ done:
 #undef ZERO12
 #undef UPDATE
 #undef MUPDATE
+#undef HSTEP
+#undef HUPDATE
 #undef ROWS

@@ -89,6 +89,28 @@
 	VFMA   Z16, Z25, Z14; \
 	VFMA   Z17, Z25, Z15
 
+// HSTEP is MSTEP for a last block of at most one zmm: B under K1 alone,
+// and only the even accumulators.
+#define HSTEP \
+	MOVU.Z (BX), K1, Z16; \
+	ADDQ   CX, BX; \
+	BCAST  (R8)(AX*1), Z18; \
+	BCAST  (R9)(AX*1), Z19; \
+	VFMA   Z16, Z18, Z0; \
+	BCAST  (R10)(AX*1), Z20; \
+	VFMA   Z16, Z19, Z2; \
+	BCAST  (R11)(AX*1), Z21; \
+	VFMA   Z16, Z20, Z4; \
+	BCAST  (R12)(AX*1), Z22; \
+	VFMA   Z16, Z21, Z6; \
+	BCAST  (R13)(AX*1), Z23; \
+	VFMA   Z16, Z22, Z8; \
+	BCAST  (DX)(AX*1), Z24; \
+	VFMA   Z16, Z23, Z10; \
+	BCAST  (SI)(AX*1), Z25; \
+	VFMA   Z16, Z24, Z12; \
+	VFMA   Z16, Z25, Z14
+
 #define ZERO16 \
 	VPXORD Z0, Z0, Z0; \
 	VPXORD Z1, Z1, Z1; \
@@ -122,6 +144,12 @@
 	MOVU.Z 64(BX), K2, Z16; \
 	VADD   Z16, hi, hi; \
 	MOVU   hi, K2, 64(BX)
+
+// HUPDATE is MUPDATE for the half block (hi is unused).
+#define HUPDATE(lo, hi) \
+	MOVU.Z (BX), K1, Z16; \
+	VADD   Z16, lo, lo; \
+	MOVU   lo, K1, (BX)
 
 // ROWS applies U (UPDATE or MUPDATE) to the first mr tile rows, then falls
 // through or jumps to next.
@@ -253,6 +281,8 @@ tail:
 	ZERO16
 	MOVQ DI, BX
 	XORQ AX, AX
+	CMPQ R15, $64
+	JLE  h1
 
 t1:
 	CMPQ AX, kb-8(SP)
@@ -263,6 +293,18 @@ t1:
 
 tupdate:
 	ROWS(MUPDATE, done)
+	JMP done
+
+h1:
+	// At most one zmm is left: half the work of the two-register tail.
+	CMPQ AX, kb-8(SP)
+	JGE  hupdate
+	HSTEP
+	ADDQ $ES, AX
+	JMP  h1
+
+hupdate:
+	ROWS(HUPDATE, done)
 
 done:
 	VZEROUPPER
@@ -273,4 +315,6 @@ done:
 #undef ZERO16
 #undef UPDATE
 #undef MUPDATE
+#undef HSTEP
+#undef HUPDATE
 #undef ROWS
