@@ -1,0 +1,202 @@
+// Backward pass on CUDA cores, in the precision of T. Three kernels, each
+// writing every output element from exactly one thread in a fixed order, so
+// results are bit-identical from run to run (no atomics):
+//   dot_do_o          D = rowsum(dO∘O)
+//   dkdv_1colblock    dK, dV for one tile of keys, looping over query tiles
+//   dq_1rowblock      dQ for one tile of queries, looping over key tiles
+// dQ gets its own pass instead of atomics across key tiles; it recomputes P
+// and dP once more, the price of determinism on this path.
+#pragma once
+#include "simt_tile.cuh"
+
+namespace flash {
+namespace simt {
+
+// dot_do_o computes D_i = Σ_d dO_id·O_id, one thread per row of the
+// flattened [B·H·Nq, dim] matrices, with the fma chain the other kernels use
+// for dP = dO·V (see simt_tile.cuh).
+template <typename T>
+__device__ void dot_do_o(const T* __restrict__ o, const T* __restrict__ dout, T* __restrict__ delta, long long rows,
+                         long long dim) {
+  const long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= rows) return;
+  T acc = T(0);
+  for (long long d = 0; d < dim; ++d) acc = Math<T>::fma(dout[row * dim + d], o[row * dim + d], acc);
+  delta[row] = acc;
+}
+
+// dkdv_1colblock accumulates, for TILE keys j of one (batch, head),
+//   dV_j = Σ_i P_ij dO_i   and   dK_j = scale · Σ_i dS_ij Q_i,
+// with P_ij = exp(scale·Q_i·K_j − LSE_i) recomputed from the saved LSE and
+// dS_ij = P_ij (dO_i·V_j − D_i). Thread rows are keys here.
+template <typename T, int DP, int TILE>
+__device__ void dkdv_1colblock(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                               const T* __restrict__ dout, const T* __restrict__ lse, const T* __restrict__ delta,
+                               T* __restrict__ dk, T* __restrict__ dv, long long nq, long long nk, long long dim,
+                               bool causal, double scale) {
+  using M = Math<T>;
+  constexpr int kLd = ld<DP>();
+  constexpr int kPerS = TILE / 8;
+  constexpr int kPerO = DP / 8;
+  require_launch(TILE * 8, bwd_smem_elems<DP, TILE>() * sizeof(T));
+
+  T* sK = reinterpret_cast<T*>(smem);
+  T* sV = sK + TILE * kLd;
+  T* sQ = sV + TILE * kLd;
+  T* sdO = sQ + TILE * kLd;
+  T* sPt = sdO + TILE * kLd;         // Pᵀ tile [TILE keys, TILE+1]
+  T* sdSt = sPt + TILE * (TILE + 1);  // dSᵀ tile
+  T* sLse = sdSt + TILE * (TILE + 1);  // LSE of the query tile
+  T* sDelta = sLse + TILE;
+
+  const long long tiles = (nk + TILE - 1) / TILE;
+  const long long bh = blockIdx.x / tiles;
+  const long long k0 = (blockIdx.x % tiles) * TILE;
+  const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
+  const long long key = k0 + ty;
+  const T* qh = q + bh * nq * dim;
+  const T* doh = dout + bh * nq * dim;
+  const T* lh = lse + bh * nq;
+  const T* dh = delta + bh * nq;
+
+  load_tile<T, DP, TILE>(sK, k + bh * nk * dim, k0, nk, dim);
+  load_tile<T, DP, TILE>(sV, v + bh * nk * dim, k0, nk, dim);
+  const T sc = T(scale);
+
+  T acc_dk[kPerO], acc_dv[kPerO];
+#pragma unroll
+  for (int c = 0; c < kPerO; ++c) acc_dk[c] = acc_dv[c] = T(0);
+
+  // Query tiles before the first row that sees key k0 contribute nothing.
+  const long long q_begin = first_query_seeing(k0, nq, nk, causal) / TILE * TILE;
+  for (long long q0 = q_begin; q0 < nq; q0 += TILE) {
+    __syncthreads();
+    load_tile<T, DP, TILE>(sQ, qh, q0, nq, dim);
+    load_tile<T, DP, TILE>(sdO, doh, q0, nq, dim);
+    if (threadIdx.x < TILE) {
+      const long long i = q0 + threadIdx.x;
+      // Rows past nq, and rows that see no key (LSE = +inf), are masked below
+      // before their LSE is used.
+      sLse[threadIdx.x] = i < nq ? lh[i] : T(0);
+      sDelta[threadIdx.x] = i < nq ? dh[i] : T(0);
+    }
+    __syncthreads();
+
+    T s[kPerS], dp[kPerS];
+#pragma unroll
+    for (int c = 0; c < kPerS; ++c) s[c] = dp[c] = T(0);
+#pragma unroll 8
+    for (int d = 0; d < DP; ++d) {
+      const T kd = sK[ty * kLd + d], vd = sV[ty * kLd + d];
+#pragma unroll
+      for (int c = 0; c < kPerS; ++c) {
+        s[c] = M::fma(sQ[(tx + 8 * c) * kLd + d], kd, s[c]);
+        dp[c] = M::fma(sdO[(tx + 8 * c) * kLd + d], vd, dp[c]);
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < kPerS; ++c) {
+      const int qi = tx + 8 * c;
+      const long long i = q0 + qi;
+      const bool visible = i < nq && key < visible_keys(i, nq, nk, causal);
+      const T p = visible ? M::exp(s[c] * sc - sLse[qi]) : T(0);
+      sPt[ty * (TILE + 1) + qi] = p;
+      sdSt[ty * (TILE + 1) + qi] = p * (dp[c] - sDelta[qi]);
+    }
+    __syncwarp();  // row ty of sPt/sdSt is written and read by one warp
+
+    for (int qi = 0; qi < TILE; ++qi) {
+      const T p = sPt[ty * (TILE + 1) + qi], ds = sdSt[ty * (TILE + 1) + qi];
+#pragma unroll
+      for (int c = 0; c < kPerO; ++c) {
+        acc_dv[c] = M::fma(p, sdO[qi * kLd + tx + 8 * c], acc_dv[c]);
+        acc_dk[c] = M::fma(ds, sQ[qi * kLd + tx + 8 * c], acc_dk[c]);
+      }
+    }
+  }
+
+  if (key < nk) {
+    store_row<T, DP>(dk + (bh * nk + key) * dim, acc_dk, T(scale), dim);
+    store_row<T, DP>(dv + (bh * nk + key) * dim, acc_dv, T(1), dim);
+  }
+}
+
+// dq_1rowblock accumulates dQ_i = scale · Σ_j dS_ij K_j for TILE query rows,
+// recomputing P and dP exactly as dkdv_1colblock does. Thread rows are
+// queries.
+template <typename T, int DP, int TILE>
+__device__ void dq_1rowblock(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                             const T* __restrict__ dout, const T* __restrict__ lse, const T* __restrict__ delta,
+                             T* __restrict__ dq, long long nq, long long nk, long long dim, bool causal,
+                             double scale) {
+  using M = Math<T>;
+  constexpr int kLd = ld<DP>();
+  constexpr int kPerS = TILE / 8;
+  constexpr int kPerO = DP / 8;
+  require_launch(TILE * 8, bwd_smem_elems<DP, TILE>() * sizeof(T));
+
+  T* sQ = reinterpret_cast<T*>(smem);
+  T* sdO = sQ + TILE * kLd;
+  T* sK = sdO + TILE * kLd;
+  T* sV = sK + TILE * kLd;
+  T* sdS = sV + TILE * kLd;  // [TILE queries, TILE+1]
+
+  const long long tiles = (nq + TILE - 1) / TILE;
+  const long long bh = blockIdx.x / tiles;
+  const long long q0 = (blockIdx.x % tiles) * TILE;
+  const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
+  const long long row = q0 + ty;
+  const T* kh = k + bh * nk * dim;
+  const T* vh = v + bh * nk * dim;
+
+  load_tile<T, DP, TILE>(sQ, q + bh * nq * dim, q0, nq, dim);
+  load_tile<T, DP, TILE>(sdO, dout + bh * nq * dim, q0, nq, dim);
+  const T sc = T(scale);
+  const long long n_vis = row < nq ? visible_keys(row, nq, nk, causal) : 0;
+  const long long kv_end = visible_keys((q0 + TILE < nq ? q0 + TILE : nq) - 1, nq, nk, causal);
+  // Only read for visible keys, so rows with LSE = +inf never use it.
+  const T lse_row = n_vis > 0 ? lse[bh * nq + row] : T(0);
+  const T d_row = row < nq ? delta[bh * nq + row] : T(0);
+
+  T acc[kPerO];
+#pragma unroll
+  for (int c = 0; c < kPerO; ++c) acc[c] = T(0);
+
+  for (long long k0 = 0; k0 < kv_end; k0 += TILE) {
+    __syncthreads();
+    load_tile<T, DP, TILE>(sK, kh, k0, nk, dim);
+    load_tile<T, DP, TILE>(sV, vh, k0, nk, dim);
+    __syncthreads();
+
+    T s[kPerS], dp[kPerS];
+#pragma unroll
+    for (int c = 0; c < kPerS; ++c) s[c] = dp[c] = T(0);
+#pragma unroll 8
+    for (int d = 0; d < DP; ++d) {
+      const T qd = sQ[ty * kLd + d], dod = sdO[ty * kLd + d];
+#pragma unroll
+      for (int c = 0; c < kPerS; ++c) {
+        s[c] = M::fma(qd, sK[(tx + 8 * c) * kLd + d], s[c]);
+        dp[c] = M::fma(dod, sV[(tx + 8 * c) * kLd + d], dp[c]);
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < kPerS; ++c) {
+      const int kj = tx + 8 * c;
+      const T p = k0 + kj < n_vis ? M::exp(s[c] * sc - lse_row) : T(0);
+      sdS[ty * (TILE + 1) + kj] = p * (dp[c] - d_row);
+    }
+    __syncwarp();
+
+    for (int kj = 0; kj < TILE; ++kj) {
+      const T ds = sdS[ty * (TILE + 1) + kj];
+#pragma unroll
+      for (int c = 0; c < kPerO; ++c) acc[c] = M::fma(ds, sK[kj * kLd + tx + 8 * c], acc[c]);
+    }
+  }
+
+  if (row < nq) store_row<T, DP>(dq + (bh * nq + row) * dim, acc, T(scale), dim);
+}
+
+}  // namespace simt
+}  // namespace flash

@@ -1,0 +1,48 @@
+// Entry points of the module: every kernel the Go loader looks up, with
+// extern "C" names. Each wrapper only instantiates a templated work unit.
+//
+// Calling convention: every argument is a pointer, a long long or a double,
+// 8 bytes each (gorgonia.org/cu's launcher copies 8 bytes per argument).
+// Tensors are dense and row-major: q, o, dq, do [B·H, nq, dim]; k, v, dk, dv
+// [B·H, nk, dim]; lse, delta [B·H, nq]. The grid is one-dimensional:
+// blockIdx.x = (b·H + h) · tiles + tile.
+#include "fwd_simt.cuh"
+#include "bwd_simt.cuh"
+
+#define FLASH_SIMT(NAME, T, DP, TILE)                                                                              \
+  extern "C" __global__ void __launch_bounds__(TILE * 8)                                                         \
+      flash_fwd_simt_##NAME##_d##DP(const T* q, const T* k, const T* v, T* o, T* lse, long long nq, long long nk, \
+                                    long long dim, long long causal, double scale) {                            \
+    flash::simt::fwd_1rowblock<T, DP, TILE>(q, k, v, o, lse, nq, nk, dim, causal != 0, scale);                  \
+  }                                                                                                              \
+  extern "C" __global__ void __launch_bounds__(TILE * 8) flash_bwd_dkdv_simt_##NAME##_d##DP(                     \
+      const T* q, const T* k, const T* v, const T* dout, const T* lse, const T* delta, T* dk, T* dv, long long nq, \
+      long long nk, long long dim, long long causal, double scale) {                                             \
+    flash::simt::dkdv_1colblock<T, DP, TILE>(q, k, v, dout, lse, delta, dk, dv, nq, nk, dim, causal != 0, scale); \
+  }                                                                                                              \
+  extern "C" __global__ void __launch_bounds__(TILE * 8) flash_bwd_dq_simt_##NAME##_d##DP(                       \
+      const T* q, const T* k, const T* v, const T* dout, const T* lse, const T* delta, T* dq, long long nq,      \
+      long long nk, long long dim, long long causal, double scale) {                                             \
+    flash::simt::dq_1rowblock<T, DP, TILE>(q, k, v, dout, lse, delta, dq, nq, nk, dim, causal != 0, scale);     \
+  }
+
+// Tile sizes: 32 rows (256 threads) everywhere except float64 at DP = 256,
+// whose backward layout would need 274 KiB of shared memory at 32 rows.
+// launch_gpu.go's simtTile must match.
+FLASH_SIMT(f32, float, 32, 32)
+FLASH_SIMT(f32, float, 64, 32)
+FLASH_SIMT(f32, float, 128, 32)
+FLASH_SIMT(f32, float, 256, 32)
+FLASH_SIMT(f64, double, 32, 32)
+FLASH_SIMT(f64, double, 64, 32)
+FLASH_SIMT(f64, double, 128, 32)
+FLASH_SIMT(f64, double, 256, 16)
+
+#define FLASH_DOT_DO_O(NAME, T)                                                                             \
+  extern "C" __global__ void __launch_bounds__(256)                                                         \
+      flash_bwd_dot_do_o_##NAME(const T* o, const T* dout, T* delta, long long rows, long long dim) {        \
+    flash::simt::dot_do_o<T>(o, dout, delta, rows, dim);                                                    \
+  }
+
+FLASH_DOT_DO_O(f32, float)
+FLASH_DOT_DO_O(f64, double)

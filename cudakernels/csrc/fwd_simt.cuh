@@ -1,0 +1,111 @@
+// Forward pass on CUDA cores, in the precision of T (float: exact fp32;
+// double: the float64 path for gradient checks). Used where tensor cores do
+// not apply; accurate rather than fast.
+#pragma once
+#include "simt_tile.cuh"
+
+namespace flash {
+namespace simt {
+
+// fwd_1rowblock computes one tile of TILE query rows of one (batch, head):
+// it loops over TILE-key tiles of K and V, keeps the running maximum m and sum
+// l of every row (online softmax) and rescales the output accumulators
+// whenever m grows. Writes O = acc / l and LSE = m + log l.
+template <typename T, int DP, int TILE>
+__device__ void fwd_1rowblock(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                              T* __restrict__ o, T* __restrict__ lse, long long nq, long long nk, long long dim,
+                              bool causal, double scale) {
+  using M = Math<T>;
+  constexpr int kLd = ld<DP>();
+  constexpr int kPerS = TILE / 8;  // score columns per thread
+  constexpr int kPerO = DP / 8;    // output columns per thread
+  require_launch(TILE * 8, fwd_smem_elems<DP, TILE>() * sizeof(T));
+
+  T* sQ = reinterpret_cast<T*>(smem);
+  T* sK = sQ + TILE * kLd;
+  T* sV = sK + TILE * kLd;
+  T* sP = sV + TILE * kLd;  // [TILE, TILE+1]
+
+  const long long tiles = (nq + TILE - 1) / TILE;
+  const long long bh = blockIdx.x / tiles;
+  const long long q0 = (blockIdx.x % tiles) * TILE;
+  const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
+  const long long row = q0 + ty;
+  const T* qh = q + bh * nq * dim;
+  const T* kh = k + bh * nk * dim;
+  const T* vh = v + bh * nk * dim;
+
+  // Prologue: this tile's queries, the keys its rows see, and the keys the
+  // last (most-seeing) row sees; key tiles past that are skipped entirely.
+  load_tile<T, DP, TILE>(sQ, qh, q0, nq, dim);
+  const long long n_vis = row < nq ? visible_keys(row, nq, nk, causal) : 0;
+  const long long kv_end = visible_keys((q0 + TILE < nq ? q0 + TILE : nq) - 1, nq, nk, causal);
+  const T sc = T(scale);
+
+  T m = -M::inf(), l = T(0);
+  T acc[kPerO];
+#pragma unroll
+  for (int c = 0; c < kPerO; ++c) acc[c] = T(0);
+
+  // Main loop over key tiles.
+  for (long long k0 = 0; k0 < kv_end; k0 += TILE) {
+    __syncthreads();  // the previous tile's sK, sV, sP are no longer read
+    load_tile<T, DP, TILE>(sK, kh, k0, nk, dim);
+    load_tile<T, DP, TILE>(sV, vh, k0, nk, dim);
+    __syncthreads();
+
+    T s[kPerS];
+#pragma unroll
+    for (int c = 0; c < kPerS; ++c) s[c] = T(0);
+#pragma unroll 8
+    for (int d = 0; d < DP; ++d) {
+      const T qd = sQ[ty * kLd + d];
+#pragma unroll
+      for (int c = 0; c < kPerS; ++c) s[c] = M::fma(qd, sK[(tx + 8 * c) * kLd + d], s[c]);
+    }
+
+    T tile_max = -M::inf();
+#pragma unroll
+    for (int c = 0; c < kPerS; ++c) {
+      s[c] = k0 + tx + 8 * c < n_vis ? s[c] * sc : -M::inf();
+      tile_max = s[c] > tile_max ? s[c] : tile_max;
+    }
+    const T tile_m = group8_max(tile_max);
+    const T m_new = tile_m > m ? tile_m : m;
+    // A row that has seen no visible key yet has m_new = −inf; subtracting it
+    // would give (−inf) − (−inf) = NaN. Its p are all 0 whatever the
+    // reference, so use 0 instead. alpha = exp(m − ref) is then 0 and
+    // multiplies accumulators that are still 0.
+    const T ref = m_new == -M::inf() ? T(0) : m_new;
+    const T alpha = M::exp(m - ref);
+    T tile_sum = T(0);
+#pragma unroll
+    for (int c = 0; c < kPerS; ++c) {
+      const T p = M::exp(s[c] - ref);
+      tile_sum += p;
+      sP[ty * (TILE + 1) + tx + 8 * c] = p;
+    }
+    l = l * alpha + group8_sum(tile_sum);
+    m = m_new;
+    __syncwarp();  // sP row ty is written and read by the 8 lanes of one warp
+
+#pragma unroll
+    for (int c = 0; c < kPerO; ++c) acc[c] *= alpha;
+    for (int j = 0; j < TILE; ++j) {
+      const T p = sP[ty * (TILE + 1) + j];
+#pragma unroll
+      for (int c = 0; c < kPerO; ++c) acc[c] = M::fma(p, sV[j * kLd + tx + 8 * c], acc[c]);
+    }
+  }
+
+  // Epilogue. A row that saw no key has l = 0: output 0 and LSE = +inf
+  // (never 0/0).
+  if (row < nq) {
+    const T inv_l = l > T(0) ? T(1) / l : T(0);
+    store_row<T, DP>(o + (bh * nq + row) * dim, acc, inv_l, dim);
+    if (tx == 0) lse[bh * nq + row] = l > T(0) ? m + M::log(l) : M::inf();
+  }
+}
+
+}  // namespace simt
+}  // namespace flash

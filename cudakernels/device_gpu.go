@@ -1,0 +1,132 @@
+//go:build flashgpu
+
+package cudakernels
+
+// #cgo LDFLAGS: -lcuda
+// #include <cuda.h>
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"gorgonia.org/cu"
+)
+
+// A worker owns one OS thread with the backend's CUDA context current on it.
+// A CUDA context is bound to a thread, while goroutines move between threads,
+// so every driver call of a Backend runs as a job on this thread.
+type worker struct {
+	jobs chan func()
+	done chan struct{}
+}
+
+// startWorker locks a new goroutine to its thread, runs open there and, if
+// open succeeds, serves jobs until stop. shutdown runs on the same thread after
+// the last job.
+func startWorker(open, shutdown func() error) (*worker, error) {
+	w := &worker{jobs: make(chan func()), done: make(chan struct{})}
+	opened := make(chan error, 1)
+	go func() {
+		// Never unlocked: when this goroutine returns, the runtime ends the
+		// thread, so no other goroutine inherits its CUDA state.
+		runtime.LockOSThread()
+		defer close(w.done)
+		if err := open(); err != nil {
+			opened <- err
+			return
+		}
+		opened <- nil
+		for job := range w.jobs {
+			job()
+		}
+		// The context is gone after this; there is no caller left to tell
+		// about a failure.
+		_ = shutdown()
+	}()
+	if err := <-opened; err != nil {
+		<-w.done
+		return nil, err
+	}
+	return w, nil
+}
+
+// do runs fn on the worker's thread and returns its error.
+func (w *worker) do(fn func() error) error {
+	errc := make(chan error, 1)
+	w.jobs <- func() { errc <- fn() }
+	return <-errc
+}
+
+// stop ends the worker after the jobs already queued.
+func (w *worker) stop() {
+	close(w.jobs)
+	<-w.done
+}
+
+// gorgonia.org/cu v0.9.6 wraps neither cuFuncSetAttribute nor the opt-in
+// shared-memory limit, which kernels using more than 48 KiB of dynamic shared
+// memory need. Its Function is a struct holding only the CUfunction handle;
+// the constants below fail to compile if that ever changes size.
+const (
+	_ = uintptr(unsafe.Sizeof(cu.Function{}) - unsafe.Sizeof(C.CUfunction(nil)))
+	_ = uintptr(unsafe.Sizeof(C.CUfunction(nil)) - unsafe.Sizeof(cu.Function{}))
+)
+
+// setMaxDynamicSmem allows fn to be launched with up to bytes of dynamic
+// shared memory.
+func setMaxDynamicSmem(fn cu.Function, bytes int) error {
+	h := *(*C.CUfunction)(unsafe.Pointer(&fn))
+	if r := C.cuFuncSetAttribute(h, C.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, C.int(bytes)); r != C.CUDA_SUCCESS {
+		return fmt.Errorf("cuFuncSetAttribute(max dynamic shared memory = %d): CUDA error %d", bytes, int(r))
+	}
+	return nil
+}
+
+// maxOptinSmem is the most shared memory one block may use on dev.
+func maxOptinSmem(dev cu.Device) (int, error) {
+	var v C.int
+	if r := C.cuDeviceGetAttribute(&v, C.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, C.CUdevice(dev)); r != C.CUDA_SUCCESS {
+		return 0, fmt.Errorf("cuDeviceGetAttribute(max shared memory per block, opt-in): CUDA error %d", int(r))
+	}
+	return int(v), nil
+}
+
+// wrapAlloc marks allocation failures for lack of memory with ErrOutOfMemory,
+// keeping the driver's error in the chain.
+func wrapAlloc(bytes int64, err error) error {
+	if errors.Is(err, cu.OutOfMemory) {
+		return fmt.Errorf("%w: allocating %d bytes: %w", ErrOutOfMemory, bytes, err)
+	}
+	return fmt.Errorf("cudakernels: allocating %d bytes: %w", bytes, err)
+}
+
+// arena is one device allocation carved into 256-byte aligned parts, so a
+// call costs one cuMemAlloc and one cuMemFree.
+type arena struct {
+	base  cu.DevicePtr
+	parts []cu.DevicePtr
+}
+
+func newArena(sizes ...int64) (*arena, error) {
+	const align = 256
+	offs := make([]int64, len(sizes))
+	var total int64
+	for i, s := range sizes {
+		offs[i] = total
+		total += (s + align - 1) / align * align
+	}
+	base, err := cu.MemAlloc(total)
+	if err != nil {
+		return nil, wrapAlloc(total, err)
+	}
+	a := &arena{base: base, parts: make([]cu.DevicePtr, len(sizes))}
+	for i, o := range offs {
+		a.parts[i] = base + cu.DevicePtr(o)
+	}
+	return a, nil
+}
+
+func (a *arena) free() error { return cu.MemFree(a.base) }
