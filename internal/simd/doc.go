@@ -26,9 +26,10 @@
 //
 // GemmNN32 and GemmNN64 take row-major matrices with explicit row strides
 // (lda ≥ k, ldb ≥ n, ldc ≥ n) and any m, n, k ≥ 0. The Go driver cuts C
-// into row panels of the microkernel's height; the kernel walks the columns
-// two vector registers at a time, keeps the tile in registers for the
-// whole k loop (unrolled by 4), then adds it to C. A short last panel
+// into row panels of the microkernel's height (and, only for a B over
+// 256 KiB, into column blocks too); the kernel walks the columns two vector
+// registers at a time, keeps the tile in registers for the whole k loop
+// (unrolled by 4), then adds it to C. A short last panel
 // re-reads its last valid row of A instead of branching, and drops those
 // rows when storing; a short last column block is loaded and stored under
 // a mask, so C outside the m×n window is never read or written and no load
@@ -53,6 +54,17 @@
 // exactly 0; results below 2^-125 (float32) or 2^-1021 (float64) flush to
 // 0, so no subnormal is ever produced; overflow gives +Inf; NaN gives NaN.
 // The sum is kept in vector lanes and reduced in a fixed order.
+//
+// # Speed
+//
+// Measured with the package benchmarks (GFLOP/s, one core, float32 then
+// float64). Sapphire Rapids Xeon, AVX-512 path (an FMA-only loop peaks
+// at 173 float32): 64×64×64 147/79, 128×64×128 158/70, 128×128×128 148/83
+// (row-panel order), 64×64×256 168/54-66. Same machine, AVX2 path: 65-84/
+// 31-40 (peak 86). AMD EPYC (Zen 3), AVX2 path: 64-84/31-38 (peak about
+// 93). The portable loops run at 1-2. Odd shapes lose to the masked edges
+// and unaligned rows (113×113×113: 76-125/68). The exponential runs at
+// 3.0/0.96 elements per ns (AVX-512) and 1.7/0.65 (AVX2) on the Xeon.
 //
 // # Aliasing and panics
 //

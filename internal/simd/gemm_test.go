@@ -21,7 +21,8 @@ type gemmCase struct {
 // gemmCases crosses small and odd sizes that hit every edge of the
 // microkernels (row panels of 6 or 8, column blocks of 8, 16 or 32 and their
 // masked tails, the k loop unrolled by 4) with a few typical attention
-// shapes. Strides are either tight or padded by a random amount.
+// shapes and one B large enough for the column-block order of the
+// assembly drivers. Strides are either tight or padded by a random amount.
 func gemmCases() []gemmCase {
 	rng := rand.New(rand.NewPCG(1, 2))
 	pad := func() int {
@@ -41,6 +42,7 @@ func gemmCases() []gemmCase {
 	for _, s := range [][3]int{
 		{32, 64, 64}, {64, 64, 64}, {64, 128, 64}, {128, 64, 128}, {40, 113, 72},
 		{113, 40, 113}, {128, 256, 256}, {17, 200, 96}, {64, 8, 256}, {3, 257, 33},
+		{9, 300, 257}, // B over bSweepMax: the column-block order
 	} {
 		m, n, k := s[0], s[1], s[2]
 		cases = append(cases,
