@@ -57,14 +57,15 @@
 //
 // # Speed
 //
-// Measured with the package benchmarks (GFLOP/s, one core, float32 then
-// float64). Sapphire Rapids Xeon, AVX-512 path (an FMA-only loop peaks
-// at 173 float32): 64×64×64 147/79, 128×64×128 158/70, 128×128×128 148/83
-// (row-panel order), 64×64×256 168/54-66. Same machine, AVX2 path: 65-84/
-// 31-40 (peak 86). AMD EPYC (Zen 3), AVX2 path: 64-84/31-38 (peak about
-// 93). The portable loops run at 1-2. Odd shapes lose to the masked edges
-// and unaligned rows (113×113×113: 76-125/68). The exponential runs at
-// 3.0/0.96 elements per ns (AVX-512) and 1.7/0.65 (AVX2) on the Xeon.
+// Measured with the package benchmarks on one core, in GFLOP/s as
+// float32/float64 (the shared machines vary by up to 20% between runs).
+// Sapphire Rapids Xeon, AVX-512 path, where an FMA-only loop peaks at
+// 173/86: 64×64×64 149/79, 64×128×64 158/61, 128×64×128 141/56,
+// 128×128×128 167/83, 64×64×256 168/66, 32×40×64 83/73, 113×113×113
+// 126/69. Its AVX2 path: 55-84/31-40. AMD EPYC (Zen 3), AVX2 path:
+// 60-85/31-38, with an FMA-only peak of about 93/46. The portable loops
+// run at 1-2. The exponential runs at 3.0/0.96 elements per ns (AVX-512)
+// and 1.7/0.65 (AVX2) on the Xeon.
 //
 // # Aliasing and panics
 //
