@@ -52,7 +52,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.shape.Heads, "heads", 2, "attention heads")
 	fs.IntVar(&o.shape.Dim, "dim", 64, "model width")
 	fs.IntVar(&o.shape.Vocab, "vocab", 64, "vocabulary size of the synthetic tokens")
-	memLimit := fs.String("mem-limit", "12GiB", "address-space limit of each child (e.g. 8GiB, 512MiB)")
+	memLimit := fs.String("mem-limit", "12GiB", "memory limit of each child (e.g. 8GiB, 512MiB); its address space gets 2GiB more for the Go runtime")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "wall-clock limit of each child")
 	fs.StringVar(&o.out, "out", "bench/sweep/out", "output directory")
 	fs.BoolVar(&o.verbose, "v", false, "pass the children's stderr through")

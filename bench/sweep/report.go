@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"image/color"
 	"path/filepath"
@@ -121,7 +122,12 @@ func (r results) ooms(impl model.Attention, kind string, limitY float64) plotter
 	return xys
 }
 
+// writePlots draws memory.png and time.png. With no successful point there
+// is nothing to draw on log axes, and it writes nothing.
 func writePlots(dir string, r results) error {
+	if !slices.ContainsFunc(r.Points, func(p point) bool { return p.Status == statusOK }) {
+		return errors.New("no point succeeded")
+	}
 	_, impls := r.axes()
 	toMiB := func(p point) float64 { return float64(p.PeakRSS) / (1 << 20) }
 	limit := float64(r.MemLimit) / (1 << 20)

@@ -90,7 +90,7 @@ func sweep(o *options, stdout, stderr io.Writer) error {
 	if err := writePlots(o.out, res); err != nil {
 		errs = append(errs, fmt.Errorf("plots: %w", err))
 	}
-	fmt.Fprintf(stdout, "wrote results.md, results.json, memory.png and time.png in %s\n", o.out)
+	fmt.Fprintf(stdout, "wrote results in %s\n", o.out)
 	return errors.Join(errs...)
 }
 

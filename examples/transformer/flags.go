@@ -50,9 +50,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.arch.Heads, "heads", 4, "attention heads per block")
 	fs.IntVar(&o.arch.Dim, "dim", 64, "model width (a multiple of -heads)")
 	dtype := fs.String("dtype", "float32", "float32 or float64")
-	fs.IntVar(&o.steps, "steps", 600, "optimiser steps to run (added to a resumed checkpoint's)")
+	fs.IntVar(&o.steps, "steps", 800, "optimiser steps to run (added to a resumed checkpoint's)")
 	fs.IntVar(&o.batch, "batch", 16, "sequences per step")
-	fs.Float64Var(&o.lr, "lr", 3e-3, "Adam learning rate")
+	fs.Float64Var(&o.lr, "lr", 2e-3, "Adam learning rate")
 	attention := fs.String("attention", "flash", "attention path: flash or naive")
 	fs.StringVar(&o.device, "device", "cpu", "cpu, or gpu in a binary built with -tags flashgpu")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed for initialisation, batches and sampling")
@@ -87,7 +87,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.attention, err = model.ParseAttention(*attention); err != nil {
 		return nil, fmt.Errorf("%w: -attention: %w", errUsage, err)
 	}
-	if o.flashOpts, err = deviceOptions(o.device); err != nil {
+	if o.flashOpts, err = model.DeviceOptions(o.device); err != nil {
 		return nil, fmt.Errorf("%w: -device: %w", errUsage, err)
 	}
 	if o.device != "cpu" && o.attention == model.AttentionNaive {

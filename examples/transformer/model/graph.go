@@ -145,12 +145,38 @@ func (gr *Graph) Run(inputs, targets [][]int) (float64, error) {
 	if err := gr.setOneHot(gr.target, targets); err != nil {
 		return 0, fmt.Errorf("targets: %w", err)
 	}
-	// Gradients would otherwise accumulate from one RunAll to the next.
 	gr.vm.Reset()
+	if err := gr.zeroGrads(); err != nil {
+		return 0, err
+	}
 	if err := gr.vm.RunAll(); err != nil {
 		return 0, err
 	}
 	return toFloat64(gr.lossV.Data())[0], nil
+}
+
+// zeroGrads clears the parameter gradients. The TapeMachine adds each run's
+// gradients into the parameters' bound dual values, and vm.Reset does not
+// clear them; Adam does after a step, but Run must not rely on a step having
+// happened.
+func (gr *Graph) zeroGrads() error {
+	if gr.grads == nil {
+		return nil
+	}
+	for _, p := range gr.params {
+		gv, err := p.Grad()
+		if err != nil {
+			return fmt.Errorf("gradient of %s: %w", p.Name(), err)
+		}
+		switch t := gv.(type) {
+		case nil: // before the first run
+		case tensor.Tensor:
+			t.Zero()
+		default:
+			return fmt.Errorf("gradient of %s is a %T, not a tensor", p.Name(), gv)
+		}
+	}
+	return nil
 }
 
 // setOneHot writes one-hot rows for seqs into n's value. A nil seqs leaves

@@ -282,3 +282,76 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestGradientsDoNotAccumulate runs a training graph twice without an
+// optimiser step: the second run must report the same gradients, not twice
+// them (Gorgonia's TapeMachine adds into bound gradients).
+func TestGradientsDoNotAccumulate(t *testing.T) {
+	m, err := New(Config{Vocab: 5, Seq: 4, Layers: 1, Heads: 1, Dim: 4, Dtype: "float64"}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []Attention{AttentionFlash, AttentionNaive} {
+		gr, err := m.NewGraph(1, a, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := [][]int{{1, 2, 3, 4}}
+		var grads [2][][]float64
+		for i := range grads {
+			if _, err := gr.Run(in, in); err != nil {
+				t.Fatal(err)
+			}
+			if grads[i], err = gr.Gradients(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for j, name := range m.ParamNames() {
+			if d := maxRelDiff(t, grads[1][j], grads[0][j]); d != 0 {
+				t.Errorf("%s: gradient of %s changed by %.3g between two identical runs", a, name, d)
+			}
+		}
+	}
+}
+
+// TestCausal changes the token at one position: logits before it must not
+// move (no leak from the future through the head reshapes and transposes),
+// logits at and after it must (attention does carry context).
+func TestCausal(t *testing.T) {
+	cfg := Config{Vocab: 6, Seq: 8, Layers: 2, Heads: 2, Dim: 8, Dtype: "float64"}
+	m, err := New(cfg, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []Attention{AttentionFlash, AttentionNaive} {
+		gr, err := m.NewGraph(2, a, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := [][]int{{0, 1, 2, 3, 4, 5, 0, 1}, {5, 4, 3, 2, 1, 0, 5, 4}}
+		if _, err := gr.Run(base, nil); err != nil {
+			t.Fatal(err)
+		}
+		before := gr.Logits()
+		const at = 4
+		changed := [][]int{base[0], append([]int(nil), base[1]...)}
+		changed[1][at] = 0
+		if _, err := gr.Run(changed, nil); err != nil {
+			t.Fatal(err)
+		}
+		after := gr.Logits()
+		for s := range 2 {
+			for i := range cfg.Seq {
+				row := (s*cfg.Seq + i) * cfg.Vocab
+				d := maxRelDiff(t, after[row:row+cfg.Vocab], before[row:row+cfg.Vocab])
+				moved := s == 1 && i >= at
+				if moved && d == 0 {
+					t.Errorf("%s: sequence %d position %d did not see the change at position %d", a, s, i, at)
+				}
+				if !moved && d != 0 {
+					t.Errorf("%s: sequence %d position %d moved by %.3g after a change at sequence 1 position %d", a, s, i, d, at)
+				}
+			}
+		}
+	}
+}
