@@ -25,7 +25,8 @@
 // # GEMM
 //
 // GemmNN32 and GemmNN64 take row-major matrices with explicit row strides
-// (lda ≥ k, ldb ≥ n, ldc ≥ n) and any m, n, k ≥ 0. The Go driver cuts C
+// (lda ≥ k, ldb ≥ n, ldc ≥ n where there is more than one row) and any
+// m, n, k ≥ 0. The Go driver cuts C
 // into row panels of the microkernel's height (and, only for a B over
 // 256 KiB, into column blocks too); the kernel walks the columns two vector
 // registers at a time, keeps the tile in registers for the whole k loop
@@ -39,8 +40,8 @@
 // The sum over p is in a fixed order, so results are deterministic. The
 // assembly accumulates Σ_p a_ip·b_pj with fused multiply-adds from zero
 // and adds C at the end, so its results differ from the portable loop in
-// the last bits; both are within the classic (k+1)·u·(|c| + Σ|a·b|) bound
-// the tests check.
+// the last bits; both are within the classic error bound of a k-term dot
+// product, (k+2)·u·(|c| + Σ|a·b|) as the tests check it.
 //
 // # Exponential
 //

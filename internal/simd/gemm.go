@@ -13,7 +13,8 @@ import "fmt"
 // Elements of C outside the m×n window are never read or written.
 //
 // GemmNN32 panics if a dimension is negative, if lda < k, ldb < n or ldc < n
-// (for a non-empty product), or if a slice is too short for its matrix.
+// (for a non-empty product with more than one row in that matrix), or if a
+// slice is too short for its matrix.
 func GemmNN32(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 	if checkGemm(m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
 		gemm32(m, n, k, a, lda, b, ldb, c, ldc)
@@ -36,12 +37,13 @@ func checkGemm(m, n, k, la, lda, lb, ldb, lc, ldc int) bool {
 	if m == 0 || n == 0 || k == 0 {
 		return false
 	}
+	// A stride matters only when there is a second row to step to.
 	switch {
-	case lda < k:
+	case m > 1 && lda < k:
 		panic(fmt.Sprintf("simd: lda=%d < k=%d", lda, k))
-	case ldb < n:
+	case k > 1 && ldb < n:
 		panic(fmt.Sprintf("simd: ldb=%d < n=%d", ldb, n))
-	case ldc < n:
+	case m > 1 && ldc < n:
 		panic(fmt.Sprintf("simd: ldc=%d < n=%d", ldc, n))
 	case la < (m-1)*lda+k:
 		panic(fmt.Sprintf("simd: len(a)=%d too short for %d×%d with lda=%d", la, m, k, lda))

@@ -158,6 +158,13 @@ func TestGemmDispatch(t *testing.T) {
 	}
 	GemmNN32(0, n, k, nil, k, nil, n, nil, n) // empty: no panic, no access
 
+	// One row of A and C, one row of B: their strides are never used.
+	x, y, z := []float32{2}, []float32{1, 2, 3}, []float32{1, 1, 1}
+	GemmNN32(1, 3, 1, x, 0, y, 0, z, 0)
+	if z[0] != 3 || z[1] != 5 || z[2] != 7 {
+		t.Errorf("single-row GemmNN32 = %v, want [3 5 7]", z)
+	}
+
 	for _, tc := range []struct {
 		name       string
 		m, n, k    int
