@@ -84,7 +84,6 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"-n", "256,x"}, "-n"},
 		{[]string{"-n", "0"}, "not a positive length"},
 		{[]string{"-impl", "fast"}, `unknown attention "fast"`},
-		{[]string{"-device", "gpu"}, "flashgpu"},
 		{[]string{"-mem-limit", "lots"}, "-mem-limit"},
 		{[]string{"-dim", "30", "-heads", "4"}, "not a multiple"},
 		{[]string{"-child", "-n", "256,512"}, "one -n"},

@@ -53,13 +53,6 @@ func TestBadFlags(t *testing.T) {
 	}
 }
 
-func TestGPUWithoutTag(t *testing.T) {
-	err := run([]string{"-device=gpu", "-progress=false"}, new(bytes.Buffer), new(bytes.Buffer))
-	if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "flashgpu") {
-		t.Errorf("got %v, want a usage error naming the flashgpu tag", err)
-	}
-}
-
 func TestRunAndResume(t *testing.T) {
 	out := t.TempDir()
 	var stdout bytes.Buffer

@@ -30,7 +30,7 @@ func writeLossPlot(path string, history []model.LossPoint) error {
 		if err != nil {
 			return err
 		}
-		l.Color = plotter.DefaultLineStyle.Color
+		l.Color = plotColorTrain
 		p.Add(l)
 		p.Legend.Add("train", l)
 	}
@@ -46,5 +46,6 @@ func writeLossPlot(path string, history []model.LossPoint) error {
 		p.Legend.Add("validation", l, s)
 	}
 	p.Add(plotter.NewGrid())
+	p.Legend.Top = true // the curves fall towards the bottom right
 	return p.Save(7*vg.Inch, 4*vg.Inch, path)
 }
