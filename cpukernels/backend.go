@@ -87,15 +87,17 @@ func parallelFor(workers, units int, body func(worker, unit int)) {
 type mathOps[T kernels.Float] struct {
 	gemm     func(m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int)
 	expShift func(x []T, shift T) T
+	max      func(x []T) T
+	scale    func(x []T, a T)
 }
 
 func opsFor[T kernels.Float]() mathOps[T] {
 	var zero T
 	switch any(zero).(type) {
 	case float32:
-		return any(mathOps[float32]{simd.GemmNN32, simd.ExpShift32}).(mathOps[T])
+		return any(mathOps[float32]{simd.GemmNN32, simd.ExpShift32, simd.Max32, simd.Scale32}).(mathOps[T])
 	default:
-		return any(mathOps[float64]{simd.GemmNN64, simd.ExpShift64}).(mathOps[T])
+		return any(mathOps[float64]{simd.GemmNN64, simd.ExpShift64, simd.Max64, simd.Scale64}).(mathOps[T])
 	}
 }
 

@@ -120,9 +120,8 @@ func backwardKeyBlock[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p
 	for row0 := firstRow / blockRows * blockRows; row0 < p.Nq; row0 += blockRows {
 		rows := min(blockRows, p.Nq-row0)
 		qi := t.q[row0*d : (row0+rows)*d]
-		for i, x := range qi {
-			sc.qs[i] = scale * x
-		}
+		copy(sc.qs, qi)
+		ops.scale(sc.qs[:rows*d], scale)
 		s, ds := sc.s[:rows*blockCols], sc.ds[:rows*blockCols]
 		for r := range rows {
 			clear(s[r*blockCols : r*blockCols+cols])

@@ -61,9 +61,8 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p kernels.Params, row0, rows int, q, kt, v, o, lse []T) {
 	d := p.D
 	scale := T(p.Scale)
-	for i, x := range q {
-		sc.qs[i] = scale * x
-	}
+	copy(sc.qs, q)
+	ops.scale(sc.qs[:rows*d], scale)
 	clear(sc.acc[:rows*d])
 	negInf := T(math.Inf(-1))
 	for r := range rows {
@@ -87,11 +86,7 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p k
 			for c := seen; c < cols; c++ {
 				sr[c] = negInf
 			}
-			blockMax := negInf
-			for _, x := range sr[:seen] {
-				blockMax = max(blockMax, x)
-			}
-			mNew := max(sc.m[r], blockMax)
+			mNew := max(sc.m[r], ops.max(sr[:seen]))
 			if math.IsInf(float64(mNew), -1) {
 				// Nothing seen yet: exp(−Inf − (−Inf)) would be NaN.
 				// Zero probabilities keep the accumulator at 0.
@@ -102,10 +97,7 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p k
 			sc.l[r] = sc.l[r]*alpha + ops.expShift(sr, mNew)
 			sc.m[r] = mNew
 			if alpha != 1 {
-				acc := sc.acc[r*d : (r+1)*d]
-				for i := range acc {
-					acc[i] *= alpha
-				}
+				ops.scale(sc.acc[r*d:(r+1)*d], alpha)
 			}
 		}
 		// acc += P·V for this key block.

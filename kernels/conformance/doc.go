@@ -21,10 +21,12 @@
 // the same inputs go through a naive computation in the backend's precision
 // (Precision), and the backend's error must be at most twice that baseline's
 // error, both measured against float64 — FlashAttention's own rule. On top
-// comes a floor of two rounding units of the output's natural magnitude (for
-// example max|V| for O), derived from the formula rather than fitted: without
-// it a gradient whose exact value is 0 through cancellation, such as dQ when
-// every row sees a single key, would demand an exact zero.
+// comes a floor of two rounding units times the larger of the output's own
+// magnitude and the error that rounding cannot avoid in its formula, from
+// the √n·u bound for sums of n rounded terms (see checks in compare.go).
+// Without it a gradient that is exactly 0 through cancellation, such as dQ
+// when every row sees a single key, would demand an exact zero that only
+// the naive summation order happens to produce.
 //
 // # Test cost
 //

@@ -120,7 +120,7 @@ func run32(t *testing.T, b kernels.Backend, p kernels.Params, q, k, v, do []floa
 func check64(t *testing.T, p kernels.Params, got, want result[float64], q, k, v, do []float64) {
 	t.Helper()
 	for _, c := range checks(p, got, want, q, k, v, do) {
-		bound := float64Tolerance * max(maxAbs(c.want), c.natural)
+		bound := float64Tolerance * max(maxAbs(c.want), c.floor)
 		if e, at := maxAbsErr(c.got, c.want); !(e <= bound) {
 			t.Errorf("float64 %s: error %.3g > bound %.3g (got %v, want %v)",
 				describe(c.name, p, at), e, bound, c.got[at], c.want[at])
@@ -129,7 +129,8 @@ func check64(t *testing.T, p kernels.Params, got, want result[float64], q, k, v,
 }
 
 // check32 requires every output within twice the error of the naive
-// baseline in precision prec, plus two rounding units of its magnitude.
+// baseline in precision prec, plus two rounding units of its floor (see
+// checks) or of its own magnitude, whichever is larger.
 func check32(t *testing.T, p kernels.Params, prec Precision, got result[float32], want result[float64], q, k, v, do []float32) {
 	t.Helper()
 	base := naive32(p, prec, q, k, v, do)
@@ -138,7 +139,7 @@ func check32(t *testing.T, p kernels.Params, prec Precision, got result[float32]
 	unit := roundingUnit(prec)
 	for i, c := range checks(p, got, want, q64, k64, v64, do64) {
 		naiveErr, _ := maxAbsErr(baseChecks[i].got, c.want)
-		bound := 2*naiveErr + 2*unit*max(maxAbs(c.want), c.natural)
+		bound := 2*naiveErr + 2*unit*max(maxAbs(c.want), c.floor)
 		if e, at := maxAbsErr(c.got, c.want); !(e <= bound) {
 			t.Errorf("%v %s: error %.3g > bound %.3g (naive %v error %.3g; got %v, want %v)",
 				prec, describe(c.name, p, at), e, bound, prec, naiveErr, c.got[at], c.want[at])
