@@ -30,12 +30,18 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 		return err
 	}
 	heads := p.B * p.H
-	// Kᵀ per head, so that S = Q·Kᵀ is a plain row-major GEMM whose inner
-	// loop runs along contiguous keys.
-	kt := make([]T, p.KLen())
-	parallelFor(workers, heads, func(_, bh int) {
-		off := bh * p.Nk * p.D
-		transpose(p.Nk, p.D, k[off:], p.D, kt[off:], p.Nk)
+	kBlocks := ceilDiv(p.Nk, blockCols)
+	// Kᵀ of every key block, D×Bc with row stride Bc, so that S = Q·Kᵀ is
+	// a plain row-major GEMM whose inner loop runs along contiguous keys.
+	// Blocks rather than one D×Nk matrix per head: a row stride of Nk
+	// floats, a multiple of 4 KiB for the usual N, would map all D rows of a
+	// block onto the same few L1 sets.
+	ktBlock := p.D * blockCols
+	kt := make([]T, heads*kBlocks*ktBlock)
+	parallelFor(workers, heads*kBlocks, func(_, unit int) {
+		bh, kb := unit/kBlocks, unit%kBlocks
+		cols := min(blockCols, p.Nk-kb*blockCols)
+		transpose(cols, p.D, k[(bh*p.Nk+kb*blockCols)*p.D:], p.D, kt[unit*ktBlock:], blockCols)
 	})
 
 	qBlocks := ceilDiv(p.Nq, blockRows)
@@ -50,14 +56,15 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 		rows := min(blockRows, p.Nq-row0)
 		qOff, kOff := (bh*p.Nq+row0)*p.D, bh*p.Nk*p.D
 		forwardRowBlock(ops, scratch[w], p, row0, rows,
-			q[qOff:qOff+rows*p.D], kt[kOff:kOff+p.Nk*p.D], v[kOff:kOff+p.Nk*p.D],
+			q[qOff:qOff+rows*p.D], kt[bh*kBlocks*ktBlock:(bh+1)*kBlocks*ktBlock], v[kOff:kOff+p.Nk*p.D],
 			o[qOff:qOff+rows*p.D], lse[bh*p.Nq+row0:bh*p.Nq+row0+rows])
 	})
 	return nil
 }
 
 // forwardRowBlock computes rows [row0, row0+rows) of one head: q and o hold
-// those rows, kt is the head's Kᵀ (D×Nk) and v its V (Nk×D).
+// those rows, kt is the head's Kᵀ by key blocks (D×Bc each) and v its V
+// (Nk×D).
 func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p kernels.Params, row0, rows int, q, kt, v, o, lse []T) {
 	d := p.D
 	scale := T(p.Scale)
@@ -77,7 +84,7 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p k
 			clear(s[r*blockCols : r*blockCols+cols])
 		}
 		// S = (scale·Q)·Kᵀ for this key block.
-		ops.gemm(rows, cols, d, sc.qs, d, kt[col0:], p.Nk, s, blockCols)
+		ops.gemm(rows, cols, d, sc.qs, d, kt[col0*d:], blockCols, s, blockCols)
 		for r := range rows {
 			sr := s[r*blockCols : r*blockCols+cols]
 			// Keys past the row's causal limit are masked; only the last
