@@ -32,6 +32,10 @@ type Backend struct {
 	mod    cu.Module
 	simt   map[int]map[int]*simtKernels // element size → padded D → kernels
 	dotDoO map[int]cu.Function          // element size → D = rowsum(dO∘O)
+	// Tensor-core forward of the backend's precision (BF16, FP16) by padded
+	// D, or the error that kernel gave when loading.
+	mmaFwd    map[int]*fwdKernel
+	mmaFwdErr map[int]error
 }
 
 var _ kernels.Backend = (*Backend)(nil)
@@ -66,8 +70,10 @@ func NewBackend(opts ...Option) (*Backend, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if cfg.prec != FP32 {
-		return nil, fmt.Errorf("%w: precision %v has no kernels yet (only fp32 does)", ErrUnsupported, cfg.prec)
+	switch cfg.prec {
+	case FP32, BF16, FP16:
+	default:
+		return nil, fmt.Errorf("%w: precision %v has no kernels yet", ErrUnsupported, cfg.prec)
 	}
 	n, err := cu.NumDevices()
 	if err != nil {
@@ -132,6 +138,24 @@ func (b *Backend) open(cfg config) (err error) {
 			return fmt.Errorf("cudakernels: kernel %s: %w", name, err)
 		}
 	}
+	if b.prec == BF16 || b.prec == FP16 {
+		b.mmaFwd, b.mmaFwdErr = map[int]*fwdKernel{}, map[int]error{}
+		for _, dp := range headDims {
+			if dp > mmaVerifiedDim {
+				b.mmaFwdErr[dp] = fmt.Errorf("%w: the %v forward for head dimensions above %d has not been verified on a device yet", ErrUnsupported, b.prec, mmaVerifiedDim)
+				continue
+			}
+			f, err := loadMmaForward(b.mod, b.prec, dp, maxSmem)
+			switch {
+			case errors.Is(err, ErrUnsupported):
+				b.mmaFwdErr[dp] = err // only calls with this D fail
+			case err != nil:
+				return err
+			default:
+				b.mmaFwd[dp] = f
+			}
+		}
+	}
 	return nil
 }
 
@@ -181,7 +205,7 @@ func (b *Backend) Close() error {
 	return nil
 }
 
-// Name reports the backend and its float32 precision, e.g. "cuda-fp32".
+// Name reports the backend and its float32 precision, e.g. "cuda-bf16".
 func (b *Backend) Name() string { return b.name }
 
 var errClosed = errors.New("cudakernels: backend is closed")
@@ -196,7 +220,8 @@ func (b *Backend) run(fn func() error) error {
 	return b.w.do(fn)
 }
 
-// Forward32 implements kernels.Backend in the backend's precision.
+// Forward32 implements kernels.Backend in the backend's precision: on CUDA
+// cores for FP32, on tensor cores for BF16 and FP16.
 func (b *Backend) Forward32(p kernels.Params, q, k, v, o, lse []float32) error {
 	return forward(b, p, q, k, v, o, lse)
 }
@@ -206,8 +231,15 @@ func (b *Backend) Forward64(p kernels.Params, q, k, v, o, lse []float64) error {
 	return forward(b, p, q, k, v, o, lse)
 }
 
-// Backward32 implements kernels.Backend in the backend's precision.
+// Backward32 implements kernels.Backend for FP32. In BF16 and FP16 mode it
+// returns an error wrapping ErrUnsupported: the float32 CUDA-core backward
+// does not round its operands as the low-precision forward did, so its
+// gradients are not those of that forward (dP − D no longer cancels where it
+// should), and there is no tensor-core backward yet.
 func (b *Backend) Backward32(p kernels.Params, q, k, v, o, lse, do, dq, dk, dv []float32) error {
+	if b.prec != FP32 {
+		return fmt.Errorf("%w: the %v backward is not implemented yet; use an FP32 backend for gradients", ErrUnsupported, b.prec)
+	}
 	return backward(b, p, q, k, v, o, lse, do, dq, dk, dv)
 }
 
@@ -226,7 +258,8 @@ func download[T kernels.Float](dst []T, src cu.DevicePtr) error {
 	return cu.MemcpyDtoH(unsafe.Pointer(&dst[0]), src, sizeOf(dst))
 }
 
-// kernelsFor picks the kernels for element type T and head dimension d.
+// kernelsFor picks the CUDA-core kernels for element type T and head
+// dimension d.
 func kernelsFor[T kernels.Float](b *Backend, d int) (*simtKernels, int, error) {
 	dp, err := paddedDim(d)
 	if err != nil {
@@ -237,6 +270,23 @@ func kernelsFor[T kernels.Float](b *Backend, d int) (*simtKernels, int, error) {
 	return b.simt[elem][dp], elem, nil
 }
 
+// forwardFor picks the forward kernel for element type T and head dimension
+// d: the tensor-core one for float32 in BF16 and FP16 mode, else CUDA cores.
+func forwardFor[T kernels.Float](b *Backend, d int) (*fwdKernel, error) {
+	ks, elem, err := kernelsFor[T](b, d)
+	if err != nil {
+		return nil, err
+	}
+	if elem == 8 || b.mmaFwd == nil {
+		return &ks.fwd, nil
+	}
+	dp, _ := paddedDim(d)
+	if err := b.mmaFwdErr[dp]; err != nil {
+		return nil, err
+	}
+	return b.mmaFwd[dp], nil
+}
+
 func forward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse []T) error {
 	if err := kernels.CheckForward(p, q, k, v, o, lse); err != nil {
 		return err
@@ -245,7 +295,7 @@ func forward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse []T)
 		return err
 	}
 	return b.run(func() (err error) {
-		ks, _, err := kernelsFor[T](b, p.D)
+		f, err := forwardFor[T](b, p.D)
 		if err != nil {
 			return err
 		}
@@ -263,7 +313,7 @@ func forward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse []T)
 				return fmt.Errorf("cudakernels: copy to device: %w", err)
 			}
 		}
-		if err := ks.launchForward(p, buf); err != nil {
+		if err := f.launch(p, buf); err != nil {
 			return fmt.Errorf("cudakernels: forward launch: %w", err)
 		}
 		if err := cu.Synchronize(); err != nil {

@@ -28,17 +28,28 @@ func benchShapes() []kernels.Params {
 	return ps
 }
 
-// BenchmarkFP32 times the float32 kernels on device-resident random data
-// with CUDA events, flushing the L2 cache before each launch, and reports
-// the median as TFLOP/s (FLOPs as in kernels.Params).
-func BenchmarkFP32(b *testing.B) {
-	be := newTestBackend(b)
-	for _, p := range benchShapes() {
-		for _, pass := range []string{"fwd", "bwd"} {
-			b.Run(fmt.Sprintf("%s/D%d_N%d_B%d_H%d_causal=%v", pass, p.D, p.Nq, p.B, p.H, p.Causal), func(b *testing.B) {
-				benchKernels(b, be, p, pass == "bwd")
+// BenchmarkForward and BenchmarkBackward time the float32 entry points'
+// kernels on device-resident random data with CUDA events, flushing the L2
+// cache before each launch, and report the median as TFLOP/s (FLOPs as in
+// kernels.Params). The backward runs on CUDA cores in every precision, so it
+// is timed for FP32 only.
+func BenchmarkForward(b *testing.B) {
+	for _, prec := range []Precision{FP32, BF16, FP16} {
+		be := newTestBackend(b, WithPrecision(prec))
+		for _, p := range benchShapes() {
+			b.Run(fmt.Sprintf("%v/D%d_N%d_B%d_H%d_causal=%v", prec, p.D, p.Nq, p.B, p.H, p.Causal), func(b *testing.B) {
+				benchKernels(b, be, p, false)
 			})
 		}
+	}
+}
+
+func BenchmarkBackward(b *testing.B) {
+	be := newTestBackend(b)
+	for _, p := range benchShapes() {
+		b.Run(fmt.Sprintf("fp32/D%d_N%d_B%d_H%d_causal=%v", p.D, p.Nq, p.B, p.H, p.Causal), func(b *testing.B) {
+			benchKernels(b, be, p, true)
+		})
 	}
 }
 
@@ -48,12 +59,15 @@ func benchKernels(b *testing.B, be *Backend, p kernels.Params, backward bool) {
 		flush      cu.DevicePtr
 		start, end cu.Event
 		ks         *simtKernels
+		fwd        *fwdKernel
 		buf        bwdBuffers
 	)
 	const flushBytes = 256 << 20 // several times the 60 MB L2
 	setup := func() (err error) {
-		ks, _, err = kernelsFor[float32](be, p.D)
-		if err != nil {
+		if ks, _, err = kernelsFor[float32](be, p.D); err != nil {
+			return err
+		}
+		if fwd, err = forwardFor[float32](be, p.D); err != nil {
 			return err
 		}
 		q4, k4, l4 := int64(p.QLen())*4, int64(p.KLen())*4, int64(p.LSELen())*4
@@ -73,7 +87,7 @@ func benchKernels(b *testing.B, be *Backend, p kernels.Params, backward bool) {
 			}
 		}
 		// The backward needs a real O and LSE.
-		if err := ks.launchForward(p, fwdBuffers{buf.q, buf.k, buf.v, buf.o, buf.lse}); err != nil {
+		if err := fwd.launch(p, fwdBuffers{buf.q, buf.k, buf.v, buf.o, buf.lse}); err != nil {
 			return err
 		}
 		if start, err = cu.MakeEvent(cu.DefaultEvent); err != nil {
@@ -106,7 +120,7 @@ func benchKernels(b *testing.B, be *Backend, p kernels.Params, backward bool) {
 			if backward {
 				err = ks.launchBackward(be.dotDoO[4], p, buf)
 			} else {
-				err = ks.launchForward(p, fwdBuffers{buf.q, buf.k, buf.v, buf.o, buf.lse})
+				err = fwd.launch(p, fwdBuffers{buf.q, buf.k, buf.v, buf.o, buf.lse})
 			}
 			if err != nil {
 				return err

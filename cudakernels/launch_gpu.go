@@ -30,7 +30,8 @@ func paddedDim(d int) (int, error) {
 // simtKernels are the CUDA-core kernels for one element type and padded head
 // dimension.
 type simtKernels struct {
-	fwd, dkdv, dq       cu.Function
+	fwd                 fwdKernel
+	dkdv, dq            cu.Function
 	tile                int // rows per tile; blocks have tile·8 threads
 	fwdSmem, bwdSmem    int // dynamic shared memory in bytes
 	elemSize, paddedDim int
@@ -68,27 +69,16 @@ func loadSimt(mod cu.Module, elemSize, dp, maxSmem int) (*simtKernels, error) {
 	ks.fwdSmem = simtFwdSmem(elemSize, dp, ks.tile)
 	ks.bwdSmem = simtBwdSmem(elemSize, dp, ks.tile)
 	suffix := fmt.Sprintf("%s_d%d", typeName(elemSize), dp)
-	for _, k := range []struct {
-		fn   *cu.Function
-		name string
-		smem int
-	}{
-		{&ks.fwd, "flash_fwd_simt_" + suffix, ks.fwdSmem},
-		{&ks.dkdv, "flash_bwd_dkdv_simt_" + suffix, ks.bwdSmem},
-		{&ks.dq, "flash_bwd_dq_simt_" + suffix, ks.bwdSmem},
-	} {
-		fn, err := mod.Function(k.name)
-		if err != nil {
-			return nil, fmt.Errorf("cudakernels: kernel %s: %w", k.name, err)
-		}
-		if k.smem > maxSmem {
-			// Only reachable on devices with less shared memory than sm_80.
-			return nil, fmt.Errorf("%w: kernel %s needs %d bytes of shared memory, the device allows %d", ErrUnsupported, k.name, k.smem, maxSmem)
-		}
-		if err := setMaxDynamicSmem(fn, k.smem); err != nil {
-			return nil, fmt.Errorf("cudakernels: kernel %s: %w", k.name, err)
-		}
-		*k.fn = fn
+	ks.fwd = fwdKernel{name: "flash_fwd_simt_" + suffix, rows: ks.tile, threads: ks.tile * 8, smem: ks.fwdSmem}
+	var err error
+	if ks.fwd.fn, err = lookup(mod, ks.fwd.name, ks.fwdSmem, maxSmem); err != nil {
+		return nil, err
+	}
+	if ks.dkdv, err = lookup(mod, "flash_bwd_dkdv_simt_"+suffix, ks.bwdSmem, maxSmem); err != nil {
+		return nil, err
+	}
+	if ks.dq, err = lookup(mod, "flash_bwd_dq_simt_"+suffix, ks.bwdSmem, maxSmem); err != nil {
+		return nil, err
 	}
 	return ks, nil
 }
@@ -137,15 +127,73 @@ type bwdBuffers struct {
 	q, k, v, o, lse, do, delta, dq, dk, dv cu.DevicePtr
 }
 
-// launchForward enqueues the forward kernel on the default stream.
-func (ks *simtKernels) launchForward(p kernels.Params, buf fwdBuffers) error {
-	grid, err := gridFor(p, p.Nq, ks.tile)
+// A fwdKernel is a forward kernel of either family with its launch shape:
+// one block per rows query rows of one (batch, head). All forward kernels
+// share the argument list of csrc/flash.cu.
+type fwdKernel struct {
+	fn            cu.Function
+	name          string
+	rows, threads int
+	smem          int // dynamic shared memory in bytes
+}
+
+// launch enqueues the forward kernel on the default stream.
+func (f *fwdKernel) launch(p kernels.Params, buf fwdBuffers) error {
+	grid, err := gridFor(p, p.Nq, f.rows)
 	if err != nil {
 		return err
 	}
-	return ks.fwd.Launch(grid, 1, 1, ks.tile*8, 1, 1, ks.fwdSmem, cu.Stream{}, args(
+	return f.fn.Launch(grid, 1, 1, f.threads, 1, 1, f.smem, cu.Stream{}, args(
 		buf.q, buf.k, buf.v, buf.o, buf.lse,
 		int64(p.Nq), int64(p.Nk), int64(p.D), bool64(p.Causal), p.Scale))
+}
+
+// lookup finds name in mod and allows it smem bytes of dynamic shared
+// memory.
+func lookup(mod cu.Module, name string, smem, maxSmem int) (cu.Function, error) {
+	fn, err := mod.Function(name)
+	if err != nil {
+		return fn, fmt.Errorf("cudakernels: kernel %s: %w", name, err)
+	}
+	if smem > maxSmem {
+		return fn, fmt.Errorf("%w: kernel %s needs %d bytes of shared memory, the device allows %d", ErrUnsupported, name, smem, maxSmem)
+	}
+	if err := setMaxDynamicSmem(fn, smem); err != nil {
+		return fn, fmt.Errorf("cudakernels: kernel %s: %w", name, err)
+	}
+	return fn, nil
+}
+
+// mmaVerifiedDim is the largest padded head dimension whose tensor-core
+// forward has passed the checks on a device. csrc/flash.cu also builds
+// D = 256 (key tiles of 32), which stays off until it has.
+const mmaVerifiedDim = 128
+
+// mmaBK mirrors the key-tile sizes of the tensor-core forward in
+// csrc/flash.cu, and mmaFwdSmem the layout of csrc/fwd_mma.cuh
+// (fwd_smem_floats), in bytes.
+func mmaBK(dp int) int {
+	if dp == 256 {
+		return 32
+	}
+	return 64
+}
+
+func mmaFwdSmem(dp int) int {
+	const bq = 64
+	bk := mmaBK(dp)
+	return 4 * (bq*(dp+8) + 2*bk*(dp+8) + 2*bk*(dp+4))
+}
+
+// loadMmaForward looks up the tensor-core forward for precision prec (BF16
+// or FP16) and padded head dimension dp. A kernel that does not fit the
+// device's shared memory yields an error wrapping ErrUnsupported, returned
+// by calls that need it.
+func loadMmaForward(mod cu.Module, prec Precision, dp, maxSmem int) (*fwdKernel, error) {
+	f := &fwdKernel{name: fmt.Sprintf("flash_fwd_mma_%v_d%d", prec, dp), rows: 64, threads: 128, smem: mmaFwdSmem(dp)}
+	var err error
+	f.fn, err = lookup(mod, f.name, f.smem, maxSmem)
+	return f, err
 }
 
 // launchBackward enqueues the three backward kernels: D = rowsum(dO∘O), then

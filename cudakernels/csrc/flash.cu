@@ -46,3 +46,24 @@ FLASH_SIMT(f64, double, 256, 16)
 
 FLASH_DOT_DO_O(f32, float)
 FLASH_DOT_DO_O(f64, double)
+
+// Tensor-core forward: float32 in and out, operands rounded to bf16 or fp16
+// on chip. Key tiles of 64 rows, 32 at D = 256 (register and shared-memory
+// budget); launch_gpu.go's mmaBK must match.
+#include "fwd_mma.cuh"
+
+#define FLASH_FWD_MMA(NAME, E, DP, BK)                                                                       \
+  extern "C" __global__ void __launch_bounds__(flash::mma::kFwdThreads)                                    \
+      flash_fwd_mma_##NAME##_d##DP(const float* q, const float* k, const float* v, float* o, float* lse,    \
+                                   long long nq, long long nk, long long dim, long long causal, double scale) { \
+    flash::mma::fwd_1rowblock<flash::mma::E, DP, BK>(q, k, v, o, lse, nq, nk, dim, causal != 0, scale);     \
+  }
+
+FLASH_FWD_MMA(bf16, BF16, 32, 64)
+FLASH_FWD_MMA(bf16, BF16, 64, 64)
+FLASH_FWD_MMA(bf16, BF16, 128, 64)
+FLASH_FWD_MMA(bf16, BF16, 256, 32)
+FLASH_FWD_MMA(fp16, FP16, 32, 64)
+FLASH_FWD_MMA(fp16, FP16, 64, 64)
+FLASH_FWD_MMA(fp16, FP16, 128, 64)
+FLASH_FWD_MMA(fp16, FP16, 256, 32)
