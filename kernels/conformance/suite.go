@@ -15,9 +15,35 @@ import (
 // relative to the magnitude of each output.
 const float64Tolerance = 1e-10
 
-// Run checks backend b. prec is the arithmetic of b's float32 path; it picks
-// the naive baseline that sets the float32 tolerance.
+// Run checks backend b, forward and backward. prec is the arithmetic of b's
+// float32 path; it picks the naive baseline that sets the float32 tolerance.
 func Run(t *testing.T, b kernels.Backend, prec Precision) {
+	run(t, subject{Backend: b}, prec)
+}
+
+// RunForward checks only the forward of b (O and LSE), for a backend whose
+// backward does not exist yet in precision prec. It never calls Backward32
+// or Backward64.
+func RunForward(t *testing.T, b kernels.Backend, prec Precision) {
+	run(t, subject{Backend: b, forwardOnly: true}, prec)
+}
+
+// subject is the backend under test and how much of it to check.
+type subject struct {
+	kernels.Backend
+	forwardOnly bool
+}
+
+// outputs is how many of the outputs listed by checks apply: all five, or
+// O and LSE alone.
+func (b subject) outputs() int {
+	if b.forwardOnly {
+		return 2
+	}
+	return 5
+}
+
+func run(t *testing.T, b subject, prec Precision) {
 	t.Run("golden", func(t *testing.T) { testGolden(t, b, prec) })
 	t.Run("sweep", func(t *testing.T) { testSweep(t, b, prec) })
 	t.Run("sharp-softmax", func(t *testing.T) { testSharpSoftmax(t, b, prec) })
@@ -80,15 +106,17 @@ func newResult[T kernels.Float](p kernels.Params) result[T] {
 
 // run64 and run32 call the backend's forward then backward, and fail the
 // test if the inputs changed.
-func run64(t *testing.T, b kernels.Backend, p kernels.Params, q, k, v, do []float64) result[float64] {
+func run64(t *testing.T, b subject, p kernels.Params, q, k, v, do []float64) result[float64] {
 	t.Helper()
 	in := [][]float64{slices.Clone(q), slices.Clone(k), slices.Clone(v), slices.Clone(do)}
 	r := newResult[float64](p)
 	if err := b.Forward64(p, q, k, v, r.o, r.lse); err != nil {
 		t.Fatalf("Forward64(%+v): %v", p, err)
 	}
-	if err := b.Backward64(p, q, k, v, r.o, r.lse, do, r.dq, r.dk, r.dv); err != nil {
-		t.Fatalf("Backward64(%+v): %v", p, err)
+	if !b.forwardOnly {
+		if err := b.Backward64(p, q, k, v, r.o, r.lse, do, r.dq, r.dk, r.dv); err != nil {
+			t.Fatalf("Backward64(%+v): %v", p, err)
+		}
 	}
 	for i, x := range [][]float64{q, k, v, do} {
 		if !slices.Equal(x, in[i]) {
@@ -98,15 +126,17 @@ func run64(t *testing.T, b kernels.Backend, p kernels.Params, q, k, v, do []floa
 	return r
 }
 
-func run32(t *testing.T, b kernels.Backend, p kernels.Params, q, k, v, do []float32) result[float32] {
+func run32(t *testing.T, b subject, p kernels.Params, q, k, v, do []float32) result[float32] {
 	t.Helper()
 	in := [][]float32{slices.Clone(q), slices.Clone(k), slices.Clone(v), slices.Clone(do)}
 	r := newResult[float32](p)
 	if err := b.Forward32(p, q, k, v, r.o, r.lse); err != nil {
 		t.Fatalf("Forward32(%+v): %v", p, err)
 	}
-	if err := b.Backward32(p, q, k, v, r.o, r.lse, do, r.dq, r.dk, r.dv); err != nil {
-		t.Fatalf("Backward32(%+v): %v", p, err)
+	if !b.forwardOnly {
+		if err := b.Backward32(p, q, k, v, r.o, r.lse, do, r.dq, r.dk, r.dv); err != nil {
+			t.Fatalf("Backward32(%+v): %v", p, err)
+		}
 	}
 	for i, x := range [][]float32{q, k, v, do} {
 		if !slices.Equal(x, in[i]) {
@@ -117,9 +147,9 @@ func run32(t *testing.T, b kernels.Backend, p kernels.Params, q, k, v, do []floa
 }
 
 // check64 requires every output within float64Tolerance of the reference.
-func check64(t *testing.T, p kernels.Params, got, want result[float64], q, k, v, do []float64) {
+func check64(t *testing.T, b subject, p kernels.Params, got, want result[float64], q, k, v, do []float64) {
 	t.Helper()
-	for _, c := range checks(p, got, want, q, k, v, do) {
+	for _, c := range checks(p, got, want, q, k, v, do)[:b.outputs()] {
 		bound := float64Tolerance * max(maxAbs(c.want), c.floor)
 		if e, at := maxAbsErr(c.got, c.want); !(e <= bound) {
 			t.Errorf("float64 %s: error %.3g > bound %.3g (got %v, want %v)",
@@ -131,13 +161,13 @@ func check64(t *testing.T, p kernels.Params, got, want result[float64], q, k, v,
 // check32 requires every output within twice the error of the naive
 // baseline in precision prec, plus two rounding units of its floor (see
 // checks) or of its own magnitude, whichever is larger.
-func check32(t *testing.T, p kernels.Params, prec Precision, got result[float32], want result[float64], q, k, v, do []float32) {
+func check32(t *testing.T, b subject, p kernels.Params, prec Precision, got result[float32], want result[float64], q, k, v, do []float32) {
 	t.Helper()
 	base := naive32(p, prec, q, k, v, do)
 	q64, k64, v64, do64 := widen(q), widen(k), widen(v), widen(do)
 	baseChecks := checks(p, base, want, q64, k64, v64, do64)
 	unit := roundingUnit(prec)
-	for i, c := range checks(p, got, want, q64, k64, v64, do64) {
+	for i, c := range checks(p, got, want, q64, k64, v64, do64)[:b.outputs()] {
 		naiveErr, _ := maxAbsErr(baseChecks[i].got, c.want)
 		bound := 2*naiveErr + 2*unit*max(maxAbs(c.want), c.floor)
 		if e, at := maxAbsErr(c.got, c.want); !(e <= bound) {
@@ -159,7 +189,7 @@ func roundingUnit(prec Precision) float64 {
 	return 1.0 / (1 << 24)
 }
 
-func testGolden(t *testing.T, b kernels.Backend, prec Precision) {
+func testGolden(t *testing.T, b subject, prec Precision) {
 	cases, err := loadGolden()
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +198,7 @@ func testGolden(t *testing.T, b kernels.Backend, prec Precision) {
 		t.Run(c.Name, func(t *testing.T) {
 			want := result[float64]{c.O, c.LSE, c.DQ, c.DK, c.DV}
 			got := run64(t, b, c.Params, c.Q, c.K, c.V, c.DO)
-			check64(t, c.Params, got, want, c.Q, c.K, c.V, c.DO)
+			check64(t, b, c.Params, got, want, c.Q, c.K, c.V, c.DO)
 			// The float32 path sees the inputs rounded to float32; its
 			// reference is recomputed from exactly those inputs.
 			q, k, v, do := narrow(c.Q), narrow(c.K), narrow(c.V), narrow(c.DO)
@@ -177,7 +207,7 @@ func testGolden(t *testing.T, b kernels.Backend, prec Precision) {
 				t.Fatal(err)
 			}
 			got32 := run32(t, b, c.Params, q, k, v, do)
-			check32(t, c.Params, prec, got32, want32, q, k, v, do)
+			check32(t, b, c.Params, prec, got32, want32, q, k, v, do)
 		})
 	}
 }
@@ -209,7 +239,7 @@ func sweepParams(short bool) []kernels.Params {
 	return ps
 }
 
-func testSweep(t *testing.T, b kernels.Backend, prec Precision) {
+func testSweep(t *testing.T, b subject, prec Precision) {
 	for i, p := range sweepParams(testing.Short()) {
 		name := fmt.Sprintf("B%dH%d_Nq%d_Nk%d_D%d_causal=%v", p.B, p.H, p.Nq, p.Nk, p.D, p.Causal)
 		t.Run(name, func(t *testing.T) {
@@ -220,21 +250,21 @@ func testSweep(t *testing.T, b kernels.Backend, prec Precision) {
 }
 
 // checkProblem runs both paths on pr and checks them against the reference.
-func checkProblem(t *testing.T, b kernels.Backend, prec Precision, pr problem) {
+func checkProblem(t *testing.T, b subject, prec Precision, pr problem) {
 	t.Helper()
 	q, k, v, do := widen(pr.q), widen(pr.k), widen(pr.v), widen(pr.do)
 	want, err := reference(pr.p, q, k, v, do)
 	if err != nil {
 		t.Fatal(err)
 	}
-	check64(t, pr.p, run64(t, b, pr.p, q, k, v, do), want, q, k, v, do)
-	check32(t, pr.p, prec, run32(t, b, pr.p, pr.q, pr.k, pr.v, pr.do), want, pr.q, pr.k, pr.v, pr.do)
+	check64(t, b, pr.p, run64(t, b, pr.p, q, k, v, do), want, q, k, v, do)
+	check32(t, b, pr.p, prec, run32(t, b, pr.p, pr.q, pr.k, pr.v, pr.do), want, pr.q, pr.k, pr.v, pr.do)
 }
 
 // testSharpSoftmax makes the row maximum grow from one key block to the next,
 // so the online softmax must rescale its accumulator many times, with scores
 // spanning about ±60.
-func testSharpSoftmax(t *testing.T, b kernels.Backend, prec Precision) {
+func testSharpSoftmax(t *testing.T, b subject, prec Precision) {
 	p := kernels.Params{B: 1, H: 2, Nq: 300, Nk: 700, D: 64, Scale: 0.125, Causal: true}
 	pr := randomProblem(p, 99)
 	for i := range pr.q {
@@ -249,7 +279,7 @@ func testSharpSoftmax(t *testing.T, b kernels.Backend, prec Precision) {
 
 // testRowsWithoutKeys checks the rows a bottom-right causal mask leaves
 // empty when Nq > Nk: exact zeros and +Inf, no NaN.
-func testRowsWithoutKeys(t *testing.T, b kernels.Backend) {
+func testRowsWithoutKeys(t *testing.T, b subject) {
 	p := kernels.Params{B: 2, H: 3, Nq: 150, Nk: 20, D: 32, Scale: 0.2, Causal: true}
 	pr := randomProblem(p, 7)
 	r32 := run32(t, b, p, pr.q, pr.k, pr.v, pr.do)
@@ -281,7 +311,7 @@ func testRowsWithoutKeys(t *testing.T, b kernels.Backend) {
 
 // testDeterminism runs a problem large enough to use every parallel path
 // twice and requires bit-identical results.
-func testDeterminism(t *testing.T, b kernels.Backend) {
+func testDeterminism(t *testing.T, b subject) {
 	p := kernels.Params{B: 1, H: 3, Nq: 300, Nk: 700, D: 40, Scale: 0.15, Causal: true}
 	pr := randomProblem(p, 11)
 	first, second := run32(t, b, p, pr.q, pr.k, pr.v, pr.do), run32(t, b, p, pr.q, pr.k, pr.v, pr.do)
@@ -301,7 +331,7 @@ func testDeterminism(t *testing.T, b kernels.Backend) {
 
 // testBadArguments requires an error wrapping kernels.ErrInvalidParams, not
 // a panic, for invalid parameters and slice lengths.
-func testBadArguments(t *testing.T, b kernels.Backend) {
+func testBadArguments(t *testing.T, b subject) {
 	good := kernels.Params{B: 1, H: 2, Nq: 5, Nk: 7, D: 8, Scale: 0.3}
 	pr := randomProblem(good, 3)
 	r := newResult[float32](good)
@@ -328,6 +358,10 @@ func testBadArguments(t *testing.T, b kernels.Backend) {
 		"long dv": func() error {
 			return b.Backward32(good, pr.q, pr.k, pr.v, r.o, r.lse, pr.do, r.dq, r.dk, append(r.dv, 0))
 		},
+	}
+	if b.forwardOnly {
+		delete(bad, "short lse")
+		delete(bad, "long dv")
 	}
 	for name, call := range bad {
 		t.Run(name, func(t *testing.T) {
