@@ -64,13 +64,16 @@ type tensorCheck[T kernels.Float] struct {
 // dQ and dK vanish, yet any summation order other than the naive one leaves
 // this residue. dQ sums such terms against K with weights P that add up to 1
 // along a row; dK sums them against Q with weights that add up to the
-// column mass c = max_j Σ_i P_ij, so its residues grow like √c.
+// column mass c = max_j Σ_i P_ij, so its residues grow like √c. The scores
+// S = scale·Q·Kᵀ are themselves dot products of length D, so LSE carries
+// about √D·u·|scale|·|Q|·|K| on top of the rounding of its own value.
 func checks[T kernels.Float](p kernels.Params, got result[T], want result[float64], q, k, v, do []float64) []tensorCheck[T] {
 	dS := math.Sqrt(float64(p.D)) * math.Abs(p.Scale) * maxAbs(do) * maxAbs(v)
 	mass := math.Sqrt(columnMass(p, q, k, want.lse))
+	scores := math.Sqrt(float64(p.D)) * math.Abs(p.Scale) * maxAbs(q) * maxAbs(k)
 	return []tensorCheck[T]{
 		{"O", got.o, want.o, maxAbs(v)},
-		{"LSE", got.lse, want.lse, maxAbs(want.lse)},
+		{"LSE", got.lse, want.lse, maxAbs(want.lse) + scores},
 		{"dQ", got.dq, want.dq, dS * maxAbs(k)},
 		{"dK", got.dk, want.dk, dS * maxAbs(q) * mass},
 		{"dV", got.dv, want.dv, maxAbs(do) * mass},
