@@ -100,12 +100,17 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p k
 				clear(sr)
 				continue
 			}
-			alpha := T(math.Exp(float64(sc.m[r] - mNew))) // 0 on the first visible block
-			sc.l[r] = sc.l[r]*alpha + ops.expShift(sr, mNew)
-			sc.m[r] = mNew
-			if alpha != 1 {
-				ops.scale(sc.acc[r*d:(r+1)*d], alpha)
+			sum := ops.expShift(sr, mNew)
+			if mNew == sc.m[r] {
+				// The maximum did not move, the common case after the
+				// first blocks: no rescaling, and no scalar exp.
+				sc.l[r] += sum
+				continue
 			}
+			alpha := T(math.Exp(float64(sc.m[r] - mNew))) // 0 on the first visible block
+			sc.l[r] = sc.l[r]*alpha + sum
+			sc.m[r] = mNew
+			ops.scale(sc.acc[r*d:(r+1)*d], alpha)
 		}
 		// acc += P·V for this key block.
 		ops.gemm(rows, d, cols, s, blockCols, v[col0*d:], d, sc.acc, d)
