@@ -11,13 +11,13 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	conformance.Run(t, cpukernels.Backend{}, conformance.Float32)
+	conformance.Run(t, cpukernels.Backend{}, kernels.FP32)
 }
 
 // TestConformanceForwardOnly exercises the suite's forward-only entry point,
 // which GPU precisions without a backward rely on.
 func TestConformanceForwardOnly(t *testing.T) {
-	conformance.RunForward(t, cpukernels.Backend{}, conformance.Float32)
+	conformance.RunForward(t, cpukernels.Backend{}, kernels.FP32)
 }
 
 // TestWorkersDoNotChangeResults requires bit-identical outputs whatever the

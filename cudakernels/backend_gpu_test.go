@@ -38,7 +38,7 @@ func newTestBackend(t testing.TB, opts ...Option) *Backend {
 }
 
 func TestConformanceFP32(t *testing.T) {
-	conformance.Run(t, newTestBackend(t), conformance.Float32)
+	conformance.Run(t, newTestBackend(t), FP32)
 }
 
 func randn[T kernels.Float](rng *rand.Rand, n int) []T {

@@ -15,12 +15,9 @@ import (
 // yet: O and LSE within twice the error of a naive forward computed in that
 // precision.
 func TestForwardLowPrecision(t *testing.T) {
-	for _, c := range []struct {
-		prec Precision
-		conf conformance.Precision
-	}{{BF16, conformance.BF16}, {FP16, conformance.FP16}} {
-		b := newTestBackend(t, WithPrecision(c.prec))
-		t.Run(c.prec.String(), func(t *testing.T) { conformance.RunForward(t, b, c.conf) })
+	for _, prec := range []Precision{BF16, FP16} {
+		b := newTestBackend(t, WithPrecision(prec))
+		t.Run(prec.String(), func(t *testing.T) { conformance.RunForward(t, b, prec) })
 	}
 }
 

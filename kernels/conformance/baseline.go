@@ -14,10 +14,10 @@ type result[T kernels.Float] struct {
 // naive32 is the baseline for precision prec: attention as an eager
 // framework computes it in float32, one row at a time, with the rounding of
 // prec applied to matrix-product operands and results (see
-// Precision.rounding). For Float32 it is kernels.NaiveForward/Backward in
+// rounding). For FP32 it is kernels.NaiveForward/Backward in
 // float32 with D taken from P·dP, as autograd of softmax computes it.
-func naive32(p kernels.Params, prec Precision, q, k, v, do []float32) result[float32] {
-	in, out := prec.rounding()
+func naive32(p kernels.Params, prec kernels.Precision, q, k, v, do []float32) result[float32] {
+	in, out := rounding(prec)
 	r := result[float32]{
 		o: make([]float32, p.QLen()), lse: make([]float32, p.LSELen()),
 		dq: make([]float32, p.QLen()), dk: make([]float32, p.KLen()), dv: make([]float32, p.KLen()),

@@ -19,7 +19,7 @@
 // Float64 results must be within 1e-10 of the reference, relative to the
 // reference's largest magnitude. For float32 results no constant is tuned:
 // the same inputs go through a naive computation in the backend's precision
-// (Precision), and the backend's error must be at most twice that baseline's
+// (kernels.Precision), and the backend's error must be at most twice that baseline's
 // error, both measured against float64 — FlashAttention's own rule. On top
 // comes a floor of two rounding units times the larger of the output's own
 // magnitude and the error that rounding cannot avoid in its formula, from

@@ -1,54 +1,23 @@
 package conformance
 
 import (
-	"fmt"
 	"math"
+
+	"github.com/gorgonia-flash/flashattention/kernels"
 )
-
-// Precision names the arithmetic a backend's float32 path computes in. It
-// only selects the naive baseline that defines the float32 tolerance.
-type Precision int
-
-const (
-	// Float32 is exact single precision on CUDA cores or the CPU.
-	Float32 Precision = iota
-	// TF32 rounds matrix-multiply operands to 10 mantissa bits and
-	// accumulates in float32.
-	TF32
-	// BF16 stores matrix-multiply operands and results as bfloat16 (8
-	// mantissa bits) and accumulates in float32.
-	BF16
-	// FP16 stores matrix-multiply operands and results as IEEE half (11
-	// mantissa bits, max 65504) and accumulates in float32.
-	FP16
-)
-
-func (p Precision) String() string {
-	switch p {
-	case Float32:
-		return "fp32"
-	case TF32:
-		return "tf32"
-	case BF16:
-		return "bf16"
-	case FP16:
-		return "fp16"
-	}
-	return fmt.Sprintf("Precision(%d)", int(p))
-}
 
 // rounding returns how the naive baseline in precision p rounds the operands
 // of each matrix product (in) and each operation's result (out). This
 // mirrors an eager framework: TF32 matmuls take rounded inputs and return
 // float32, while BF16 and FP16 tensors are stored rounded.
-func (p Precision) rounding() (in, out func(float32) float32) {
+func rounding(p kernels.Precision) (in, out func(float32) float32) {
 	identity := func(x float32) float32 { return x }
 	switch p {
-	case TF32:
+	case kernels.TF32:
 		return roundMantissa(10), identity
-	case BF16:
+	case kernels.BF16:
 		return roundMantissa(7), roundMantissa(7)
-	case FP16:
+	case kernels.FP16:
 		return roundHalf, roundHalf
 	}
 	return identity, identity

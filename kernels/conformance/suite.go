@@ -17,14 +17,14 @@ const float64Tolerance = 1e-10
 
 // Run checks backend b, forward and backward. prec is the arithmetic of b's
 // float32 path; it picks the naive baseline that sets the float32 tolerance.
-func Run(t *testing.T, b kernels.Backend, prec Precision) {
+func Run(t *testing.T, b kernels.Backend, prec kernels.Precision) {
 	run(t, subject{Backend: b}, prec)
 }
 
 // RunForward checks only the forward of b (O and LSE), for a backend whose
 // backward does not exist yet in precision prec. It never calls Backward32
 // or Backward64.
-func RunForward(t *testing.T, b kernels.Backend, prec Precision) {
+func RunForward(t *testing.T, b kernels.Backend, prec kernels.Precision) {
 	run(t, subject{Backend: b, forwardOnly: true}, prec)
 }
 
@@ -43,7 +43,7 @@ func (b subject) outputs() int {
 	return 5
 }
 
-func run(t *testing.T, b subject, prec Precision) {
+func run(t *testing.T, b subject, prec kernels.Precision) {
 	t.Run("golden", func(t *testing.T) { testGolden(t, b, prec) })
 	t.Run("sweep", func(t *testing.T) { testSweep(t, b, prec) })
 	t.Run("sharp-softmax", func(t *testing.T) { testSharpSoftmax(t, b, prec) })
@@ -161,7 +161,7 @@ func check64(t *testing.T, b subject, p kernels.Params, got, want result[float64
 // check32 requires every output within twice the error of the naive
 // baseline in precision prec, plus two rounding units of its floor (see
 // checks) or of its own magnitude, whichever is larger.
-func check32(t *testing.T, b subject, p kernels.Params, prec Precision, got result[float32], want result[float64], q, k, v, do []float32) {
+func check32(t *testing.T, b subject, p kernels.Params, prec kernels.Precision, got result[float32], want result[float64], q, k, v, do []float32) {
 	t.Helper()
 	base := naive32(p, prec, q, k, v, do)
 	q64, k64, v64, do64 := widen(q), widen(k), widen(v), widen(do)
@@ -178,18 +178,18 @@ func check32(t *testing.T, b subject, p kernels.Params, prec Precision, got resu
 }
 
 // roundingUnit is half the spacing of numbers near 1 in the precision's
-// storage format: float32 for Float32 and TF32 (results are float32).
-func roundingUnit(prec Precision) float64 {
+// storage format: float32 for FP32 and TF32 (results are float32).
+func roundingUnit(prec kernels.Precision) float64 {
 	switch prec {
-	case BF16:
+	case kernels.BF16:
 		return 1.0 / (1 << 8)
-	case FP16:
+	case kernels.FP16:
 		return 1.0 / (1 << 11)
 	}
 	return 1.0 / (1 << 24)
 }
 
-func testGolden(t *testing.T, b subject, prec Precision) {
+func testGolden(t *testing.T, b subject, prec kernels.Precision) {
 	cases, err := loadGolden()
 	if err != nil {
 		t.Fatal(err)
@@ -239,7 +239,7 @@ func sweepParams(short bool) []kernels.Params {
 	return ps
 }
 
-func testSweep(t *testing.T, b subject, prec Precision) {
+func testSweep(t *testing.T, b subject, prec kernels.Precision) {
 	for i, p := range sweepParams(testing.Short()) {
 		name := fmt.Sprintf("B%dH%d_Nq%d_Nk%d_D%d_causal=%v", p.B, p.H, p.Nq, p.Nk, p.D, p.Causal)
 		t.Run(name, func(t *testing.T) {
@@ -250,7 +250,7 @@ func testSweep(t *testing.T, b subject, prec Precision) {
 }
 
 // checkProblem runs both paths on pr and checks them against the reference.
-func checkProblem(t *testing.T, b subject, prec Precision, pr problem) {
+func checkProblem(t *testing.T, b subject, prec kernels.Precision, pr problem) {
 	t.Helper()
 	q, k, v, do := widen(pr.q), widen(pr.k), widen(pr.v), widen(pr.do)
 	want, err := reference(pr.p, q, k, v, do)
@@ -264,7 +264,7 @@ func checkProblem(t *testing.T, b subject, prec Precision, pr problem) {
 // testSharpSoftmax makes the row maximum grow from one key block to the next,
 // so the online softmax must rescale its accumulator many times, with scores
 // spanning about ±60.
-func testSharpSoftmax(t *testing.T, b subject, prec Precision) {
+func testSharpSoftmax(t *testing.T, b subject, prec kernels.Precision) {
 	p := kernels.Params{B: 1, H: 2, Nq: 300, Nk: 700, D: 64, Scale: 0.125, Causal: true}
 	pr := randomProblem(p, 99)
 	for i := range pr.q {
