@@ -21,6 +21,9 @@ type options struct {
 	steps       int
 	batch       int
 	lr          float64
+	warmup      int     // steps of linear learning-rate warmup
+	lrFloor     float64 // final learning rate as a fraction of lr
+	clip        float64 // maximum global gradient norm; 0: no clipping
 	attention   model.Attention
 	device      string
 	flashOpts   []op.Option // from -device
@@ -51,8 +54,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.arch.Dim, "dim", 64, "model width (a multiple of -heads)")
 	dtype := fs.String("dtype", "float32", "float32 or float64")
 	fs.IntVar(&o.steps, "steps", 800, "optimiser steps to run (added to a resumed checkpoint's)")
-	fs.IntVar(&o.batch, "batch", 16, "sequences per step")
-	fs.Float64Var(&o.lr, "lr", 2e-3, "Adam learning rate")
+	fs.IntVar(&o.batch, "batch", 32, "sequences per step")
+	fs.Float64Var(&o.lr, "lr", 5e-3, "peak Adam learning rate")
+	fs.IntVar(&o.warmup, "warmup", 100, "steps over which the learning rate rises linearly to -lr")
+	fs.Float64Var(&o.lrFloor, "lr-floor", 0.1, "final learning rate as a fraction of -lr, reached by a cosine decay after the warmup (1: constant)")
+	fs.Float64Var(&o.clip, "clip", 1, "largest global L2 norm of the gradients; larger ones are scaled down (0: no clipping)")
 	attention := fs.String("attention", "flash", "attention path: flash or naive")
 	fs.StringVar(&o.device, "device", "cpu", "cpu, or gpu in a binary built with -tags flashgpu")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed for initialisation, batches and sampling")
@@ -100,6 +106,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		{o.steps >= 0, fmt.Sprintf("-steps = %d, must not be negative", o.steps)},
 		{o.batch >= 1, fmt.Sprintf("-batch = %d, must be at least 1", o.batch)},
 		{o.lr > 0 && !math.IsInf(o.lr, 0), fmt.Sprintf("-lr = %v, must be positive and finite", o.lr)},
+		{o.warmup >= 0, fmt.Sprintf("-warmup = %d, must not be negative", o.warmup)},
+		{o.lrFloor >= 0 && o.lrFloor <= 1, fmt.Sprintf("-lr-floor = %v, must be between 0 and 1", o.lrFloor)},
+		{o.clip >= 0 && !math.IsInf(o.clip, 0), fmt.Sprintf("-clip = %v, must not be negative", o.clip)},
 		{o.valFraction > 0 && o.valFraction < 1, fmt.Sprintf("-val = %v, must be between 0 and 1", o.valFraction)},
 		{o.evalEvery >= 1, fmt.Sprintf("-eval-every = %d, must be at least 1", o.evalEvery)},
 		{o.evalBatches >= 1, fmt.Sprintf("-eval-batches = %d, must be at least 1", o.evalBatches)},
@@ -121,4 +130,21 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		}
 	}
 	return o, nil
+}
+
+// learningRate is the rate for the i-th step (from 0) of this run's o.steps:
+// a linear warmup over o.warmup steps to o.lr, then a cosine decay to
+// o.lr·o.lrFloor at the last step. A resumed run warms up again, as its Adam
+// moments start from zero again too.
+func (o *options) learningRate(i int) float64 {
+	if i < o.warmup {
+		return o.lr * float64(i+1) / float64(o.warmup)
+	}
+	decay := o.steps - o.warmup - 1
+	if decay <= 0 {
+		return o.lr
+	}
+	progress := float64(i-o.warmup) / float64(decay)
+	floor := o.lr * o.lrFloor
+	return floor + (o.lr-floor)*0.5*(1+math.Cos(math.Pi*progress))
 }

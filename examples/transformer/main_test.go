@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,6 +31,9 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"-steps", "-1"}, "-steps = -1"},
 		{[]string{"-batch", "0"}, "-batch = 0"},
 		{[]string{"-lr", "0"}, "-lr = 0"},
+		{[]string{"-warmup", "-1"}, "-warmup = -1"},
+		{[]string{"-lr-floor", "2"}, "-lr-floor = 2"},
+		{[]string{"-clip", "-1"}, "-clip = -1"},
 		{[]string{"-val", "1"}, "-val = 1"},
 		{[]string{"-seq", "0"}, "seq = 0"},
 		{[]string{"-dtype", "float16"}, "float16"},
@@ -80,5 +84,31 @@ func TestRunAndResume(t *testing.T) {
 	err := run(tiny(out, "-steps", "1", "-resume", ck, "-dim", "32"), new(bytes.Buffer), new(bytes.Buffer))
 	if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "-dim=32 conflicts") {
 		t.Errorf("conflicting -dim: got %v", err)
+	}
+}
+
+func TestLearningRate(t *testing.T) {
+	o := &options{lr: 1e-2, warmup: 10, lrFloor: 0.1, steps: 111}
+	for _, tc := range []struct {
+		i    int
+		want float64
+	}{
+		{0, 1e-3},    // first warmup step
+		{9, 1e-2},    // warmup reaches the peak
+		{60, 5.5e-3}, // half way down the cosine
+		{110, 1e-3},  // the floor at the last step
+	} {
+		if got := o.learningRate(tc.i); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("step %d: learning rate %v, want %v", tc.i, got, tc.want)
+		}
+	}
+	for i := 1; i < o.steps; i++ {
+		if a, b := o.learningRate(i-1), o.learningRate(i); (i < o.warmup && b <= a) || (i > o.warmup && b > a) {
+			t.Errorf("steps %d → %d: learning rate %v → %v is not warmup-then-decay", i-1, i, a, b)
+		}
+	}
+	o.lrFloor = 1
+	if got := o.learningRate(80); got != o.lr {
+		t.Errorf("-lr-floor 1: learning rate %v, want the constant %v", got, o.lr)
 	}
 }

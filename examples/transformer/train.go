@@ -137,6 +137,7 @@ func train(o *options, stdout, stderr io.Writer) error {
 
 	// β₂ = 0.99 rather than 0.999: with batches this small, the slower second
 	// moment let loss spikes through at the default rate (seen at 3e-3).
+	// The learning rate is set before every step (learningRate).
 	solver := G.NewAdamSolver(G.WithLearnRate(o.lr), G.WithBeta2(adamBeta2))
 	rng := rand.New(rand.NewPCG(o.seed, uint64(step0)))
 	bar := progressbar.NewOptions(o.steps,
@@ -165,6 +166,10 @@ func train(o *options, stdout, stderr io.Writer) error {
 		if math.IsNaN(loss) || math.IsInf(loss, 0) {
 			return fmt.Errorf("step %d: loss is %v; try a smaller -lr", step, loss)
 		}
+		if _, err := trainG.ClipGradNorm(o.clip); err != nil {
+			return fmt.Errorf("step %d: %w", step, err)
+		}
+		G.WithLearnRate(o.learningRate(i))(solver)
 		if err := trainG.Step(solver); err != nil {
 			return fmt.Errorf("step %d: optimiser: %w", step, err)
 		}

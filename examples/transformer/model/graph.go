@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"math"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -252,4 +253,55 @@ func toFloat64(data any) []float64 {
 		return []float64{d}
 	}
 	panic(fmt.Sprintf("model: unexpected value data %T", data))
+}
+
+// ClipGradNorm rescales the gradients of the last Run so that their global
+// L2 norm (over all parameters together) is at most maxNorm, and returns the
+// norm before clipping. maxNorm ≤ 0 only measures. Scaling all gradients by
+// one factor keeps the step's direction, unlike clamping each element.
+func (gr *Graph) ClipGradNorm(maxNorm float64) (float64, error) {
+	if gr.grads == nil {
+		return 0, fmt.Errorf("the graph was not built for training")
+	}
+	ts := make([]tensor.Tensor, len(gr.params))
+	sq := 0.0
+	for i, p := range gr.params {
+		gv, err := p.Grad()
+		if err != nil {
+			return 0, fmt.Errorf("gradient of %s: %w", p.Name(), err)
+		}
+		t, ok := gv.(tensor.Tensor)
+		if !ok {
+			return 0, fmt.Errorf("gradient of %s is a %T, not a tensor", p.Name(), gv)
+		}
+		ts[i] = t
+		switch d := t.Data().(type) {
+		case []float32:
+			for _, x := range d {
+				sq += float64(x) * float64(x)
+			}
+		case []float64:
+			for _, x := range d {
+				sq += x * x
+			}
+		}
+	}
+	norm := math.Sqrt(sq)
+	if maxNorm <= 0 || norm <= maxNorm {
+		return norm, nil
+	}
+	f := maxNorm / norm
+	for _, t := range ts {
+		switch d := t.Data().(type) {
+		case []float32:
+			for i := range d {
+				d[i] *= float32(f)
+			}
+		case []float64:
+			for i := range d {
+				d[i] *= f
+			}
+		}
+	}
+	return norm, nil
 }

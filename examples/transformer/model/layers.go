@@ -71,7 +71,15 @@ func (b *builder) layerNorm(x *G.Node, prefix string) (*G.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	inv, err := G.InverseSqrt(veps)
+	// Not G.InverseSqrt: its gradient in gorgonia v0.9.18 is −g/(2y³) where
+	// d(x^−½)/dx·g is −g·y³/2, which left every parameter below a LayerNorm
+	// with a wrong gradient (TestGradientsMatchFiniteDifferences). Sqrt and
+	// Inverse differentiate correctly.
+	std, err := G.Sqrt(veps)
+	if err != nil {
+		return nil, err
+	}
+	inv, err := G.Inverse(std)
 	if err != nil {
 		return nil, err
 	}

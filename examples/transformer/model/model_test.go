@@ -355,3 +355,113 @@ func TestCausal(t *testing.T) {
 		}
 	}
 }
+
+// TestGradientsMatchFiniteDifferences checks the whole graph's backward pass
+// (embeddings, LayerNorm, attention reshapes, MLP, LogSoftMax loss) against
+// central differences of the loss in float64, on both attention paths. The
+// naive/flash comparison alone cannot catch a wrong gradient in the layers
+// the two paths share.
+func TestGradientsMatchFiniteDifferences(t *testing.T) {
+	cfg := Config{Vocab: 7, Seq: 6, Layers: 2, Heads: 2, Dim: 8, Dtype: "float64"}
+	m, err := New(cfg, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Move the parameters off their initial values (unit gains, zero biases)
+	// so that every term of the gradient is exercised.
+	prng := rand.New(rand.NewPCG(5, 6))
+	for _, p := range m.params {
+		d := p.t.Data().([]float64)
+		for i := range d {
+			d[i] += 0.3 * prng.NormFloat64()
+		}
+	}
+	in, tg := randomBatch(rand.New(rand.NewPCG(5, 5)), 2, cfg.Seq, cfg.Vocab)
+	eval, err := m.NewGraph(2, AttentionNaive, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loss := func() float64 {
+		l, err := eval.Run(in, tg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	for _, a := range []Attention{AttentionFlash, AttentionNaive} {
+		gr, err := m.NewGraph(2, a, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := gr.Run(in, tg); err != nil {
+			t.Fatal(err)
+		}
+		grads, err := gr.Gradients()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for pi, p := range m.params {
+			d := p.t.Data().([]float64)
+			// A few entries of every parameter: first, last and one between.
+			for _, i := range []int{0, len(d) / 2, len(d) - 1} {
+				const h = 1e-5
+				orig := d[i]
+				d[i] = orig + h
+				up := loss()
+				d[i] = orig - h
+				down := loss()
+				d[i] = orig
+				fd := (up - down) / (2 * h)
+				if diff := math.Abs(fd - grads[pi][i]); diff > 1e-6*max(1, math.Abs(fd)) {
+					t.Errorf("%s: d loss / d %s[%d] = %.8g, finite difference %.8g", a, p.name, i, grads[pi][i], fd)
+				}
+			}
+		}
+	}
+}
+
+func TestClipGradNorm(t *testing.T) {
+	m, err := New(Config{Vocab: 5, Seq: 4, Layers: 1, Heads: 1, Dim: 4, Dtype: "float64"}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gr, err := m.NewGraph(1, AttentionFlash, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := [][]int{{1, 2, 3, 4}}
+	if _, err := gr.Run(in, in); err != nil {
+		t.Fatal(err)
+	}
+	before, err := gr.Gradients()
+	if err != nil {
+		t.Fatal(err)
+	}
+	norm, err := gr.ClipGradNorm(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sq := 0.0
+	for _, g := range before {
+		for _, x := range g {
+			sq += x * x
+		}
+	}
+	if math.Abs(norm-math.Sqrt(sq)) > 1e-12 {
+		t.Fatalf("norm %v, want %v", norm, math.Sqrt(sq))
+	}
+	if n, _ := gr.ClipGradNorm(2 * norm); n != norm {
+		t.Errorf("a loose limit changed the norm to %v", n)
+	}
+	if _, err := gr.ClipGradNorm(norm / 4); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := gr.Gradients()
+	for i := range before {
+		for j := range before[i] {
+			if want := before[i][j] / 4; math.Abs(after[i][j]-want) > 1e-15 {
+				t.Fatalf("gradient %d[%d]: %v after clipping to a quarter of the norm, want %v", i, j, after[i][j], want)
+			}
+		}
+	}
+}
