@@ -36,6 +36,10 @@ type Backend struct {
 	// D, or the error that kernel gave when loading.
 	mmaFwd    map[int]*fwdKernel
 	mmaFwdErr map[int]error
+	// Rounds a float32 device buffer in place to the backend's storage
+	// precision (BF16, FP16): the backward's operands, rounded as the
+	// forward rounded them. Nil for FP32.
+	roundFn *cu.Function
 }
 
 var _ kernels.Backend = (*Backend)(nil)
@@ -139,6 +143,12 @@ func (b *Backend) open(cfg config) (err error) {
 		}
 	}
 	if b.prec == BF16 || b.prec == FP16 {
+		name := "flash_round_" + b.prec.String()
+		fn, err := b.mod.Function(name)
+		if err != nil {
+			return fmt.Errorf("cudakernels: kernel %s: %w", name, err)
+		}
+		b.roundFn = &fn
 		b.mmaFwd, b.mmaFwdErr = map[int]*fwdKernel{}, map[int]error{}
 		for _, dp := range headDims {
 			if dp > mmaVerifiedDim {
@@ -231,15 +241,13 @@ func (b *Backend) Forward64(p kernels.Params, q, k, v, o, lse []float64) error {
 	return forward(b, p, q, k, v, o, lse)
 }
 
-// Backward32 implements kernels.Backend for FP32. In BF16 and FP16 mode it
-// returns an error wrapping ErrUnsupported: the float32 CUDA-core backward
-// does not round its operands as the low-precision forward did, so its
-// gradients are not those of that forward (dP − D no longer cancels where it
-// should), and there is no tensor-core backward yet.
+// Backward32 implements kernels.Backend on CUDA cores in float32. In BF16
+// and FP16 mode it first rounds its device copies of Q, K, V and dO to the
+// storage precision, exactly as the tensor-core forward rounded its
+// operands, so the gradients are those of the function that forward
+// computed; O (for D = rowsum(dO∘O)) and LSE are used as given. There is no
+// tensor-core backward yet.
 func (b *Backend) Backward32(p kernels.Params, q, k, v, o, lse, do, dq, dk, dv []float32) error {
-	if b.prec != FP32 {
-		return fmt.Errorf("%w: the %v backward is not implemented yet; use an FP32 backend for gradients", ErrUnsupported, b.prec)
-	}
 	return backward(b, p, q, k, v, o, lse, do, dq, dk, dv)
 }
 
@@ -352,6 +360,20 @@ func backward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse, do
 		}{{buf.q, q}, {buf.k, k}, {buf.v, v}, {buf.o, o}, {buf.lse, lse}, {buf.do, do}} {
 			if err := upload(c.dst, c.src); err != nil {
 				return fmt.Errorf("cudakernels: copy to device: %w", err)
+			}
+		}
+		if elem == 4 && b.roundFn != nil {
+			// Gradients only for the head dimensions the forward serves.
+			if dp, _ := paddedDim(p.D); b.mmaFwdErr[dp] != nil {
+				return b.mmaFwdErr[dp]
+			}
+			for _, c := range []struct {
+				ptr cu.DevicePtr
+				n   int
+			}{{buf.q, len(q)}, {buf.k, len(k)}, {buf.v, len(v)}, {buf.do, len(do)}} {
+				if err := launchRound(*b.roundFn, c.ptr, c.n); err != nil {
+					return fmt.Errorf("cudakernels: rounding launch: %w", err)
+				}
 			}
 		}
 		if err := ks.launchBackward(b.dotDoO[elem], p, buf); err != nil {

@@ -48,12 +48,16 @@
 //     conformance suite on an H200.
 //   - BF16, FP16: forward on tensor cores (mma.sync m16n8k16), the fp32
 //     inputs rounded to bf16/fp16 on chip, fp32 accumulation and softmax,
-//     for D ≤ 128. Its O and LSE passed every conformance check on an H200.
-//     D above 128 returns ErrUnsupported (the D = 256 kernel is compiled but
-//     not yet verified), and so does Backward32: the float32 CUDA-core
-//     backward does not round operands as this forward did, so its gradients
-//     failed the suite's BF16/FP16 rules where dP − D must cancel exactly
-//     (rows seeing one key), and there is no tensor-core backward yet.
+//     for D ≤ 128. Backward32 runs the float32 CUDA-core backward on Q, K,
+//     V and dO rounded to the storage precision exactly as the forward
+//     rounded them (a small in-place kernel on the backward's device
+//     copies; the caller's slices are untouched), with O and LSE as given.
+//     dP = dO·V and D = rowsum(dO∘O) then see the V that built O, so
+//     dS = P∘(dP − D) cancels where it must: with one visible key, O is
+//     exactly the rounded V and dQ, dK come out exactly 0. Forward and
+//     backward pass the whole conformance suite on an H200. D above 128
+//     returns ErrUnsupported from both (the D = 256 mma kernel is compiled
+//     but not yet verified). There is no tensor-core backward yet.
 //   - TF32: not implemented; NewBackend returns ErrUnsupported.
 //
 // # Kernels
@@ -62,7 +66,8 @@
 // math, guards), simt_tile.cuh (tile geometry and shared-memory layout of the
 // CUDA-core kernels), fwd_simt.cuh (forward), bwd_simt.cuh (backward),
 // mma.cuh (tensor-core fragments, packing, cp.async), fwd_mma.cuh
-// (tensor-core forward) and flash.cu (the extern "C" entry points).
+// (tensor-core forward), round.cuh (storage rounding of the low-precision
+// backward's operands) and flash.cu (the extern "C" entry points).
 //
 // The tensor-core forward gives each block 64 query rows (16 per warp, 4
 // warps) and walks key tiles of 64 (32 at D = 256): Q, K and V are copied
@@ -125,10 +130,11 @@
 //
 // The tagged tests skip when no device is present. They run the shared
 // conformance suite (kernels/conformance) on the FP32 backend, plus head
-// dimensions 96 to 256 and unsupported ones. For BF16 and FP16, which have
-// no backward, TestForwardLowPrecision runs the suite's forward half
-// (conformance.RunForward) on O and LSE; it passed on an H200. BenchmarkForward and BenchmarkBackward time the
-// kernels with CUDA events at FlashAttention's benchmark shapes (B·N = 16384
+// dimensions 96 to 256 and unsupported ones; TestConformanceBF16 and
+// TestConformanceFP16 run the whole suite (forward and backward) on the
+// low-precision backends, TestLowPrecisionOneKey checks the exact zeros of
+// one-key rows and TestLowPrecisionLimits the errors above D = 128.
+// BenchmarkForward and BenchmarkBackward time the kernels with CUDA events at FlashAttention's benchmark shapes (B·N = 16384
 // tokens, hidden 2048) after flushing the L2 cache; peers.py times PyTorch's
 // SDPA at the same shapes.
 package cudakernels

@@ -221,3 +221,14 @@ func (ks *simtKernels) launchBackward(dotDoO cu.Function, p kernels.Params, buf 
 	return ks.dq.Launch(gridQ, 1, 1, ks.tile*8, 1, 1, ks.bwdSmem, cu.Stream{}, args(append([]any{
 		buf.q, buf.k, buf.v, buf.do, buf.lse, buf.delta, buf.dq}, shape...)...))
 }
+
+// launchRound enqueues the storage rounding of n float32 elements at x in
+// place (csrc/round.cuh; a grid-stride loop, so any grid covers n).
+func launchRound(fn cu.Function, x cu.DevicePtr, n int) error {
+	const threads, maxBlocks = 256, 4096
+	blocks := min((n+threads-1)/threads, maxBlocks)
+	if blocks == 0 {
+		return nil
+	}
+	return fn.Launch(blocks, 1, 1, threads, 1, 1, 0, cu.Stream{}, args(x, int64(n)))
+}

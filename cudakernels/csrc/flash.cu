@@ -67,3 +67,13 @@ FLASH_FWD_MMA(fp16, FP16, 32, 64)
 FLASH_FWD_MMA(fp16, FP16, 64, 64)
 FLASH_FWD_MMA(fp16, FP16, 128, 64)
 FLASH_FWD_MMA(fp16, FP16, 256, 32)
+
+// Storage rounding of the BF16/FP16 backward's operands (round.cuh): any
+// block size, any grid (grid-stride loop); launch_gpu.go uses 256 threads.
+#include "round.cuh"
+
+#define FLASH_ROUND(NAME, R)                                                                              \
+  extern "C" __global__ void flash_round_##NAME(float* x, long long n) { flash::mma::round_inplace<R>(x, n); }
+
+FLASH_ROUND(bf16, flash::mma::RoundBF16)
+FLASH_ROUND(fp16, flash::mma::RoundFP16)
