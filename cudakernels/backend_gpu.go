@@ -307,12 +307,12 @@ func forward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse []T)
 		if err != nil {
 			return err
 		}
-		a, err := newArena(sizeOf(q), sizeOf(k), sizeOf(v), sizeOf(o), sizeOf(lse))
+		a, err := newArena(sizeOf(q), sizeOf(k), sizeOf(v), sizeOf(o), sizeOf(lse), f.scratchBytes(p))
 		if err != nil {
 			return err
 		}
 		defer func() { err = errors.Join(err, a.free()) }()
-		buf := fwdBuffers{q: a.parts[0], k: a.parts[1], v: a.parts[2], o: a.parts[3], lse: a.parts[4]}
+		buf := fwdBuffers{q: a.parts[0], k: a.parts[1], v: a.parts[2], o: a.parts[3], lse: a.parts[4], scratch: a.parts[5]}
 		for _, c := range []struct {
 			dst cu.DevicePtr
 			src []T

@@ -69,12 +69,16 @@
 // (tensor-core forward), round.cuh (storage rounding of the low-precision
 // backward's operands) and flash.cu (the extern "C" entry points).
 //
-// The tensor-core forward gives each block 64 query rows (16 per warp, 4
-// warps) and walks key tiles of 64 (32 at D = 256): Q, K and V are copied
-// into shared memory as fp32 by cp.async, K and V double buffered; S = Q·Kᵀ
-// stays in mma accumulators, the online softmax works on those registers, and
-// P is re-packed in registers as the A operand of O += P·V. Key tiles past
-// the block's last visible key are skipped under the causal mask.
+// The tensor-core forward first converts Q, K and V once into 16-bit
+// scratch copies with rows padded to the compiled head dimension (zeros
+// past D), so rows are 16-byte aligned. Each block then owns 128 query rows
+// (8 warps, 16 rows each) and walks key tiles of 64: tiles are copied into
+// shared memory by cp.async (K and V double buffered), fragments are read
+// with ldmatrix (.trans for V), S = Q·Kᵀ stays in mma accumulators, the
+// online softmax works on those registers (the causal mask only on tiles
+// that cross a row's last visible key), and P is re-packed in registers as
+// the A operand of O += P·V. Key tiles past the block's last visible key
+// are skipped under the causal mask.
 //
 // The CUDA-core family ("simt") works on tiles of 32 rows (16 for float64 at
 // D = 256) with 8 threads per row:
@@ -101,12 +105,14 @@
 //
 // Measured on an H200 (BenchmarkForward, BenchmarkBackward; CUDA events, L2
 // flushed, median of 3), TFLOP/s at D = 128, N = 8192, B = 2, H = 16,
-// non-causal: FP32 forward 12.7, backward 8.9; BF16 and FP16 forward 84. In
-// the same call PyTorch's SDPA reached 45.6/37.1 (fp32, efficient kernel),
-// 349/296 (bf16, FlashAttention 2) and 617/525 (bf16, cuDNN). The targets
-// (BF16 ≥ 350 forward, 280 backward; TF32 ≥ 4× PyTorch fp32) are not met
-// yet: the tensor-core forward keeps fp32 tiles in shared memory and builds
-// every operand fragment with scalar loads and conversions.
+// non-causal: FP32 forward 12.7, backward 8.9 (earlier run); BF16 and FP16
+// forward 210 (causal 190; D = 64, N = 2048: 142), the conversion to 16 bits
+// included. In the same call PyTorch's SDPA reached 45.9/37.1 (fp32,
+// efficient kernel), 350/296 (bf16, FlashAttention 2; causal 318, D = 64
+// 298) and 611/520 (bf16, cuDNN). The targets (BF16 ≥ 350 forward, 280
+// backward; TF32 ≥ 4× PyTorch fp32) are not met yet: each warp holds 16
+// rows, so every K and V fragment read from shared memory feeds a single
+// mma, and the low-precision backward still runs on CUDA cores.
 //
 // # Generated files and the staleness check
 //

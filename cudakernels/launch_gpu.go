@@ -121,30 +121,82 @@ func bool64(b bool) int64 {
 }
 
 // fwdBuffers and bwdBuffers are device pointers of one call's tensors.
-type fwdBuffers struct{ q, k, v, o, lse cu.DevicePtr }
+// scratch is fwdKernel.scratchBytes of device memory for the tensor-core
+// forward's 16-bit copies of Q, K and V (unused by the CUDA-core one).
+type fwdBuffers struct{ q, k, v, o, lse, scratch cu.DevicePtr }
 
 type bwdBuffers struct {
 	q, k, v, o, lse, do, delta, dq, dk, dv cu.DevicePtr
 }
 
 // A fwdKernel is a forward kernel of either family with its launch shape:
-// one block per rows query rows of one (batch, head). All forward kernels
-// share the argument list of csrc/flash.cu.
+// one block per rows query rows of one (batch, head). The CUDA-core kernels
+// take the fp32 tensors; the tensor-core ones take 16-bit copies of Q, K and
+// V with rows padded to paddedDim, which toHalf writes into the scratch
+// buffer first. Both share the rest of the argument list of csrc/flash.cu.
 type fwdKernel struct {
 	fn            cu.Function
 	name          string
 	rows, threads int
 	smem          int // dynamic shared memory in bytes
+
+	toHalf    *cu.Function // nil for the CUDA-core kernels
+	paddedDim int
 }
 
-// launch enqueues the forward kernel on the default stream.
+// scratchParts returns the byte sizes of the 16-bit copies of Q, K and V, or
+// nil when the kernel needs none.
+func (f *fwdKernel) scratchParts(p kernels.Params) []int64 {
+	if f.toHalf == nil {
+		return nil
+	}
+	bh, dp := int64(p.B)*int64(p.H), int64(f.paddedDim)
+	kv := bh * int64(p.Nk) * dp * 2
+	return []int64{bh * int64(p.Nq) * dp * 2, kv, kv}
+}
+
+// scratchBytes is the size of fwdBuffers.scratch the kernel needs.
+func (f *fwdKernel) scratchBytes(p kernels.Params) int64 {
+	var n int64
+	for _, s := range f.scratchParts(p) {
+		n += (s + scratchAlign - 1) / scratchAlign * scratchAlign
+	}
+	return n
+}
+
+const scratchAlign = 256
+
+// launch enqueues the forward (after the conversions into scratch, for the
+// tensor-core kernels) on the default stream.
 func (f *fwdKernel) launch(p kernels.Params, buf fwdBuffers) error {
 	grid, err := gridFor(p, p.Nq, f.rows)
 	if err != nil {
 		return err
 	}
+	q, k, v := buf.q, buf.k, buf.v
+	if f.toHalf != nil {
+		ptrs := []*cu.DevicePtr{&q, &k, &v}
+		srcs := []cu.DevicePtr{buf.q, buf.k, buf.v}
+		rows := []int64{int64(p.Nq), int64(p.Nk), int64(p.Nk)}
+		off := buf.scratch
+		for i, s := range f.scratchParts(p) {
+			*ptrs[i] = off
+			off += cu.DevicePtr((s + scratchAlign - 1) / scratchAlign * scratchAlign)
+			n := int64(p.B) * int64(p.H) * rows[i]
+			const threads, maxBlocks = 256, 8192
+			chunks := n * int64(f.paddedDim) / 8
+			blocks := int(min((chunks+threads-1)/threads, maxBlocks))
+			if blocks == 0 {
+				continue
+			}
+			if err := f.toHalf.Launch(blocks, 1, 1, threads, 1, 1, 0, cu.Stream{}, args(
+				srcs[i], *ptrs[i], n, int64(p.D), int64(f.paddedDim))); err != nil {
+				return err
+			}
+		}
+	}
 	return f.fn.Launch(grid, 1, 1, f.threads, 1, 1, f.smem, cu.Stream{}, args(
-		buf.q, buf.k, buf.v, buf.o, buf.lse,
+		q, k, v, buf.o, buf.lse,
 		int64(p.Nq), int64(p.Nk), int64(p.D), bool64(p.Causal), p.Scale))
 }
 
@@ -165,33 +217,35 @@ func lookup(mod cu.Module, name string, smem, maxSmem int) (cu.Function, error) 
 }
 
 // mmaVerifiedDim is the largest padded head dimension whose tensor-core
-// forward has passed the checks on a device. csrc/flash.cu also builds
-// D = 256 (key tiles of 32), which stays off until it has.
+// forward has passed the checks on a device; csrc/flash.cu builds none
+// larger.
 const mmaVerifiedDim = 128
 
-// mmaBK mirrors the key-tile sizes of the tensor-core forward in
-// csrc/flash.cu, and mmaFwdSmem the layout of csrc/fwd_mma.cuh
-// (fwd_smem_floats), in bytes.
-func mmaBK(dp int) int {
-	if dp == 256 {
-		return 32
-	}
-	return 64
-}
+// The tensor-core forward's block shape (csrc/fwd_mma.cuh: kFwdBQ query
+// rows, kFwdThreads threads, key tiles of mmaBK) and its shared-memory layout
+// (fwd_smem_bytes) in bytes: Q plus two K and two V tiles of 16-bit
+// elements, rows padded to dp + 8.
+const (
+	mmaBQ      = 128
+	mmaThreads = 256
+	mmaBK      = 64
+)
 
-func mmaFwdSmem(dp int) int {
-	const bq = 64
-	bk := mmaBK(dp)
-	return 4 * (bq*(dp+8) + 2*bk*(dp+8) + 2*bk*(dp+4))
-}
+func mmaFwdSmem(dp int) int { return (mmaBQ + 4*mmaBK) * (dp + 8) * 2 }
 
 // loadMmaForward looks up the tensor-core forward for precision prec (BF16
-// or FP16) and padded head dimension dp. A kernel that does not fit the
-// device's shared memory yields an error wrapping ErrUnsupported, returned
-// by calls that need it.
+// or FP16) and padded head dimension dp, with its conversion kernel. A
+// kernel that does not fit the device's shared memory yields an error
+// wrapping ErrUnsupported, returned by calls that need it.
 func loadMmaForward(mod cu.Module, prec Precision, dp, maxSmem int) (*fwdKernel, error) {
-	f := &fwdKernel{name: fmt.Sprintf("flash_fwd_mma_%v_d%d", prec, dp), rows: 64, threads: 128, smem: mmaFwdSmem(dp)}
-	var err error
+	f := &fwdKernel{name: fmt.Sprintf("flash_fwd_mma_%v_d%d", prec, dp), rows: mmaBQ, threads: mmaThreads,
+		smem: mmaFwdSmem(dp), paddedDim: dp}
+	name := "flash_to_half_" + prec.String()
+	conv, err := mod.Function(name)
+	if err != nil {
+		return nil, fmt.Errorf("cudakernels: kernel %s: %w", name, err)
+	}
+	f.toHalf = &conv
 	f.fn, err = lookup(mod, f.name, f.smem, maxSmem)
 	return f, err
 }

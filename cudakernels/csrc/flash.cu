@@ -47,26 +47,38 @@ FLASH_SIMT(f64, double, 256, 16)
 FLASH_DOT_DO_O(f32, float)
 FLASH_DOT_DO_O(f64, double)
 
-// Tensor-core forward: float32 in and out, operands rounded to bf16 or fp16
-// on chip. Key tiles of 64 rows, 32 at D = 256 (register and shared-memory
-// budget); launch_gpu.go's mmaBK must match.
+// Tensor-core forward: float32 in and out, operands converted once to bf16
+// or fp16 (rows padded to DP) by flash_to_half_*, then 128 query rows per
+// block and key tiles of 64; launch_gpu.go's mmaBQ, mmaBK and mmaFwdSmem
+// must match. D = 256 is not instantiated (its accumulators would not fit
+// the register budget of this block shape).
 #include "fwd_mma.cuh"
 
-#define FLASH_FWD_MMA(NAME, E, DP, BK)                                                                       \
-  extern "C" __global__ void __launch_bounds__(flash::mma::kFwdThreads)                                    \
-      flash_fwd_mma_##NAME##_d##DP(const float* q, const float* k, const float* v, float* o, float* lse,    \
-                                   long long nq, long long nk, long long dim, long long causal, double scale) { \
-    flash::mma::fwd_1rowblock<flash::mma::E, DP, BK>(q, k, v, o, lse, nq, nk, dim, causal != 0, scale);     \
+#define FLASH_FWD_MMA(NAME, E, DP, BK)                                                                        \
+  extern "C" __global__ void __launch_bounds__(flash::mma::kFwdThreads)                                     \
+      flash_fwd_mma_##NAME##_d##DP(const uint16_t* q, const uint16_t* k, const uint16_t* v, float* o,        \
+                                   float* lse, long long nq, long long nk, long long dim, long long causal,  \
+                                   double scale) {                                                           \
+    flash::mma::fwd_1rowblock<flash::mma::E, DP, BK>(q, k, v, o, lse, nq, nk, dim, causal != 0, scale);      \
   }
 
 FLASH_FWD_MMA(bf16, BF16, 32, 64)
 FLASH_FWD_MMA(bf16, BF16, 64, 64)
 FLASH_FWD_MMA(bf16, BF16, 128, 64)
-FLASH_FWD_MMA(bf16, BF16, 256, 32)
 FLASH_FWD_MMA(fp16, FP16, 32, 64)
 FLASH_FWD_MMA(fp16, FP16, 64, 64)
 FLASH_FWD_MMA(fp16, FP16, 128, 64)
-FLASH_FWD_MMA(fp16, FP16, 256, 32)
+
+// x [rows, dim] fp32 → y [rows, dp] 16-bit, zero-padded; grid-stride, any
+// grid; launch_gpu.go uses 256 threads.
+#define FLASH_TO_HALF(NAME, E)                                                                              \
+  extern "C" __global__ void flash_to_half_##NAME(const float* x, uint4* y, long long rows, long long dim,   \
+                                                   long long dp) {                                          \
+    flash::mma::to_half_padded<flash::mma::E>(x, y, rows, dim, dp);                                        \
+  }
+
+FLASH_TO_HALF(bf16, BF16)
+FLASH_TO_HALF(fp16, FP16)
 
 // Storage rounding of the BF16/FP16 backward's operands (round.cuh): any
 // block size, any grid (grid-stride loop); launch_gpu.go uses 256 threads.
