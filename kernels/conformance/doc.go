@@ -30,6 +30,8 @@
 //
 // # Test cost
 //
-// With testing.Short the sweep keeps N ≤ 255 and three head dimensions, so
-// that the suite also runs quickly under the race detector.
+// With testing.Short, and in race-detector builds, the sweep keeps N ≤ 255
+// and three head dimensions: races depend on the parallel structure, which
+// these sizes exercise fully, while the full sweep's float64 reference runs
+// past the default test timeout under the detector.
 package conformance

@@ -240,7 +240,7 @@ func sweepParams(short bool) []kernels.Params {
 }
 
 func testSweep(t *testing.T, b subject, prec kernels.Precision) {
-	for i, p := range sweepParams(testing.Short()) {
+	for i, p := range sweepParams(testing.Short() || raceDetector) {
 		name := fmt.Sprintf("B%dH%d_Nq%d_Nk%d_D%d_causal=%v", p.B, p.H, p.Nq, p.Nk, p.D, p.Causal)
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
