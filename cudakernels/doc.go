@@ -56,8 +56,8 @@
 //     dS = P∘(dP − D) cancels where it must: with one visible key, O is
 //     exactly the rounded V and dQ, dK come out exactly 0. Forward and
 //     backward pass the whole conformance suite on an H200. D above 128
-//     returns ErrUnsupported from both (the D = 256 mma kernel is compiled
-//     but not yet verified). There is no tensor-core backward yet.
+//     returns ErrUnsupported from both (no D = 256 tensor-core forward is
+//     built). There is no tensor-core backward yet.
 //   - TF32: not implemented; NewBackend returns ErrUnsupported.
 //
 // # Kernels
@@ -72,13 +72,15 @@
 // The tensor-core forward first converts Q, K and V once into 16-bit
 // scratch copies with rows padded to the compiled head dimension (zeros
 // past D), so rows are 16-byte aligned. Each block then owns 128 query rows
-// (8 warps, 16 rows each) and walks key tiles of 64: tiles are copied into
-// shared memory by cp.async (K and V double buffered), fragments are read
-// with ldmatrix (.trans for V), S = Q·Kᵀ stays in mma accumulators, the
-// online softmax works on those registers (the causal mask only on tiles
-// that cross a row's last visible key), and P is re-packed in registers as
-// the A operand of O += P·V. Key tiles past the block's last visible key
-// are skipped under the causal mask.
+// (4 warps, two m16 tiles of 16 rows per warp, so every K and V fragment
+// read from shared memory feeds two mma) and walks key tiles of 64: tiles
+// are copied into shared memory by cp.async (K and V double buffered),
+// fragments are read with ldmatrix (.trans for V), S = Q·Kᵀ stays in mma
+// accumulators, the online softmax works on those registers (the causal
+// mask only on tiles that cross a row's last visible key; the rescale of O
+// skipped once a row's maximum stops changing), and P is re-packed in
+// registers as the A operand of O += P·V. Key tiles past the block's last
+// visible key are skipped under the causal mask.
 //
 // The CUDA-core family ("simt") works on tiles of 32 rows (16 for float64 at
 // D = 256) with 8 threads per row:
@@ -106,13 +108,13 @@
 // Measured on an H200 (BenchmarkForward, BenchmarkBackward; CUDA events, L2
 // flushed, median of 3), TFLOP/s at D = 128, N = 8192, B = 2, H = 16,
 // non-causal: FP32 forward 12.7, backward 8.9 (earlier run); BF16 and FP16
-// forward 210 (causal 190; D = 64, N = 2048: 142), the conversion to 16 bits
-// included. In the same call PyTorch's SDPA reached 45.9/37.1 (fp32,
+// forward 289 (causal 243; D = 64, N = 2048: 192), the conversion to 16 bits
+// included. In the same call PyTorch's SDPA reached 46.0/37.1 (fp32,
 // efficient kernel), 350/296 (bf16, FlashAttention 2; causal 318, D = 64
-// 298) and 611/520 (bf16, cuDNN). The targets (BF16 ≥ 350 forward, 280
-// backward; TF32 ≥ 4× PyTorch fp32) are not met yet: each warp holds 16
-// rows, so every K and V fragment read from shared memory feeds a single
-// mma, and the low-precision backward still runs on CUDA cores.
+// 300) and 612/521 (bf16, cuDNN). The targets (BF16 ≥ 350 forward, 280
+// backward; TF32 ≥ 4× PyTorch fp32) are not met yet: the forward reaches
+// 83 % of FA2 (77 % causal, 64 % at D = 64), and the low-precision backward
+// still runs on CUDA cores.
 //
 // # Generated files and the staleness check
 //

@@ -227,7 +227,7 @@ const mmaVerifiedDim = 128
 // elements, rows padded to dp + 8.
 const (
 	mmaBQ      = 128
-	mmaThreads = 256
+	mmaThreads = 128
 	mmaBK      = 64
 )
 

@@ -4,8 +4,9 @@
 // Two kernels per call. to_half_padded converts Q, K and V once into
 // scratch buffers of 16-bit elements with rows padded to DP columns (zeros
 // past dim), so every row is 16-byte aligned and the forward never checks
-// columns. fwd_1rowblock then gives each block of kFwdWarps warps BQ = 16 ·
-// kFwdWarps query rows, 16 per warp, and walks key tiles of BK rows: tiles
+// columns. fwd_1rowblock then gives each block of kFwdWarps warps BQ = 32 ·
+// kFwdWarps query rows, two m16 tiles per warp that share every K and V
+// fragment read from shared memory, and walks key tiles of BK rows: tiles
 // are copied into shared memory by cp.async (K and V double buffered, the
 // next tile landing while this one computes) and operand fragments are read
 // with ldmatrix (.trans for V). Scores live only in registers: S = Q·Kᵀ as
@@ -18,8 +19,9 @@
 namespace flash {
 namespace mma {
 
-constexpr int kFwdWarps = 8;
-constexpr int kFwdBQ = 16 * kFwdWarps;
+constexpr int kFwdWarps = 4;
+constexpr int kFwdMT = 2;  // m16 tiles (16 query rows each) per warp
+constexpr int kFwdBQ = 16 * kFwdMT * kFwdWarps;
 constexpr int kFwdThreads = 32 * kFwdWarps;
 
 // Row stride of the shared tiles in 16-bit elements: DP + 8 makes the row
@@ -88,8 +90,9 @@ __device__ void fwd_1rowblock(const uint16_t* __restrict__ q, const uint16_t* __
                               const uint16_t* __restrict__ v, float* __restrict__ o, float* __restrict__ lse,
                               long long nq, long long nk, long long dim, bool causal, double scale) {
   constexpr int kLd = ldh<DP>();
-  constexpr int kNS = BK / 8;  // n8 tiles of scores per warp
-  constexpr int kNO = DP / 8;  // n8 tiles of output per warp
+  constexpr int kNS = BK / 8;  // n8 tiles of scores per m16 tile
+  constexpr int kNO = DP / 8;  // n8 tiles of output per m16 tile
+  constexpr int kR = 2 * kFwdMT;  // rows per thread: g and g+8 of each m16 tile
   static_assert(kNS % 2 == 0 && kNO % 2 == 0, "ldmatrix.x4 loads two n8 tiles");
   require_launch(kFwdThreads, fwd_smem_bytes<DP, BK>());
 
@@ -105,12 +108,17 @@ __device__ void fwd_1rowblock(const uint16_t* __restrict__ q, const uint16_t* __
   const uint16_t* kh = k + bh * nk * DP;
   const uint16_t* vh = v + bh * nk * DP;
 
-  // Rows g and g+8 of this warp's 16.
-  const long long rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-  long long n_vis[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) n_vis[r] = rows[r] < nq ? visible_keys(rows[r], nq, nk, causal) : 0;
-  const long long n_vis_min = n_vis[0] < n_vis[1] ? n_vis[0] : n_vis[1];
+  // Row r of this thread: m16 tile r/2 of the warp, row g (+8 for odd r).
+  // Recomputed where needed rather than held in registers.
+  auto row_of = [&](int r) { return q0 + (warp * kFwdMT + r / 2) * 16 + g + (r % 2) * 8; };
+  auto vis_of = [&](int r) {
+    const long long row = row_of(r);
+    return row < nq ? visible_keys(row, nq, nk, causal) : 0;
+  };
+  // The fewest keys any of the thread's rows sees: visible_keys is
+  // nondecreasing in the row and r orders the rows, but rows past nq see
+  // none.
+  const long long n_vis_min = row_of(kR - 1) >= nq ? 0 : vis_of(0);
   // Causal block skipping: no row of the block sees past its last row's keys.
   const long long kv_end = visible_keys((q0 + kFwdBQ < nq ? q0 + kFwdBQ : nq) - 1, nq, nk, causal);
   const int n_tiles = static_cast<int>((kv_end + BK - 1) / BK);
@@ -124,16 +132,19 @@ __device__ void fwd_1rowblock(const uint16_t* __restrict__ q, const uint16_t* __
   cp_async_commit();
 
   const float scale_log2 = static_cast<float>(scale) * 1.4426950408889634f;
-  float m[2] = {-Math<float>::inf(), -Math<float>::inf()};
-  float l[2] = {0.f, 0.f};  // this thread's partial row sums; reduced at the end
-  float acc[kNO][4];
+  float m[kR], l[kR];  // l: this thread's partial row sums; reduced at the end
 #pragma unroll
-  for (int n = 0; n < kNO; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+  for (int r = 0; r < kR; ++r) m[r] = -Math<float>::inf(), l[r] = 0.f;
+  float acc[kFwdMT][kNO][4];
+#pragma unroll
+  for (int mt = 0; mt < kFwdMT; ++mt)
+#pragma unroll
+    for (int n = 0; n < kNO; ++n) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.f;
 
   // Per-lane ldmatrix addresses (see ldsm_x4): Q rows l%16 at column
   // 8·(l/16); K keys 8·(l/16) + l%8 at column 8·((l/8)%2); V keys
   // l%8 + 8·((l/8)%2) at column 8·(l/16).
-  const uint16_t* qa = sQ + (warp * 16 + lane % 16) * kLd + (lane / 16) * 8;
+  const uint16_t* qa = sQ + (warp * kFwdMT * 16 + lane % 16) * kLd + (lane / 16) * 8;
   const int k_off = ((lane / 16) * 8 + lane % 8) * kLd + ((lane / 8) % 2) * 8;
   const int v_off = (lane % 8 + ((lane / 8) % 2) * 8) * kLd + (lane / 16) * 8;
 
@@ -154,41 +165,63 @@ __device__ void fwd_1rowblock(const uint16_t* __restrict__ q, const uint16_t* __
     const uint16_t* kt = sK + (it % 2) * BK * kLd + k_off;
     const uint16_t* vt = sV + (it % 2) * BK * kLd + v_off;
 
-    // S = Q·Kᵀ for this warp's 16 rows and BK keys.
-    float s[kNS][4];
+    // S = Q·Kᵀ for this warp's rows and BK keys; each K fragment feeds
+    // every m16 tile.
+    float s[kFwdMT][kNS][4];
 #pragma unroll
-    for (int j = 0; j < kNS; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+    for (int mt = 0; mt < kFwdMT; ++mt)
+#pragma unroll
+      for (int j = 0; j < kNS; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
 #pragma unroll
     for (int kc = 0; kc < DP / 16; ++kc) {
-      uint32_t a[4];
-      ldsm_x4(a, qa + kc * 16);
+      uint32_t a[kFwdMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kFwdMT; ++mt) ldsm_x4(a[mt], qa + mt * 16 * kLd + kc * 16);
 #pragma unroll
       for (int j = 0; j < kNS; j += 2) {
         uint32_t b[4];
         ldsm_x4(b, kt + j * 8 * kLd + kc * 16);
-        E::mma(s[j], a, b[0], b[1]);
-        E::mma(s[j + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < kFwdMT; ++mt) {
+          E::mma(s[mt][j], a[mt], b[0], b[1]);
+          E::mma(s[mt][j + 1], a[mt], b[2], b[3]);
+        }
       }
     }
 
-    // Online softmax in log2 units. Element e of tile j is row (e < 2 ? g :
-    // g+8), key k0 + 8j + 2t + (e & 1). Only tiles reaching past some row's
-    // last visible key need the mask.
-    const bool mask = k0 + BK > n_vis_min;
-    float tile_max[2] = {-Math<float>::inf(), -Math<float>::inf()};
+    // Online softmax in log2 units. Element e of tile (mt, j) is row
+    // r = 2mt + e/2, key k0 + 8j + 2t + (e & 1). Only tiles reaching past
+    // some row's last visible key need the mask (after the scaling, so a
+    // negative scale cannot turn it into +inf).
+    float tile_max[kR];
 #pragma unroll
-    for (int j = 0; j < kNS; ++j) {
+    for (int mt = 0; mt < kFwdMT; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e / 2;
-        s[j][e] *= scale_log2;
-        if (mask && k0 + j * 8 + 2 * t + (e & 1) >= n_vis[r]) s[j][e] = -Math<float>::inf();
-        tile_max[r] = fmaxf(tile_max[r], s[j][e]);
+      for (int j = 0; j < kNS; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][j][e] *= scale_log2;
+    if (k0 + BK > n_vis_min) {
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        const long long nv = vis_of(r);
+#pragma unroll
+        for (int j = 0; j < kNS; ++j)
+#pragma unroll
+          for (int c = 0; c < 2; ++c)
+            if (k0 + j * 8 + 2 * t + c >= nv) s[r / 2][j][(r % 2) * 2 + c] = -Math<float>::inf();
       }
     }
-    float ref[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < kR; ++r) tile_max[r] = -Math<float>::inf();
+#pragma unroll
+    for (int mt = 0; mt < kFwdMT; ++mt)
+#pragma unroll
+      for (int j = 0; j < kNS; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) tile_max[2 * mt + e / 2] = fmaxf(tile_max[2 * mt + e / 2], s[mt][j][e]);
+    float ref[kR];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
       // The 4 lanes with the same g share a row.
       tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
       tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
@@ -198,33 +231,48 @@ __device__ void fwd_1rowblock(const uint16_t* __restrict__ q, const uint16_t* __
       ref[r] = m_new == -Math<float>::inf() ? 0.f : m_new;
       const float alpha = exp2f(m[r] - ref[r]);
       m[r] = m_new;
-      l[r] *= alpha;
+      // Once the row maximum settles, alpha is 1 and the rescale is skipped.
+      if (alpha != 1.f) {
+        l[r] *= alpha;
 #pragma unroll
-      for (int n = 0; n < kNO; ++n) {
-        acc[n][2 * r] *= alpha;
-        acc[n][2 * r + 1] *= alpha;
+        for (int n = 0; n < kNO; ++n) {
+          acc[r / 2][n][2 * (r % 2)] *= alpha;
+          acc[r / 2][n][2 * (r % 2) + 1] *= alpha;
+        }
       }
     }
 #pragma unroll
-    for (int j = 0; j < kNS; ++j) {
+    for (int mt = 0; mt < kFwdMT; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[j][e] = exp2f(s[j][e] - ref[e / 2]);
-        l[e / 2] += s[j][e];
-      }
-    }
+      for (int j = 0; j < kNS; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = 2 * mt + e / 2;
+          s[mt][j][e] = exp2f(s[mt][j][e] - ref[r]);
+          l[r] += s[mt][j][e];
+        }
 
-    // O += P·V, P taken from the score registers 16 keys at a time.
+    // O += P·V, P taken from the score registers 16 keys at a time; each V
+    // fragment feeds every m16 tile.
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk) {
-      const uint32_t a[4] = {E::pack(s[2 * kk][0], s[2 * kk][1]), E::pack(s[2 * kk][2], s[2 * kk][3]),
-                             E::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]), E::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      uint32_t a[kFwdMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kFwdMT; ++mt) {
+        a[mt][0] = E::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = E::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = E::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = E::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int n = 0; n < kNO; n += 2) {
         uint32_t b[4];
         ldsm_x4_t(b, vt + kk * 16 * kLd + n * 8);
-        E::mma(acc[n], a, b[0], b[1]);
-        E::mma(acc[n + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < kFwdMT; ++mt) {
+          E::mma(acc[mt][n], a[mt], b[0], b[1]);
+          E::mma(acc[mt][n + 1], a[mt], b[2], b[3]);
+        }
       }
     }
     __syncthreads();  // every warp is done with this buffer before it refills
@@ -234,19 +282,20 @@ __device__ void fwd_1rowblock(const uint16_t* __restrict__ q, const uint16_t* __
   // Epilogue: O = acc / l, LSE = m + log l (natural units); a row that saw no
   // key gets 0 and +inf.
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < kR; ++r) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    if (rows[r] >= nq) continue;
+    const long long row = row_of(r);
+    if (row >= nq) continue;
     const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
-    float* orow = o + (bh * nq + rows[r]) * dim;
+    float* orow = o + (bh * nq + row) * dim;
 #pragma unroll
     for (int n = 0; n < kNO; ++n) {
       const int col = n * 8 + 2 * t;
-      if (col < dim) orow[col] = acc[n][2 * r] * inv;
-      if (col + 1 < dim) orow[col + 1] = acc[n][2 * r + 1] * inv;
+      if (col < dim) orow[col] = acc[r / 2][n][2 * (r % 2)] * inv;
+      if (col + 1 < dim) orow[col + 1] = acc[r / 2][n][2 * (r % 2) + 1] * inv;
     }
-    if (t == 0) lse[bh * nq + rows[r]] = l[r] > 0.f ? (m[r] + log2f(l[r])) * 0.6931471805599453f : Math<float>::inf();
+    if (t == 0) lse[bh * nq + row] = l[r] > 0.f ? (m[r] + log2f(l[r])) * 0.6931471805599453f : Math<float>::inf();
   }
 }
 
