@@ -47,7 +47,7 @@ func benchKernel[T kernels.Float](b *testing.B, backward bool) {
 			q, k, v, do := randomSlice[T](p.QLen(), 1), randomSlice[T](p.KLen(), 2), randomSlice[T](p.KLen(), 3), randomSlice[T](p.QLen(), 4)
 			o, lse := make([]T, p.QLen()), make([]T, p.LSELen())
 			dq, dk, dv := make([]T, p.QLen()), make([]T, p.KLen()), make([]T, p.KLen())
-			fwd, bwd := kernelFuncs[T]()
+			fwd, bwd := kernels.EntryPoints[T](cpukernels.Backend{})
 			if err := fwd(p, q, k, v, o, lse); err != nil {
 				b.Fatal(err)
 			}
@@ -69,21 +69,6 @@ func benchKernel[T kernels.Float](b *testing.B, backward bool) {
 			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})
 	}
-}
-
-// kernelFuncs returns the CPU backend's entry points for T.
-func kernelFuncs[T kernels.Float]() (
-	fwd func(p kernels.Params, q, k, v, o, lse []T) error,
-	bwd func(p kernels.Params, q, k, v, o, lse, do, dq, dk, dv []T) error,
-) {
-	var be cpukernels.Backend
-	var zero T
-	if _, ok := any(zero).(float32); ok {
-		return any(be.Forward32).(func(kernels.Params, []T, []T, []T, []T, []T) error),
-			any(be.Backward32).(func(kernels.Params, []T, []T, []T, []T, []T, []T, []T, []T, []T) error)
-	}
-	return any(be.Forward64).(func(kernels.Params, []T, []T, []T, []T, []T) error),
-		any(be.Backward64).(func(kernels.Params, []T, []T, []T, []T, []T, []T, []T, []T, []T) error)
 }
 
 // BenchmarkGraph times one forward+backward of attention in a Gorgonia graph

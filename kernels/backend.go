@@ -18,3 +18,21 @@ type Backend interface {
 	Backward32(p Params, q, k, v, o, lse, do, dq, dk, dv []float32) error
 	Backward64(p Params, q, k, v, o, lse, do, dq, dk, dv []float64) error
 }
+
+// ForwardFunc is a backend's forward for one element type.
+type ForwardFunc[T Float] func(p Params, q, k, v, o, lse []T) error
+
+// BackwardFunc is a backend's backward for one element type.
+type BackwardFunc[T Float] func(p Params, q, k, v, o, lse, do, dq, dk, dv []T) error
+
+// EntryPoints returns b's forward and backward for the element type T, so
+// that generic code can call a backend without switching on T itself.
+func EntryPoints[T Float](b Backend) (ForwardFunc[T], BackwardFunc[T]) {
+	var zero T
+	if _, ok := any(zero).(float32); ok {
+		return any(ForwardFunc[float32](b.Forward32)).(ForwardFunc[T]),
+			any(BackwardFunc[float32](b.Backward32)).(BackwardFunc[T])
+	}
+	return any(ForwardFunc[float64](b.Forward64)).(ForwardFunc[T]),
+		any(BackwardFunc[float64](b.Backward64)).(BackwardFunc[T])
+}

@@ -104,41 +104,22 @@ func newResult[T kernels.Float](p kernels.Params) result[T] {
 	}
 }
 
-// run64 and run32 call the backend's forward then backward, and fail the
-// test if the inputs changed.
-func run64(t *testing.T, b subject, p kernels.Params, q, k, v, do []float64) result[float64] {
+// runPass calls the backend's forward then, unless only the forward is
+// checked, its backward, and fails the test if the inputs changed.
+func runPass[T kernels.Float](t *testing.T, b subject, p kernels.Params, q, k, v, do []T) result[T] {
 	t.Helper()
-	in := [][]float64{slices.Clone(q), slices.Clone(k), slices.Clone(v), slices.Clone(do)}
-	r := newResult[float64](p)
-	if err := b.Forward64(p, q, k, v, r.o, r.lse); err != nil {
-		t.Fatalf("Forward64(%+v): %v", p, err)
+	forward, backward := kernels.EntryPoints[T](b.Backend)
+	in := [][]T{slices.Clone(q), slices.Clone(k), slices.Clone(v), slices.Clone(do)}
+	r := newResult[T](p)
+	if err := forward(p, q, k, v, r.o, r.lse); err != nil {
+		t.Fatalf("%s forward (%T, %+v): %v", b.Name(), q, p, err)
 	}
 	if !b.forwardOnly {
-		if err := b.Backward64(p, q, k, v, r.o, r.lse, do, r.dq, r.dk, r.dv); err != nil {
-			t.Fatalf("Backward64(%+v): %v", p, err)
+		if err := backward(p, q, k, v, r.o, r.lse, do, r.dq, r.dk, r.dv); err != nil {
+			t.Fatalf("%s backward (%T, %+v): %v", b.Name(), q, p, err)
 		}
 	}
-	for i, x := range [][]float64{q, k, v, do} {
-		if !slices.Equal(x, in[i]) {
-			t.Fatalf("%s modified input %d", b.Name(), i)
-		}
-	}
-	return r
-}
-
-func run32(t *testing.T, b subject, p kernels.Params, q, k, v, do []float32) result[float32] {
-	t.Helper()
-	in := [][]float32{slices.Clone(q), slices.Clone(k), slices.Clone(v), slices.Clone(do)}
-	r := newResult[float32](p)
-	if err := b.Forward32(p, q, k, v, r.o, r.lse); err != nil {
-		t.Fatalf("Forward32(%+v): %v", p, err)
-	}
-	if !b.forwardOnly {
-		if err := b.Backward32(p, q, k, v, r.o, r.lse, do, r.dq, r.dk, r.dv); err != nil {
-			t.Fatalf("Backward32(%+v): %v", p, err)
-		}
-	}
-	for i, x := range [][]float32{q, k, v, do} {
+	for i, x := range [][]T{q, k, v, do} {
 		if !slices.Equal(x, in[i]) {
 			t.Fatalf("%s modified input %d", b.Name(), i)
 		}
@@ -197,7 +178,7 @@ func testGolden(t *testing.T, b subject, prec kernels.Precision) {
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			want := result[float64]{c.O, c.LSE, c.DQ, c.DK, c.DV}
-			got := run64(t, b, c.Params, c.Q, c.K, c.V, c.DO)
+			got := runPass(t, b, c.Params, c.Q, c.K, c.V, c.DO)
 			check64(t, b, c.Params, got, want, c.Q, c.K, c.V, c.DO)
 			// The float32 path sees the inputs rounded to float32; its
 			// reference is recomputed from exactly those inputs.
@@ -206,7 +187,7 @@ func testGolden(t *testing.T, b subject, prec kernels.Precision) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got32 := run32(t, b, c.Params, q, k, v, do)
+			got32 := runPass(t, b, c.Params, q, k, v, do)
 			check32(t, b, c.Params, prec, got32, want32, q, k, v, do)
 		})
 	}
@@ -257,8 +238,8 @@ func checkProblem(t *testing.T, b subject, prec kernels.Precision, pr problem) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	check64(t, b, pr.p, run64(t, b, pr.p, q, k, v, do), want, q, k, v, do)
-	check32(t, b, pr.p, prec, run32(t, b, pr.p, pr.q, pr.k, pr.v, pr.do), want, pr.q, pr.k, pr.v, pr.do)
+	check64(t, b, pr.p, runPass(t, b, pr.p, q, k, v, do), want, q, k, v, do)
+	check32(t, b, pr.p, prec, runPass(t, b, pr.p, pr.q, pr.k, pr.v, pr.do), want, pr.q, pr.k, pr.v, pr.do)
 }
 
 // testSharpSoftmax makes the row maximum grow from one key block to the next,
@@ -282,8 +263,8 @@ func testSharpSoftmax(t *testing.T, b subject, prec kernels.Precision) {
 func testRowsWithoutKeys(t *testing.T, b subject) {
 	p := kernels.Params{B: 2, H: 3, Nq: 150, Nk: 20, D: 32, Scale: 0.2, Causal: true}
 	pr := randomProblem(p, 7)
-	r32 := run32(t, b, p, pr.q, pr.k, pr.v, pr.do)
-	r64 := run64(t, b, p, widen(pr.q), widen(pr.k), widen(pr.v), widen(pr.do))
+	r32 := runPass(t, b, p, pr.q, pr.k, pr.v, pr.do)
+	r64 := runPass(t, b, p, widen(pr.q), widen(pr.k), widen(pr.v), widen(pr.do))
 	for bh := range p.B * p.H {
 		for i := range p.Nq {
 			empty := p.VisibleKeys(i) == 0
@@ -314,9 +295,9 @@ func testRowsWithoutKeys(t *testing.T, b subject) {
 func testDeterminism(t *testing.T, b subject) {
 	p := kernels.Params{B: 1, H: 3, Nq: 300, Nk: 700, D: 40, Scale: 0.15, Causal: true}
 	pr := randomProblem(p, 11)
-	first, second := run32(t, b, p, pr.q, pr.k, pr.v, pr.do), run32(t, b, p, pr.q, pr.k, pr.v, pr.do)
+	first, second := runPass(t, b, p, pr.q, pr.k, pr.v, pr.do), runPass(t, b, p, pr.q, pr.k, pr.v, pr.do)
 	q, k, v, do := widen(pr.q), widen(pr.k), widen(pr.v), widen(pr.do)
-	first64, second64 := run64(t, b, p, q, k, v, do), run64(t, b, p, q, k, v, do)
+	first64, second64 := runPass(t, b, p, q, k, v, do), runPass(t, b, p, q, k, v, do)
 	for i, pair := range [][2][]float32{{first.o, second.o}, {first.lse, second.lse}, {first.dq, second.dq}, {first.dk, second.dk}, {first.dv, second.dv}} {
 		if !slices.Equal(pair[0], pair[1]) {
 			t.Errorf("float32 output %d differs between two identical calls", i)
