@@ -19,4 +19,8 @@
 //
 // torch_cpu_sdpa.py measures PyTorch's CPU scaled_dot_product_attention on
 // the same shapes, for a per-core comparison on a machine that has PyTorch.
+//
+// The command in bench/sweep (go run ./bench/sweep) sweeps the sequence
+// length for the example transformer, naive against flash, one child
+// process per point, and writes the tables and plots kept in bench/results.
 package bench
