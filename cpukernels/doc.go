@@ -15,24 +15,30 @@
 //
 // # Backward
 //
-// D_i = rowsum(dO∘O) first. Then one work unit is a chunk of key blocks of
-// one (batch, head): for each key block it keeps dK_j and dV_j in local
-// accumulators and loops over the query blocks that can see it, recomputing
-// P = exp(S − LSE) and
+// D_i = rowsum(dO∘O) first, packed with (scale·Q)ᵀ and dOᵀ per query block.
+// Then one work unit is a chunk of key blocks of one (batch, head): for each
+// key block it keeps dK_j and dV_j in local accumulators and loops over the
+// query blocks that can see it, recomputing P = exp(S − LSE) and
 //
 //	dV_j += Pᵀ·dO_i,  dP = dO_i·V_jᵀ,  dS = P∘(dP − D_i),
 //	dK_j += scale·dSᵀ·Q_i,  dQ_i += scale·dS·K_j.
 //
+// It works on transposed tiles (Sᵀ, Pᵀ, dSᵀ, one row per key) so that every
+// product is a row-major GEMM without per-tile transposes, accumulates dQᵀ,
+// and folds −LSE and −D into the score GEMMs as one extra inner dimension.
+//
 // dQ_i receives contributions from every chunk. To stay deterministic without
-// atomics, each chunk adds into its own dQ buffer and the buffers are summed
+// atomics, each chunk adds into its own dQᵀ buffer and the buffers are summed
 // in chunk order at the end. The number of chunks depends only on the
 // problem's shape (never on the number of goroutines), so results are
 // bit-identical from run to run and across machines with the same assembly
 // path. It is at most maxKeyChunks, so the extra memory is at most
-// maxKeyChunks−1 copies of dQ: O(N), never O(Nq·Nk).
+// maxKeyChunks copies of dQ: O(N), never O(Nq·Nk).
 //
 // # Memory
 //
-// Per call: one transposed copy of K (forward) and, per worker, a few tiles
-// of at most Br×Bc and Bc×D elements. Nothing of size Nq×Nk is allocated.
+// Per call: one transposed copy of K (forward); transposed copies of Q and
+// dO and up to maxKeyChunks dQᵀ buffers (backward); per worker, a few tiles
+// of at most Br×Bc and Bc×(D+1) elements. Nothing of size Nq×Nk is
+// allocated.
 package cpukernels
