@@ -321,7 +321,7 @@ func forward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse []T)
 				return fmt.Errorf("cudakernels: copy to device: %w", err)
 			}
 		}
-		if err := f.launch(p, buf); err != nil {
+		if err := f.launch(p, buf, cu.Stream{}); err != nil {
 			return fmt.Errorf("cudakernels: forward launch: %w", err)
 		}
 		if err := cu.Synchronize(); err != nil {
@@ -342,18 +342,18 @@ func backward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse, do
 		return err
 	}
 	return b.run(func() (err error) {
-		ks, elem, err := kernelsFor[T](b, p.D)
+		scratch, err := backwardScratchBytes[T](b, p)
 		if err != nil {
 			return err
 		}
 		a, err := newArena(sizeOf(q), sizeOf(k), sizeOf(v), sizeOf(o), sizeOf(lse), sizeOf(do),
-			sizeOf(lse), sizeOf(dq), sizeOf(dk), sizeOf(dv))
+			sizeOf(lse), sizeOf(dq), sizeOf(dk), sizeOf(dv), scratch)
 		if err != nil {
 			return err
 		}
 		defer func() { err = errors.Join(err, a.free()) }()
 		buf := bwdBuffers{q: a.parts[0], k: a.parts[1], v: a.parts[2], o: a.parts[3], lse: a.parts[4],
-			do: a.parts[5], delta: a.parts[6], dq: a.parts[7], dk: a.parts[8], dv: a.parts[9]}
+			do: a.parts[5], delta: a.parts[6], dq: a.parts[7], dk: a.parts[8], dv: a.parts[9], scratch: a.parts[10]}
 		for _, c := range []struct {
 			dst cu.DevicePtr
 			src []T
@@ -362,22 +362,8 @@ func backward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse, do
 				return fmt.Errorf("cudakernels: copy to device: %w", err)
 			}
 		}
-		if elem == 4 && b.roundFn != nil {
-			// Gradients only for the head dimensions the forward serves.
-			if dp, _ := paddedDim(p.D); b.mmaFwdErr[dp] != nil {
-				return b.mmaFwdErr[dp]
-			}
-			for _, c := range []struct {
-				ptr cu.DevicePtr
-				n   int
-			}{{buf.q, len(q)}, {buf.k, len(k)}, {buf.v, len(v)}, {buf.do, len(do)}} {
-				if err := launchRound(*b.roundFn, c.ptr, c.n); err != nil {
-					return fmt.Errorf("cudakernels: rounding launch: %w", err)
-				}
-			}
-		}
-		if err := ks.launchBackward(b.dotDoO[elem], p, buf); err != nil {
-			return fmt.Errorf("cudakernels: backward launch: %w", err)
+		if err := enqueueBackward[T](b, p, buf, cu.Stream{}); err != nil {
+			return err
 		}
 		if err := cu.Synchronize(); err != nil {
 			return fmt.Errorf("cudakernels: backward kernels: %w", err)

@@ -32,8 +32,8 @@ func benchShapes() []kernels.Params {
 // kernels on device-resident random data with CUDA events, flushing the L2
 // cache before each launch, and report the median as TFLOP/s (FLOPs as in
 // kernels.Params). For BF16 and FP16 the forward's time includes the
-// conversion of Q, K and V to 16 bits. The backward runs on CUDA cores in
-// every precision, so it is timed for FP32 only.
+// conversion of Q, K and V to 16 bits, and the backward's includes the
+// rounding or conversion of its operands.
 func BenchmarkForward(b *testing.B) {
 	for _, prec := range []Precision{FP32, BF16, FP16} {
 		be := newTestBackend(b, WithPrecision(prec))
@@ -46,11 +46,13 @@ func BenchmarkForward(b *testing.B) {
 }
 
 func BenchmarkBackward(b *testing.B) {
-	be := newTestBackend(b)
-	for _, p := range benchShapes() {
-		b.Run(fmt.Sprintf("fp32/D%d_N%d_B%d_H%d_causal=%v", p.D, p.Nq, p.B, p.H, p.Causal), func(b *testing.B) {
-			benchKernels(b, be, p, true)
-		})
+	for _, prec := range []Precision{FP32, BF16, FP16} {
+		be := newTestBackend(b, WithPrecision(prec))
+		for _, p := range benchShapes() {
+			b.Run(fmt.Sprintf("%v/D%d_N%d_B%d_H%d_causal=%v", prec, p.D, p.Nq, p.B, p.H, p.Causal), func(b *testing.B) {
+				benchKernels(b, be, p, true)
+			})
+		}
 	}
 }
 
@@ -59,25 +61,25 @@ func benchKernels(b *testing.B, be *Backend, p kernels.Params, backward bool) {
 		a          *arena
 		flush      cu.DevicePtr
 		start, end cu.Event
-		ks         *simtKernels
 		fwd        *fwdKernel
 		buf        bwdBuffers
 		fbuf       fwdBuffers
 	)
 	const flushBytes = 256 << 20 // several times the 60 MB L2
 	setup := func() (err error) {
-		if ks, _, err = kernelsFor[float32](be, p.D); err != nil {
-			return err
-		}
 		if fwd, err = forwardFor[float32](be, p.D); err != nil {
 			return err
 		}
+		bwdScratch, err := backwardScratchBytes[float32](be, p)
+		if err != nil {
+			return err
+		}
 		q4, k4, l4 := int64(p.QLen())*4, int64(p.KLen())*4, int64(p.LSELen())*4
-		if a, err = newArena(q4, k4, k4, q4, l4, q4, l4, q4, k4, k4, flushBytes, fwd.scratchBytes(p)); err != nil {
+		if a, err = newArena(q4, k4, k4, q4, l4, q4, l4, q4, k4, k4, flushBytes, fwd.scratchBytes(p), bwdScratch); err != nil {
 			return err
 		}
 		buf = bwdBuffers{q: a.parts[0], k: a.parts[1], v: a.parts[2], o: a.parts[3], lse: a.parts[4],
-			do: a.parts[5], delta: a.parts[6], dq: a.parts[7], dk: a.parts[8], dv: a.parts[9]}
+			do: a.parts[5], delta: a.parts[6], dq: a.parts[7], dk: a.parts[8], dv: a.parts[9], scratch: a.parts[12]}
 		flush = a.parts[10]
 		fbuf = fwdBuffers{q: buf.q, k: buf.k, v: buf.v, o: buf.o, lse: buf.lse, scratch: a.parts[11]}
 		rng := rand.New(rand.NewPCG(3, 4))
@@ -90,7 +92,7 @@ func benchKernels(b *testing.B, be *Backend, p kernels.Params, backward bool) {
 			}
 		}
 		// The backward needs a real O and LSE.
-		if err := fwd.launch(p, fbuf); err != nil {
+		if err := fwd.launch(p, fbuf, cu.Stream{}); err != nil {
 			return err
 		}
 		if start, err = cu.MakeEvent(cu.DefaultEvent); err != nil {
@@ -121,9 +123,9 @@ func benchKernels(b *testing.B, be *Backend, p kernels.Params, backward bool) {
 			}
 			var err error
 			if backward {
-				err = ks.launchBackward(be.dotDoO[4], p, buf)
+				err = enqueueBackward[float32](be, p, buf, cu.Stream{})
 			} else {
-				err = fwd.launch(p, fbuf)
+				err = fwd.launch(p, fbuf, cu.Stream{})
 			}
 			if err != nil {
 				return err

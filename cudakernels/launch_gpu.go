@@ -127,6 +127,7 @@ type fwdBuffers struct{ q, k, v, o, lse, scratch cu.DevicePtr }
 
 type bwdBuffers struct {
 	q, k, v, o, lse, do, delta, dq, dk, dv cu.DevicePtr
+	scratch                                cu.DevicePtr // backwardScratchBytes
 }
 
 // A fwdKernel is a forward kernel of either family with its launch shape:
@@ -167,8 +168,8 @@ func (f *fwdKernel) scratchBytes(p kernels.Params) int64 {
 const scratchAlign = 256
 
 // launch enqueues the forward (after the conversions into scratch, for the
-// tensor-core kernels) on the default stream.
-func (f *fwdKernel) launch(p kernels.Params, buf fwdBuffers) error {
+// tensor-core kernels) on stream.
+func (f *fwdKernel) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream) error {
 	grid, err := gridFor(p, p.Nq, f.rows)
 	if err != nil {
 		return err
@@ -189,13 +190,13 @@ func (f *fwdKernel) launch(p kernels.Params, buf fwdBuffers) error {
 			if blocks == 0 {
 				continue
 			}
-			if err := f.toHalf.Launch(blocks, 1, 1, threads, 1, 1, 0, cu.Stream{}, args(
+			if err := f.toHalf.Launch(blocks, 1, 1, threads, 1, 1, 0, stream, args(
 				srcs[i], *ptrs[i], n, int64(p.D), int64(f.paddedDim))); err != nil {
 				return err
 			}
 		}
 	}
-	return f.fn.Launch(grid, 1, 1, f.threads, 1, 1, f.smem, cu.Stream{}, args(
+	return f.fn.Launch(grid, 1, 1, f.threads, 1, 1, f.smem, stream, args(
 		q, k, v, buf.o, buf.lse,
 		int64(p.Nq), int64(p.Nk), int64(p.D), bool64(p.Causal), p.Scale))
 }
@@ -252,7 +253,7 @@ func loadMmaForward(mod cu.Module, prec Precision, dp, maxSmem int) (*fwdKernel,
 
 // launchBackward enqueues the three backward kernels: D = rowsum(dO∘O), then
 // dK and dV per key tile, then dQ per query tile.
-func (ks *simtKernels) launchBackward(dotDoO cu.Function, p kernels.Params, buf bwdBuffers) error {
+func (ks *simtKernels) launchBackward(dotDoO cu.Function, p kernels.Params, buf bwdBuffers, stream cu.Stream) error {
 	gridK, err := gridFor(p, p.Nk, ks.tile)
 	if err != nil {
 		return err
@@ -263,26 +264,26 @@ func (ks *simtKernels) launchBackward(dotDoO cu.Function, p kernels.Params, buf 
 	}
 	rows := int64(p.B) * int64(p.H) * int64(p.Nq)
 	const rowsPerBlock = 256 // one thread per row
-	if err := dotDoO.Launch(int((rows+rowsPerBlock-1)/rowsPerBlock), 1, 1, rowsPerBlock, 1, 1, 0, cu.Stream{}, args(
+	if err := dotDoO.Launch(int((rows+rowsPerBlock-1)/rowsPerBlock), 1, 1, rowsPerBlock, 1, 1, 0, stream, args(
 		buf.o, buf.do, buf.delta, rows, int64(p.D))); err != nil {
 		return err
 	}
 	shape := []any{int64(p.Nq), int64(p.Nk), int64(p.D), bool64(p.Causal), p.Scale}
-	if err := ks.dkdv.Launch(gridK, 1, 1, ks.tile*8, 1, 1, ks.bwdSmem, cu.Stream{}, args(append([]any{
+	if err := ks.dkdv.Launch(gridK, 1, 1, ks.tile*8, 1, 1, ks.bwdSmem, stream, args(append([]any{
 		buf.q, buf.k, buf.v, buf.do, buf.lse, buf.delta, buf.dk, buf.dv}, shape...)...)); err != nil {
 		return err
 	}
-	return ks.dq.Launch(gridQ, 1, 1, ks.tile*8, 1, 1, ks.bwdSmem, cu.Stream{}, args(append([]any{
+	return ks.dq.Launch(gridQ, 1, 1, ks.tile*8, 1, 1, ks.bwdSmem, stream, args(append([]any{
 		buf.q, buf.k, buf.v, buf.do, buf.lse, buf.delta, buf.dq}, shape...)...))
 }
 
 // launchRound enqueues the storage rounding of n float32 elements at x in
 // place (csrc/round.cuh; a grid-stride loop, so any grid covers n).
-func launchRound(fn cu.Function, x cu.DevicePtr, n int) error {
+func launchRound(fn cu.Function, x cu.DevicePtr, n int, stream cu.Stream) error {
 	const threads, maxBlocks = 256, 4096
 	blocks := min((n+threads-1)/threads, maxBlocks)
 	if blocks == 0 {
 		return nil
 	}
-	return fn.Launch(blocks, 1, 1, threads, 1, 1, 0, cu.Stream{}, args(x, int64(n)))
+	return fn.Launch(blocks, 1, 1, threads, 1, 1, 0, stream, args(x, int64(n)))
 }
