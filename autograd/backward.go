@@ -1,11 +1,13 @@
 package autograd
 
 import (
+	"errors"
 	"fmt"
 	"hash"
 	"hash/fnv"
 
 	"github.com/chewxy/hm"
+	"github.com/gorgonia-flash/flashattention/kernels"
 
 	"gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -13,8 +15,12 @@ import (
 
 // Gradient adds to the graph the nodes for dQ, dK and dV of the attention
 // O = op(q, k, v) configured by cfg, given dO, the gradient flowing into O.
-// saved must be the Saved the forward op stores its LSE into.
+// saved must be the Saved the forward op stores its LSE into; from now on
+// the forward also keeps its device state there (see Saved).
 func Gradient(cfg Config, saved *Saved, q, k, v, o, dO *gorgonia.Node) (gorgonia.Nodes, error) {
+	saved.mu.Lock()
+	saved.keep = true
+	saved.mu.Unlock()
 	packed, err := gorgonia.ApplyOp(&gradOp{cfg: cfg, saved: saved}, q, k, v, o, dO)
 	if err != nil {
 		return nil, fmt.Errorf("attention backward: %w", err)
@@ -80,22 +86,50 @@ func backward(cfg Config, saved *Saved, inputs ...any) (*tensor.Dense, error) {
 	if err != nil {
 		return nil, err
 	}
+	st := saved.takeDevice(p, q.Dtype())
+	res, _ := cfg.Backend.(kernels.Resident)
+	if st != nil && res == nil {
+		// The backend changed under the Saved; a state never outlives it.
+		if err := st.Release(); err != nil {
+			return nil, fmt.Errorf("attention backward: %w", err)
+		}
+		st = nil
+	}
 	n := p.QLen() + 2*p.KLen()
+	var out *tensor.Dense
 	switch q.Dtype() {
 	case tensor.Float32:
-		out := make([]float32, n)
-		dq, dk, dv := out[:p.QLen()], out[p.QLen():p.QLen()+p.KLen()], out[p.QLen()+p.KLen():]
-		err = cfg.Backend.Backward32(p, q.Float32s(), k.Float32s(), v.Float32s(), o.Float32s(),
-			lse.Data().([]float32), dO.Float32s(), dq, dk, dv)
-		return tensor.New(tensor.WithShape(n), tensor.WithBacking(out)), err
+		buf := make([]float32, n)
+		dq, dk, dv := buf[:p.QLen()], buf[p.QLen():p.QLen()+p.KLen()], buf[p.QLen()+p.KLen():]
+		if st != nil {
+			err = res.BackwardKept32(st, p, dO.Float32s(), dq, dk, dv)
+		} else {
+			err = cfg.Backend.Backward32(p, q.Float32s(), k.Float32s(), v.Float32s(), o.Float32s(),
+				lse.Data().([]float32), dO.Float32s(), dq, dk, dv)
+		}
+		out = tensor.New(tensor.WithShape(n), tensor.WithBacking(buf))
 	case tensor.Float64:
-		out := make([]float64, n)
-		dq, dk, dv := out[:p.QLen()], out[p.QLen():p.QLen()+p.KLen()], out[p.QLen()+p.KLen():]
-		err = cfg.Backend.Backward64(p, q.Float64s(), k.Float64s(), v.Float64s(), o.Float64s(),
-			lse.Data().([]float64), dO.Float64s(), dq, dk, dv)
-		return tensor.New(tensor.WithShape(n), tensor.WithBacking(out)), err
+		buf := make([]float64, n)
+		dq, dk, dv := buf[:p.QLen()], buf[p.QLen():p.QLen()+p.KLen()], buf[p.QLen()+p.KLen():]
+		if st != nil {
+			err = res.BackwardKept64(st, p, dO.Float64s(), dq, dk, dv)
+		} else {
+			err = cfg.Backend.Backward64(p, q.Float64s(), k.Float64s(), v.Float64s(), o.Float64s(),
+				lse.Data().([]float64), dO.Float64s(), dq, dk, dv)
+		}
+		out = tensor.New(tensor.WithShape(n), tensor.WithBacking(buf))
+	default:
+		err = fmt.Errorf("attention backward: dtype %v, want Float32 or Float64", q.Dtype())
 	}
-	return nil, fmt.Errorf("attention backward: dtype %v, want Float32 or Float64", q.Dtype())
+	if st != nil {
+		// The backward is the state's last user: a training step ends with
+		// no device memory held for it.
+		err = errors.Join(err, st.Release())
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // gradOp computes the packed gradients [dQ | dK | dV] from (q, k, v, o, dO).

@@ -3,6 +3,7 @@ package autograd
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 
 	"github.com/gorgonia-flash/flashattention/kernels"
@@ -30,18 +31,101 @@ func (c Config) Params(q, k tensor.Shape) (kernels.Params, error) {
 	return kernels.Params{B: q[0], H: q[1], Nq: q[2], Nk: k[2], D: q[3], Scale: c.Scale, Causal: c.Causal}, nil
 }
 
-// Saved carries the forward's LSE to the backward of the same op. Its zero
-// value is empty; the forward stores into it at every run.
+// Saved carries the forward's LSE to the backward of the same op, and, on a
+// backend that implements kernels.Resident, the forward's device copies of
+// q, k, v, o and lse. Its zero value is empty; the forward stores into it at
+// every run.
+//
+// Device state lifetime: the forward keeps it only once Gradient has built
+// the backward nodes (KeepOnDevice reports that), so a graph that is only
+// run forward holds no device memory between runs. The backward takes it
+// and releases it when done; a forward that runs again releases the state
+// of its previous run; Release drops it on demand; and when the Saved
+// becomes unreachable the garbage collector releases what is left.
 type Saved struct {
-	mu  sync.Mutex
-	lse tensor.Tensor // [B, H, Nq], the dtype of the inputs
+	mu   sync.Mutex
+	lse  tensor.Tensor // [B, H, Nq], the dtype of the inputs
+	keep bool
+	dev  *deviceSlot // allocated with the first device state
 }
 
-// Store records the LSE of the latest forward run.
-func (s *Saved) Store(lse tensor.Tensor) {
+// deviceSlot holds a device state apart from Saved, so that a cleanup
+// attached to the Saved can release it without keeping the Saved alive.
+type deviceSlot struct {
+	mu sync.Mutex
+	st kernels.DeviceState
+	dt tensor.Dtype
+	p  kernels.Params
+}
+
+// swap installs st (nil to empty the slot) and releases what it replaces.
+func (d *deviceSlot) swap(st kernels.DeviceState, p kernels.Params, dt tensor.Dtype) error {
+	d.mu.Lock()
+	old := d.st
+	d.st, d.p, d.dt = st, p, dt
+	d.mu.Unlock()
+	if old == nil {
+		return nil
+	}
+	return old.Release()
+}
+
+// Store records the LSE of the latest forward run and its device state (nil
+// when the forward kept none), releasing the device state of the previous
+// run. p and the LSE's dtype identify the problem the state belongs to.
+func (s *Saved) Store(lse tensor.Tensor, p kernels.Params, st kernels.DeviceState) error {
+	s.mu.Lock()
+	s.lse = lse
+	if s.dev == nil && st == nil {
+		s.mu.Unlock()
+		return nil
+	}
+	if s.dev == nil {
+		s.dev = new(deviceSlot)
+		runtime.AddCleanup(s, func(d *deviceSlot) { _ = d.swap(nil, kernels.Params{}, tensor.Dtype{}) }, s.dev)
+	}
+	dev := s.dev
+	s.mu.Unlock()
+	return dev.swap(st, p, lse.Dtype())
+}
+
+// KeepOnDevice reports whether the forward should keep its device copies for
+// the backward: true once Gradient has built the backward nodes.
+func (s *Saved) KeepOnDevice() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.lse = lse
+	return s.keep
+}
+
+// Release frees the device state held, if any. The LSE stays, so a backward
+// still runs; it uploads its inputs again.
+func (s *Saved) Release() error {
+	s.mu.Lock()
+	dev := s.dev
+	s.mu.Unlock()
+	if dev == nil {
+		return nil
+	}
+	return dev.swap(nil, kernels.Params{}, tensor.Dtype{})
+}
+
+// takeDevice removes and returns the device state if it belongs to p and
+// dt, for the backward to use and release; nil otherwise.
+func (s *Saved) takeDevice(p kernels.Params, dt tensor.Dtype) kernels.DeviceState {
+	s.mu.Lock()
+	dev := s.dev
+	s.mu.Unlock()
+	if dev == nil {
+		return nil
+	}
+	dev.mu.Lock()
+	defer dev.mu.Unlock()
+	if dev.st == nil || dev.p != p || dev.dt != dt {
+		return nil
+	}
+	st := dev.st
+	dev.st = nil
+	return st
 }
 
 // errNoForward reports a backward run without its forward.

@@ -36,10 +36,27 @@ type Backend struct {
 	// D, or the error that kernel gave when loading.
 	mmaFwd    map[int]*fwdKernel
 	mmaFwdErr map[int]error
+	// Tensor-core backward of the backward's precision by padded D (absent
+	// where none is built; that D falls back to CUDA cores).
+	mmaBwd map[int]*mmaBwdKernels
 	// Rounds a float32 device buffer in place to the backend's storage
 	// precision (BF16, FP16): the backward's operands, rounded as the
 	// forward rounded them. Nil for FP32.
 	roundFn *cu.Function
+
+	// The copy pipeline's resources (resident_gpu.go), on the worker's
+	// thread: streams and events per slot, page-locked staging and a
+	// device workspace, both kept between calls and grown to the largest
+	// call's need.
+	streams     [slots]cu.Stream
+	events      [slots]cu.Event
+	pinned      unsafe.Pointer
+	pinnedBytes int64
+	work        cu.DevicePtr
+	workBytes   int64
+	// chunkOverride fixes the (batch, head) pairs per chunk when positive;
+	// tests use it to compare chunkings.
+	chunkOverride int
 }
 
 var _ kernels.Backend = (*Backend)(nil)
@@ -125,6 +142,16 @@ func (b *Backend) open(cfg config) (err error) {
 			_ = b.release()
 		}
 	}()
+	for i := range b.streams {
+		// Non-blocking: the legacy default stream must not serialise the
+		// two slots.
+		if b.streams[i], err = cu.MakeStream(cu.NonBlocking); err != nil {
+			return fmt.Errorf("cudakernels: creating a stream: %w", err)
+		}
+		if b.events[i], err = cu.MakeEvent(cu.DisableTiming); err != nil {
+			return fmt.Errorf("cudakernels: creating an event: %w", err)
+		}
+	}
 	if b.mod, err = cu.LoadData(image); err != nil {
 		return fmt.Errorf("cudakernels: loading the kernel module: %w", err)
 	}
@@ -165,6 +192,9 @@ func (b *Backend) open(cfg config) (err error) {
 				b.mmaFwd[dp] = f
 			}
 		}
+		if b.mmaBwd, err = loadMmaBackward(b.mod, b.prec, maxSmem); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -189,9 +219,21 @@ func kernelImage(dir string, major int) (string, error) {
 	return string(b), nil
 }
 
-// release frees the module and the context; it runs on the worker's thread.
+// release frees the pipeline's memory, streams and events, the module and
+// the context; it runs on the worker's thread.
 func (b *Backend) release() error {
 	var errs []error
+	if b.ctx != (cu.CUContext{}) {
+		errs = append(errs, b.freeWork(), b.freePinned())
+		for i := range b.streams {
+			if b.events[i] != (cu.Event{}) {
+				errs = append(errs, cu.DestroyEvent(&b.events[i]))
+			}
+			if b.streams[i] != (cu.Stream{}) {
+				errs = append(errs, b.streams[i].Destroy())
+			}
+		}
+	}
 	if b.mod != (cu.Module{}) {
 		errs = append(errs, b.mod.Unload())
 		b.mod = cu.Module{}
@@ -233,12 +275,14 @@ func (b *Backend) run(fn func() error) error {
 // Forward32 implements kernels.Backend in the backend's precision: on CUDA
 // cores for FP32, on tensor cores for BF16 and FP16.
 func (b *Backend) Forward32(p kernels.Params, q, k, v, o, lse []float32) error {
-	return forward(b, p, q, k, v, o, lse)
+	_, err := forward(b, p, q, k, v, o, lse, false)
+	return err
 }
 
 // Forward64 implements kernels.Backend in float64 on CUDA cores.
 func (b *Backend) Forward64(p kernels.Params, q, k, v, o, lse []float64) error {
-	return forward(b, p, q, k, v, o, lse)
+	_, err := forward(b, p, q, k, v, o, lse, false)
+	return err
 }
 
 // Backward32 implements kernels.Backend on CUDA cores in float32. In BF16
@@ -248,22 +292,12 @@ func (b *Backend) Forward64(p kernels.Params, q, k, v, o, lse []float64) error {
 // computed; O (for D = rowsum(dO∘O)) and LSE are used as given. There is no
 // tensor-core backward yet.
 func (b *Backend) Backward32(p kernels.Params, q, k, v, o, lse, do, dq, dk, dv []float32) error {
-	return backward(b, p, q, k, v, o, lse, do, dq, dk, dv)
+	return backward(b, p, nil, q, k, v, o, lse, do, dq, dk, dv)
 }
 
 // Backward64 implements kernels.Backend in float64 on CUDA cores.
 func (b *Backend) Backward64(p kernels.Params, q, k, v, o, lse, do, dq, dk, dv []float64) error {
-	return backward(b, p, q, k, v, o, lse, do, dq, dk, dv)
-}
-
-func sizeOf[T kernels.Float](s []T) int64 { return int64(len(s)) * int64(unsafe.Sizeof(s[0])) }
-
-func upload[T kernels.Float](dst cu.DevicePtr, src []T) error {
-	return cu.MemcpyHtoD(dst, unsafe.Pointer(&src[0]), sizeOf(src))
-}
-
-func download[T kernels.Float](dst []T, src cu.DevicePtr) error {
-	return cu.MemcpyDtoH(unsafe.Pointer(&dst[0]), src, sizeOf(dst))
+	return backward(b, p, nil, q, k, v, o, lse, do, dq, dk, dv)
 }
 
 // kernelsFor picks the CUDA-core kernels for element type T and head
@@ -295,87 +329,147 @@ func forwardFor[T kernels.Float](b *Backend, d int) (*fwdKernel, error) {
 	return b.mmaFwd[dp], nil
 }
 
-func forward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse []T) error {
+// forward runs the forward through the copy pipeline. With keep, q, k, v,
+// o and lse stay on the device in a state it returns; without, they pass
+// through chunk-sized buffers of the workspace.
+func forward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse []T, keep bool) (*deviceState, error) {
 	if err := kernels.CheckForward(p, q, k, v, o, lse); err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := paddedDim(p.D); err != nil {
-		return err
+		return nil, err
 	}
-	return b.run(func() (err error) {
+	var st *deviceState
+	err := b.run(func() (err error) {
 		f, err := forwardFor[T](b, p.D)
 		if err != nil {
 			return err
 		}
-		a, err := newArena(sizeOf(q), sizeOf(k), sizeOf(v), sizeOf(o), sizeOf(lse), f.scratchBytes(p))
-		if err != nil {
-			return err
+		var zero T
+		elem := int64(unsafe.Sizeof(zero))
+		bh := p.B * p.H
+		per := []int{p.Nq * p.D, p.Nk * p.D, p.Nk * p.D, p.Nq * p.D, p.Nq} // q, k, v, o, lse
+		var headBytes int64
+		for _, n := range per {
+			headBytes += int64(n) * elem
 		}
-		defer func() { err = errors.Join(err, a.free()) }()
-		buf := fwdBuffers{q: a.parts[0], k: a.parts[1], v: a.parts[2], o: a.parts[3], lse: a.parts[4], scratch: a.parts[5]}
-		for _, c := range []struct {
-			dst cu.DevicePtr
-			src []T
-		}{{buf.q, q}, {buf.k, k}, {buf.v, v}} {
-			if err := upload(c.dst, c.src); err != nil {
-				return fmt.Errorf("cudakernels: copy to device: %w", err)
+		hc := b.chunkHeads(bh, headBytes)
+		sb := f.scratchBytes(chunkParams(p, hc))
+		dev := make([]func(chunk) cu.DevicePtr, len(per))
+		var scratch []cu.DevicePtr
+		if keep {
+			sizes := make([]int64, len(per))
+			for i, n := range per {
+				sizes[i] = int64(bh) * int64(n) * elem
 			}
+			a, err := newArena(sizes...)
+			if err != nil {
+				return err
+			}
+			st = &deviceState{b: b, p: p, elem: int(elem), a: a}
+			defer func() {
+				if err != nil {
+					err = errors.Join(err, a.free())
+					st = nil
+				}
+			}()
+			for i, n := range per {
+				dev[i] = at[T](a.parts[i], n)
+			}
+			if scratch, err = b.workspace(sb, sb); err != nil {
+				return err
+			}
+		} else {
+			ws, err := b.workspace(append(slotSizes(hc, elem, per...), sb, sb)...)
+			if err != nil {
+				return err
+			}
+			for i := range per {
+				dev[i] = perSlot(ws[2*i : 2*i+2])
+			}
+			scratch = ws[2*len(per):]
 		}
-		if err := f.launch(p, buf, cu.Stream{}); err != nil {
-			return fmt.Errorf("cudakernels: forward launch: %w", err)
-		}
-		if err := cu.Synchronize(); err != nil {
-			return fmt.Errorf("cudakernels: forward kernel: %w", err)
-		}
-		if err := download(o, buf.o); err != nil {
-			return fmt.Errorf("cudakernels: copy from device: %w", err)
-		}
-		return download(lse, buf.lse)
+		in := []staged[T]{{q, per[0], dev[0]}, {k, per[1], dev[1]}, {v, per[2], dev[2]}}
+		out := []staged[T]{{o, per[3], dev[3]}, {lse, per[4], dev[4]}}
+		return pipeline(b, bh, hc, in, out, func(c chunk, s cu.Stream) error {
+			buf := fwdBuffers{q: dev[0](c), k: dev[1](c), v: dev[2](c), o: dev[3](c), lse: dev[4](c), scratch: scratch[c.slot]}
+			if err := f.launch(chunkParams(p, c.n), buf, s); err != nil {
+				return fmt.Errorf("cudakernels: forward launch: %w", err)
+			}
+			return nil
+		})
 	})
+	return st, err
 }
 
-func backward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse, do, dq, dk, dv []T) error {
-	if err := kernels.CheckBackward(p, q, k, v, o, lse, do, dq, dk, dv); err != nil {
-		return err
+// backward runs the backward through the copy pipeline: on the inputs st
+// holds when st is not nil (uploading only do), else on q, k, v, o, lse and
+// do, which pass through chunk-sized buffers of the workspace like dq, dk
+// and dv.
+func backward[T kernels.Float](b *Backend, p kernels.Params, st *deviceState, q, k, v, o, lse, do, dq, dk, dv []T) error {
+	if st == nil {
+		if err := kernels.CheckBackward(p, q, k, v, o, lse, do, dq, dk, dv); err != nil {
+			return err
+		}
 	}
 	if _, err := paddedDim(p.D); err != nil {
 		return err
 	}
-	return b.run(func() (err error) {
-		scratch, err := backwardScratchBytes[T](b, p)
+	return b.run(func() error {
+		if st != nil && st.a == nil {
+			return fmt.Errorf("%w: device state already released", kernels.ErrInvalidParams)
+		}
+		var zero T
+		elem := int64(unsafe.Sizeof(zero))
+		bh := p.B * p.H
+		qd, kd := p.Nq*p.D, p.Nk*p.D
+		// Tensors, in bwdBuffers order up to dv: q, k, v, o, lse, do, delta,
+		// dq, dk, dv.
+		per := []int{qd, kd, kd, qd, p.Nq, qd, p.Nq, qd, kd, kd}
+		host := [][]T{q, k, v, o, lse, do, nil, dq, dk, dv}
+		first := 0 // the first tensor that passes through slot buffers
+		if st != nil {
+			first = 5
+		}
+		var headBytes int64
+		for i := first; i < len(per); i++ {
+			if host[i] != nil {
+				headBytes += int64(per[i]) * elem
+			}
+		}
+		hc := b.chunkHeads(bh, headBytes)
+		sb, err := backwardScratchBytes[T](b, chunkParams(p, hc))
 		if err != nil {
 			return err
 		}
-		a, err := newArena(sizeOf(q), sizeOf(k), sizeOf(v), sizeOf(o), sizeOf(lse), sizeOf(do),
-			sizeOf(lse), sizeOf(dq), sizeOf(dk), sizeOf(dv), scratch)
+		ws, err := b.workspace(append(slotSizes(hc, elem, per[first:]...), sb, sb)...)
 		if err != nil {
 			return err
 		}
-		defer func() { err = errors.Join(err, a.free()) }()
-		buf := bwdBuffers{q: a.parts[0], k: a.parts[1], v: a.parts[2], o: a.parts[3], lse: a.parts[4],
-			do: a.parts[5], delta: a.parts[6], dq: a.parts[7], dk: a.parts[8], dv: a.parts[9], scratch: a.parts[10]}
-		for _, c := range []struct {
-			dst cu.DevicePtr
-			src []T
-		}{{buf.q, q}, {buf.k, k}, {buf.v, v}, {buf.o, o}, {buf.lse, lse}, {buf.do, do}} {
-			if err := upload(c.dst, c.src); err != nil {
-				return fmt.Errorf("cudakernels: copy to device: %w", err)
+		dev := make([]func(chunk) cu.DevicePtr, len(per))
+		for i := range per {
+			if i < first {
+				dev[i] = at[T](st.a.parts[i], per[i])
+			} else {
+				j := 2 * (i - first)
+				dev[i] = perSlot(ws[j : j+2])
 			}
 		}
-		if err := enqueueBackward[T](b, p, buf, cu.Stream{}); err != nil {
-			return err
-		}
-		if err := cu.Synchronize(); err != nil {
-			return fmt.Errorf("cudakernels: backward kernels: %w", err)
-		}
-		for _, c := range []struct {
-			dst []T
-			src cu.DevicePtr
-		}{{dq, buf.dq}, {dk, buf.dk}, {dv, buf.dv}} {
-			if err := download(c.dst, c.src); err != nil {
-				return fmt.Errorf("cudakernels: copy from device: %w", err)
+		scratch := ws[2*(len(per)-first):]
+		var in, out []staged[T]
+		for i := first; i < len(per); i++ {
+			switch {
+			case i == 6: // delta is work space
+			case i < 7:
+				in = append(in, staged[T]{host[i], per[i], dev[i]})
+			default:
+				out = append(out, staged[T]{host[i], per[i], dev[i]})
 			}
 		}
-		return nil
+		return pipeline(b, bh, hc, in, out, func(c chunk, s cu.Stream) error {
+			buf := bwdBuffers{q: dev[0](c), k: dev[1](c), v: dev[2](c), o: dev[3](c), lse: dev[4](c),
+				do: dev[5](c), delta: dev[6](c), dq: dev[7](c), dk: dev[8](c), dv: dev[9](c), scratch: scratch[c.slot]}
+			return enqueueBackward[T](b, chunkParams(p, c.n), buf, s)
+		})
 	})
 }

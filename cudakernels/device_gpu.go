@@ -111,13 +111,7 @@ type arena struct {
 }
 
 func newArena(sizes ...int64) (*arena, error) {
-	const align = 256
-	offs := make([]int64, len(sizes))
-	var total int64
-	for i, s := range sizes {
-		offs[i] = total
-		total += (s + align - 1) / align * align
-	}
+	offs, total := layout(sizes)
 	base, err := cu.MemAlloc(total)
 	if err != nil {
 		return nil, wrapAlloc(total, err)
@@ -129,4 +123,33 @@ func newArena(sizes ...int64) (*arena, error) {
 	return a, nil
 }
 
+// layout places parts of the given sizes one after the other, each at a
+// multiple of 256 bytes (the alignment cuMemAlloc guarantees and vectorised
+// kernels rely on), and returns their offsets and the total size.
+func layout(sizes []int64) (offs []int64, total int64) {
+	const align = 256
+	offs = make([]int64, len(sizes))
+	for i, s := range sizes {
+		offs[i] = total
+		total += (s + align - 1) / align * align
+	}
+	return offs, total
+}
+
 func (a *arena) free() error { return cu.MemFree(a.base) }
+
+// allocHost allocates bytes of page-locked host memory, which the copy
+// engines read and write directly, so that copies from and to it run
+// asynchronously at full bus speed. gorgonia.org/cu v0.9.6 wraps
+// cuMemFreeHost but not cuMemAllocHost.
+func allocHost(bytes int64) (unsafe.Pointer, error) {
+	var p unsafe.Pointer
+	switch r := C.cuMemAllocHost(&p, C.size_t(bytes)); r {
+	case C.CUDA_SUCCESS:
+		return p, nil
+	case C.CUDA_ERROR_OUT_OF_MEMORY:
+		return nil, fmt.Errorf("%w: allocating %d bytes of page-locked host memory", ErrOutOfMemory, bytes)
+	default:
+		return nil, fmt.Errorf("cudakernels: allocating %d bytes of page-locked host memory: CUDA error %d", bytes, int(r))
+	}
+}

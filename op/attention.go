@@ -27,15 +27,16 @@ func invalid(format string, args ...any) error {
 // softmax). The node is differentiable with respect to q, k and v under both
 // gorgonia.Grad (TapeMachine) and the LispMachine.
 func Attention(q, k, v *gorgonia.Node, opts ...Option) (*gorgonia.Node, error) {
-	cfg := defaultConfig()
+	var cfg config
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if err := checkNodes(q, k, v); err != nil {
 		return nil, err
 	}
-	if cfg.backend == nil {
-		return nil, invalid("WithBackend(nil)")
+	backend, err := cfg.resolveBackend()
+	if err != nil {
+		return nil, err
 	}
 	scale := 1 / math.Sqrt(float64(q.Shape()[3]))
 	if cfg.scaleSet {
@@ -45,7 +46,7 @@ func Attention(q, k, v *gorgonia.Node, opts ...Option) (*gorgonia.Node, error) {
 		return nil, invalid("scale %v must be finite", scale)
 	}
 	op := &attentionOp{
-		cfg:   autograd.Config{Backend: cfg.backend, Scale: scale, Causal: cfg.causal},
+		cfg:   autograd.Config{Backend: backend, Scale: scale, Causal: cfg.causal},
 		saved: new(autograd.Saved),
 	}
 	return gorgonia.ApplyOp(op, q, k, v)

@@ -1,12 +1,14 @@
 package op
 
 import (
+	"errors"
 	"fmt"
 	"hash"
 	"hash/fnv"
 
 	"github.com/chewxy/hm"
 	"github.com/gorgonia-flash/flashattention/autograd"
+	"github.com/gorgonia-flash/flashattention/kernels"
 	"gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -68,25 +70,43 @@ func (op *attentionOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 	if k.Dtype() != q.Dtype() || v.Dtype() != q.Dtype() {
 		return nil, invalid("dtypes %v, %v, %v must match", q.Dtype(), k.Dtype(), v.Dtype())
 	}
-	var o, lse *tensor.Dense
+	// On a backend with device memory, a forward whose backward nodes exist
+	// keeps its device copies for that backward (see autograd.Saved).
+	res, _ := op.cfg.Backend.(kernels.Resident)
+	keep := res != nil && op.saved.KeepOnDevice()
+	var (
+		o, lse *tensor.Dense
+		st     kernels.DeviceState
+	)
 	switch q.Dtype() {
 	case tensor.Float32:
 		o32, lse32 := make([]float32, p.QLen()), make([]float32, p.LSELen())
-		err = op.cfg.Backend.Forward32(p, q.Float32s(), k.Float32s(), v.Float32s(), o32, lse32)
+		if keep {
+			st, err = res.ForwardKeep32(p, q.Float32s(), k.Float32s(), v.Float32s(), o32, lse32)
+		} else {
+			err = op.cfg.Backend.Forward32(p, q.Float32s(), k.Float32s(), v.Float32s(), o32, lse32)
+		}
 		o, lse = tensor.New(tensor.WithBacking(o32)), tensor.New(tensor.WithBacking(lse32))
 	case tensor.Float64:
 		o64, lse64 := make([]float64, p.QLen()), make([]float64, p.LSELen())
-		err = op.cfg.Backend.Forward64(p, q.Float64s(), k.Float64s(), v.Float64s(), o64, lse64)
+		if keep {
+			st, err = res.ForwardKeep64(p, q.Float64s(), k.Float64s(), v.Float64s(), o64, lse64)
+		} else {
+			err = op.cfg.Backend.Forward64(p, q.Float64s(), k.Float64s(), v.Float64s(), o64, lse64)
+		}
 		o, lse = tensor.New(tensor.WithBacking(o64)), tensor.New(tensor.WithBacking(lse64))
 	default:
 		return nil, invalid("dtype %v, want Float32 or Float64", q.Dtype())
 	}
 	if err != nil {
-		return nil, fmt.Errorf("op.Attention on %s: %w", op.cfg.Backend.Name(), err)
+		// The previous run's device state is of no use to anyone now.
+		return nil, errors.Join(fmt.Errorf("op.Attention on %s: %w", op.cfg.Backend.Name(), err), op.saved.Release())
 	}
 	o.Reshape(q.Shape()...)
 	lse.Reshape(p.B, p.H, p.Nq)
-	op.saved.Store(lse)
+	if err := op.saved.Store(lse, p, st); err != nil {
+		return nil, fmt.Errorf("op.Attention on %s: releasing the previous run's device state: %w", op.cfg.Backend.Name(), err)
+	}
 	return o, nil
 }
 

@@ -1,0 +1,339 @@
+//go:build flashgpu
+
+package cudakernels
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"gorgonia.org/cu"
+
+	"github.com/gorgonia-flash/flashattention/kernels"
+)
+
+var _ kernels.Resident = (*Backend)(nil)
+
+// Every call moves its tensors through a pipeline over chunks of (batch,
+// head) pairs: the kernels take a flat grid over B·H pairs and every pair is
+// independent, so a chunk is offset pointers and a smaller B·H, and results
+// are bit-identical whatever the chunking. Chunk i runs on stream i mod 2:
+// its host slices are copied into page-locked staging (on several cores),
+// copied to the device, computed, and its results copied back into staging,
+// while the host stages chunk i+1 and empties chunk i−1. The copy engines
+// and the SMs thus work at the same time, and the op's wall time approaches
+// the kernel time plus one chunk's copies.
+const (
+	slots         = 2       // streams, staging halves and scratch buffers
+	maxChunks     = 8       // more chunks shorten the exposed copies, but shrink the grids
+	minChunkBytes = 8 << 20 // below this per chunk, launch and sync overheads win
+	maxCopyCores  = 8       // host copies saturate memory bandwidth before this
+)
+
+// A chunk is n (batch, head) pairs from h0, and the pipeline slot it uses.
+type chunk struct{ h0, n, slot int }
+
+// chunkHeads returns the pairs per chunk for a call over bh pairs that
+// copies headBytes per pair.
+func (b *Backend) chunkHeads(bh int, headBytes int64) int {
+	if b.chunkOverride > 0 {
+		return min(b.chunkOverride, bh)
+	}
+	n := (bh + maxChunks - 1) / maxChunks
+	n = max(n, int((minChunkBytes+headBytes-1)/headBytes))
+	return min(n, bh)
+}
+
+// chunkParams is p restricted to n (batch, head) pairs.
+func chunkParams(p kernels.Params, n int) kernels.Params {
+	p.B, p.H = 1, n
+	return p
+}
+
+// staged is one tensor a call copies in or out: host holds per elements for
+// each (batch, head) pair, and dev gives the tensor's device address for a
+// chunk.
+type staged[T kernels.Float] struct {
+	host []T
+	per  int
+	dev  func(chunk) cu.DevicePtr
+}
+
+// at addresses a chunk of a whole tensor at base with per elements per pair.
+func at[T kernels.Float](base cu.DevicePtr, per int) func(chunk) cu.DevicePtr {
+	var zero T
+	return func(c chunk) cu.DevicePtr {
+		return base + cu.DevicePtr(int64(c.h0)*int64(per)*int64(unsafe.Sizeof(zero)))
+	}
+}
+
+// perSlot addresses chunk-sized buffers, one per slot: chunks of one slot
+// run in order on one stream, so each reuses the buffer after the last.
+func perSlot(bufs []cu.DevicePtr) func(chunk) cu.DevicePtr {
+	return func(c chunk) cu.DevicePtr { return bufs[c.slot] }
+}
+
+// slotSizes returns, for tensors of per elements per pair, the sizes of
+// chunk buffers of hc pairs, each twice (one per slot).
+func slotSizes(hc int, elem int64, per ...int) []int64 {
+	var sizes []int64
+	for _, n := range per {
+		s := int64(hc) * int64(n) * elem
+		sizes = append(sizes, s, s)
+	}
+	return sizes
+}
+
+// pipeline copies in, runs launch and copies out chunk by chunk, over bh
+// pairs in chunks of hc; see the comment at the top of this file. It runs on
+// the worker's thread. When it returns, nothing it queued is still running.
+func pipeline[T kernels.Float](b *Backend, bh, hc int, in, out []staged[T], launch func(chunk, cu.Stream) error) (err error) {
+	var zero T
+	elem := int64(unsafe.Sizeof(zero))
+	all := append(append([]staged[T](nil), in...), out...)
+	sizes := make([]int64, len(all))
+	for i, t := range all {
+		sizes[i] = int64(hc) * int64(t.per) * elem
+	}
+	offs, slotBytes := layout(sizes)
+	pin, err := b.staging(slots * slotBytes)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			// Queued copies and kernels must not outlive the buffers the
+			// caller frees or reuses next. A failure here is the one being
+			// returned or follows from it.
+			_ = cu.Synchronize()
+		}
+	}()
+	host := func(t staged[T], c chunk) []T { return t.host[c.h0*t.per : (c.h0+c.n)*t.per] }
+	pinned := func(i int, c chunk) []T {
+		return unsafe.Slice((*T)(unsafe.Add(pin, int64(c.slot)*slotBytes+offs[i])), c.n*all[i].per)
+	}
+	finish := func(c chunk) error {
+		if err := b.events[c.slot].Synchronize(); err != nil {
+			return fmt.Errorf("cudakernels: kernels or copies: %w", err)
+		}
+		for j, t := range out {
+			parallelCopy(host(t, c), pinned(len(in)+j, c))
+		}
+		return nil
+	}
+	var prev chunk
+	for i, h0 := 0, 0; h0 < bh; i, h0 = i+1, h0+hc {
+		c := chunk{h0: h0, n: min(hc, bh-h0), slot: i % slots}
+		s := b.streams[c.slot]
+		for j, t := range in {
+			dst := pinned(j, c)
+			parallelCopy(dst, host(t, c))
+			if err := cu.MemcpyHtoDAsync(t.dev(c), unsafe.Pointer(&dst[0]), int64(len(dst))*elem, s); err != nil {
+				return fmt.Errorf("cudakernels: copy to device: %w", err)
+			}
+		}
+		if err := launch(c, s); err != nil {
+			return err
+		}
+		for j, t := range out {
+			src := pinned(len(in)+j, c)
+			if err := cu.MemcpyDtoHAsync(unsafe.Pointer(&src[0]), t.dev(c), int64(len(src))*elem, s); err != nil {
+				return fmt.Errorf("cudakernels: copy from device: %w", err)
+			}
+		}
+		if err := b.events[c.slot].Record(s); err != nil {
+			return fmt.Errorf("cudakernels: recording an event: %w", err)
+		}
+		// The slot of chunk i−1 is free again once it is emptied; chunk i
+		// keeps the device busy meanwhile.
+		if i > 0 {
+			if err := finish(prev); err != nil {
+				return err
+			}
+		}
+		prev = c
+	}
+	return finish(prev)
+}
+
+// parallelCopy copies src into dst on several cores: one core's memcpy is
+// slower than the bus, and would leave the copy engines waiting.
+func parallelCopy[T any](dst, src []T) {
+	const grain = 1 << 18 // elements; smaller pieces cost more to start than to copy
+	n := len(src)
+	w := min(runtime.GOMAXPROCS(0), maxCopyCores, (n+grain-1)/grain)
+	if w <= 1 {
+		copy(dst, src)
+		return
+	}
+	var wg sync.WaitGroup
+	step := (n + w - 1) / w
+	for lo := 0; lo < n; lo += step {
+		hi := min(lo+step, n)
+		wg.Go(func() { copy(dst[lo:hi], src[lo:hi]) })
+	}
+	wg.Wait()
+}
+
+// workspace carves device buffers of the given sizes out of one allocation
+// that the backend keeps between calls: it grows to the largest call's need
+// and stays until Trim or Close, so calls in a steady state allocate
+// nothing. It runs on the worker's thread.
+func (b *Backend) workspace(sizes ...int64) ([]cu.DevicePtr, error) {
+	offs, total := layout(sizes)
+	if total > b.workBytes {
+		if err := b.freeWork(); err != nil {
+			return nil, err
+		}
+		p, err := cu.MemAlloc(total)
+		if err != nil {
+			return nil, wrapAlloc(total, err)
+		}
+		b.work, b.workBytes = p, total
+	}
+	ptrs := make([]cu.DevicePtr, len(sizes))
+	for i, o := range offs {
+		ptrs[i] = b.work + cu.DevicePtr(o)
+	}
+	return ptrs, nil
+}
+
+func (b *Backend) freeWork() error {
+	if b.workBytes == 0 {
+		return nil
+	}
+	err := cu.MemFree(b.work)
+	b.work, b.workBytes = 0, 0
+	return err
+}
+
+// staging returns at least bytes of page-locked host memory, kept between
+// calls like the workspace.
+func (b *Backend) staging(bytes int64) (unsafe.Pointer, error) {
+	if bytes > b.pinnedBytes {
+		if err := b.freePinned(); err != nil {
+			return nil, err
+		}
+		p, err := allocHost(bytes)
+		if err != nil {
+			return nil, err
+		}
+		b.pinned, b.pinnedBytes = p, bytes
+	}
+	return b.pinned, nil
+}
+
+func (b *Backend) freePinned() error {
+	if b.pinnedBytes == 0 {
+		return nil
+	}
+	err := cu.MemFreeHost(b.pinned)
+	b.pinned, b.pinnedBytes = nil, 0
+	return err
+}
+
+// Trim frees the device workspace and the page-locked staging memory the
+// backend keeps between calls (each as large as the largest call so far
+// needed); the next call allocates them again. Device states from
+// ForwardKeep are not affected.
+func (b *Backend) Trim() error {
+	return b.run(func() error { return errors.Join(b.freeWork(), b.freePinned()) })
+}
+
+// MemInfo reports the free and total memory of the backend's device in
+// bytes, as the driver counts it: for every context and process on it.
+func (b *Backend) MemInfo() (free, total int64, err error) {
+	err = b.run(func() (err error) {
+		free, total, err = cu.MemInfo()
+		return err
+	})
+	return free, total, err
+}
+
+// deviceState is the kernels.DeviceState of this backend: device copies of
+// q, k, v, o and lse in one allocation.
+type deviceState struct {
+	b    *Backend
+	p    kernels.Params
+	elem int
+	a    *arena // nil once released; read and written on the worker's thread
+}
+
+// Release frees the state's device memory. After Close it does nothing: the
+// memory went with the context.
+func (s *deviceState) Release() error {
+	err := s.b.run(func() error {
+		if s.a == nil {
+			return nil
+		}
+		a := s.a
+		s.a = nil
+		return a.free()
+	})
+	if errors.Is(err, errClosed) {
+		return nil
+	}
+	return err
+}
+
+// ForwardKeep32 implements kernels.Resident: Forward32, keeping the device
+// copies of q, k, v, o and lse. In BF16 and FP16 mode a later BackwardKept32
+// rounds the kept q, k and v in place to the storage precision, as the
+// forward rounded them; rounding again changes nothing.
+func (b *Backend) ForwardKeep32(p kernels.Params, q, k, v, o, lse []float32) (kernels.DeviceState, error) {
+	return forwardKeep(b, p, q, k, v, o, lse)
+}
+
+// ForwardKeep64 implements kernels.Resident: Forward64, keeping the device
+// copies.
+func (b *Backend) ForwardKeep64(p kernels.Params, q, k, v, o, lse []float64) (kernels.DeviceState, error) {
+	return forwardKeep(b, p, q, k, v, o, lse)
+}
+
+func forwardKeep[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse []T) (kernels.DeviceState, error) {
+	st, err := forward(b, p, q, k, v, o, lse, true)
+	if err != nil {
+		return nil, err // not a typed nil in an interface
+	}
+	return st, nil
+}
+
+// BackwardKept32 implements kernels.Resident: Backward32 on the inputs st
+// holds, uploading only do.
+func (b *Backend) BackwardKept32(st kernels.DeviceState, p kernels.Params, do, dq, dk, dv []float32) error {
+	return backwardKept(b, st, p, do, dq, dk, dv)
+}
+
+// BackwardKept64 implements kernels.Resident: Backward64 on the inputs st
+// holds, uploading only do.
+func (b *Backend) BackwardKept64(st kernels.DeviceState, p kernels.Params, do, dq, dk, dv []float64) error {
+	return backwardKept(b, st, p, do, dq, dk, dv)
+}
+
+func backwardKept[T kernels.Float](b *Backend, st kernels.DeviceState, p kernels.Params, do, dq, dk, dv []T) error {
+	s, ok := st.(*deviceState)
+	var zero T
+	switch {
+	case !ok || s == nil:
+		return fmt.Errorf("%w: device state %T is not one of this package's", kernels.ErrInvalidParams, st)
+	case s.b != b:
+		return fmt.Errorf("%w: device state of another backend", kernels.ErrInvalidParams)
+	case s.p != p || s.elem != int(unsafe.Sizeof(zero)):
+		return fmt.Errorf("%w: device state of %+v with %d-byte elements, called with %+v and %d-byte elements",
+			kernels.ErrInvalidParams, s.p, s.elem, p, unsafe.Sizeof(zero))
+	}
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	for _, t := range []struct {
+		name    string
+		n, want int
+	}{{"do", len(do), p.QLen()}, {"dq", len(dq), p.QLen()}, {"dk", len(dk), p.KLen()}, {"dv", len(dv), p.KLen()}} {
+		if t.n != t.want {
+			return fmt.Errorf("%w: %s has %d elements, want %d", kernels.ErrInvalidParams, t.name, t.n, t.want)
+		}
+	}
+	return backward(b, p, s, nil, nil, nil, nil, nil, do, dq, dk, dv)
+}

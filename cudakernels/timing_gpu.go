@@ -1,0 +1,115 @@
+//go:build flashgpu
+
+package cudakernels
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"unsafe"
+
+	"gorgonia.org/cu"
+
+	"github.com/gorgonia-flash/flashattention/kernels"
+)
+
+// KernelTime returns how long the kernels of one float32 call take alone,
+// without copies, in milliseconds: the median of reps runs timed with CUDA
+// events on device-resident random data (the forward's kernels, or the
+// backward's when backward is set). Compare it with a whole call's time to
+// see what the copies cost. The L2 cache is not flushed between runs, so
+// figures for problems that fit in it are optimistic.
+func (b *Backend) KernelTime(p kernels.Params, backward bool, reps int) (float64, error) {
+	if err := p.Validate(); err != nil {
+		return 0, err
+	}
+	if reps < 1 {
+		return 0, fmt.Errorf("%w: reps = %d, want at least 1", kernels.ErrInvalidParams, reps)
+	}
+	if _, err := paddedDim(p.D); err != nil {
+		return 0, err
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	host := make([][]float32, 4)
+	for i, n := range []int{p.QLen(), p.KLen(), p.KLen(), p.QLen()} {
+		host[i] = make([]float32, n)
+		for j := range host[i] {
+			host[i][j] = float32(rng.NormFloat64())
+		}
+	}
+	var ms []float64
+	err := b.run(func() (err error) {
+		f, err := forwardFor[float32](b, p.D)
+		if err != nil {
+			return err
+		}
+		bs, err := backwardScratchBytes[float32](b, p)
+		if err != nil {
+			return err
+		}
+		q4, k4, l4 := int64(p.QLen())*4, int64(p.KLen())*4, int64(p.LSELen())*4
+		a, err := newArena(q4, k4, k4, q4, l4, q4, l4, q4, k4, k4, f.scratchBytes(p), bs)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, a.free()) }()
+		buf := bwdBuffers{q: a.parts[0], k: a.parts[1], v: a.parts[2], o: a.parts[3], lse: a.parts[4],
+			do: a.parts[5], delta: a.parts[6], dq: a.parts[7], dk: a.parts[8], dv: a.parts[9], scratch: a.parts[11]}
+		fbuf := fwdBuffers{q: buf.q, k: buf.k, v: buf.v, o: buf.o, lse: buf.lse, scratch: a.parts[10]}
+		for i, dst := range []cu.DevicePtr{buf.q, buf.k, buf.v, buf.do} {
+			if err := upload(dst, host[i]); err != nil {
+				return err
+			}
+		}
+		start, err := cu.MakeEvent(cu.DefaultEvent)
+		if err != nil {
+			return err
+		}
+		defer cu.DestroyEvent(&start)
+		end, err := cu.MakeEvent(cu.DefaultEvent)
+		if err != nil {
+			return err
+		}
+		defer cu.DestroyEvent(&end)
+		// One untimed forward warms up and gives the backward its O and LSE.
+		for i := -1; i < reps; i++ {
+			if err := start.Record(cu.Stream{}); err != nil {
+				return err
+			}
+			if backward && i >= 0 {
+				err = enqueueBackward[float32](b, p, buf, cu.Stream{})
+			} else {
+				err = f.launch(p, fbuf, cu.Stream{})
+			}
+			if err != nil {
+				return err
+			}
+			if err := end.Record(cu.Stream{}); err != nil {
+				return err
+			}
+			if err := end.Synchronize(); err != nil {
+				return err
+			}
+			t, err := start.Elapsed(end)
+			if err != nil {
+				return err
+			}
+			if i >= 0 {
+				ms = append(ms, t)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	slices.Sort(ms)
+	return ms[len(ms)/2], nil
+}
+
+// upload copies src to dst synchronously, for data placed on the device
+// outside a call.
+func upload[T kernels.Float](dst cu.DevicePtr, src []T) error {
+	return cu.MemcpyHtoD(dst, unsafe.Pointer(&src[0]), int64(len(src))*int64(unsafe.Sizeof(src[0])))
+}
