@@ -4,23 +4,154 @@ package cudakernels
 
 import (
 	"fmt"
+	"unsafe"
 
 	"gorgonia.org/cu"
 
 	"github.com/gorgonia-flash/flashattention/kernels"
 )
 
+// The tensor-core backward's block shape (csrc/bwd_mma.cuh): 4 warps,
+// kBwdBK = 64 keys per dK/dV block and kBwdBQ = 64 queries per dQ block,
+// each looping over tiles of kBwdStep = 64 rows.
+const (
+	mmaBwdThreads = 128
+	mmaBwdRows    = 64
+	mmaBwdStep    = 64
+)
+
+// mmaBwdSmem is the larger of the two kernels' shared-memory layouts
+// (bwd_dkdv_smem_bytes, bwd_dq_smem_bytes) in bytes: two fixed and four
+// streamed tiles of 16-bit rows padded to dp + 8, plus the streamed LSE and
+// D of the dK/dV kernel.
+func mmaBwdSmem(dp int) int {
+	return (2*mmaBwdRows+4*mmaBwdStep)*(dp+8)*2 + 4*mmaBwdStep*4
+}
+
+// mmaBwdKernels are the tensor-core backward kernels of one precision and
+// padded head dimension.
+type mmaBwdKernels struct {
+	dkdv, dq  cu.Function
+	toHalf    cu.Function
+	smem      int
+	paddedDim int
+}
+
+// loadMmaBackward looks up the tensor-core backward of precision prec for
+// every head dimension csrc/flash.cu builds it for (those up to
+// mmaVerifiedDim that fit the device's shared memory).
+func loadMmaBackward(mod cu.Module, prec Precision, maxSmem int) (map[int]*mmaBwdKernels, error) {
+	name := "flash_to_half_" + prec.String()
+	toHalf, err := mod.Function(name)
+	if err != nil {
+		return nil, fmt.Errorf("cudakernels: kernel %s: %w", name, err)
+	}
+	out := map[int]*mmaBwdKernels{}
+	for _, dp := range headDims {
+		if dp > mmaVerifiedDim || mmaBwdSmem(dp) > maxSmem {
+			continue
+		}
+		ks := &mmaBwdKernels{toHalf: toHalf, smem: mmaBwdSmem(dp), paddedDim: dp}
+		suffix := fmt.Sprintf("_mma_%v_d%d", prec, dp)
+		if ks.dkdv, err = lookup(mod, "flash_bwd_dkdv"+suffix, ks.smem, maxSmem); err != nil {
+			return nil, err
+		}
+		if ks.dq, err = lookup(mod, "flash_bwd_dq"+suffix, ks.smem, maxSmem); err != nil {
+			return nil, err
+		}
+		out[dp] = ks
+	}
+	return out, nil
+}
+
+// halfParts returns the byte sizes of the 16-bit copies of Q, K, V and dO.
+func (ks *mmaBwdKernels) halfParts(p kernels.Params) []int64 {
+	bh, dp := int64(p.B)*int64(p.H), int64(ks.paddedDim)
+	qb, kb := bh*int64(p.Nq)*dp*2, bh*int64(p.Nk)*dp*2
+	return []int64{qb, kb, kb, qb}
+}
+
+func alignScratch(n int64) int64 { return (n + scratchAlign - 1) / scratchAlign * scratchAlign }
+
+// launch converts Q, K, V and dO into 16-bit copies in buf.scratch, then
+// enqueues the dK/dV and the dQ kernels. buf.delta must already hold D.
+func (ks *mmaBwdKernels) launch(p kernels.Params, buf bwdBuffers, stream cu.Stream) error {
+	gridK, err := gridFor(p, p.Nk, mmaBwdRows)
+	if err != nil {
+		return err
+	}
+	gridQ, err := gridFor(p, p.Nq, mmaBwdRows)
+	if err != nil {
+		return err
+	}
+	srcs := []cu.DevicePtr{buf.q, buf.k, buf.v, buf.do}
+	rows := []int{p.Nq, p.Nk, p.Nk, p.Nq}
+	half := make([]cu.DevicePtr, 4)
+	off := buf.scratch
+	for i, size := range ks.halfParts(p) {
+		half[i] = off
+		off += cu.DevicePtr(alignScratch(size))
+		if err := launchToHalf(ks.toHalf, srcs[i], half[i], p, rows[i], ks.paddedDim, stream); err != nil {
+			return err
+		}
+	}
+	shape := []any{int64(p.Nq), int64(p.Nk), int64(p.D), bool64(p.Causal), p.Scale}
+	if err := ks.dkdv.Launch(gridK, 1, 1, mmaBwdThreads, 1, 1, ks.smem, stream, args(append([]any{
+		half[0], half[1], half[2], half[3], buf.lse, buf.delta, buf.dk, buf.dv}, shape...)...)); err != nil {
+		return err
+	}
+	return ks.dq.Launch(gridQ, 1, 1, mmaBwdThreads, 1, 1, ks.smem, stream, args(append([]any{
+		half[0], half[1], half[2], half[3], buf.lse, buf.delta, buf.dq}, shape...)...))
+}
+
+// launchToHalf enqueues the conversion of the [B·H·rows, D] float32 matrix
+// at src into the [B·H·rows, dp] 16-bit matrix at dst (zero columns past D).
+func launchToHalf(fn cu.Function, src, dst cu.DevicePtr, p kernels.Params, rows, dp int, stream cu.Stream) error {
+	n := int64(p.B) * int64(p.H) * int64(rows)
+	const threads, maxBlocks = 256, 8192
+	chunks := n * int64(dp) / 8 // each thread converts 8 elements
+	blocks := int(min((chunks+threads-1)/threads, maxBlocks))
+	if blocks == 0 {
+		return nil
+	}
+	return fn.Launch(blocks, 1, 1, threads, 1, 1, 0, stream, args(src, dst, n, int64(p.D), int64(dp)))
+}
+
+// mmaBackwardFor returns the tensor-core backward serving element type T and
+// head dimension d, or nil where the CUDA-core backward runs instead.
+func mmaBackwardFor[T kernels.Float](b *Backend, d int) *mmaBwdKernels {
+	var zero T
+	if unsafe.Sizeof(zero) != 4 || b.mmaBwd == nil {
+		return nil
+	}
+	dp, err := paddedDim(d)
+	if err != nil {
+		return nil
+	}
+	return b.mmaBwd[dp]
+}
+
 // backwardScratchBytes is the device memory, beyond bwdBuffers' tensors, that
 // enqueueBackward needs for element type T and problem p.
 func backwardScratchBytes[T kernels.Float](b *Backend, p kernels.Params) (int64, error) {
-	return 0, nil
+	ks := mmaBackwardFor[T](b, p.D)
+	if ks == nil {
+		return 0, nil
+	}
+	var n int64
+	for _, s := range ks.halfParts(p) {
+		n += alignScratch(s)
+	}
+	return n, nil
 }
 
 // enqueueBackward enqueues on stream the backward kernels for element type
-// T: buf's q, k, v, o, lse and do must hold the inputs (in BF16 and FP16
-// mode q, k, v and do are rounded in place to the storage precision), and
-// dq, dk and dv receive the gradients once the stream reaches that point.
-// delta and scratch are work space.
+// T: buf's q, k, v, o, lse and do must hold the inputs, and dq, dk and dv
+// receive the gradients once the stream reaches that point; delta and
+// scratch are work space. In BF16 and FP16 mode dO is rounded in place to
+// the storage precision (so that D = rowsum(dO∘O) uses the dO the products
+// see), and so are q, k and v where the CUDA-core backward serves the head
+// dimension; rounding is idempotent, and the forward rounds the same way.
 func enqueueBackward[T kernels.Float](b *Backend, p kernels.Params, buf bwdBuffers, stream cu.Stream) error {
 	ks, elem, err := kernelsFor[T](b, p.D)
 	if err != nil {
@@ -31,16 +162,33 @@ func enqueueBackward[T kernels.Float](b *Backend, p kernels.Params, buf bwdBuffe
 		if dp, _ := paddedDim(p.D); b.mmaFwdErr[dp] != nil {
 			return b.mmaFwdErr[dp]
 		}
-		for _, c := range []struct {
+	}
+	mma := mmaBackwardFor[T](b, p.D)
+	if elem == 4 && b.roundFn != nil {
+		type span struct {
 			ptr cu.DevicePtr
 			n   int
-		}{{buf.q, p.QLen()}, {buf.k, p.KLen()}, {buf.v, p.KLen()}, {buf.do, p.QLen()}} {
+		}
+		rounded := []span{{buf.do, p.QLen()}}
+		if mma == nil {
+			rounded = append(rounded, span{buf.q, p.QLen()}, span{buf.k, p.KLen()}, span{buf.v, p.KLen()})
+		}
+		for _, c := range rounded {
 			if err := launchRound(*b.roundFn, c.ptr, c.n, stream); err != nil {
 				return fmt.Errorf("cudakernels: rounding launch: %w", err)
 			}
 		}
 	}
-	if err := ks.launchBackward(b.dotDoO[elem], p, buf, stream); err != nil {
+	if mma == nil {
+		if err := ks.launchBackward(b.dotDoO[elem], p, buf, stream); err != nil {
+			return fmt.Errorf("cudakernels: backward launch: %w", err)
+		}
+		return nil
+	}
+	if err := launchDotDoO(b.dotDoO[elem], p, buf, stream); err != nil {
+		return fmt.Errorf("cudakernels: backward launch: %w", err)
+	}
+	if err := mma.launch(p, buf, stream); err != nil {
 		return fmt.Errorf("cudakernels: backward launch: %w", err)
 	}
 	return nil

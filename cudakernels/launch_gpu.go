@@ -160,7 +160,7 @@ func (f *fwdKernel) scratchParts(p kernels.Params) []int64 {
 func (f *fwdKernel) scratchBytes(p kernels.Params) int64 {
 	var n int64
 	for _, s := range f.scratchParts(p) {
-		n += (s + scratchAlign - 1) / scratchAlign * scratchAlign
+		n += alignScratch(s)
 	}
 	return n
 }
@@ -178,20 +178,12 @@ func (f *fwdKernel) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream) e
 	if f.toHalf != nil {
 		ptrs := []*cu.DevicePtr{&q, &k, &v}
 		srcs := []cu.DevicePtr{buf.q, buf.k, buf.v}
-		rows := []int64{int64(p.Nq), int64(p.Nk), int64(p.Nk)}
+		rows := []int{p.Nq, p.Nk, p.Nk}
 		off := buf.scratch
 		for i, s := range f.scratchParts(p) {
 			*ptrs[i] = off
-			off += cu.DevicePtr((s + scratchAlign - 1) / scratchAlign * scratchAlign)
-			n := int64(p.B) * int64(p.H) * rows[i]
-			const threads, maxBlocks = 256, 8192
-			chunks := n * int64(f.paddedDim) / 8
-			blocks := int(min((chunks+threads-1)/threads, maxBlocks))
-			if blocks == 0 {
-				continue
-			}
-			if err := f.toHalf.Launch(blocks, 1, 1, threads, 1, 1, 0, stream, args(
-				srcs[i], *ptrs[i], n, int64(p.D), int64(f.paddedDim))); err != nil {
+			off += cu.DevicePtr(alignScratch(s))
+			if err := launchToHalf(*f.toHalf, srcs[i], *ptrs[i], p, rows[i], f.paddedDim, stream); err != nil {
 				return err
 			}
 		}
@@ -262,10 +254,7 @@ func (ks *simtKernels) launchBackward(dotDoO cu.Function, p kernels.Params, buf 
 	if err != nil {
 		return err
 	}
-	rows := int64(p.B) * int64(p.H) * int64(p.Nq)
-	const rowsPerBlock = 256 // one thread per row
-	if err := dotDoO.Launch(int((rows+rowsPerBlock-1)/rowsPerBlock), 1, 1, rowsPerBlock, 1, 1, 0, stream, args(
-		buf.o, buf.do, buf.delta, rows, int64(p.D))); err != nil {
+	if err := launchDotDoO(dotDoO, p, buf, stream); err != nil {
 		return err
 	}
 	shape := []any{int64(p.Nq), int64(p.Nk), int64(p.D), bool64(p.Causal), p.Scale}
@@ -275,6 +264,14 @@ func (ks *simtKernels) launchBackward(dotDoO cu.Function, p kernels.Params, buf 
 	}
 	return ks.dq.Launch(gridQ, 1, 1, ks.tile*8, 1, 1, ks.bwdSmem, stream, args(append([]any{
 		buf.q, buf.k, buf.v, buf.do, buf.lse, buf.delta, buf.dq}, shape...)...))
+}
+
+// launchDotDoO enqueues D = rowsum(dO∘O) into buf.delta.
+func launchDotDoO(fn cu.Function, p kernels.Params, buf bwdBuffers, stream cu.Stream) error {
+	rows := int64(p.B) * int64(p.H) * int64(p.Nq)
+	const rowsPerBlock = 256 // one thread per row
+	return fn.Launch(int((rows+rowsPerBlock-1)/rowsPerBlock), 1, 1, rowsPerBlock, 1, 1, 0, stream, args(
+		buf.o, buf.do, buf.delta, rows, int64(p.D)))
 }
 
 // launchRound enqueues the storage rounding of n float32 elements at x in

@@ -4,6 +4,7 @@ package cudakernels
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -12,10 +13,10 @@ import (
 )
 
 // TestConformanceBF16 and TestConformanceFP16 run the shared suite, forward
-// and backward, on the low-precision backends: tensor-core forward, float32
-// CUDA-core backward on operands rounded as the forward rounded them. Every
-// output must stay within twice the error of a naive computation in that
-// precision.
+// and backward, on the low-precision backends: tensor-core forward and
+// backward (CUDA-core backward on rounded operands where no tensor-core one
+// is built). Every output must stay within twice the error of a naive
+// computation in that precision.
 func TestConformanceBF16(t *testing.T) {
 	conformance.Run(t, newTestBackend(t, WithPrecision(BF16)), BF16)
 }
@@ -24,11 +25,16 @@ func TestConformanceFP16(t *testing.T) {
 	conformance.Run(t, newTestBackend(t, WithPrecision(FP16)), FP16)
 }
 
-// TestLowPrecisionOneKey checks the cancellation the operand rounding is
-// for: with one key per row the softmax is constant, O is exactly the rounded
-// V, and dP = dO·V and D = rowsum(dO∘O) run the same fma chain on the same
-// numbers, so dS = P∘(dP − D), dQ and dK are exactly zero (also for causal
-// rows when Nq > Nk, which see one key or none).
+// TestLowPrecisionOneKey checks the cancellation that D = rowsum(dO∘O) is
+// computed from the rounded dO for: with one key per row the softmax is
+// constant, O is exactly the rounded V, and dS = P∘(dP − D) must vanish up
+// to float32 summation error, not bf16/fp16 rounding error. dP = dO·V runs on
+// tensor cores and D on CUDA cores, whose fp32 sums of the same exact
+// products differ by at most D·2⁻²³·Σ|dO∘V| per row; dQ and dK must stay
+// within that (times max|K|·scale, or Nq·max|Q|·scale for dK, with a factor 2
+// for the rounding of dS itself). Rounding V differently in the backward
+// (the bug this guards against) gives errors 2⁻⁸ relative instead. Causal
+// rows when Nq > Nk see one key or none.
 func TestLowPrecisionOneKey(t *testing.T) {
 	for _, prec := range []Precision{BF16, FP16} {
 		b := newTestBackend(t, WithPrecision(prec))
@@ -45,12 +51,22 @@ func TestLowPrecisionOneKey(t *testing.T) {
 			if err := b.Backward32(p, pr[0], pr[1], pr[2], o, lse, pr[3], dq, dk, dv); err != nil {
 				t.Fatal(err)
 			}
+			var ds float64 // bound on |dP − D| over all rows
+			for i := range p.B * p.H * p.Nq {
+				bh := i / p.Nq
+				var s float64
+				for d := range p.D {
+					s += math.Abs(float64(pr[3][i*p.D+d]) * float64(pr[2][bh*p.D+d]))
+				}
+				ds = max(ds, float64(p.D)*0x1p-23*s)
+			}
+			bounds := map[string]float64{
+				"dQ": 2 * p.Scale * ds * maxAbs(widen(pr[1])),
+				"dK": 2 * p.Scale * ds * float64(p.Nq) * maxAbs(widen(pr[0])),
+			}
 			for name, x := range map[string][]float32{"dQ": dq, "dK": dk} {
-				for i, xi := range x {
-					if xi != 0 {
-						t.Errorf("%v %+v: %s[%d] = %v, want exactly 0", prec, p, name, i, xi)
-						break
-					}
+				if e := maxAbs(widen(x)); !(e <= bounds[name]) {
+					t.Errorf("%v %+v: max|%s| = %.3g, want ≤ %.3g (float32 summation error)", prec, p, name, e, bounds[name])
 				}
 			}
 		}

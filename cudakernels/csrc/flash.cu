@@ -69,6 +69,35 @@ FLASH_FWD_MMA(fp16, FP16, 32, 64)
 FLASH_FWD_MMA(fp16, FP16, 64, 64)
 FLASH_FWD_MMA(fp16, FP16, 128, 64)
 
+// Tensor-core backward (bwd_mma.cuh) on the 16-bit copies made by
+// flash_to_half_*: dK and dV per block of 64 keys, dQ per block of 64
+// queries, both looping over tiles of 64; launch_gpu.go's mmaBwd* constants
+// and mmaBwdSmem must match. D = 256 is not instantiated (dK and dV
+// accumulators would not fit the register budget of this block shape).
+#include "bwd_mma.cuh"
+
+#define FLASH_BWD_MMA(NAME, E, DP)                                                                             \
+  extern "C" __global__ void __launch_bounds__(flash::mma::kBwdThreads) flash_bwd_dkdv_mma_##NAME##_d##DP(   \
+      const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* dout, const float* lse,        \
+      const float* delta, float* dk, float* dv, long long nq, long long nk, long long dim, long long causal,  \
+      double scale) {                                                                                         \
+    flash::mma::dkdv_1colblock<flash::mma::E, DP>(q, k, v, dout, lse, delta, dk, dv, nq, nk, dim, causal != 0, \
+                                                  scale);                                                     \
+  }                                                                                                           \
+  extern "C" __global__ void __launch_bounds__(flash::mma::kBwdThreads) flash_bwd_dq_mma_##NAME##_d##DP(     \
+      const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* dout, const float* lse,        \
+      const float* delta, float* dq, long long nq, long long nk, long long dim, long long causal,             \
+      double scale) {                                                                                         \
+    flash::mma::dq_1rowblock<flash::mma::E, DP>(q, k, v, dout, lse, delta, dq, nq, nk, dim, causal != 0, scale); \
+  }
+
+FLASH_BWD_MMA(bf16, BF16, 32)
+FLASH_BWD_MMA(bf16, BF16, 64)
+FLASH_BWD_MMA(bf16, BF16, 128)
+FLASH_BWD_MMA(fp16, FP16, 32)
+FLASH_BWD_MMA(fp16, FP16, 64)
+FLASH_BWD_MMA(fp16, FP16, 128)
+
 // x [rows, dim] fp32 → y [rows, dp] 16-bit, zero-padded; grid-stride, any
 // grid; launch_gpu.go uses 256 threads.
 #define FLASH_TO_HALF(NAME, E)                                                                              \

@@ -1,0 +1,358 @@
+// Backward pass on tensor cores (mma.sync, sm_80+): bf16 or fp16 operands,
+// fp32 accumulation, float32 gradients out.
+//
+// The operands are the 16-bit, row-padded copies that to_half_padded makes
+// of Q, K, V and dO (fwd_mma.cuh), with the LSE saved by the forward and
+// D = rowsum(dO∘O) computed beforehand in fp32. P is recomputed as
+// exp2(scale·log2e·Q·Kᵀ − log2e·LSE) and rounded to the storage format
+// before it multiplies dO, as the forward rounded it before it multiplied V;
+// dS = P∘(dP − D) is rounded the same way before it multiplies Q or K.
+//
+// Two kernels, each writing every output element from one thread in a fixed
+// order, so results are bit-identical from run to run (no atomics):
+//   dkdv_1colblock  one block per kBwdBK keys, looping over query tiles:
+//                   dV += Pᵀ·dO and dK += dSᵀ·Q, with Sᵀ = K·Qᵀ and
+//                   dPᵀ = V·dOᵀ computed transposed so that each warp owns
+//                   16 keys and Pᵀ, dSᵀ go from accumulators straight into A
+//                   operands;
+//   dq_1rowblock    one block per kBwdBQ queries, looping over key tiles:
+//                   dQ += dS·K, recomputing S and dP (the price of a
+//                   deterministic dQ: two products more than an atomic
+//                   accumulation would need).
+// Both double buffer the tiles they loop over with cp.async.
+#pragma once
+#include "fwd_mma.cuh"
+
+namespace flash {
+namespace mma {
+
+constexpr int kBwdWarps = 4;
+constexpr int kBwdThreads = 32 * kBwdWarps;  // cp_rows copies with kFwdThreads threads
+constexpr int kBwdBK = 16 * kBwdWarps;       // keys per dkdv block: 16 per warp
+constexpr int kBwdBQ = 16 * kBwdWarps;       // queries per dq block: 16 per warp
+constexpr int kBwdStep = 64;                 // rows of the tiles each kernel loops over
+static_assert(kBwdThreads == kFwdThreads, "cp_rows strides by kFwdThreads");
+
+// Shared-memory layouts, repeated in launch_gpu.go (mmaBwdSmem): two fixed
+// tiles of 16-bit rows (K and V, or Q and dO), two double-buffered streamed
+// tiles, and for dkdv the streamed queries' LSE and D in fp32.
+template <int DP> __host__ __device__ constexpr int bwd_dkdv_smem_bytes() {
+  return (2 * kBwdBK + 4 * kBwdStep) * ldh<DP>() * 2 + 4 * kBwdStep * 4;
+}
+template <int DP> __host__ __device__ constexpr int bwd_dq_smem_bytes() {
+  return (2 * kBwdBQ + 4 * kBwdStep) * ldh<DP>() * 2;
+}
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// ldmatrix addresses of one lane (see ldsm_x4), as offsets in 16-bit
+// elements from a tile's start:
+//   a_off: A operand, rows 16·warp + l%16 at column 8·(l/16), for a row-major
+//          tile whose rows are the product's rows;
+//   b_off: B operand from a row-major [n, k] tile (rows are the product's
+//          columns): rows 8·(l/16) + l%8 at column 8·((l/8)%2), giving the
+//          fragments of two n8 tiles;
+//   bt_off: B operand from a row-major [k, n] tile through ldmatrix.trans:
+//          rows l%8 + 8·((l/8)%2) at column 8·(l/16).
+template <int DP> __device__ __forceinline__ int a_off(int warp, int lane) {
+  return (warp * 16 + lane % 16) * ldh<DP>() + (lane / 16) * 8;
+}
+template <int DP> __device__ __forceinline__ int b_off(int lane) {
+  return ((lane / 16) * 8 + lane % 8) * ldh<DP>() + ((lane / 8) % 2) * 8;
+}
+template <int DP> __device__ __forceinline__ int bt_off(int lane) {
+  return (lane % 8 + ((lane / 8) % 2) * 8) * ldh<DP>() + (lane / 16) * 8;
+}
+
+// mma_abt accumulates c[j] += A·Bᵀ for one warp: A is the warp's 16 rows of a
+// row-major [*, DP] tile (at a, from a_off), B the NT·8 rows of another (at
+// b, from b_off), the product running over all DP columns.
+template <typename E, int DP, int NT>
+__device__ __forceinline__ void mma_abt(float (&c)[NT][4], const uint16_t* a, const uint16_t* b) {
+  constexpr int kLd = ldh<DP>();
+#pragma unroll
+  for (int kc = 0; kc < DP / 16; ++kc) {
+    uint32_t af[4];
+    ldsm_x4(af, a + kc * 16);
+#pragma unroll
+    for (int j = 0; j < NT; j += 2) {
+      uint32_t bf[4];
+      ldsm_x4(bf, b + j * 8 * kLd + kc * 16);
+      E::mma(c[j], af, bf[0], bf[1]);
+      E::mma(c[j + 1], af, bf[2], bf[3]);
+    }
+  }
+}
+
+// mma_pb accumulates c[n] += P·B for one warp, P being 16 rows × KT·8
+// columns held in the C layout of mma accumulators (p[j], as left by
+// mma_abt) and B a row-major [KT·8, DP] tile read through ldmatrix.trans
+// (at b, from bt_off). Two adjacent accumulator tiles are exactly one A
+// fragment, so P never goes through shared memory; it is rounded to E here.
+template <typename E, int DP, int KT>
+__device__ __forceinline__ void mma_pb(float (&c)[DP / 8][4], const float (&p)[KT][4], const uint16_t* b) {
+  constexpr int kLd = ldh<DP>();
+#pragma unroll
+  for (int kk = 0; kk < KT / 2; ++kk) {
+    const uint32_t a[4] = {E::pack(p[2 * kk][0], p[2 * kk][1]), E::pack(p[2 * kk][2], p[2 * kk][3]),
+                           E::pack(p[2 * kk + 1][0], p[2 * kk + 1][1]), E::pack(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+    for (int n = 0; n < DP / 8; n += 2) {
+      uint32_t bf[4];
+      ldsm_x4_t(bf, b + kk * 16 * kLd + n * 8);
+      E::mma(c[n], a, bf[0], bf[1]);
+      E::mma(c[n + 1], a, bf[2], bf[3]);
+    }
+  }
+}
+
+// cp_floats starts copying x[r0 .. r0+n) into dst[0 .. n), zero past rows.
+template <int N>
+__device__ __forceinline__ void cp_floats(float* dst, const float* x, long long r0, long long rows) {
+  for (int i = threadIdx.x; i < N; i += kBwdThreads) {
+    const bool ok = r0 + i < rows;
+    cp_async4(dst + i, ok ? x + r0 + i : x, ok);
+  }
+}
+
+// store_rows writes scale·c, the accumulators of a warp's 16 rows, into
+// rows 0 … rows−1 of the row-major [*, dim] matrix at y: the thread's rows
+// are g and g+8.
+template <int DP>
+__device__ __forceinline__ void store_rows(float* y, const float (&c)[DP / 8][4], long long rows, long long dim,
+                                           float scale) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const long long row = g + 8 * h;
+    if (row >= rows) continue;
+    float* yr = y + row * dim;
+#pragma unroll
+    for (int n = 0; n < DP / 8; ++n) {
+      const int col = n * 8 + 2 * t;
+      if (col < dim) yr[col] = c[n][2 * h] * scale;
+      if (col + 1 < dim) yr[col + 1] = c[n][2 * h + 1] * scale;
+    }
+  }
+}
+
+template <typename E, int DP>
+__device__ void dkdv_1colblock(const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
+                               const uint16_t* __restrict__ v, const uint16_t* __restrict__ dout,
+                               const float* __restrict__ lse, const float* __restrict__ delta, float* __restrict__ dk,
+                               float* __restrict__ dv, long long nq, long long nk, long long dim, bool causal,
+                               double scale) {
+  constexpr int kLd = ldh<DP>();
+  constexpr int kNS = kBwdStep / 8;  // n8 tiles of Sᵀ per warp: queries
+  constexpr int kND = DP / 8;        // n8 tiles of dK and dV per warp
+  static_assert(kNS % 2 == 0 && kND % 2 == 0, "ldmatrix.x4 loads two n8 tiles");
+  require_launch(kBwdThreads, bwd_dkdv_smem_bytes<DP>());
+
+  uint16_t* sK = reinterpret_cast<uint16_t*>(smem);
+  uint16_t* sV = sK + kBwdBK * kLd;
+  uint16_t* sQ = sV + kBwdBK * kLd;       // 2 buffers
+  uint16_t* sdO = sQ + 2 * kBwdStep * kLd;  // 2 buffers
+  float* sL = reinterpret_cast<float*>(sdO + 2 * kBwdStep * kLd);  // 2 buffers
+  float* sD = sL + 2 * kBwdStep;                                    // 2 buffers
+
+  const long long tiles = (nk + kBwdBK - 1) / kBwdBK;
+  const long long bh = blockIdx.x / tiles;
+  const long long k0 = (blockIdx.x % tiles) * kBwdBK;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const uint16_t* qh = q + bh * nq * DP;
+  const uint16_t* doh = dout + bh * nq * DP;
+  const float* lh = lse + bh * nq;
+  const float* dh = delta + bh * nq;
+
+  // Causal block skipping: query tiles before the first row that sees key
+  // k0 contribute nothing.
+  const long long first = first_query_seeing(k0, nq, nk, causal);
+  const int it0 = static_cast<int>(first / kBwdStep);
+  const int n_it = static_cast<int>((nq + kBwdStep - 1) / kBwdStep);
+
+  auto load_step = [&](int it, int buf) {
+    const long long r0 = static_cast<long long>(it) * kBwdStep;
+    cp_rows<kBwdStep, DP>(sQ + buf * kBwdStep * kLd, qh, r0, nq);
+    cp_rows<kBwdStep, DP>(sdO + buf * kBwdStep * kLd, doh, r0, nq);
+    cp_floats<kBwdStep>(sL + buf * kBwdStep, lh, r0, nq);
+    cp_floats<kBwdStep>(sD + buf * kBwdStep, dh, r0, nq);
+  };
+  cp_rows<kBwdBK, DP>(sK, k + bh * nk * DP, k0, nk);
+  cp_rows<kBwdBK, DP>(sV, v + bh * nk * DP, k0, nk);
+  if (it0 < n_it) load_step(it0, 0);
+  cp_async_commit();
+
+  const float scale_log2 = static_cast<float>(scale) * kLog2e;
+  float acc_dk[kND][4], acc_dv[kND][4];
+#pragma unroll
+  for (int n = 0; n < kND; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_dk[n][e] = acc_dv[n][e] = 0.f;
+
+  const uint16_t* ka = sK + a_off<DP>(warp, lane);
+  const uint16_t* va = sV + a_off<DP>(warp, lane);
+  // This thread's keys: rows g and g+8 of the warp's 16.
+  const long long key0 = k0 + warp * 16 + g;
+
+  for (int it = it0; it < n_it; ++it) {
+    const int buf = (it - it0) % 2;
+    if (it + 1 < n_it) {
+      load_step(it + 1, 1 - buf);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const long long q0 = static_cast<long long>(it) * kBwdStep;
+    const uint16_t* qt = sQ + buf * kBwdStep * kLd;
+    const uint16_t* dot = sdO + buf * kBwdStep * kLd;
+    const float* lt = sL + buf * kBwdStep;
+    const float* dt = sD + buf * kBwdStep;
+
+    // Pᵀ: element e of tile j is key key0 + 8·(e/2), query q0 + 8j + 2t + e%2.
+    // Rows past nq were zero-filled (Q, dO, LSE, D), so they add nothing.
+    float s[kNS][4];
+#pragma unroll
+    for (int j = 0; j < kNS; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+    mma_abt<E, DP, kNS>(s, ka, qt + b_off<DP>(lane));
+    // Only tiles where the first query misses some of the block's keys need
+    // the causal mask.
+    const bool masked = causal && visible_keys(q0, nq, nk, causal) < k0 + kBwdBK;
+#pragma unroll
+    for (int j = 0; j < kNS; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = 8 * j + 2 * t + (e & 1);
+        float p = exp2f(s[j][e] * scale_log2 - lt[col] * kLog2e);
+        if (masked && key0 + 8 * (e >> 1) >= visible_keys(q0 + col, nq, nk, causal)) p = 0.f;
+        s[j][e] = p;
+      }
+    mma_pb<E, DP, kNS>(acc_dv, s, dot + bt_off<DP>(lane));
+
+    float dp[kNS][4];
+#pragma unroll
+    for (int j = 0; j < kNS; ++j) dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.f;
+    mma_abt<E, DP, kNS>(dp, va, dot + b_off<DP>(lane));
+#pragma unroll
+    for (int j = 0; j < kNS; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dp[j][e] = s[j][e] * (dp[j][e] - dt[8 * j + 2 * t + (e & 1)]);
+    mma_pb<E, DP, kNS>(acc_dk, dp, qt + bt_off<DP>(lane));
+    __syncthreads();  // every warp is done with this buffer before it refills
+  }
+  cp_async_wait<0>();
+
+  const long long row0 = bh * nk;  // rows of dk, dv are (bh, key)
+  const long long warp_key = k0 + warp * 16;
+  if (warp_key < nk) {
+    store_rows<DP>(dk + (row0 + warp_key) * dim, acc_dk, nk - warp_key, dim, static_cast<float>(scale));
+    store_rows<DP>(dv + (row0 + warp_key) * dim, acc_dv, nk - warp_key, dim, 1.f);
+  }
+}
+
+template <typename E, int DP>
+__device__ void dq_1rowblock(const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
+                             const uint16_t* __restrict__ v, const uint16_t* __restrict__ dout,
+                             const float* __restrict__ lse, const float* __restrict__ delta, float* __restrict__ dq,
+                             long long nq, long long nk, long long dim, bool causal, double scale) {
+  constexpr int kLd = ldh<DP>();
+  constexpr int kNS = kBwdStep / 8;  // n8 tiles of S per warp: keys
+  constexpr int kND = DP / 8;
+  require_launch(kBwdThreads, bwd_dq_smem_bytes<DP>());
+
+  uint16_t* sQ = reinterpret_cast<uint16_t*>(smem);
+  uint16_t* sdO = sQ + kBwdBQ * kLd;
+  uint16_t* sK = sdO + kBwdBQ * kLd;       // 2 buffers
+  uint16_t* sV = sK + 2 * kBwdStep * kLd;  // 2 buffers
+
+  const long long tiles = (nq + kBwdBQ - 1) / kBwdBQ;
+  const long long bh = blockIdx.x / tiles;
+  const long long q0 = (blockIdx.x % tiles) * kBwdBQ;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const uint16_t* kh = k + bh * nk * DP;
+  const uint16_t* vh = v + bh * nk * DP;
+
+  // This thread's rows g and g+8 of the warp's 16: keys they see, LSE in
+  // log2 units and D. Rows past nq see no key (and are not stored).
+  long long vis[2];
+  float lse2[2], dr[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const long long row = q0 + warp * 16 + g + 8 * h;
+    const bool ok = row < nq;
+    vis[h] = ok ? visible_keys(row, nq, nk, causal) : 0;
+    lse2[h] = ok ? lse[bh * nq + row] * kLog2e : Math<float>::inf();
+    dr[h] = ok ? delta[bh * nq + row] : 0.f;
+  }
+  const long long vis_min = vis[0] < vis[1] ? vis[0] : vis[1];
+  const long long kv_end = visible_keys((q0 + kBwdBQ < nq ? q0 + kBwdBQ : nq) - 1, nq, nk, causal);
+  const int n_it = static_cast<int>((kv_end + kBwdStep - 1) / kBwdStep);
+
+  cp_rows<kBwdBQ, DP>(sQ, q + bh * nq * DP, q0, nq);
+  cp_rows<kBwdBQ, DP>(sdO, dout + bh * nq * DP, q0, nq);
+  if (n_it > 0) {
+    cp_rows<kBwdStep, DP>(sK, kh, 0, nk);
+    cp_rows<kBwdStep, DP>(sV, vh, 0, nk);
+  }
+  cp_async_commit();
+
+  const float scale_log2 = static_cast<float>(scale) * kLog2e;
+  float acc[kND][4];
+#pragma unroll
+  for (int n = 0; n < kND; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+  const uint16_t* qa = sQ + a_off<DP>(warp, lane);
+  const uint16_t* doa = sdO + a_off<DP>(warp, lane);
+
+  for (int it = 0; it < n_it; ++it) {
+    const int buf = it % 2;
+    const long long k0 = static_cast<long long>(it) * kBwdStep;
+    if (it + 1 < n_it) {
+      cp_rows<kBwdStep, DP>(sK + (1 - buf) * kBwdStep * kLd, kh, k0 + kBwdStep, nk);
+      cp_rows<kBwdStep, DP>(sV + (1 - buf) * kBwdStep * kLd, vh, k0 + kBwdStep, nk);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const uint16_t* kt = sK + buf * kBwdStep * kLd;
+    const uint16_t* vt = sV + buf * kBwdStep * kLd;
+
+    // P: element e of tile j is row g + 8·(e/2), key k0 + 8j + 2t + e%2.
+    // Keys past a row's last visible one (past nk too: those K rows were
+    // zero-filled) are masked where a tile reaches them.
+    float s[kNS][4];
+#pragma unroll
+    for (int j = 0; j < kNS; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+    mma_abt<E, DP, kNS>(s, qa, kt + b_off<DP>(lane));
+    const bool masked = k0 + kBwdStep > vis_min;
+#pragma unroll
+    for (int j = 0; j < kNS; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float p = exp2f(s[j][e] * scale_log2 - lse2[e >> 1]);
+        if (masked && k0 + 8 * j + 2 * t + (e & 1) >= vis[e >> 1]) p = 0.f;
+        s[j][e] = p;
+      }
+    float dp[kNS][4];
+#pragma unroll
+    for (int j = 0; j < kNS; ++j) dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.f;
+    mma_abt<E, DP, kNS>(dp, doa, vt + b_off<DP>(lane));
+#pragma unroll
+    for (int j = 0; j < kNS; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dp[j][e] = s[j][e] * (dp[j][e] - dr[e >> 1]);
+    mma_pb<E, DP, kNS>(acc, dp, kt + bt_off<DP>(lane));
+    __syncthreads();
+  }
+  cp_async_wait<0>();
+
+  const long long warp_row = q0 + warp * 16;
+  if (warp_row < nq) store_rows<DP>(dq + (bh * nq + warp_row) * dim, acc, nq - warp_row, dim, static_cast<float>(scale));
+}
+
+}  // namespace mma
+}  // namespace flash
