@@ -208,11 +208,15 @@ func (op unpackOp) unpack(v any) (*tensor.Dense, error) {
 	if end > packed.Shape().TotalSize() {
 		return nil, fmt.Errorf("attention backward: unpack [%d, %d) of %d elements", op.offset, end, packed.Shape().TotalSize())
 	}
+	// A view, not a copy: every backward run allocates a fresh packed
+	// result, and the three parts never overlap, so nothing else reads or
+	// writes this range (copying it cost as much as the GPU kernels at
+	// large N).
 	switch data := packed.Data().(type) {
 	case []float32:
-		return tensor.New(tensor.WithShape(op.shape.Clone()...), tensor.WithBacking(append([]float32(nil), data[op.offset:end]...))), nil
+		return tensor.New(tensor.WithShape(op.shape.Clone()...), tensor.WithBacking(data[op.offset:end:end])), nil
 	case []float64:
-		return tensor.New(tensor.WithShape(op.shape.Clone()...), tensor.WithBacking(append([]float64(nil), data[op.offset:end]...))), nil
+		return tensor.New(tensor.WithShape(op.shape.Clone()...), tensor.WithBacking(data[op.offset:end:end])), nil
 	}
 	return nil, fmt.Errorf("attention backward: unpack of %v", packed.Dtype())
 }

@@ -1,0 +1,271 @@
+//go:build flashgpu
+
+package op_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"gorgonia.org/cu"
+	"gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/gorgonia-flash/flashattention/cudakernels"
+	"github.com/gorgonia-flash/flashattention/kernels"
+	"github.com/gorgonia-flash/flashattention/op"
+)
+
+// requireGPU skips the test when the device cannot be opened, and returns a
+// backend of its own for reading the device's free memory.
+func requireGPU(t *testing.T) *cudakernels.Backend {
+	t.Helper()
+	probe, err := cudakernels.NewBackend()
+	if errors.Is(err, cudakernels.ErrNoDevice) {
+		t.Skipf("no CUDA device: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := probe.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return probe
+}
+
+// trainGraph is cost = sum(Attention(q, k, v) ∘ w) with its gradients, on a
+// TapeMachine.
+type trainGraph struct {
+	g       *gorgonia.ExprGraph
+	q, k, v *gorgonia.Node
+	o       *gorgonia.Node
+	m       gorgonia.VM
+}
+
+func newTrainGraph(t testing.TB, dt tensor.Dtype, shape []int, grad bool, opts ...op.Option) *trainGraph {
+	t.Helper()
+	g := gorgonia.NewGraph()
+	rng := rand.New(rand.NewPCG(uint64(shape[2]), 1))
+	node := func(name string) *gorgonia.Node {
+		n := shape[0] * shape[1] * shape[2] * shape[3]
+		var backing any
+		if dt == tensor.Float32 {
+			x := make([]float32, n)
+			for i := range x {
+				x[i] = float32(rng.NormFloat64())
+			}
+			backing = x
+		} else {
+			x := make([]float64, n)
+			for i := range x {
+				x[i] = rng.NormFloat64()
+			}
+			backing = x
+		}
+		val := tensor.New(tensor.WithShape(shape...), tensor.WithBacking(backing))
+		return gorgonia.NewTensor(g, dt, 4, gorgonia.WithShape(shape...), gorgonia.WithName(name), gorgonia.WithValue(val))
+	}
+	tg := &trainGraph{g: g, q: node("q"), k: node("k"), v: node("v")}
+	w := node("w")
+	var err error
+	if tg.o, err = op.Attention(tg.q, tg.k, tg.v, append([]op.Option{op.WithCausal(true)}, opts...)...); err != nil {
+		t.Fatal(err)
+	}
+	if grad {
+		cost := gorgonia.Must(gorgonia.Sum(gorgonia.Must(gorgonia.HadamardProd(tg.o, w))))
+		if _, err := gorgonia.Grad(cost, tg.q, tg.k, tg.v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tg.m = gorgonia.NewTapeMachine(g)
+	t.Cleanup(func() { tg.m.Close() })
+	return tg
+}
+
+// step runs the machine once and resets it for the next run.
+func (tg *trainGraph) step() error {
+	defer tg.m.Reset()
+	return tg.m.RunAll()
+}
+
+func (tg *trainGraph) results(t *testing.T) [][]float64 {
+	t.Helper()
+	out := [][]float64{asFloat64s(t, tg.o.Value())}
+	for _, n := range []*gorgonia.Node{tg.q, tg.k, tg.v} {
+		gv, err := n.Grad()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, asFloat64s(t, gv))
+	}
+	return out
+}
+
+// TestGPUGraphMatchesCPU trains through op.WithDevice(op.GPU) (the forward
+// keeps its device copies for the backward) and compares O and the
+// gradients with the CPU backend: float32 within 1e-4 of the largest
+// magnitude, float64 within 1e-10.
+func TestGPUGraphMatchesCPU(t *testing.T) {
+	requireGPU(t)
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		shape := []int{2, 3, 150, 64}
+		gpu := newTrainGraph(t, dt, shape, true, op.WithDevice(op.GPU), op.WithPrecision(kernels.FP32))
+		cpu := newTrainGraph(t, dt, shape, true, op.WithDevice(op.CPU))
+		for _, tg := range []*trainGraph{gpu, cpu} {
+			if err := tg.m.RunAll(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tol := 1e-10
+		if dt == tensor.Float32 {
+			tol = 1e-4
+		}
+		got, want := gpu.results(t), cpu.results(t)
+		for i, name := range []string{"O", "dQ", "dK", "dV"} {
+			scale := max(1, slices.Max(absAll(want[i])))
+			for j := range want[i] {
+				if d := math.Abs(got[i][j] - want[i][j]); !(d <= tol*scale) {
+					t.Fatalf("%v %s[%d] = %v, want %v", dt, name, j, got[i][j], want[i][j])
+				}
+			}
+		}
+	}
+}
+
+// TestGPUTrainingLeavesNoMemory: 100 training steps through the op's own
+// GPU backend leave free device memory where the first step left it, and
+// CloseGPU gives back everything. One leaked state per step would show as
+// 100 × 5 × 2 MiB.
+func TestGPUTrainingLeavesNoMemory(t *testing.T) {
+	probe := requireGPU(t)
+	if err := op.CloseGPU(); err != nil {
+		t.Fatal(err)
+	}
+	free := func() int64 {
+		f, _, err := probe.MemInfo()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	const slack = 4 << 20
+	before := free()
+	tg := newTrainGraph(t, tensor.Float32, []int{2, 4, 1024, 64}, true, op.WithDevice(op.GPU), op.WithPrecision(kernels.BF16))
+	if err := tg.step(); err != nil {
+		t.Fatal(err)
+	}
+	warm := free()
+	for range 100 {
+		if err := tg.step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := free()
+	if err := op.CloseGPU(); err != nil {
+		t.Fatal(err)
+	}
+	closed := free()
+	t.Logf("free device memory (MiB): %d before, %d after one step, %d after 100 more, %d after CloseGPU",
+		before>>20, warm>>20, after>>20, closed>>20)
+	if d := warm - after; d > slack || d < -slack {
+		t.Errorf("100 training steps moved free device memory by %d bytes", d)
+	}
+	if d := before - closed; d > slack {
+		t.Errorf("CloseGPU left %d bytes taken", d)
+	}
+	if err := tg.step(); err == nil {
+		t.Error("a graph built before CloseGPU still ran")
+	}
+}
+
+// TestGPUErrors: on the GPU, an unsupported head dimension, a problem too
+// large to index and the device out of memory each give an error, and the
+// process goes on computing correctly afterwards.
+func TestGPUErrors(t *testing.T) {
+	requireGPU(t)
+	gpu := []op.Option{op.WithDevice(op.GPU), op.WithPrecision(kernels.FP32)}
+	small := newTrainGraph(t, tensor.Float32, []int{1, 2, 40, 32}, true, gpu...)
+	if err := small.step(); err != nil {
+		t.Fatal(err)
+	}
+	want := small.results(t)
+	stillWorks := func(after string) {
+		t.Helper()
+		if err := small.step(); err != nil {
+			t.Fatalf("after %s: %v", after, err)
+		}
+		got := small.results(t)
+		for i := range want {
+			if !slices.Equal(got[i], want[i]) {
+				t.Fatalf("after %s: result %d changed", after, i)
+			}
+		}
+	}
+
+	bigD := newTrainGraph(t, tensor.Float32, []int{1, 1, 4, 300}, false, gpu...)
+	if err := bigD.step(); !machineErrorIs(err, cudakernels.ErrUnsupported) {
+		t.Errorf("D = 300: error %v, want ErrUnsupported", err)
+	}
+	stillWorks("D = 300")
+
+	g := gorgonia.NewGraph()
+	huge := func(name string) *gorgonia.Node {
+		return gorgonia.NewTensor(g, tensor.Float32, 4, gorgonia.WithShape(1024, 1024, 1024, 64), gorgonia.WithName(name))
+	}
+	if _, err := op.Attention(huge("q"), huge("k"), huge("v"), gpu...); !errors.Is(err, op.ErrInvalidInput) {
+		t.Errorf("2^36 elements: error %v, want ErrInvalidInput", err)
+	}
+
+	// 256 MiB per tensor, with less than 128 MiB of the device left free
+	// by a context of our own.
+	big := newTrainGraph(t, tensor.Float32, []int{1, 16, 32768, 128}, false, gpu...)
+	release := hogDevice(t, 128<<20)
+	err := big.step()
+	release()
+	if !machineErrorIs(err, cudakernels.ErrOutOfMemory) {
+		t.Errorf("out of memory: error %v, want ErrOutOfMemory", err)
+	}
+	t.Log(err)
+	stillWorks("running out of device memory")
+}
+
+// machineErrorIs reports whether err, from a TapeMachine's RunAll, carries
+// target. gorgonia v0.9.18 returns the op's error inside a struct with no
+// Unwrap method, so errors.Is cannot see through it; the message keeps the
+// op's error text.
+func machineErrorIs(err, target error) bool {
+	return err != nil && (errors.Is(err, target) || strings.Contains(err.Error(), target.Error()))
+}
+
+// hogDevice allocates device memory in a context of its own until less
+// than leave bytes are free, and returns a function that frees it all.
+func hogDevice(t *testing.T, leave int64) func() {
+	t.Helper()
+	ctx := cu.NewContext(cu.Device(0), cu.SchedAuto)
+	for _, piece := range []int64{1 << 30, 64 << 20, 4 << 20} {
+		for {
+			free, _, err := ctx.MemInfo()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if free < leave || free-piece < leave/2 {
+				break
+			}
+			if _, err := ctx.MemAlloc(piece); err != nil {
+				break // fragmentation; try smaller pieces
+			}
+		}
+	}
+	return func() {
+		// Destroying the context frees what it allocated.
+		if err := ctx.Close(); err != nil {
+			t.Fatal(fmt.Errorf("freeing the hog: %w", err))
+		}
+	}
+}
