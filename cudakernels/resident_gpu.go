@@ -29,7 +29,7 @@ const (
 	slots         = 2       // streams, staging halves and scratch buffers
 	maxChunks     = 8       // more chunks shorten the exposed copies, but shrink the grids
 	minChunkBytes = 8 << 20 // below this per chunk, launch and sync overheads win
-	maxCopyCores  = 8       // host copies saturate memory bandwidth before this
+	copyCores     = 8       // host copies saturate memory bandwidth before this
 )
 
 // A chunk is n (batch, head) pairs from h0, and the pipeline slot it uses.
@@ -119,7 +119,7 @@ func pipeline[T kernels.Float](b *Backend, bh, hc int, in, out []staged[T], laun
 			return fmt.Errorf("cudakernels: kernels or copies: %w", err)
 		}
 		for j, t := range out {
-			parallelCopy(host(t, c), pinned(len(in)+j, c))
+			parallelCopy(host(t, c), pinned(len(in)+j, c), b.copyCores())
 		}
 		return nil
 	}
@@ -129,7 +129,7 @@ func pipeline[T kernels.Float](b *Backend, bh, hc int, in, out []staged[T], laun
 		s := b.streams[c.slot]
 		for j, t := range in {
 			dst := pinned(j, c)
-			parallelCopy(dst, host(t, c))
+			parallelCopy(dst, host(t, c), b.copyCores())
 			if err := cu.MemcpyHtoDAsync(t.dev(c), unsafe.Pointer(&dst[0]), int64(len(dst))*elem, s); err != nil {
 				return fmt.Errorf("cudakernels: copy to device: %w", err)
 			}
@@ -158,12 +158,20 @@ func pipeline[T kernels.Float](b *Backend, bh, hc int, in, out []staged[T], laun
 	return finish(prev)
 }
 
-// parallelCopy copies src into dst on several cores: one core's memcpy is
-// slower than the bus, and would leave the copy engines waiting.
-func parallelCopy[T any](dst, src []T) {
+// copyCores returns how many cores copy between caller and staging memory.
+func (b *Backend) copyCores() int {
+	if b.coresOverride > 0 {
+		return b.coresOverride
+	}
+	return copyCores
+}
+
+// parallelCopy copies src into dst on up to cores cores: one core's memcpy
+// is slower than the bus, and would leave the copy engines waiting.
+func parallelCopy[T any](dst, src []T, cores int) {
 	const grain = 1 << 18 // elements; smaller pieces cost more to start than to copy
 	n := len(src)
-	w := min(runtime.GOMAXPROCS(0), maxCopyCores, (n+grain-1)/grain)
+	w := min(runtime.GOMAXPROCS(0), cores, (n+grain-1)/grain)
 	if w <= 1 {
 		copy(dst, src)
 		return

@@ -284,3 +284,37 @@ func TestErrorsOnDevice(t *testing.T) {
 	}
 	stillWorks("asking for a missing device")
 }
+
+// BenchmarkCopyPipeline times whole BF16 forward calls from host slices at
+// N = 16384, D = 128 (B = 1, H = 16) for several chunk sizes and numbers of
+// copying cores, beside the kernels alone, to choose the defaults.
+func BenchmarkCopyPipeline(b *testing.B) {
+	be := newTestBackend(b, WithPrecision(BF16))
+	p := kernels.Params{B: 1, H: 16, Nq: 16384, Nk: 16384, D: 128, Scale: 1 / math.Sqrt(128)}
+	kms, err := be.KernelTime(p, false, 5)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(9, 9))
+	q, k, v := randn[float32](rng, p.QLen()), randn[float32](rng, p.KLen()), randn[float32](rng, p.KLen())
+	o, lse := make([]float32, p.QLen()), make([]float32, p.LSELen())
+	for _, heads := range []int{16, 4, 2, 1} {
+		for _, cores := range []int{4, 8, 16} {
+			b.Run(fmt.Sprintf("heads=%d/cores=%d", heads, cores), func(b *testing.B) {
+				be.chunkOverride, be.coresOverride = heads, cores
+				if err := be.Forward32(p, q, k, v, o, lse); err != nil {
+					b.Fatal(err)
+				}
+				for b.Loop() {
+					if err := be.Forward32(p, q, k, v, o, lse); err != nil {
+						b.Fatal(err)
+					}
+				}
+				ms := float64(b.Elapsed().Microseconds()) / 1e3 / float64(b.N)
+				b.ReportMetric(ms, "ms")
+				b.ReportMetric(kms, "kernel_ms")
+				b.ReportMetric(ms/kms, "x_kernel")
+			})
+		}
+	}
+}
