@@ -39,8 +39,6 @@ type Backend struct {
 	// Tensor-core backward of the backward's precision by padded D (absent
 	// where none is built; that D falls back to CUDA cores).
 	mmaBwd map[int]*mmaBwdKernels
-	// The tensor-core backward adds dQ with atomics (WithNondeterministicDQ).
-	atomicDQ bool
 	// Rounds a float32 device buffer in place to the backend's storage
 	// precision (BF16, FP16): the backward's operands, rounded as the
 	// forward rounded them. Nil for FP32.
@@ -65,10 +63,9 @@ type Backend struct {
 var _ kernels.Backend = (*Backend)(nil)
 
 type config struct {
-	prec          Precision
-	device        int
-	kernelDir     string
-	nondeterminDQ bool
+	prec      Precision
+	device    int
+	kernelDir string
 }
 
 // An Option configures NewBackend.
@@ -77,14 +74,6 @@ type Option func(*config)
 // WithPrecision selects the arithmetic of Forward32 and Backward32 (default
 // FP32).
 func WithPrecision(p Precision) Option { return func(c *config) { c.prec = p } }
-
-// WithNondeterministicDQ lets the BF16 and FP16 tensor-core backward add dQ
-// with atomic adds from the dK/dV kernel instead of running a separate dQ
-// pass: faster (see the package documentation for figures), but the order
-// of dQ's float32 sums, and so its last bits, change from run to run. dK, dV
-// and every other precision stay bit-reproducible. The default is off:
-// results are deterministic.
-func WithNondeterministicDQ() Option { return func(c *config) { c.nondeterminDQ = true } }
 
 // WithDevice selects the CUDA device by ordinal (default 0).
 func WithDevice(ordinal int) Option { return func(c *config) { c.device = ordinal } }
@@ -115,7 +104,7 @@ func NewBackend(opts ...Option) (*Backend, error) {
 	if cfg.device < 0 || cfg.device >= n {
 		return nil, fmt.Errorf("%w: device %d requested, %d present", ErrNoDevice, cfg.device, n)
 	}
-	b := &Backend{prec: cfg.prec, name: "cuda-" + cfg.prec.String(), atomicDQ: cfg.nondeterminDQ}
+	b := &Backend{prec: cfg.prec, name: "cuda-" + cfg.prec.String()}
 	w, err := startWorker(func() error { return b.open(cfg) }, b.release)
 	if err != nil {
 		return nil, err
@@ -190,6 +179,10 @@ func (b *Backend) open(cfg config) (err error) {
 		b.roundFn = &fn
 		b.mmaFwd, b.mmaFwdErr = map[int]*fwdKernel{}, map[int]error{}
 		for _, dp := range headDims {
+			if dp > mmaVerifiedDim {
+				b.mmaFwdErr[dp] = fmt.Errorf("%w: the %v forward for head dimensions above %d has not been verified on a device yet", ErrUnsupported, b.prec, mmaVerifiedDim)
+				continue
+			}
 			f, err := loadMmaForward(b.mod, b.prec, dp, maxSmem)
 			switch {
 			case errors.Is(err, ErrUnsupported):
@@ -200,7 +193,7 @@ func (b *Backend) open(cfg config) (err error) {
 				b.mmaFwd[dp] = f
 			}
 		}
-		if b.mmaBwd, err = loadMmaBackward(b.mod, b.prec, maxSmem, b.atomicDQ); err != nil {
+		if b.mmaBwd, err = loadMmaBackward(b.mod, b.prec, maxSmem); err != nil {
 			return err
 		}
 	}
