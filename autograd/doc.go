@@ -12,6 +12,13 @@
 // (Gorgonia ops have a single output). Nothing of size Nq×Nk exists at any
 // point; the packed result has the size of Q, K and V together.
 //
+// On a backend implementing kernels.Resident, Saved also carries the
+// forward's device copies of Q, K, V, O and LSE from the forward to the
+// backward, which then uploads only dO and releases them; see Saved for
+// the whole lifetime. The forward keeps them only once Gradient has been
+// called, so graphs run only forward hold no device memory. The three
+// gradient nodes are views of the packed result, not copies.
+//
 // Values computes the same three tensors directly, for ops' DoDiff under
 // gorgonia's LispMachine.
 //

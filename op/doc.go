@@ -22,11 +22,22 @@
 //
 // # Saved state and memory
 //
-// The forward keeps only the per-row log-sum-exp LSE = m + log l ([B, H,
-// Nq]) for the backward, in state shared by the op and its backward nodes
-// (package autograd). The backward recomputes the attention probabilities
-// block by block from Q, K, V, O, dO and LSE. Memory is O(N) in the sequence
-// length: see bench/RESULTS.md for the measured figures.
+// The forward keeps the per-row log-sum-exp LSE = m + log l ([B, H, Nq]) for
+// the backward, in state shared by the op and its backward nodes (package
+// autograd). The backward recomputes the attention probabilities block by
+// block from Q, K, V, O, dO and LSE. Memory is O(N) in the sequence length:
+// see bench/RESULTS.md for the measured figures.
+//
+// On the GPU (or any backend implementing kernels.Resident) the forward of a
+// node whose gradient has been built with gorgonia.Grad also keeps its device
+// copies of Q, K, V, O and LSE (O(N) device memory), so the backward uploads
+// only dO. The backward releases them when done, so a training step ends
+// holding no device memory for attention; a forward that runs again releases
+// its previous copies; Release(g) frees them on demand (say after a step that
+// failed between forward and backward); CloseGPU frees everything; and the
+// garbage collector releases what a dropped graph still held. A graph run
+// only forward keeps nothing. Under the LispMachine the backward uploads its
+// inputs again.
 //
 // # Differentiation
 //
@@ -42,8 +53,37 @@
 // other than 4, mismatched B, H or D, k and v of different shapes, mixed or
 // non-float dtypes, a zero dimension, or a scale that is NaN or infinite.
 //
-// # Backends
+// # Devices and backends
 //
-// The default backend is the pure-Go CPU one (package cpukernels), in the
-// default build with no cgo. WithBackend selects another kernels.Backend.
+// Where the op runs is chosen when Attention builds the node, first match
+// wins:
+//
+//  1. WithBackend(b): any kernels.Backend, owned (and closed) by the caller.
+//  2. WithDevice(CPU or GPU), else the environment variable FLASHATTN_DEVICE
+//     ("cpu" or "gpu", any case). Unset or empty means CPU: the pure-Go
+//     backend (package cpukernels), which needs no cgo and no device.
+//
+// GPU means CUDA device 0 through package cudakernels, in a binary built
+// with the tag flashgpu. Its float32 arithmetic is WithPrecision, else
+// FLASHATTN_PRECISION ("fp32", "bf16" or "fp16"), default FP32; float64
+// tensors always compute in float64, and the CPU ignores the precision.
+// Without the tag, asking for the GPU returns an error wrapping ErrNoGPU
+// that names the tag; with it and no device, an error wrapping both
+// ErrNoGPU and cudakernels.ErrNoDevice. Unknown values of the variables are
+// errors wrapping ErrInvalidInput. Nothing panics.
+//
+// The GPU backend is opened on first use and shared by every node of the
+// process that asks for the same precision. CloseGPU closes it and frees all
+// its device memory; nodes built before then fail when run, and later ones
+// open a fresh backend. Each run of the node copies Q, K and V to the device
+// and O back (and dO, dQ, dK, dV for the backward), through page-locked
+// staging memory and two streams, in chunks of heads so that copies overlap
+// the kernels (see cudakernels/doc.go and bench/RESULTS.md).
+//
+// Errors from the GPU (out of device memory wrapping
+// cudakernels.ErrOutOfMemory, an unsupported head dimension wrapping
+// cudakernels.ErrUnsupported) come back from the machine's RunAll; the
+// process and the backend keep working. Note that gorgonia v0.9.18's
+// TapeMachine returns them inside an error type without Unwrap, so
+// errors.Is does not see through it; the message carries the op's error.
 package op
