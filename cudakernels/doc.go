@@ -28,7 +28,16 @@
 // no key get LSE = +Inf, output 0, gradients 0) and the saved state (LSE
 // only) are those of package kernels. Each call copies its host slices to the
 // device, runs the kernels and copies the results back; nothing of size
-// Nq×Nk is allocated. A Backend owns one CUDA context on one OS thread (a
+// Nq×Nk is allocated. The copies go through page-locked staging memory on two
+// streams, in chunks of (batch, head) pairs, so that one chunk's copies
+// overlap another's kernels (resident_gpu.go); results are bit-identical
+// whatever the chunking. The Backend also implements kernels.Resident:
+// ForwardKeep32/64 keep the device copies of q, k, v, o and lse in a
+// DeviceState, and BackwardKept32/64 then upload only do. The staging
+// memory and a device workspace are kept between calls, grown to the
+// largest call's need; Trim frees them, Close frees everything, including
+// states not released. MemInfo reports the device's free memory and
+// KernelTime the kernels' time without copies. A Backend owns one CUDA context on one OS thread (a
 // context is bound to a thread) and runs every call there, so it is safe for
 // concurrent use; calls are serialised.
 //
