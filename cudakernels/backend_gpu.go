@@ -32,16 +32,16 @@ type Backend struct {
 	mod    cu.Module
 	simt   map[int]map[int]*simtKernels // element size → padded D → kernels
 	dotDoO map[int]cu.Function          // element size → D = rowsum(dO∘O)
-	// Tensor-core forward of the backend's precision (BF16, FP16) by padded
-	// D, or the error that kernel gave when loading.
+	// Tensor-core forward of the backend's precision (TF32, BF16, FP16) by
+	// padded D, or the error that kernel gave when loading.
 	mmaFwd    map[int]*fwdKernel
 	mmaFwdErr map[int]error
-	// Tensor-core backward of the backward's precision by padded D (absent
-	// where none is built; that D falls back to CUDA cores).
+	// Tensor-core backward of the backend's precision (BF16, FP16) by padded
+	// D (absent where none is built; that D falls back to CUDA cores).
 	mmaBwd map[int]*mmaBwdKernels
-	// Rounds a float32 device buffer in place to the backend's storage
-	// precision (BF16, FP16): the backward's operands, rounded as the
-	// forward rounded them. Nil for FP32.
+	// Rounds a float32 device buffer in place to the backend's operand
+	// precision (TF32, BF16, FP16): the CUDA-core backward's operands,
+	// rounded as the forward rounded them. Nil for FP32.
 	roundFn *cu.Function
 
 	// The copy pipeline's resources (resident_gpu.go), on the worker's
@@ -93,7 +93,7 @@ func NewBackend(opts ...Option) (*Backend, error) {
 		o(&cfg)
 	}
 	switch cfg.prec {
-	case FP32, BF16, FP16:
+	case FP32, TF32, BF16, FP16:
 	default:
 		return nil, fmt.Errorf("%w: precision %v has no kernels yet", ErrUnsupported, cfg.prec)
 	}
@@ -170,7 +170,7 @@ func (b *Backend) open(cfg config) (err error) {
 			return fmt.Errorf("cudakernels: kernel %s: %w", name, err)
 		}
 	}
-	if b.prec == BF16 || b.prec == FP16 {
+	if b.prec != FP32 {
 		name := "flash_round_" + b.prec.String()
 		fn, err := b.mod.Function(name)
 		if err != nil {
@@ -179,10 +179,6 @@ func (b *Backend) open(cfg config) (err error) {
 		b.roundFn = &fn
 		b.mmaFwd, b.mmaFwdErr = map[int]*fwdKernel{}, map[int]error{}
 		for _, dp := range headDims {
-			if dp > mmaVerifiedDim {
-				b.mmaFwdErr[dp] = fmt.Errorf("%w: the %v forward for head dimensions above %d has not been verified on a device yet", ErrUnsupported, b.prec, mmaVerifiedDim)
-				continue
-			}
 			f, err := loadMmaForward(b.mod, b.prec, dp, maxSmem)
 			switch {
 			case errors.Is(err, ErrUnsupported):
@@ -193,8 +189,10 @@ func (b *Backend) open(cfg config) (err error) {
 				b.mmaFwd[dp] = f
 			}
 		}
-		if b.mmaBwd, err = loadMmaBackward(b.mod, b.prec, maxSmem); err != nil {
-			return err
+		if b.prec != TF32 { // no TF32 tensor-core backward: CUDA cores on rounded operands
+			if b.mmaBwd, err = loadMmaBackward(b.mod, b.prec, maxSmem); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

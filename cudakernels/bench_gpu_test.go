@@ -35,7 +35,7 @@ func benchShapes() []kernels.Params {
 // conversion of Q, K and V to 16 bits, and the backward's includes the
 // rounding or conversion of its operands.
 func BenchmarkForward(b *testing.B) {
-	for _, prec := range []Precision{FP32, BF16, FP16} {
+	for _, prec := range []Precision{FP32, TF32, BF16, FP16} {
 		be := newTestBackend(b, WithPrecision(prec))
 		for _, p := range benchShapes() {
 			b.Run(fmt.Sprintf("%v/D%d_N%d_B%d_H%d_causal=%v", prec, p.D, p.Nq, p.B, p.H, p.Causal), func(b *testing.B) {
@@ -46,6 +46,7 @@ func BenchmarkForward(b *testing.B) {
 }
 
 func BenchmarkBackward(b *testing.B) {
+	// TF32's backward is the FP32 one on rounded operands: not timed twice.
 	for _, prec := range []Precision{FP32, BF16, FP16} {
 		be := newTestBackend(b, WithPrecision(prec))
 		for _, p := range benchShapes() {

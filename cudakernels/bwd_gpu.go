@@ -37,9 +37,14 @@ type mmaBwdKernels struct {
 	paddedDim int
 }
 
+// mmaBwdMaxDim is the largest padded head dimension csrc/flash.cu builds the
+// tensor-core backward for: at 256 its dK and dV accumulators would not fit
+// the registers of this block shape, and the CUDA-core backward serves it.
+const mmaBwdMaxDim = 128
+
 // loadMmaBackward looks up the tensor-core backward of precision prec for
-// every head dimension csrc/flash.cu builds it for (those up to
-// mmaVerifiedDim that fit the device's shared memory).
+// every head dimension csrc/flash.cu builds it for that fits the device's
+// shared memory.
 func loadMmaBackward(mod cu.Module, prec Precision, maxSmem int) (map[int]*mmaBwdKernels, error) {
 	name := "flash_to_half_" + prec.String()
 	toHalf, err := mod.Function(name)
@@ -48,15 +53,16 @@ func loadMmaBackward(mod cu.Module, prec Precision, maxSmem int) (map[int]*mmaBw
 	}
 	out := map[int]*mmaBwdKernels{}
 	for _, dp := range headDims {
-		if dp > mmaVerifiedDim || mmaBwdSmem(dp) > maxSmem {
+		smem := mmaBwdSmem(dp)
+		if dp > mmaBwdMaxDim || smem > maxSmem {
 			continue
 		}
-		ks := &mmaBwdKernels{toHalf: toHalf, smem: mmaBwdSmem(dp), paddedDim: dp}
+		ks := &mmaBwdKernels{toHalf: toHalf, smem: smem, paddedDim: dp}
 		suffix := fmt.Sprintf("_mma_%v_d%d", prec, dp)
-		if ks.dkdv, err = lookup(mod, "flash_bwd_dkdv"+suffix, ks.smem, maxSmem); err != nil {
+		if ks.dkdv, err = lookup(mod, "flash_bwd_dkdv"+suffix, smem, maxSmem); err != nil {
 			return nil, err
 		}
-		if ks.dq, err = lookup(mod, "flash_bwd_dq"+suffix, ks.smem, maxSmem); err != nil {
+		if ks.dq, err = lookup(mod, "flash_bwd_dq"+suffix, smem, maxSmem); err != nil {
 			return nil, err
 		}
 		out[dp] = ks
@@ -70,8 +76,6 @@ func (ks *mmaBwdKernels) halfParts(p kernels.Params) []int64 {
 	qb, kb := bh*int64(p.Nq)*dp*2, bh*int64(p.Nk)*dp*2
 	return []int64{qb, kb, kb, qb}
 }
-
-func alignScratch(n int64) int64 { return (n + scratchAlign - 1) / scratchAlign * scratchAlign }
 
 // launch converts Q, K, V and dO into 16-bit copies in buf.scratch, then
 // enqueues the dK/dV and the dQ kernels. buf.delta must already hold D.
@@ -91,7 +95,7 @@ func (ks *mmaBwdKernels) launch(p kernels.Params, buf bwdBuffers, stream cu.Stre
 	for i, size := range ks.halfParts(p) {
 		half[i] = off
 		off += cu.DevicePtr(alignScratch(size))
-		if err := launchToHalf(ks.toHalf, srcs[i], half[i], p, rows[i], ks.paddedDim, stream); err != nil {
+		if err := launchToStorage(ks.toHalf, srcs[i], half[i], p, rows[i], ks.paddedDim, 8, stream); err != nil {
 			return err
 		}
 	}
@@ -102,19 +106,6 @@ func (ks *mmaBwdKernels) launch(p kernels.Params, buf bwdBuffers, stream cu.Stre
 	}
 	return ks.dq.Launch(gridQ, 1, 1, mmaBwdThreads, 1, 1, ks.smem, stream, args(append([]any{
 		half[0], half[1], half[2], half[3], buf.lse, buf.delta, buf.dq}, shape...)...))
-}
-
-// launchToHalf enqueues the conversion of the [B·H·rows, D] float32 matrix
-// at src into the [B·H·rows, dp] 16-bit matrix at dst (zero columns past D).
-func launchToHalf(fn cu.Function, src, dst cu.DevicePtr, p kernels.Params, rows, dp int, stream cu.Stream) error {
-	n := int64(p.B) * int64(p.H) * int64(rows)
-	const threads, maxBlocks = 256, 8192
-	chunks := n * int64(dp) / 8 // each thread converts 8 elements
-	blocks := int(min((chunks+threads-1)/threads, maxBlocks))
-	if blocks == 0 {
-		return nil
-	}
-	return fn.Launch(blocks, 1, 1, threads, 1, 1, 0, stream, args(src, dst, n, int64(p.D), int64(dp)))
 }
 
 // mmaBackwardFor returns the tensor-core backward serving element type T and

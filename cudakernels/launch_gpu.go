@@ -132,29 +132,41 @@ type bwdBuffers struct {
 
 // A fwdKernel is a forward kernel of either family with its launch shape:
 // one block per rows query rows of one (batch, head). The CUDA-core kernels
-// take the fp32 tensors; the tensor-core ones take 16-bit copies of Q, K and
-// V with rows padded to paddedDim, which toHalf writes into the scratch
-// buffer first. Both share the rest of the argument list of csrc/flash.cu.
+// take the fp32 tensors; the tensor-core ones take copies of Q, K and V in
+// their operand type, rows padded to paddedDim, which the conversion kernels
+// write into the scratch buffer first (V transposed with permuted keys for
+// TF32: csrc/mma.cuh). Both share the rest of the argument list of
+// csrc/flash.cu.
 type fwdKernel struct {
 	fn            cu.Function
 	name          string
 	rows, threads int
 	smem          int // dynamic shared memory in bytes
 
-	toHalf    *cu.Function // nil for the CUDA-core kernels
+	toStorage *cu.Function // Q, K (and V unless toVt is set); nil for the CUDA-core kernels
+	toVt      *cu.Function // TF32: V transposed
+	elemBytes int          // of the converted copies
 	paddedDim int
 }
 
-// scratchParts returns the byte sizes of the 16-bit copies of Q, K and V, or
-// nil when the kernel needs none.
+// scratchParts returns the byte sizes of the converted copies of Q, K and V,
+// or nil when the kernel needs none.
 func (f *fwdKernel) scratchParts(p kernels.Params) []int64 {
-	if f.toHalf == nil {
+	if f.toStorage == nil {
 		return nil
 	}
-	bh, dp := int64(p.B)*int64(p.H), int64(f.paddedDim)
-	kv := bh * int64(p.Nk) * dp * 2
-	return []int64{bh * int64(p.Nq) * dp * 2, kv, kv}
+	bh, dp, eb := int64(p.B)*int64(p.H), int64(f.paddedDim), int64(f.elemBytes)
+	k := bh * int64(p.Nk) * dp * eb
+	v := k
+	if f.toVt != nil {
+		v = bh * dp * transposedKeys(p.Nk) * eb
+	}
+	return []int64{bh * int64(p.Nq) * dp * eb, k, v}
 }
+
+// transposedKeys is the row length of TF32's transposed V: nk rounded up to
+// the 8 keys its permutation works on.
+func transposedKeys(nk int) int64 { return (int64(nk) + 7) / 8 * 8 }
 
 // scratchBytes is the size of fwdBuffers.scratch the kernel needs.
 func (f *fwdKernel) scratchBytes(p kernels.Params) int64 {
@@ -167,6 +179,8 @@ func (f *fwdKernel) scratchBytes(p kernels.Params) int64 {
 
 const scratchAlign = 256
 
+func alignScratch(n int64) int64 { return (n + scratchAlign - 1) / scratchAlign * scratchAlign }
+
 // launch enqueues the forward (after the conversions into scratch, for the
 // tensor-core kernels) on stream.
 func (f *fwdKernel) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream) error {
@@ -175,22 +189,59 @@ func (f *fwdKernel) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream) e
 		return err
 	}
 	q, k, v := buf.q, buf.k, buf.v
-	if f.toHalf != nil {
-		ptrs := []*cu.DevicePtr{&q, &k, &v}
-		srcs := []cu.DevicePtr{buf.q, buf.k, buf.v}
-		rows := []int{p.Nq, p.Nk, p.Nk}
-		off := buf.scratch
-		for i, s := range f.scratchParts(p) {
-			*ptrs[i] = off
-			off += cu.DevicePtr(alignScratch(s))
-			if err := launchToHalf(*f.toHalf, srcs[i], *ptrs[i], p, rows[i], f.paddedDim, stream); err != nil {
+	if f.toStorage != nil {
+		parts := f.scratchParts(p)
+		q, k, v = buf.scratch, buf.scratch+cu.DevicePtr(alignScratch(parts[0])),
+			buf.scratch+cu.DevicePtr(alignScratch(parts[0])+alignScratch(parts[1]))
+		vectorWidth := 16 / f.elemBytes
+		for _, c := range []struct {
+			src, dst cu.DevicePtr
+			rows     int
+		}{{buf.q, q, p.Nq}, {buf.k, k, p.Nk}} {
+			if err := launchToStorage(*f.toStorage, c.src, c.dst, p, c.rows, f.paddedDim, vectorWidth, stream); err != nil {
 				return err
 			}
+		}
+		if f.toVt != nil {
+			err = launchToVt(*f.toVt, buf.v, v, p, f.paddedDim, stream)
+		} else {
+			err = launchToStorage(*f.toStorage, buf.v, v, p, p.Nk, f.paddedDim, vectorWidth, stream)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return f.fn.Launch(grid, 1, 1, f.threads, 1, 1, f.smem, stream, args(
 		q, k, v, buf.o, buf.lse,
 		int64(p.Nq), int64(p.Nk), int64(p.D), bool64(p.Causal), p.Scale))
+}
+
+// launchToStorage enqueues the conversion of the [B·H·rows, D] float32
+// matrix at src into the [B·H·rows, dp] matrix at dst of the operand type
+// (zero columns past D); each thread converts vectorWidth elements (16
+// bytes of output).
+func launchToStorage(fn cu.Function, src, dst cu.DevicePtr, p kernels.Params, rows, dp, vectorWidth int, stream cu.Stream) error {
+	n := int64(p.B) * int64(p.H) * int64(rows)
+	const threads, maxBlocks = 256, 8192
+	chunks := n * int64(dp) / int64(vectorWidth)
+	blocks := int(min((chunks+threads-1)/threads, maxBlocks))
+	if blocks == 0 {
+		return nil
+	}
+	return fn.Launch(blocks, 1, 1, threads, 1, 1, 0, stream, args(src, dst, n, int64(p.D), int64(dp)))
+}
+
+// launchToVt enqueues TF32's transposed copy of V (flash_to_tf32_vt: blocks
+// of 32 × 8 threads striding over tiles of 32 keys × 32 columns).
+func launchToVt(fn cu.Function, src, dst cu.DevicePtr, p kernels.Params, dp int, stream cu.Stream) error {
+	bh := int64(p.B) * int64(p.H)
+	tiles := bh * ((transposedKeys(p.Nk) + 31) / 32) * int64(dp/32)
+	const maxBlocks = 16384
+	blocks := int(min(tiles, maxBlocks))
+	if blocks == 0 {
+		return nil
+	}
+	return fn.Launch(blocks, 1, 1, 256, 1, 1, 0, stream, args(src, dst, bh, int64(p.Nk), int64(p.D), int64(dp)))
 }
 
 // lookup finds name in mod and allows it smem bytes of dynamic shared
@@ -209,36 +260,68 @@ func lookup(mod cu.Module, name string, smem, maxSmem int) (cu.Function, error) 
 	return fn, nil
 }
 
-// mmaVerifiedDim is the largest padded head dimension whose tensor-core
-// forward has passed the checks on a device; csrc/flash.cu builds none
-// larger.
-const mmaVerifiedDim = 128
+// The tensor-core forward's block shape (csrc/fwd_mma.cuh): kFwdThreads
+// threads, fwd_bq query rows (mmaFwdRows), key tiles of fwd_bk (mmaFwdBK),
+// and its shared-memory layout fwd_smem_bytes (mmaFwdSmem): Q and two K
+// tiles with rows of dp elements padded by 16 bytes, and two V tiles, the
+// same or, for TF32, transposed ([dp, BK] padded by 16 bytes).
+const mmaThreads = 128
 
-// The tensor-core forward's block shape (csrc/fwd_mma.cuh: kFwdBQ query
-// rows, kFwdThreads threads, key tiles of mmaBK) and its shared-memory layout
-// (fwd_smem_bytes) in bytes: Q plus two K and two V tiles of 16-bit
-// elements, rows padded to dp + 8.
-const (
-	mmaBQ      = 128
-	mmaThreads = 128
-	mmaBK      = 64
-)
+// mmaFwdRows is a forward block's query rows: two m16 tiles per warp up to
+// dp = 128, one at 256 (fwd_mt).
+func mmaFwdRows(dp int) int {
+	if dp > 128 {
+		return 64
+	}
+	return 128
+}
 
-func mmaFwdSmem(dp int) int { return (mmaBQ + 4*mmaBK) * (dp + 8) * 2 }
+// elemBytes is the size of one converted operand element in precision prec.
+func elemBytes(prec Precision) int {
+	if prec == TF32 {
+		return 4
+	}
+	return 2
+}
 
-// loadMmaForward looks up the tensor-core forward for precision prec (BF16
-// or FP16) and padded head dimension dp, with its conversion kernel. A
-// kernel that does not fit the device's shared memory yields an error
+func mmaFwdBK(prec Precision, dp int) int {
+	if elemBytes(prec) == 4 && dp > 64 {
+		return 32
+	}
+	return 64
+}
+
+func mmaFwdSmem(prec Precision, dp int) int {
+	eb, bk := elemBytes(prec), mmaFwdBK(prec, dp)
+	pad := 16 / eb
+	vTile := bk * (dp + pad)
+	if prec == TF32 {
+		vTile = dp * (bk + pad)
+	}
+	return ((mmaFwdRows(dp)+2*bk)*(dp+pad) + 2*vTile) * eb
+}
+
+// loadMmaForward looks up the tensor-core forward for precision prec (BF16,
+// FP16 or TF32) and padded head dimension dp, with its conversion kernels.
+// A kernel that does not fit the device's shared memory yields an error
 // wrapping ErrUnsupported, returned by calls that need it.
 func loadMmaForward(mod cu.Module, prec Precision, dp, maxSmem int) (*fwdKernel, error) {
-	f := &fwdKernel{name: fmt.Sprintf("flash_fwd_mma_%v_d%d", prec, dp), rows: mmaBQ, threads: mmaThreads,
-		smem: mmaFwdSmem(dp), paddedDim: dp}
-	name := "flash_to_half_" + prec.String()
-	conv, err := mod.Function(name)
-	if err != nil {
-		return nil, fmt.Errorf("cudakernels: kernel %s: %w", name, err)
+	f := &fwdKernel{name: fmt.Sprintf("flash_fwd_mma_%v_d%d", prec, dp), rows: mmaFwdRows(dp), threads: mmaThreads,
+		smem: mmaFwdSmem(prec, dp), elemBytes: elemBytes(prec), paddedDim: dp}
+	convName := "flash_to_half_" + prec.String()
+	if prec == TF32 {
+		convName = "flash_to_tf32"
+		vt, err := mod.Function("flash_to_tf32_vt")
+		if err != nil {
+			return nil, fmt.Errorf("cudakernels: kernel flash_to_tf32_vt: %w", err)
+		}
+		f.toVt = &vt
 	}
-	f.toHalf = &conv
+	conv, err := mod.Function(convName)
+	if err != nil {
+		return nil, fmt.Errorf("cudakernels: kernel %s: %w", convName, err)
+	}
+	f.toStorage = &conv
 	f.fn, err = lookup(mod, f.name, f.smem, maxSmem)
 	return f, err
 }

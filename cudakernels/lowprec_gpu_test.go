@@ -12,10 +12,10 @@ import (
 	"github.com/gorgonia-flash/flashattention/kernels/conformance"
 )
 
-// TestConformanceBF16 and TestConformanceFP16 run the shared suite, forward
-// and backward, on the low-precision backends: tensor-core forward and
-// backward (CUDA-core backward on rounded operands where no tensor-core one
-// is built). Every output must stay within twice the error of a naive
+// TestConformanceBF16, TestConformanceFP16 and TestConformanceTF32 run the
+// shared suite, forward and backward, on the low-precision backends:
+// tensor-core forward and backward (CUDA-core backward on rounded operands
+// where no tensor-core one is built: always for TF32). Every output must stay within twice the error of a naive
 // computation in that precision.
 func TestConformanceBF16(t *testing.T) {
 	conformance.Run(t, newTestBackend(t, WithPrecision(BF16)), BF16)
@@ -25,10 +25,14 @@ func TestConformanceFP16(t *testing.T) {
 	conformance.Run(t, newTestBackend(t, WithPrecision(FP16)), FP16)
 }
 
+func TestConformanceTF32(t *testing.T) {
+	conformance.Run(t, newTestBackend(t, WithPrecision(TF32)), TF32)
+}
+
 // TestLowPrecisionOneKey checks the cancellation that D = rowsum(dO∘O) is
 // computed from the rounded dO for: with one key per row the softmax is
 // constant, O is exactly the rounded V, and dS = P∘(dP − D) must vanish up
-// to float32 summation error, not bf16/fp16 rounding error. dP = dO·V runs on
+// to float32 summation error, not tf32/bf16/fp16 rounding error. dP = dO·V runs on
 // tensor cores and D on CUDA cores, whose fp32 sums of the same exact
 // products differ by at most D·2⁻²³·Σ|dO∘V| per row; dQ and dK must stay
 // within that (times max|K|·scale, or Nq·max|Q|·scale for dK, with a factor 2
@@ -36,7 +40,7 @@ func TestConformanceFP16(t *testing.T) {
 // (the bug this guards against) gives errors 2⁻⁸ relative instead. Causal
 // rows when Nq > Nk see one key or none.
 func TestLowPrecisionOneKey(t *testing.T) {
-	for _, prec := range []Precision{BF16, FP16} {
+	for _, prec := range []Precision{TF32, BF16, FP16} {
 		b := newTestBackend(t, WithPrecision(prec))
 		for _, p := range []kernels.Params{
 			{B: 2, H: 2, Nq: 300, Nk: 1, D: 64, Scale: 0.125},
@@ -73,19 +77,21 @@ func TestLowPrecisionOneKey(t *testing.T) {
 	}
 }
 
-// TestLowPrecisionLimits checks the honest errors of the BF16 and FP16
-// backends: neither forward nor backward above the verified head dimension.
+// TestLowPrecisionLimits checks the errors of the TF32, BF16 and FP16
+// backends past the largest compiled head dimension.
 func TestLowPrecisionLimits(t *testing.T) {
-	for _, prec := range []Precision{BF16, FP16} {
+	for _, prec := range []Precision{TF32, BF16, FP16} {
 		b := newTestBackend(t, WithPrecision(prec))
-		p := kernels.Params{B: 1, H: 1, Nq: 3, Nk: 3, D: mmaVerifiedDim + 1, Scale: 0.25}
+		p := kernels.Params{B: 1, H: 1, Nq: 3, Nk: 3, D: headDims[len(headDims)-1] + 1, Scale: 0.25}
 		x := make([]float32, p.QLen())
 		l := make([]float32, p.LSELen())
-		if err := b.Forward32(p, x, x, x, make([]float32, len(x)), l); !errors.Is(err, ErrUnsupported) {
-			t.Errorf("%v Forward32 at D = %d: got %v, want ErrUnsupported", prec, p.D, err)
-		}
-		if err := b.Backward32(p, x, x, x, x, l, x, make([]float32, len(x)), make([]float32, len(x)), make([]float32, len(x))); !errors.Is(err, ErrUnsupported) {
-			t.Errorf("%v Backward32 at D = %d: got %v, want ErrUnsupported", prec, p.D, err)
+		for name, err := range map[string]error{
+			"Forward32":  b.Forward32(p, x, x, x, make([]float32, len(x)), l),
+			"Backward32": b.Backward32(p, x, x, x, x, l, x, make([]float32, len(x)), make([]float32, len(x)), make([]float32, len(x))),
+		} {
+			if !errors.Is(err, ErrUnsupported) || !errors.Is(err, kernels.ErrInvalidParams) {
+				t.Errorf("%v %s at D = %d: got %v, want ErrUnsupported and ErrInvalidParams", prec, name, p.D, err)
+			}
 		}
 	}
 }

@@ -146,7 +146,7 @@ func TestDeviceMemoryStable(t *testing.T) {
 	q, k, v, do := randn[float32](rng, p.QLen()), randn[float32](rng, p.KLen()), randn[float32](rng, p.KLen()), randn[float32](rng, p.QLen())
 	const slack = 4 << 20 // the driver's allocation granularity, 2 MiB, twice
 	before := freeMem(t, probe)
-	b, err := NewBackend(WithPrecision(BF16))
+	b, err := NewBackend(testOptions(WithPrecision(BF16))...)
 	if err != nil {
 		t.Fatal(err)
 	}

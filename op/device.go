@@ -37,8 +37,8 @@ const (
 	// EnvDevice selects the device: "cpu" or "gpu" (any case). Unset or
 	// empty means cpu.
 	EnvDevice = "FLASHATTN_DEVICE"
-	// EnvPrecision selects the GPU's float32 arithmetic: "fp32", "bf16" or
-	// "fp16" (any case). Unset or empty means fp32.
+	// EnvPrecision selects the GPU's float32 arithmetic: "fp32", "tf32",
+	// "bf16" or "fp16" (any case). Unset or empty means fp32.
 	EnvPrecision = "FLASHATTN_PRECISION"
 )
 
@@ -73,12 +73,14 @@ func (c config) resolveBackend() (kernels.Backend, error) {
 		switch s {
 		case "", "fp32":
 			prec = kernels.FP32
+		case "tf32":
+			prec = kernels.TF32
 		case "bf16":
 			prec = kernels.BF16
 		case "fp16":
 			prec = kernels.FP16
 		default:
-			return nil, invalid("%s=%q, want fp32, bf16 or fp16", EnvPrecision, s)
+			return nil, invalid("%s=%q, want fp32, tf32, bf16 or fp16", EnvPrecision, s)
 		}
 	}
 	switch dev {

@@ -65,7 +65,7 @@
 //
 // GPU means CUDA device 0 through package cudakernels, in a binary built
 // with the tag flashgpu. Its float32 arithmetic is WithPrecision, else
-// FLASHATTN_PRECISION ("fp32", "bf16" or "fp16"), default FP32; float64
+// FLASHATTN_PRECISION ("fp32", "tf32", "bf16" or "fp16"), default FP32; float64
 // tensors always compute in float64, and the CPU ignores the precision.
 // Without the tag, asking for the GPU returns an error wrapping ErrNoGPU
 // that names the tag; with it and no device, an error wrapping both

@@ -41,7 +41,7 @@ func WithBackend(b kernels.Backend) Option {
 func WithDevice(d Device) Option { return func(c *config) { c.device, c.deviceSet = d, true } }
 
 // WithPrecision selects the arithmetic of float32 attention on the GPU,
-// overriding FLASHATTN_PRECISION: kernels.FP32 (the default), BF16 or FP16.
+// overriding FLASHATTN_PRECISION: kernels.FP32 (the default), TF32, BF16 or FP16.
 // Float64 attention always computes in float64, and the CPU backend always
 // computes float32 exactly, so it ignores the precision.
 func WithPrecision(p kernels.Precision) Option {

@@ -94,8 +94,8 @@ __device__ __forceinline__ void mma_pb(float (&c)[DP / 8][4], const float (&p)[K
   constexpr int kLd = ldh<DP>();
 #pragma unroll
   for (int kk = 0; kk < KT / 2; ++kk) {
-    const uint32_t a[4] = {E::pack(p[2 * kk][0], p[2 * kk][1]), E::pack(p[2 * kk][2], p[2 * kk][3]),
-                           E::pack(p[2 * kk + 1][0], p[2 * kk + 1][1]), E::pack(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+    uint32_t a[4];
+    E::p_frag(a, p, kk);
 #pragma unroll
     for (int n = 0; n < DP / 8; n += 2) {
       uint32_t bf[4];

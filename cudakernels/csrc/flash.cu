@@ -48,31 +48,39 @@ FLASH_DOT_DO_O(f32, float)
 FLASH_DOT_DO_O(f64, double)
 
 // Tensor-core forward: float32 in and out, operands converted once to bf16
-// or fp16 (rows padded to DP) by flash_to_half_*, then 128 query rows per
-// block and key tiles of 64; launch_gpu.go's mmaBQ, mmaBK and mmaFwdSmem
-// must match. D = 256 is not instantiated (its accumulators would not fit
-// the register budget of this block shape).
+// or fp16 (rows padded to DP) by flash_to_half_*, or to tf32 by
+// flash_to_tf32 (Q, K) and flash_to_tf32_vt (V, transposed), then
+// fwd_bq<DP> query rows per block (128, or 64 at DP = 256) and key tiles of
+// fwd_bk (64, or 32 for TF32 above DP = 64); launch_gpu.go's mmaFwdRows,
+// mmaFwdBK and mmaFwdSmem must match.
 #include "fwd_mma.cuh"
 
-#define FLASH_FWD_MMA(NAME, E, DP, BK)                                                                        \
-  extern "C" __global__ void __launch_bounds__(flash::mma::kFwdThreads)                                     \
-      flash_fwd_mma_##NAME##_d##DP(const uint16_t* q, const uint16_t* k, const uint16_t* v, float* o,        \
-                                   float* lse, long long nq, long long nk, long long dim, long long causal,  \
-                                   double scale) {                                                           \
-    flash::mma::fwd_1rowblock<flash::mma::E, DP, BK>(q, k, v, o, lse, nq, nk, dim, causal != 0, scale);      \
+#define FLASH_FWD_MMA(NAME, E, DP)                                                                             \
+  extern "C" __global__ void __launch_bounds__(flash::mma::kFwdThreads) flash_fwd_mma_##NAME##_d##DP(        \
+      const flash::mma::E::Storage* q, const flash::mma::E::Storage* k, const flash::mma::E::Storage* v,       \
+      float* o, float* lse, long long nq, long long nk, long long dim, long long causal, double scale) {       \
+    flash::mma::fwd_1rowblock<flash::mma::E, DP>(q, k, v, o, lse, nq, nk, dim, causal != 0, scale);           \
   }
 
-FLASH_FWD_MMA(bf16, BF16, 32, 64)
-FLASH_FWD_MMA(bf16, BF16, 64, 64)
-FLASH_FWD_MMA(bf16, BF16, 128, 64)
-FLASH_FWD_MMA(fp16, FP16, 32, 64)
-FLASH_FWD_MMA(fp16, FP16, 64, 64)
-FLASH_FWD_MMA(fp16, FP16, 128, 64)
+FLASH_FWD_MMA(bf16, BF16, 32)
+FLASH_FWD_MMA(bf16, BF16, 64)
+FLASH_FWD_MMA(bf16, BF16, 128)
+FLASH_FWD_MMA(bf16, BF16, 256)
+FLASH_FWD_MMA(fp16, FP16, 32)
+FLASH_FWD_MMA(fp16, FP16, 64)
+FLASH_FWD_MMA(fp16, FP16, 128)
+FLASH_FWD_MMA(fp16, FP16, 256)
+FLASH_FWD_MMA(tf32, TF32, 32)
+FLASH_FWD_MMA(tf32, TF32, 64)
+FLASH_FWD_MMA(tf32, TF32, 128)
+FLASH_FWD_MMA(tf32, TF32, 256)
 
 // Tensor-core backward (bwd_mma.cuh) on the 16-bit copies made by
 // flash_to_half_*: dK and dV per block of 64 keys, dQ per block of 64
-// queries, both looping over tiles of 64; launch_gpu.go's mmaBwd* constants
-// and mmaBwdSmem must match. D = 256 is not instantiated (dK and dV
+// queries, both looping over tiles of 64; bwd_gpu.go's mmaBwd* constants and
+// mmaBwdSmem must match. An atomic-dQ variant (dQ added from the dK/dV
+// kernel, as FlashAttention 2 does) measured slower on the H200 (144 against
+// 189 TFLOP/s at D = 128, N = 8192) and was dropped. D = 256 is not instantiated (dK and dV
 // accumulators would not fit the register budget of this block shape).
 #include "bwd_mma.cuh"
 
@@ -98,18 +106,25 @@ FLASH_BWD_MMA(fp16, FP16, 32)
 FLASH_BWD_MMA(fp16, FP16, 64)
 FLASH_BWD_MMA(fp16, FP16, 128)
 
-// x [rows, dim] fp32 → y [rows, dp] 16-bit, zero-padded; grid-stride, any
-// grid; launch_gpu.go uses 256 threads.
-#define FLASH_TO_HALF(NAME, E)                                                                              \
-  extern "C" __global__ void flash_to_half_##NAME(const float* x, uint4* y, long long rows, long long dim,   \
-                                                   long long dp) {                                          \
-    flash::mma::to_half_padded<flash::mma::E>(x, y, rows, dim, dp);                                        \
+// x [rows, dim] fp32 → y [rows, dp] in the operand type, zero-padded;
+// grid-stride, any grid; launch_gpu.go uses 256 threads.
+#define FLASH_TO_STORAGE(NAME, E)                                                                          \
+  extern "C" __global__ void NAME(const float* x, uint4* y, long long rows, long long dim, long long dp) {  \
+    flash::mma::to_storage_padded<flash::mma::E>(x, y, rows, dim, dp);                                    \
   }
 
-FLASH_TO_HALF(bf16, BF16)
-FLASH_TO_HALF(fp16, FP16)
+FLASH_TO_STORAGE(flash_to_half_bf16, BF16)
+FLASH_TO_STORAGE(flash_to_half_fp16, FP16)
+FLASH_TO_STORAGE(flash_to_tf32, TF32)
 
-// Storage rounding of the BF16/FP16 backward's operands (round.cuh): any
+// V [bhs, nk, dim] fp32 → [bhs, dp, nk rounded up to 8] tf32, transposed with
+// permuted keys; 256 threads (32 × 8), any grid.
+extern "C" __global__ void __launch_bounds__(256)
+    flash_to_tf32_vt(const float* x, float* y, long long bhs, long long nk, long long dim, long long dp) {
+  flash::mma::to_vt_tf32(x, y, bhs, nk, dim, dp);
+}
+
+// Storage rounding of the low-precision backward's operands (round.cuh): any
 // block size, any grid (grid-stride loop); launch_gpu.go uses 256 threads.
 #include "round.cuh"
 
@@ -118,3 +133,5 @@ FLASH_TO_HALF(fp16, FP16)
 
 FLASH_ROUND(bf16, flash::mma::RoundBF16)
 FLASH_ROUND(fp16, flash::mma::RoundFP16)
+FLASH_ROUND(tf32, flash::mma::TF32)
+

@@ -1,12 +1,13 @@
 // Forward pass on tensor cores (mma.sync, sm_80+): float32 in and out,
-// operands in bf16 or fp16, fp32 accumulation and softmax.
+// operands in bf16, fp16 or tf32, fp32 accumulation and softmax.
 //
-// Two kernels per call. to_half_padded converts Q, K and V once into
-// scratch buffers of 16-bit elements with rows padded to DP columns (zeros
-// past dim), so every row is 16-byte aligned and the forward never checks
-// columns. fwd_1rowblock then gives each block of kFwdWarps warps BQ = 32 ·
-// kFwdWarps query rows, two m16 tiles per warp that share every K and V
-// fragment read from shared memory, and walks key tiles of BK rows: tiles
+// Conversion kernels run first. to_storage_padded converts Q, K and V (Q
+// and K for TF32) once into scratch buffers of the operand type with rows
+// padded to DP columns (zeros past dim), so every row is 16-byte aligned and
+// the forward never checks columns; for TF32, to_vt_tf32 writes V transposed
+// with its keys permuted (mma.cuh explains why). fwd_1rowblock then gives each block of kFwdWarps warps fwd_bq
+// query rows, fwd_mt m16 tiles per warp that share every K and V fragment
+// read from shared memory, and walks key tiles of BK rows: tiles
 // are copied into shared memory by cp.async (K and V double buffered, the
 // next tile landing while this one computes) and operand fragments are read
 // with ldmatrix (.trans for V). Scores live only in registers: S = Q·Kᵀ as
@@ -20,41 +21,111 @@ namespace flash {
 namespace mma {
 
 constexpr int kFwdWarps = 4;
-constexpr int kFwdMT = 2;  // m16 tiles (16 query rows each) per warp
-constexpr int kFwdBQ = 16 * kFwdMT * kFwdWarps;
 constexpr int kFwdThreads = 32 * kFwdWarps;
+
+// fwd_mt is the number of m16 tiles (16 query rows each) per warp: two, which
+// share every K and V fragment read from shared memory, up to DP = 128; one
+// at DP = 256, where two would need 256 fp32 output accumulators per thread.
+// fwd_bq is a block's query rows. launch_gpu.go repeats both (mmaFwdRows).
+template <int DP> __host__ __device__ constexpr int fwd_mt() { return DP > 128 ? 1 : 2; }
+template <int DP> __host__ __device__ constexpr int fwd_bq() { return 16 * fwd_mt<DP>() * kFwdWarps; }
 
 // Row stride of the shared tiles in 16-bit elements: DP + 8 makes the row
 // stride ≡ 16 bytes (mod 128), so the 8 row addresses of one ldmatrix
-// 8×8 matrix fall in 8 different 16-byte bank groups.
+// 8×8 matrix fall in 8 different 16-byte bank groups. ld_of is the same rule
+// for elements of type S: 16 bytes of padding.
 template <int DP> __host__ __device__ constexpr int ldh() { return DP + 8; }
+template <typename S, int COLS> __host__ __device__ constexpr int ld_of() {
+  return COLS + 16 / static_cast<int>(sizeof(S));
+}
+
+// fwd_bk is the key tile: 64, or 32 for TF32 above DP = 64, whose 32-bit
+// tiles would otherwise not fit shared memory next to a 128-row Q tile.
+template <typename E, int DP> __host__ __device__ constexpr int fwd_bk() {
+  return sizeof(typename E::Storage) == 4 && DP > 64 ? 32 : 64;
+}
+
+// A V tile in elements: [BK keys, DP] padded like the others, or for TF32
+// the transposed [DP, BK keys] with rows padded by 16 bytes.
+template <typename E, int DP> __host__ __device__ constexpr int fwd_v_tile() {
+  using S = typename E::Storage;
+  return E::kVTransposed ? DP * ld_of<S, fwd_bk<E, DP>()>() : fwd_bk<E, DP>() * ld_of<S, DP>();
+}
 
 // fwd_smem_bytes is the shared-memory layout: Q, then two K and two V
 // buffers. launch_gpu.go repeats it (mmaFwdSmem).
-template <int DP, int BK> __host__ __device__ constexpr int fwd_smem_bytes() {
-  return (kFwdBQ + 4 * BK) * ldh<DP>() * 2;
+template <typename E, int DP> __host__ __device__ constexpr int fwd_smem_bytes() {
+  using S = typename E::Storage;
+  return ((fwd_bq<DP>() + 2 * fwd_bk<E, DP>()) * ld_of<S, DP>() + 2 * fwd_v_tile<E, DP>()) * sizeof(S);
 }
 
-// to_half_padded writes y[r, c] = round(x[r, c]) for c < dim and 0 for
+// StorageOf converts 16 bytes' worth of fp32 values (8 for 16-bit types, 4
+// for TF32) into one uint4 of E's storage type.
+template <typename E> struct StorageOf {
+  static constexpr int kVec = 8;
+  static __device__ __forceinline__ uint4 convert(const float (&f)[8]) {
+    return make_uint4(E::pack(f[0], f[1]), E::pack(f[2], f[3]), E::pack(f[4], f[5]), E::pack(f[6], f[7]));
+  }
+};
+template <> struct StorageOf<TF32> {
+  static constexpr int kVec = 4;
+  static __device__ __forceinline__ uint4 convert(const float (&f)[4]) {
+    return make_uint4(TF32::cvt(f[0]), TF32::cvt(f[1]), TF32::cvt(f[2]), TF32::cvt(f[3]));
+  }
+};
+
+// to_storage_padded writes y[r, c] = round(x[r, c]) for c < dim and 0 for
 // dim ≤ c < dp, rows r < rows: x is [rows, dim] fp32, y is [rows, dp] of
-// E's 16-bit type. Each thread converts 8 elements and stores 16 bytes.
+// E's storage type. Each thread converts 16 bytes' worth of elements.
 template <typename E>
-__device__ void to_half_padded(const float* __restrict__ x, uint4* __restrict__ y, long long rows, long long dim,
-                               long long dp) {
-  const long long chunks = dp / 8, n = rows * chunks;
+__device__ void to_storage_padded(const float* __restrict__ x, uint4* __restrict__ y, long long rows, long long dim,
+                                  long long dp) {
+  constexpr int kVec = StorageOf<E>::kVec;
+  const long long chunks = dp / kVec, n = rows * chunks;
   const long long stride = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const long long r = i / chunks, c0 = (i % chunks) * 8;
+    const long long r = i / chunks, c0 = (i % chunks) * kVec;
     const float* src = x + r * dim + c0;
-    float f[8];
-    if (dim % 4 == 0 && c0 + 8 <= dim) {
-      const float4 a = *reinterpret_cast<const float4*>(src), b = *reinterpret_cast<const float4*>(src + 4);
-      f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+    float f[kVec];
+    if (dim % 4 == 0 && c0 + kVec <= dim) {
+#pragma unroll
+      for (int e = 0; e < kVec; e += 4) {
+        const float4 a = *reinterpret_cast<const float4*>(src + e);
+        f[e] = a.x, f[e + 1] = a.y, f[e + 2] = a.z, f[e + 3] = a.w;
+      }
     } else {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) f[e] = c0 + e < dim ? src[e] : 0.f;
+      for (int e = 0; e < kVec; ++e) f[e] = c0 + e < dim ? src[e] : 0.f;
     }
-    y[i] = make_uint4(E::pack(f[0], f[1]), E::pack(f[2], f[3]), E::pack(f[4], f[5]), E::pack(f[6], f[7]));
+    y[i] = StorageOf<E>::convert(f);
+  }
+}
+
+// to_vt_tf32 writes the TF32 copy of V transposed: y[bh, d, vt_position(j)]
+// = round(x[bh, j, d]) for j < nk and d < dim, zero elsewhere; y is
+// [bh, dp, nkp] with nkp = nk rounded up to 8. Tiles of 32 keys × 32 columns
+// go through shared memory so that reads and writes are both coalesced;
+// blocks are 32 × 8 threads and stride over the tiles.
+__device__ void to_vt_tf32(const float* __restrict__ x, float* __restrict__ y, long long bhs, long long nk,
+                           long long dim, long long dp) {
+  __shared__ float tile[32][33];
+  const long long nkp = (nk + 7) / 8 * 8;
+  const long long key_tiles = (nkp + 31) / 32, d_tiles = dp / 32;
+  const long long n = bhs * key_tiles * d_tiles;
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  for (long long b = blockIdx.x; b < n; b += gridDim.x) {
+    const long long bh = b / (key_tiles * d_tiles);
+    const long long j0 = (b / d_tiles) % key_tiles * 32, d0 = b % d_tiles * 32;
+    for (int i = ty; i < 32; i += 8) {
+      const long long j = j0 + i, d = d0 + tx;
+      tile[i][tx] = j < nk && d < dim ? x[(bh * nk + j) * dim + d] : 0.f;
+    }
+    __syncthreads();
+    for (int i = ty; i < 32; i += 8) {
+      const long long d = d0 + i, j = j0 + tx;
+      if (j < nkp) y[(bh * dp + d) * nkp + vt_position(j)] = TF32::round(tile[tx][i]);
+    }
+    __syncthreads();
   }
 }
 
@@ -72,41 +143,73 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
                : "r"(smem_addr(p)));
 }
 
-// cp_rows starts copying rows [r0, r0+ROWS) of a [n, DP] matrix of 16-bit
-// elements into a [ROWS, ldh<DP>] shared tile, zero-filling rows past n.
-template <int ROWS, int DP>
-__device__ __forceinline__ void cp_rows(uint16_t* dst, const uint16_t* src, long long r0, long long n) {
-  constexpr int kChunks = DP / 8;  // 16-byte chunks per row
+// cp_rows starts copying rows [r0, r0+ROWS) of a [n, DP] matrix of S into a
+// [ROWS, ld_of<S, DP>] shared tile, zero-filling rows past n.
+template <int ROWS, int DP, typename S>
+__device__ __forceinline__ void cp_rows(S* dst, const S* src, long long r0, long long n) {
+  constexpr int kVec = 16 / sizeof(S);
+  constexpr int kChunks = DP / kVec;  // 16-byte chunks per row
   for (int c = threadIdx.x; c < ROWS * kChunks; c += kFwdThreads) {
-    const int r = c / kChunks, col = c % kChunks * 8;
+    const int r = c / kChunks, col = c % kChunks * kVec;
     const bool ok = r0 + r < n;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst + r * ldh<DP>() + col)),
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst + r * ld_of<S, DP>() + col)),
                  "l"(ok ? src + (r0 + r) * DP + col : src), "r"(ok ? 16 : 0));
   }
 }
 
-template <typename E, int DP, int BK>
-__device__ void fwd_1rowblock(const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
-                              const uint16_t* __restrict__ v, float* __restrict__ o, float* __restrict__ lse,
-                              long long nq, long long nk, long long dim, bool causal, double scale) {
-  constexpr int kLd = ldh<DP>();
+// cp_cols starts copying columns [c0, c0+COLS) of a [ROWS, n] matrix of S
+// (n a multiple of 16 bytes' worth of elements) into a [ROWS,
+// ld_of<S, COLS>] shared tile, zero-filling columns past n.
+template <int ROWS, int COLS, typename S>
+__device__ __forceinline__ void cp_cols(S* dst, const S* src, long long c0, long long n) {
+  constexpr int kVec = 16 / sizeof(S);
+  constexpr int kChunks = COLS / kVec;
+  for (int c = threadIdx.x; c < ROWS * kChunks; c += kFwdThreads) {
+    const int r = c / kChunks, col = c % kChunks * kVec;
+    const bool ok = c0 + col < n;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst + r * ld_of<S, COLS>() + col)),
+                 "l"(ok ? src + r * n + c0 + col : src), "r"(ok ? 16 : 0));
+  }
+}
+
+template <typename E, int DP>
+__device__ void fwd_1rowblock(const typename E::Storage* __restrict__ q, const typename E::Storage* __restrict__ k,
+                              const typename E::Storage* __restrict__ v, float* __restrict__ o,
+                              float* __restrict__ lse, long long nq, long long nk, long long dim, bool causal,
+                              double scale) {
+  using S = typename E::Storage;
+  constexpr int BK = fwd_bk<E, DP>();
+  constexpr int kVec = 16 / sizeof(S);  // elements per 16 bytes
+  constexpr int kLd = ld_of<S, DP>();
+  constexpr int kLdVt = ld_of<S, BK>();  // TF32's transposed V tile
+  constexpr int kFwdMT = fwd_mt<DP>();
+  constexpr int kFwdBQ = fwd_bq<DP>();
   constexpr int kNS = BK / 8;  // n8 tiles of scores per m16 tile
   constexpr int kNO = DP / 8;  // n8 tiles of output per m16 tile
   constexpr int kR = 2 * kFwdMT;  // rows per thread: g and g+8 of each m16 tile
   static_assert(kNS % 2 == 0 && kNO % 2 == 0, "ldmatrix.x4 loads two n8 tiles");
-  require_launch(kFwdThreads, fwd_smem_bytes<DP, BK>());
+  require_launch(kFwdThreads, fwd_smem_bytes<E, DP>());
 
-  uint16_t* sQ = reinterpret_cast<uint16_t*>(smem);
-  uint16_t* sK = sQ + kFwdBQ * kLd;  // 2 buffers
-  uint16_t* sV = sK + 2 * BK * kLd;  // 2 buffers
+  S* sQ = reinterpret_cast<S*>(smem);
+  S* sK = sQ + kFwdBQ * kLd;  // 2 buffers
+  S* sV = sK + 2 * BK * kLd;  // 2 buffers of fwd_v_tile elements
 
   const long long tiles = (nq + kFwdBQ - 1) / kFwdBQ;
   const long long bh = blockIdx.x / tiles;
   const long long q0 = (blockIdx.x % tiles) * kFwdBQ;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  const uint16_t* kh = k + bh * nk * DP;
-  const uint16_t* vh = v + bh * nk * DP;
+  const S* kh = k + bh * nk * DP;
+  // V is [nk, DP] per head, or for TF32 the transposed [DP, nkp].
+  const long long nkp = (nk + 7) / 8 * 8;
+  const S* vh = E::kVTransposed ? v + bh * DP * nkp : v + bh * nk * DP;
+  auto load_v = [&](S* dst, long long k0) {
+    if constexpr (E::kVTransposed) {
+      cp_cols<DP, BK>(dst, vh, k0, nkp);
+    } else {
+      cp_rows<BK, DP>(dst, vh, k0, nk);
+    }
+  };
 
   // Row r of this thread: m16 tile r/2 of the warp, row g (+8 for odd r).
   // Recomputed where needed rather than held in registers.
@@ -127,7 +230,7 @@ __device__ void fwd_1rowblock(const uint16_t* __restrict__ q, const uint16_t* __
   cp_rows<kFwdBQ, DP>(sQ, q + bh * nq * DP, q0, nq);
   if (n_tiles > 0) {
     cp_rows<BK, DP>(sK, kh, 0, nk);
-    cp_rows<BK, DP>(sV, vh, 0, nk);
+    load_v(sV, 0);
   }
   cp_async_commit();
 
@@ -141,12 +244,14 @@ __device__ void fwd_1rowblock(const uint16_t* __restrict__ q, const uint16_t* __
 #pragma unroll
     for (int n = 0; n < kNO; ++n) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.f;
 
-  // Per-lane ldmatrix addresses (see ldsm_x4): Q rows l%16 at column
-  // 8·(l/16); K keys 8·(l/16) + l%8 at column 8·((l/8)%2); V keys
-  // l%8 + 8·((l/8)%2) at column 8·(l/16).
-  const uint16_t* qa = sQ + (warp * kFwdMT * 16 + lane % 16) * kLd + (lane / 16) * 8;
-  const int k_off = ((lane / 16) * 8 + lane % 8) * kLd + ((lane / 8) % 2) * 8;
-  const int v_off = (lane % 8 + ((lane / 8) % 2) * 8) * kLd + (lane / 16) * 8;
+  // Per-lane ldmatrix addresses (see ldsm_x4), in units of 16 bytes (kVec
+  // elements) across a row: Q rows l%16 at unit l/16; K keys 8·(l/16) + l%8
+  // at unit (l/8)%2; V keys l%8 + 8·((l/8)%2) at unit l/16 (through .trans),
+  // or for TF32's transposed V, columns d = 8·(l/16) + l%8 at unit (l/8)%2.
+  const S* qa = sQ + (warp * kFwdMT * 16 + lane % 16) * kLd + (lane / 16) * kVec;
+  const int k_off = ((lane / 16) * 8 + lane % 8) * kLd + ((lane / 8) % 2) * kVec;
+  const int v_off = E::kVTransposed ? ((lane / 16) * 8 + lane % 8) * kLdVt + ((lane / 8) % 2) * kVec
+                                    : (lane % 8 + ((lane / 8) % 2) * 8) * kLd + (lane / 16) * 8;
 
   for (int it = 0; it < n_tiles; ++it) {
     const long long k0 = static_cast<long long>(it) * BK;
@@ -155,15 +260,15 @@ __device__ void fwd_1rowblock(const uint16_t* __restrict__ q, const uint16_t* __
     if (it + 1 < n_tiles) {
       const int nb = (it + 1) % 2;
       cp_rows<BK, DP>(sK + nb * BK * kLd, kh, k0 + BK, nk);
-      cp_rows<BK, DP>(sV + nb * BK * kLd, vh, k0 + BK, nk);
+      load_v(sV + nb * fwd_v_tile<E, DP>(), k0 + BK);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
     __syncthreads();
-    const uint16_t* kt = sK + (it % 2) * BK * kLd + k_off;
-    const uint16_t* vt = sV + (it % 2) * BK * kLd + v_off;
+    const S* kt = sK + (it % 2) * BK * kLd + k_off;
+    const S* vt = sV + (it % 2) * fwd_v_tile<E, DP>() + v_off;
 
     // S = Q·Kᵀ for this warp's rows and BK keys; each K fragment feeds
     // every m16 tile.
@@ -173,14 +278,14 @@ __device__ void fwd_1rowblock(const uint16_t* __restrict__ q, const uint16_t* __
 #pragma unroll
       for (int j = 0; j < kNS; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
 #pragma unroll
-    for (int kc = 0; kc < DP / 16; ++kc) {
+    for (int kc = 0; kc < DP / E::kK; ++kc) {
       uint32_t a[kFwdMT][4];
 #pragma unroll
-      for (int mt = 0; mt < kFwdMT; ++mt) ldsm_x4(a[mt], qa + mt * 16 * kLd + kc * 16);
+      for (int mt = 0; mt < kFwdMT; ++mt) ldsm_x4(a[mt], qa + mt * 16 * kLd + kc * E::kK);
 #pragma unroll
       for (int j = 0; j < kNS; j += 2) {
         uint32_t b[4];
-        ldsm_x4(b, kt + j * 8 * kLd + kc * 16);
+        ldsm_x4(b, kt + j * 8 * kLd + kc * E::kK);
 #pragma unroll
         for (int mt = 0; mt < kFwdMT; ++mt) {
           E::mma(s[mt][j], a[mt], b[0], b[1]);
@@ -252,22 +357,21 @@ __device__ void fwd_1rowblock(const uint16_t* __restrict__ q, const uint16_t* __
           l[r] += s[mt][j][e];
         }
 
-    // O += P·V, P taken from the score registers 16 keys at a time; each V
-    // fragment feeds every m16 tile.
+    // O += P·V, P taken from the score registers E::kK keys at a time;
+    // each V fragment feeds every m16 tile.
 #pragma unroll
-    for (int kk = 0; kk < BK / 16; ++kk) {
+    for (int kk = 0; kk < BK / E::kK; ++kk) {
       uint32_t a[kFwdMT][4];
 #pragma unroll
-      for (int mt = 0; mt < kFwdMT; ++mt) {
-        a[mt][0] = E::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-        a[mt][1] = E::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-        a[mt][2] = E::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-        a[mt][3] = E::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-      }
+      for (int mt = 0; mt < kFwdMT; ++mt) E::p_frag(a[mt], s[mt], kk);
 #pragma unroll
       for (int n = 0; n < kNO; n += 2) {
         uint32_t b[4];
-        ldsm_x4_t(b, vt + kk * 16 * kLd + n * 8);
+        if constexpr (E::kVTransposed) {
+          ldsm_x4(b, vt + n * 8 * kLdVt + kk * E::kK);
+        } else {
+          ldsm_x4_t(b, vt + kk * 16 * kLd + n * 8);
+        }
 #pragma unroll
         for (int mt = 0; mt < kFwdMT; ++mt) {
           E::mma(acc[mt][n], a[mt], b[0], b[1]);

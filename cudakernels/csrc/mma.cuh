@@ -1,6 +1,14 @@
-// Tensor-core building blocks for sm_80+: warp-level mma.sync on 16×8×16
-// tiles with bf16 or fp16 operands and fp32 accumulators, operand packing
-// from fp32 (inputs are converted on chip), and cp.async copies.
+// Tensor-core building blocks for sm_80+: warp-level mma.sync with fp32
+// accumulators on 16×8×16 tiles of bf16 or fp16 operands or 16×8×8 tiles of
+// tf32 operands, operand packing from fp32 (inputs are converted on chip),
+// and cp.async copies.
+//
+// Each operand type is a policy (BF16, FP16, TF32): its storage element in
+// shared memory, the k of one mma, the mma itself, and p_frag, which turns
+// score accumulators into the A operand of P·V. Fragment loads are written in
+// units of 16 bytes (8 16-bit or 4 32-bit elements), so one ldmatrix
+// addressing scheme serves both widths: an 8×8 matrix of b16 is an 8×4
+// matrix of b32, and lane l receives element (l/4, l%4) of the latter.
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16), with g = lane/4 and t = lane%4:
 //   A (16×16, row-major): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..2t+1),
@@ -10,6 +18,14 @@
 // Two adjacent C tiles (n 0–7 and 8–15) hold exactly the A fragment of a
 // 16×16 operand, which is how P goes from the scores' accumulators straight
 // into the P·V product without shared memory.
+//
+// mma.m16n8k8 with tf32 (PTX ISA), same g and t:
+//   A (16×8):  a0 = (g, t), a1 = (g+8, t), a2 = (g, t+4), a3 = (g+8, t+4)
+//   B (8×8):   b0 = (k t, n g), b1 = (k t+4, n g)
+// One C tile holds columns 2t and 2t+1 where A wants t and t+4. The order of
+// the 8 keys inside a P·V product is free, so TF32 reads column t of A as key
+// 2t and column t+4 as key 2t+1: the C tile is then the A fragment, and V
+// must be stored with its keys permuted the same way (vt_position).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -18,7 +34,24 @@
 namespace flash {
 namespace mma {
 
+// p_frag16 builds the A fragment of P for keys 16c … 16c+15 from the score
+// tiles 2c and 2c+1, rounded to the 16-bit type by pack.
+template <typename E, int NS>
+__device__ __forceinline__ void p_frag16(uint32_t (&a)[4], const float (&s)[NS][4], int c) {
+  a[0] = E::pack(s[2 * c][0], s[2 * c][1]);
+  a[1] = E::pack(s[2 * c][2], s[2 * c][3]);
+  a[2] = E::pack(s[2 * c + 1][0], s[2 * c + 1][1]);
+  a[3] = E::pack(s[2 * c + 1][2], s[2 * c + 1][3]);
+}
+
 struct BF16 {
+  using Storage = uint16_t;
+  static constexpr int kK = 16;               // k of one mma
+  static constexpr bool kVTransposed = false;  // V tiles as [key, d]
+  template <int NS>
+  static __device__ __forceinline__ void p_frag(uint32_t (&a)[4], const float (&s)[NS][4], int c) {
+    p_frag16<BF16>(a, s, c);
+  }
   static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
     __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&h);
@@ -32,6 +65,13 @@ struct BF16 {
 };
 
 struct FP16 {
+  using Storage = uint16_t;
+  static constexpr int kK = 16;
+  static constexpr bool kVTransposed = false;
+  template <int NS>
+  static __device__ __forceinline__ void p_frag(uint32_t (&a)[4], const float (&s)[NS][4], int c) {
+    p_frag16<FP16>(a, s, c);
+  }
   static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
     __half2 h = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&h);
@@ -43,6 +83,40 @@ struct FP16 {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 };
+
+// TF32 keeps operands as fp32 bit patterns rounded to tf32 (10 explicit
+// mantissa bits, round to nearest, ties away from zero: cvt.rna).
+struct TF32 {
+  using Storage = float;
+  static constexpr int kK = 8;
+  // V tiles as [d, key] with keys permuted (vt_position), so that ldmatrix
+  // without .trans reads B fragments (it cannot transpose 32-bit elements).
+  static constexpr bool kVTransposed = true;
+  static __device__ __forceinline__ uint32_t cvt(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+  }
+  static __device__ __forceinline__ float round(float x) { return __uint_as_float(cvt(x)); }
+  // The A fragment of P for keys 8c … 8c+7 is score tile c, reordered.
+  template <int NS>
+  static __device__ __forceinline__ void p_frag(uint32_t (&a)[4], const float (&s)[NS][4], int c) {
+    a[0] = cvt(s[c][0]), a[1] = cvt(s[c][2]), a[2] = cvt(s[c][1]), a[3] = cvt(s[c][3]);
+  }
+  static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+// vt_position is where key j goes in the permuted rows of a TF32 Vᵀ copy:
+// inside each group of 8, key 2t to position t and key 2t+1 to t+4.
+__host__ __device__ __forceinline__ long long vt_position(long long j) {
+  const int r = static_cast<int>(j & 7);
+  return (j & ~7LL) | ((r & 1) ? 4 + (r >> 1) : (r >> 1));
+}
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));

@@ -28,6 +28,18 @@ func RunForward(t *testing.T, b kernels.Backend, prec kernels.Precision) {
 	run(t, subject{Backend: b, forwardOnly: true}, prec)
 }
 
+// RunShapes runs the suite's accuracy check, forward and backward in float32
+// and float64, on each of the problems ps (random inputs), for shapes the
+// sweep leaves out: large head dimensions, say.
+func RunShapes(t *testing.T, b kernels.Backend, prec kernels.Precision, ps []kernels.Params) {
+	for i, p := range ps {
+		t.Run(shapeName(p), func(t *testing.T) {
+			t.Parallel()
+			checkProblem(t, subject{Backend: b}, prec, randomProblem(p, uint64(1000+i)))
+		})
+	}
+}
+
 // subject is the backend under test and how much of it to check.
 type subject struct {
 	kernels.Backend
@@ -222,12 +234,15 @@ func sweepParams(short bool) []kernels.Params {
 
 func testSweep(t *testing.T, b subject, prec kernels.Precision) {
 	for i, p := range sweepParams(testing.Short() || raceDetector) {
-		name := fmt.Sprintf("B%dH%d_Nq%d_Nk%d_D%d_causal=%v", p.B, p.H, p.Nq, p.Nk, p.D, p.Causal)
-		t.Run(name, func(t *testing.T) {
+		t.Run(shapeName(p), func(t *testing.T) {
 			t.Parallel()
 			checkProblem(t, b, prec, randomProblem(p, uint64(i)))
 		})
 	}
+}
+
+func shapeName(p kernels.Params) string {
+	return fmt.Sprintf("B%dH%d_Nq%d_Nk%d_D%d_causal=%v", p.B, p.H, p.Nq, p.Nk, p.D, p.Causal)
 }
 
 // checkProblem runs both paths on pr and checks them against the reference.
