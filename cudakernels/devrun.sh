@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # devrun.sh OUTDIR — the batch run on the GPU machine: regenerate the PTX with
-# nvcc, run the flashgpu tests and benchmarks against it (binary built
-# beforehand with `go test -c -tags flashgpu -o .gpu/cudakernels.test`), run
+# nvcc, run the flashgpu tests against it (binary built beforehand with
+# `go test -c -tags flashgpu -o .gpu/cudakernels.test`), run
 # compute-sanitizer on small cases, and leave the generated files (as
-# generated.tar) and logs in OUTDIR. PEERS=1 also times PyTorch's SDPA
-# (peers.py). Run from the repository root.
+# generated.tar) and logs in OUTDIR. Run from the repository root. Timings
+# beside PyTorch's: bench/gpu_side_by_side.py.
 set -uo pipefail
 out="${1:?usage: devrun.sh OUTDIR}"
 export LD_LIBRARY_PATH=/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}
@@ -18,15 +18,8 @@ summary='^(--- FAIL|FAIL|ok|PASS|panic|Benchmark)|    --- FAIL|_test.go:[0-9]+:|
 timeout "${TEST_TIMEOUT:-300}" ../.gpu/cudakernels.test -test.v -test.run "${TEST_RUN:-.}" 2>&1 \
 	| tee "$out/test.log" | grep -E "$summary" | head -80
 echo "test exit: ${PIPESTATUS[0]}"
-# Benchmarks separately: after a failed test the testing package skips them.
-timeout "${BENCH_TIMEOUT:-200}" ../.gpu/cudakernels.test -test.run '^$' -test.bench "${TEST_BENCH:-.}" -test.benchtime 3x 2>&1 \
-	| tee "$out/bench.log" | grep -E "$summary"
-echo "bench exit: ${PIPESTATUS[0]}"
 for tool in memcheck racecheck; do
 	timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 1 ../.gpu/cudakernels.test \
-		-test.run "${SANITIZE_RUN:-TestHeadDims/D(96|200)_Nq70|TestConformanceBF16/rows-without-keys}" >"$out/sanitize-$tool.log" 2>&1
+		-test.run "${SANITIZE_RUN:-TestHeadDims/(fp32|tf32|bf16)/B1H2_Nq70_Nk255_D(96|256)|TestConformanceBF16/rows-without-keys}" >"$out/sanitize-$tool.log" 2>&1
 	echo "sanitizer $tool exit: $? ($(tail -n 3 "$out/sanitize-$tool.log" | tr '\n' ' '))"
 done
-if [[ -n "${PEERS:-}" ]]; then
-	PYTHONUNBUFFERED=1 timeout 150 python3 peers.py 2>&1 | tee "$out/peers.log" | grep -v Warning
-fi

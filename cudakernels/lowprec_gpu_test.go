@@ -29,6 +29,16 @@ func TestConformanceTF32(t *testing.T) {
 	conformance.Run(t, newTestBackend(t, WithPrecision(TF32)), TF32)
 }
 
+// TestPrecisionErrors logs each precision's error against float64 on one
+// problem (conformance.ReportErrors), for the package documentation.
+func TestPrecisionErrors(t *testing.T) {
+	for _, prec := range []Precision{FP32, TF32, BF16, FP16} {
+		t.Run(prec.String(), func(t *testing.T) {
+			conformance.ReportErrors(t, newTestBackend(t, WithPrecision(prec)), prec)
+		})
+	}
+}
+
 // TestLowPrecisionOneKey checks the cancellation that D = rowsum(dO∘O) is
 // computed from the rounded dO for: with one key per row the softmax is
 // constant, O is exactly the rounded V, and dS = P∘(dP − D) must vanish up

@@ -17,9 +17,10 @@ import (
 // KernelTime returns how long the kernels of one float32 call take alone,
 // without copies, in milliseconds: the median of reps runs timed with CUDA
 // events on device-resident random data (the forward's kernels, or the
-// backward's when backward is set). Compare it with a whole call's time to
-// see what the copies cost. The L2 cache is not flushed between runs, so
-// figures for problems that fit in it are optimistic.
+// backward's when backward is set, conversions to the operand type
+// included). The L2 cache is flushed before each run, so figures do not
+// depend on the problem fitting in it. Compare it with a whole call's time to
+// see what the copies cost.
 func (b *Backend) KernelTime(p kernels.Params, backward bool, reps int) (float64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, err
@@ -30,14 +31,15 @@ func (b *Backend) KernelTime(p kernels.Params, backward bool, reps int) (float64
 	if _, err := paddedDim(p.D); err != nil {
 		return 0, err
 	}
+	// One block of random numbers, tiled over every input: generating tens
+	// of millions of them per call would dominate a benchmark's wall time.
+	const blockLen = 1 << 20
 	rng := rand.New(rand.NewPCG(5, 6))
-	host := make([][]float32, 4)
-	for i, n := range []int{p.QLen(), p.KLen(), p.KLen(), p.QLen()} {
-		host[i] = make([]float32, n)
-		for j := range host[i] {
-			host[i][j] = float32(rng.NormFloat64())
-		}
+	block := make([]float32, blockLen)
+	for i := range block {
+		block[i] = float32(rng.NormFloat64())
 	}
+	const flushBytes = 256 << 20 // several times the H200's 60 MB L2
 	var ms []float64
 	err := b.run(func() (err error) {
 		f, err := forwardFor[float32](b, p.D)
@@ -49,7 +51,7 @@ func (b *Backend) KernelTime(p kernels.Params, backward bool, reps int) (float64
 			return err
 		}
 		q4, k4, l4 := int64(p.QLen())*4, int64(p.KLen())*4, int64(p.LSELen())*4
-		a, err := newArena(q4, k4, k4, q4, l4, q4, l4, q4, k4, k4, f.scratchBytes(p), bs)
+		a, err := newArena(q4, k4, k4, q4, l4, q4, l4, q4, k4, k4, f.scratchBytes(p), bs, flushBytes)
 		if err != nil {
 			return err
 		}
@@ -57,9 +59,15 @@ func (b *Backend) KernelTime(p kernels.Params, backward bool, reps int) (float64
 		buf := bwdBuffers{q: a.parts[0], k: a.parts[1], v: a.parts[2], o: a.parts[3], lse: a.parts[4],
 			do: a.parts[5], delta: a.parts[6], dq: a.parts[7], dk: a.parts[8], dv: a.parts[9], scratch: a.parts[11]}
 		fbuf := fwdBuffers{q: buf.q, k: buf.k, v: buf.v, o: buf.o, lse: buf.lse, scratch: a.parts[10]}
-		for i, dst := range []cu.DevicePtr{buf.q, buf.k, buf.v, buf.do} {
-			if err := upload(dst, host[i]); err != nil {
-				return err
+		flush := a.parts[12]
+		for _, c := range []struct {
+			dst cu.DevicePtr
+			n   int
+		}{{buf.q, p.QLen()}, {buf.k, p.KLen()}, {buf.v, p.KLen()}, {buf.do, p.QLen()}} {
+			for off := 0; off < c.n; off += blockLen {
+				if err := upload(c.dst+cu.DevicePtr(4*off), block[:min(blockLen, c.n-off)]); err != nil {
+					return err
+				}
 			}
 		}
 		start, err := cu.MakeEvent(cu.DefaultEvent)
@@ -74,6 +82,9 @@ func (b *Backend) KernelTime(p kernels.Params, backward bool, reps int) (float64
 		defer cu.DestroyEvent(&end)
 		// One untimed forward warms up and gives the backward its O and LSE.
 		for i := -1; i < reps; i++ {
+			if err := cu.MemsetD8(flush, 1, flushBytes); err != nil {
+				return err
+			}
 			if err := start.Record(cu.Stream{}); err != nil {
 				return err
 			}

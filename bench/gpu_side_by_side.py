@@ -1,0 +1,112 @@
+"""Our CUDA kernels beside PyTorch's SDPA, in one command, as one table.
+
+Runs BenchmarkKernelsGPU from a flashgpu-tagged test binary of package bench
+(built beforehand: go test -c -tags flashgpu -o .gpu/bench.test ./bench),
+then times torch.nn.functional.scaled_dot_product_attention on the same
+shapes with its efficient (fp32), flash (FlashAttention 2, bf16) and cuDNN
+(bf16) backends, and prints a Markdown table of TFLOP/s, forward and
+backward, FLOPs counted alike (4·B·H·N²·D forward, halved when causal;
+backward 2.5× the forward).
+
+Both sides flush the L2 cache before each timed run (ours in KernelTime,
+triton.testing.do_bench on PyTorch's side) and report a median.
+
+usage: python3 bench/gpu_side_by_side.py BENCH_BINARY [--short] [--out FILE]
+"""
+import argparse
+import re
+import subprocess
+import sys
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from triton.testing import do_bench
+
+LINE = re.compile(r"^BenchmarkKernelsGPU/(\w+)/(fwd|bwd)/D(\d+)_N(\d+)_causal=(true|false)\S*\s.*?([\d.]+) TFLOP/s")
+
+PEERS = [
+    ("torch efficient fp32", torch.float32, SDPBackend.EFFICIENT_ATTENTION),
+    ("torch flash (FA2) bf16", torch.bfloat16, SDPBackend.FLASH_ATTENTION),
+    ("torch cuDNN bf16", torch.bfloat16, SDPBackend.CUDNN_ATTENTION),
+]
+
+
+def ours(binary, short):
+    """Runs our benchmark; returns {(prec, pass, d, n, causal): TFLOP/s}."""
+    cmd = [binary, "-test.run", "^$", "-test.bench", "KernelsGPU", "-test.benchtime", "1x"]
+    if short:
+        cmd.append("-test.short")
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    sys.stderr.write(out.stdout + out.stderr)
+    if out.returncode != 0:
+        sys.exit(f"{binary} failed with exit code {out.returncode}")
+    got = {}
+    for line in out.stdout.splitlines():
+        m = LINE.match(line)
+        if m:
+            prec, pas, d, n, causal, tflops = m.groups()
+            got[(prec, pas, int(d), int(n), causal == "true")] = float(tflops)
+    return got
+
+
+def peer(dtype, backend, d, n, causal):
+    """Forward and backward TFLOP/s of one SDPA backend, or None if it refuses."""
+    b, h = 16384 // n, 2048 // d
+    flops = 4 * b * h * n * n * d / (2 if causal else 1)
+    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3))
+    try:
+        with sdpa_kernel([backend]):
+            run = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            o = run()
+            g = torch.randn_like(o)
+            fwd = do_bench(run, warmup=25, rep=100, return_mode="median")
+            bwd = do_bench(lambda: o.backward(g, retain_graph=True), warmup=25, rep=100, return_mode="median")
+        return flops / fwd / 1e9, 2.5 * flops / bwd / 1e9
+    except RuntimeError:  # the backend does not take this shape or dtype
+        return None
+    finally:
+        del q, k, v
+        torch.cuda.empty_cache()
+
+
+def cell(x):
+    return "–" if x is None else f"{x:.1f}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("binary", help="flashgpu-tagged test binary of package bench")
+    ap.add_argument("--short", action="store_true", help="N = 2048 and 8192 only")
+    ap.add_argument("--out", help="also write the table to this file")
+    args = ap.parse_args()
+
+    got = ours(args.binary, args.short)
+    shapes = sorted({(d, n, c) for (_, _, d, n, c) in got})
+    header = ["D", "N", "causal",
+              "ours fp32 fwd", "ours fp32 bwd", "ours tf32 fwd", "ours bf16 fwd", "ours bf16 bwd"]
+    for name, _, _ in PEERS:
+        header += [f"{name} fwd", f"{name} bwd"]
+    rows = []
+    for d, n, causal in shapes:
+        row = [str(d), str(n), "yes" if causal else "no"]
+        for prec, pas in [("fp32", "fwd"), ("fp32", "bwd"), ("tf32", "fwd"), ("bf16", "fwd"), ("bf16", "bwd")]:
+            row.append(cell(got.get((prec, pas, d, n, causal))))
+        for _, dtype, backend in PEERS:
+            r = peer(dtype, backend, d, n, causal)
+            row += [cell(r[0] if r else None), cell(r[1] if r else None)]
+        rows.append(row)
+        print("| " + " | ".join(row) + " |", file=sys.stderr, flush=True)
+
+    gpu = torch.cuda.get_device_name()
+    lines = [f"TFLOP/s on {gpu}, PyTorch {torch.__version__}, B·N = 16384, hidden 2048 (H = 2048/D)", "",
+             "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    table = "\n".join(lines) + "\n"
+    print(table)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(table)
+
+
+if __name__ == "__main__":
+    main()
