@@ -8,6 +8,11 @@
 //     graph on a TapeMachine, op.Attention against the same attention built
 //     naively from Gorgonia's ops (BatchedMatMul + SoftMax + BatchedMatMul
 //     with Gorgonia's own gradients), in one run.
+//   - BenchmarkKernelsGPU (tag flashgpu): the CUDA kernels alone in every
+//     precision at FlashAttention's shapes (B·N = 16384, hidden 2048, N 512
+//     to 16384, D 64 and 128, causal off and on), in TFLOP/s.
+//   - BenchmarkOpGPU (tag flashgpu): the op on the GPU with its host↔device
+//     copies, alone and in a Gorgonia graph, beside the kernels' time.
 //
 // FLOPs follow FlashAttention's convention: 4·B·H·Nq·Nk·D for the forward,
 // 2.5× that for the backward, halved under a causal mask.
@@ -19,6 +24,12 @@
 //
 // torch_cpu_sdpa.py measures PyTorch's CPU scaled_dot_product_attention on
 // the same shapes, for a per-core comparison on a machine that has PyTorch.
+// gpu_side_by_side.py runs BenchmarkKernelsGPU from a tagged test binary
+// and PyTorch's SDPA (efficient fp32, FlashAttention 2 and cuDNN bf16) on
+// the same shapes, in one command, and prints one table:
+//
+//	go test -c -tags flashgpu -o .gpu/bench.test ./bench
+//	python3 bench/gpu_side_by_side.py .gpu/bench.test --out side_by_side.md
 //
 // The command in bench/sweep (go run ./bench/sweep) sweeps the sequence
 // length for the example transformer, naive against flash, one child

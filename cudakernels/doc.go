@@ -37,15 +37,15 @@
 // memory and a device workspace are kept between calls, grown to the
 // largest call's need; Trim frees them, Close frees everything, including
 // states not released. MemInfo reports the device's free memory and
-// KernelTime the kernels' time without copies. A Backend owns one CUDA context on one OS thread (a
-// context is bound to a thread) and runs every call there, so it is safe for
-// concurrent use; calls are serialised.
+// KernelTime the kernels' time without copies. A Backend owns one CUDA
+// context on one OS thread (a context is bound to a thread) and runs every
+// call there, so it is safe for concurrent use; calls are serialised.
 //
 // Errors, never panics, for: head dimensions above 256 (wrapping both
 // kernels.ErrInvalidParams and ErrUnsupported), problems past
 // kernels.MaxElements or the grid limit, allocation failure (ErrOutOfMemory),
 // no device (ErrNoDevice), devices older than compute capability 8.0, and
-// precisions without kernels (ErrUnsupported).
+// unknown precisions (ErrUnsupported).
 //
 // # Precision modes
 //
@@ -53,43 +53,77 @@
 // outputs are float32 in every mode. Forward64 and Backward64 always compute
 // in float64 on CUDA cores, for gradient checks on the GPU.
 //
-//   - FP32: exact float32 on CUDA cores, forward and backward. Passes the
-//     conformance suite on an H200.
-//   - BF16, FP16: forward on tensor cores (mma.sync m16n8k16), the fp32
-//     inputs rounded to bf16/fp16 on chip, fp32 accumulation and softmax,
-//     for D ≤ 128. Backward32 runs the float32 CUDA-core backward on Q, K,
-//     V and dO rounded to the storage precision exactly as the forward
-//     rounded them (a small in-place kernel on the backward's device
-//     copies; the caller's slices are untouched), with O and LSE as given.
-//     dP = dO·V and D = rowsum(dO∘O) then see the V that built O, so
-//     dS = P∘(dP − D) cancels where it must: with one visible key, O is
-//     exactly the rounded V and dQ, dK come out exactly 0. Forward and
-//     backward pass the whole conformance suite on an H200. D above 128
-//     returns ErrUnsupported from both (no D = 256 tensor-core forward is
-//     built). There is no tensor-core backward yet.
-//   - TF32: not implemented; NewBackend returns ErrUnsupported.
+//   - FP32 (the default): exact float32 on CUDA cores, forward and
+//     backward. It is the default because it is what a float32 Gorgonia
+//     graph computes on the CPU, to float32 rounding; the other modes change
+//     results in the third or fourth digit and are opted into.
+//   - TF32: forward on tensor cores (mma.sync m16n8k8), Q, K, V and P
+//     rounded to tf32 (10 mantissa bits), fp32 accumulation and softmax;
+//     backward on CUDA cores on Q, K, V and dO rounded as the forward rounded
+//     them.
+//   - BF16, FP16: forward and backward on tensor cores (mma.sync
+//     m16n8k16), operands rounded to the 16-bit type, P and dS rounded
+//     before they multiply, fp32 accumulation and softmax. The backward
+//     computes D = rowsum(dO∘O) from the rounded dO, so that dP − D cancels
+//     where the forward's softmax is constant. At D = 256 (and 200, padded
+//     to 256) the backward runs on CUDA cores on rounded operands: the
+//     tensor-core backward's dK and dV accumulators would not fit the
+//     registers.
+//
+// Every mode passes the whole conformance suite on an H200: its float32
+// errors against the float64 reference stay within twice those of a naive
+// computation in the same precision (kernels/conformance). Measured
+// (TestPrecisionErrors: B = 1, H = 4, N = 512, D = 128, unit-normal inputs;
+// largest error over largest value, naive baseline in brackets):
+//
+//	mode  O                  dQ                 dK                 dV
+//	fp32  1.5e-6 (1.6e-6)    1.4e-6 (1.2e-6)    9.8e-7 (9.0e-7)    1.4e-6 (1.3e-6)
+//	tf32  1.0e-3 (9.4e-4)    5.5e-4 (7.7e-4)    3.2e-4 (4.8e-4)    7.1e-4 (6.3e-4)
+//	bf16  4.1e-3 (7.1e-3)    9.7e-3 (8.0e-3)    5.6e-3 (7.3e-3)    4.1e-3 (5.8e-3)
+//	fp16  1.0e-3 (8.9e-4)    7.7e-4 (1.1e-3)    4.7e-4 (7.8e-4)    6.3e-4 (7.8e-4)
 //
 // # Kernels
 //
 // The CUDA sources are under csrc/, one concern per file: common.cuh (mask,
 // math, guards), simt_tile.cuh (tile geometry and shared-memory layout of the
 // CUDA-core kernels), fwd_simt.cuh (forward), bwd_simt.cuh (backward),
-// mma.cuh (tensor-core fragments, packing, cp.async), fwd_mma.cuh
-// (tensor-core forward), round.cuh (storage rounding of the low-precision
-// backward's operands) and flash.cu (the extern "C" entry points).
+// mma.cuh (tensor-core operand types, fragments, cp.async), fwd_mma.cuh
+// (tensor-core forward and the conversions to operand types), bwd_mma.cuh
+// (tensor-core backward), round.cuh (storage rounding for the CUDA-core
+// backward of the low-precision modes) and flash.cu (the extern "C" entry
+// points).
 //
-// The tensor-core forward first converts Q, K and V once into 16-bit
-// scratch copies with rows padded to the compiled head dimension (zeros
-// past D), so rows are 16-byte aligned. Each block then owns 128 query rows
-// (4 warps, two m16 tiles of 16 rows per warp, so every K and V fragment
-// read from shared memory feeds two mma) and walks key tiles of 64: tiles
-// are copied into shared memory by cp.async (K and V double buffered),
-// fragments are read with ldmatrix (.trans for V), S = Q·Kᵀ stays in mma
-// accumulators, the online softmax works on those registers (the causal
-// mask only on tiles that cross a row's last visible key; the rescale of O
-// skipped once a row's maximum stops changing), and P is re-packed in
-// registers as the A operand of O += P·V. Key tiles past the block's last
-// visible key are skipped under the causal mask.
+// The tensor-core forward is one kernel template over an operand type
+// (mma.cuh: BF16, FP16, TF32), which gives the storage element, the k of
+// one mma and how score accumulators become the A operand of P·V. Conversion
+// kernels first write Q, K and V once into scratch copies of the operand
+// type with rows padded to the compiled head dimension (zeros past D), so
+// rows are 16-byte aligned; for TF32, V is written transposed with its keys
+// permuted inside groups of 8, because ldmatrix cannot transpose 32-bit
+// elements and one mma's C fragment holds the key columns the next mma's A
+// fragment wants in another order (mma.cuh explains the permutation). Each
+// block then owns 128 query rows (64 at D = 256; 4 warps, two m16 tiles of
+// 16 rows per warp, so every K and V fragment read from shared memory feeds
+// two mma) and walks key tiles of 64 (32 for TF32 above D = 64): tiles are
+// copied into shared memory by cp.async (K and V double buffered),
+// fragments are read with ldmatrix, S = Q·Kᵀ stays in mma accumulators, the
+// online softmax works on those registers (the causal mask only on tiles
+// that cross a row's last visible key; the rescale of O skipped once a row's
+// maximum stops changing), and P goes from the accumulators into the A
+// operand of O += P·V. Key tiles past the block's last visible key are
+// skipped under the causal mask.
+//
+// The tensor-core backward (BF16, FP16) computes D = rowsum(dO∘O), converts
+// Q, K, V and dO to 16 bits, then runs two kernels. dK/dV: one block per 64
+// keys (16 per warp) loops over query tiles of 64 from the first query that
+// sees its keys, computing Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ transposed, so that Pᵀ
+// and dSᵀ go from accumulators straight into the A operands of dV += Pᵀ·dO
+// and dK += dSᵀ·Q. dQ: one block per 64 queries loops over key tiles,
+// recomputing S and dP for dQ += dS·K. Every output element is written by
+// one thread in a fixed order, so results are bit-identical from run to
+// run. Adding dQ with atomics from the dK/dV kernel instead, as
+// FlashAttention 2 does, measured slower here (144 against 189 TFLOP/s at
+// D = 128, N = 8192) and was dropped.
 //
 // The CUDA-core family ("simt") works on tiles of 32 rows (16 for float64 at
 // D = 256) with 8 threads per row:
@@ -100,30 +134,35 @@
 //     registers; masked tails handle any Nq and Nk.
 //   - backward: D = rowsum(dO∘O) (one thread per row); dK and dV per key tile,
 //     looping over query tiles and recomputing P = exp(scale·QKᵀ − LSE) from
-//     the saved LSE; dQ in a separate pass per query tile. Every output
-//     element is written by one thread in a fixed order, so results are
-//     bit-identical from run to run (deterministic; no atomics).
+//     the saved LSE; dQ in a separate pass per query tile. Deterministic, like
+//     the tensor-core backward.
 //
 // Head dimensions are compiled for 32, 64, 128 and 256; any other D up to 256
 // is padded with zero columns inside the kernel (D = 8, 40, 96, 200 work).
-// These kernels are correct rather than fast; they load tiles synchronously
-// (no cp.async) and compute with scalar FMAs. The Go side picks a kernel per
-// precision and head dimension (fwdKernel), so further families — a
-// tensor-core backward, a Hopper family with wgmma and TMA — slot in beside
-// these without touching callers.
+// The CUDA-core kernels are correct rather than fast; they load tiles
+// synchronously and compute with scalar FMAs. The Go side picks a kernel per
+// precision and head dimension (forwardFor, enqueueBackward), so further
+// families (a Hopper family with wgmma and TMA) slot in beside these
+// without touching callers.
 //
 // # Speed
 //
-// Measured on an H200 (BenchmarkForward, BenchmarkBackward; CUDA events, L2
-// flushed, median of 3), TFLOP/s at D = 128, N = 8192, B = 2, H = 16,
-// non-causal: FP32 forward 12.7, backward 8.9 (earlier run); BF16 and FP16
-// forward 289 (causal 243; D = 64, N = 2048: 192), the conversion to 16 bits
-// included. In the same call PyTorch's SDPA reached 46.0/37.1 (fp32,
-// efficient kernel), 350/296 (bf16, FlashAttention 2; causal 318, D = 64
-// 300) and 612/521 (bf16, cuDNN). The targets (BF16 ≥ 350 forward, 280
-// backward; TF32 ≥ 4× PyTorch fp32) are not met yet: the forward reaches
-// 83 % of FA2 (77 % causal, 64 % at D = 64), and the low-precision backward
-// still runs on CUDA cores.
+// Measured on an H200 with bench/gpu_side_by_side.py, which runs
+// bench.BenchmarkKernelsGPU (KernelTime: CUDA events, L2 flushed, median of
+// 3, conversions included) and PyTorch 2.11's SDPA on the same shapes in one
+// command; the whole table is in bench/RESULTS.md. TFLOP/s at D = 128,
+// N = 8192, B = 2, H = 16, non-causal (causal in brackets):
+//
+//	ours FP32            fwd 12.7 (12.2)    bwd 8.9 (8.7)
+//	ours TF32            fwd 108 (97)       bwd as FP32
+//	ours BF16            fwd 289 (245)      bwd 192 (171)
+//	PyTorch fp32 (efficient)   fwd 45 (45)  bwd 37 (37)
+//	PyTorch bf16 (FA2)   fwd 341 (317)      bwd 296 (273)
+//	PyTorch bf16 (cuDNN) fwd 606 (551)      bwd 510 (468)
+//
+// The targets are not met yet: BF16 reaches 85 % of FlashAttention
+// 2's forward and 65 % of its backward, TF32 2.4× PyTorch's best fp32 (the
+// target is 4×). NOTES.md holds the measurements and the next steps.
 //
 // # Generated files and the staleness check
 //
@@ -146,12 +185,14 @@
 // # Tests
 //
 // The tagged tests skip when no device is present. They run the shared
-// conformance suite (kernels/conformance) on the FP32 backend, plus head
-// dimensions 96 to 256 and unsupported ones; TestConformanceBF16 and
-// TestConformanceFP16 run the whole suite (forward and backward) on the
-// low-precision backends, TestLowPrecisionOneKey checks the exact zeros of
-// one-key rows and TestLowPrecisionLimits the errors above D = 128.
-// BenchmarkForward and BenchmarkBackward time the kernels with CUDA events at FlashAttention's benchmark shapes (B·N = 16384
-// tokens, hidden 2048) after flushing the L2 cache; peers.py times PyTorch's
-// SDPA at the same shapes.
+// conformance suite (kernels/conformance) in every precision
+// (TestConformanceFP32, TF32, BF16, FP16), head dimensions 32 to 256 and
+// Nq ≠ Nk in every precision (TestHeadDims), the float32-level cancellation
+// of one-key rows (TestLowPrecisionOneKey), the errors past D = 256, the
+// copy pipeline's bit-identical results and device-state checks, device
+// memory over 100 forward and backward calls and after Close
+// (TestDeviceMemoryStable), and out-of-memory, too-large and missing-device
+// errors after which the backend keeps working (TestErrorsOnDevice).
+// devrun.sh runs them against freshly generated PTX, with compute-sanitizer
+// memcheck and racecheck on small cases.
 package cudakernels
