@@ -3,6 +3,7 @@ package kernels
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -58,5 +59,20 @@ func TestFLOPs(t *testing.T) {
 	p.Causal = true
 	if got, want := p.BackwardFLOPs(), 2.5*2*2*3*5*7*11; got != want {
 		t.Errorf("causal BackwardFLOPs = %v, want %v", got, want)
+	}
+}
+
+func TestParsePrecision(t *testing.T) {
+	for _, p := range []Precision{FP32, TF32, BF16, FP16} {
+		for _, s := range []string{p.String(), strings.ToUpper(p.String())} {
+			if got, err := ParsePrecision(s); err != nil || got != p {
+				t.Errorf("ParsePrecision(%q) = %v, %v; want %v", s, got, err, p)
+			}
+		}
+	}
+	for _, s := range []string{"", "fp64", "bf16 "} {
+		if _, err := ParsePrecision(s); !errors.Is(err, ErrInvalidParams) {
+			t.Errorf("ParsePrecision(%q): error %v, want ErrInvalidParams", s, err)
+		}
 	}
 }

@@ -1,6 +1,9 @@
 package kernels
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Precision names the arithmetic a backend uses for float32 tensors. Inputs
 // and outputs stay float32 in every mode; only the products inside change.
@@ -33,4 +36,15 @@ func (p Precision) String() string {
 		return "fp16"
 	}
 	return fmt.Sprintf("Precision(%d)", int(p))
+}
+
+// ParsePrecision returns the Precision that String names ("fp32", "tf32",
+// "bf16" or "fp16", any case), or an error wrapping ErrInvalidParams.
+func ParsePrecision(s string) (Precision, error) {
+	for _, p := range []Precision{FP32, TF32, BF16, FP16} {
+		if strings.EqualFold(s, p.String()) {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: precision %q, want fp32, tf32, bf16 or fp16", ErrInvalidParams, s)
 }

@@ -69,18 +69,12 @@ func (c config) resolveBackend() (kernels.Backend, error) {
 		}
 	}
 	if !c.precSet {
-		s := strings.ToLower(strings.TrimSpace(os.Getenv(EnvPrecision)))
-		switch s {
-		case "", "fp32":
-			prec = kernels.FP32
-		case "tf32":
-			prec = kernels.TF32
-		case "bf16":
-			prec = kernels.BF16
-		case "fp16":
-			prec = kernels.FP16
-		default:
-			return nil, invalid("%s=%q, want fp32, tf32, bf16 or fp16", EnvPrecision, s)
+		if s := strings.TrimSpace(os.Getenv(EnvPrecision)); s != "" {
+			p, err := kernels.ParsePrecision(s)
+			if err != nil {
+				return nil, invalid("%s=%q, want fp32, tf32, bf16 or fp16", EnvPrecision, s)
+			}
+			prec = p
 		}
 	}
 	switch dev {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gorgonia-flash/flashattention/examples/transformer/model"
+	"github.com/gorgonia-flash/flashattention/kernels"
 	"github.com/gorgonia-flash/flashattention/op"
 )
 
@@ -47,6 +48,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	ns := fs.String("n", "256,512,1024,2048,4096,8192,16384", "comma-separated sequence lengths")
 	impls := fs.String("impl", "naive,flash", "comma-separated attention paths: naive, flash")
 	fs.StringVar(&o.device, "device", "cpu", "cpu, or gpu in a binary built with -tags flashgpu (flash only)")
+	precision := fs.String("precision", "fp32", "float32 arithmetic of flash attention on the GPU: fp32, tf32, bf16 or fp16")
 	fs.IntVar(&o.shape.Batch, "batch", 1, "sequences per training step")
 	fs.IntVar(&o.shape.Layers, "layers", 1, "transformer blocks")
 	fs.IntVar(&o.shape.Heads, "heads", 2, "attention heads")
@@ -75,7 +77,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		}
 		o.impls = append(o.impls, a)
 	}
-	if o.flashOpts, err = model.DeviceOptions(o.device); err != nil {
+	prec, err := kernels.ParsePrecision(*precision)
+	if err != nil {
+		return nil, fmt.Errorf("-precision: %w", err)
+	}
+	if o.flashOpts, err = model.DeviceOptions(o.device, prec); err != nil {
 		return nil, fmt.Errorf("-device: %w", err)
 	}
 	if o.memLimit, err = parseBytes(*memLimit); err != nil {

@@ -8,6 +8,7 @@ import (
 	"math"
 
 	"github.com/gorgonia-flash/flashattention/examples/transformer/model"
+	"github.com/gorgonia-flash/flashattention/kernels"
 	"github.com/gorgonia-flash/flashattention/op"
 )
 
@@ -61,6 +62,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.Float64Var(&o.clip, "clip", 1, "largest global L2 norm of the gradients; larger ones are scaled down (0: no clipping)")
 	attention := fs.String("attention", "flash", "attention path: flash or naive")
 	fs.StringVar(&o.device, "device", "cpu", "cpu, or gpu in a binary built with -tags flashgpu")
+	precision := fs.String("precision", "fp32", "float32 arithmetic of flash attention on the GPU: fp32, tf32, bf16 or fp16")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed for initialisation, batches and sampling")
 	fs.StringVar(&o.out, "out", "examples/transformer/out", "output directory")
 	fs.StringVar(&o.resume, "resume", "", "checkpoint to continue from; its architecture wins")
@@ -93,7 +95,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.attention, err = model.ParseAttention(*attention); err != nil {
 		return nil, fmt.Errorf("%w: -attention: %w", errUsage, err)
 	}
-	if o.flashOpts, err = model.DeviceOptions(o.device); err != nil {
+	prec, err := kernels.ParsePrecision(*precision)
+	if err != nil {
+		return nil, fmt.Errorf("%w: -precision: %w", errUsage, err)
+	}
+	if o.flashOpts, err = model.DeviceOptions(o.device, prec); err != nil {
 		return nil, fmt.Errorf("%w: -device: %w", errUsage, err)
 	}
 	if o.device != "cpu" && o.attention == model.AttentionNaive {

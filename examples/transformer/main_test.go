@@ -27,6 +27,8 @@ func TestBadFlags(t *testing.T) {
 	}{
 		{[]string{"-attention=fast"}, `unknown attention "fast"`},
 		{[]string{"-device=tpu"}, `unknown device "tpu"`},
+		{[]string{"-precision=fp64"}, `precision "fp64"`},
+		{[]string{"-precision=bf16"}, "needs the GPU"},
 		{[]string{"-dim", "30", "-heads", "4"}, "not a multiple of heads"},
 		{[]string{"-steps", "-1"}, "-steps = -1"},
 		{[]string{"-batch", "0"}, "-batch = 0"},

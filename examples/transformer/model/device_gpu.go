@@ -6,19 +6,21 @@ import (
 	"fmt"
 
 	"github.com/gorgonia-flash/flashattention/cudakernels"
+	"github.com/gorgonia-flash/flashattention/kernels"
 	"github.com/gorgonia-flash/flashattention/op"
 )
 
 // DeviceOptions returns the op.Attention options that put flash attention
 // on the named device: "cpu" keeps op's default backend, "gpu" opens CUDA
-// device 0 in FP32. The GPU backend lives as long as the process (the
-// example and the sweep are short-lived commands), so it is never closed.
-func DeviceOptions(device string) ([]op.Option, error) {
+// device 0 computing float32 in precision prec. The GPU backend lives as
+// long as the process (the example and the sweep are short-lived commands),
+// so it is never closed.
+func DeviceOptions(device string, prec kernels.Precision) ([]op.Option, error) {
 	switch device {
 	case "cpu":
-		return nil, nil
+		return nil, cpuPrecision(prec)
 	case "gpu":
-		b, err := cudakernels.NewBackend()
+		b, err := cudakernels.NewBackend(cudakernels.WithPrecision(prec))
 		if err != nil {
 			return nil, fmt.Errorf("gpu: %w", err)
 		}
