@@ -51,7 +51,7 @@ type graph struct {
 	q, k, v, o, c *gorgonia.Node
 }
 
-func buildGraph(t testing.TB, c graphCase, dt tensor.Dtype, in inputs) graph {
+func buildGraph(t testing.TB, c graphCase, dt tensor.Dtype, in inputs, opts ...op.Option) graph {
 	t.Helper()
 	g := gorgonia.NewGraph()
 	node := func(name string, n int, data []float64) *gorgonia.Node {
@@ -69,7 +69,7 @@ func buildGraph(t testing.TB, c graphCase, dt tensor.Dtype, in inputs) graph {
 	}
 	q, k, v := node("q", c.Nq, in.q), node("k", c.Nk, in.k), node("v", c.Nk, in.v)
 	w := node("w", c.Nq, in.w)
-	o, err := op.Attention(q, k, v, op.WithCausal(c.causal))
+	o, err := op.Attention(q, k, v, append([]op.Option{op.WithCausal(c.causal)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,6 +181,12 @@ func absAll(x []float64) []float64 {
 // TestFiniteDifferences checks the op's gradients against central finite
 // differences through the whole graph, on both machines.
 func TestFiniteDifferences(t *testing.T) {
+	checkFiniteDifferences(t)
+}
+
+// checkFiniteDifferences runs the finite-difference check on small float64
+// graphs, on both machines, with the op built with opts.
+func checkFiniteDifferences(t *testing.T, opts ...op.Option) {
 	cases := []graphCase{
 		{1, 2, 5, 7, 4, false},
 		{1, 2, 7, 5, 4, false},
@@ -190,12 +196,12 @@ func TestFiniteDifferences(t *testing.T) {
 	for i, c := range cases {
 		for _, lisp := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%v/lisp=%v", c, lisp), func(t *testing.T) {
-				gr := buildGraph(t, c, tensor.Float64, randomInputs(c.params(), uint64(100+i)))
-				opts := []autograd.GradCheckOption{}
+				gr := buildGraph(t, c, tensor.Float64, randomInputs(c.params(), uint64(100+i)), opts...)
+				check := []autograd.GradCheckOption{}
 				if lisp {
-					opts = append(opts, autograd.WithLispMachine())
+					check = append(check, autograd.WithLispMachine())
 				}
-				report, err := autograd.CheckGrad(gr.c, gorgonia.Nodes{gr.q, gr.k, gr.v}, opts...)
+				report, err := autograd.CheckGrad(gr.c, gorgonia.Nodes{gr.q, gr.k, gr.v}, check...)
 				if err != nil {
 					t.Fatal(err)
 				}

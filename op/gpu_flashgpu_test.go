@@ -138,6 +138,19 @@ func TestGPUGraphMatchesCPU(t *testing.T) {
 	}
 }
 
+// TestGPUFiniteDifferences checks the gradients computed on the GPU in
+// float64 (CUDA-core kernels) against central finite differences through
+// whole graphs, on both machines.
+func TestGPUFiniteDifferences(t *testing.T) {
+	requireGPU(t)
+	t.Cleanup(func() {
+		if err := op.CloseGPU(); err != nil {
+			t.Error(err)
+		}
+	})
+	checkFiniteDifferences(t, op.WithDevice(op.GPU))
+}
+
 // TestGPUTrainingLeavesNoMemory: 100 training steps through the op's own
 // GPU backend leave free device memory where the first step left it, and
 // CloseGPU gives back everything. One leaked state per step would show as
