@@ -193,6 +193,8 @@
 // memory over 100 forward and backward calls and after Close
 // (TestDeviceMemoryStable), and out-of-memory, too-large and missing-device
 // errors after which the backend keeps working (TestErrorsOnDevice).
+// Package op checks the float64 GPU path's gradients against finite
+// differences through whole graphs (TestGPUFiniteDifferences).
 // devrun.sh runs them against freshly generated PTX, with compute-sanitizer
 // memcheck and racecheck on small cases.
 package cudakernels
