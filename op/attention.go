@@ -1,6 +1,7 @@
 package op
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -13,6 +14,21 @@ import (
 // ErrInvalidInput is wrapped by every error Attention returns for inputs it
 // rejects. It is kernels.ErrInvalidParams, which backends wrap too.
 var ErrInvalidInput = kernels.ErrInvalidParams
+
+// Cause returns the op's own error from an error that a Gorgonia VM
+// returned while running the graph, so that errors.Is and errors.As see the
+// op's sentinels (cudakernels.ErrOutOfMemory, ErrInvalidInput, …). Gorgonia
+// v0.9.18's machines wrap an op's error in a type that has no Unwrap method
+// (only Err), which hides them from errors.Is. Errors that do not come from
+// such a wrapper are returned as they are.
+func Cause(err error) error {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if vm, ok := e.(interface{ Err() error }); ok {
+			return vm.Err()
+		}
+	}
+	return err
+}
 
 // invalid formats an input error that wraps ErrInvalidInput.
 func invalid(format string, args ...any) error {

@@ -83,7 +83,9 @@
 // Errors from the GPU (out of device memory wrapping
 // cudakernels.ErrOutOfMemory, an unsupported head dimension wrapping
 // cudakernels.ErrUnsupported) come back from the machine's RunAll; the
-// process and the backend keep working. Note that gorgonia v0.9.18's
-// TapeMachine returns them inside an error type without Unwrap, so
-// errors.Is does not see through it; the message carries the op's error.
+// process and the backend keep working. Gorgonia v0.9.18's machines return
+// an op's error inside an error type without Unwrap, which hides it from
+// errors.Is; Cause recovers it:
+//
+//	if err := m.RunAll(); errors.Is(op.Cause(err), cudakernels.ErrOutOfMemory) { ... }
 package op

@@ -8,7 +8,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"testing"
 
 	"gorgonia.org/cu"
@@ -248,12 +247,10 @@ func TestGPUErrors(t *testing.T) {
 	stillWorks("running out of device memory")
 }
 
-// machineErrorIs reports whether err, from a TapeMachine's RunAll, carries
-// target. gorgonia v0.9.18 returns the op's error inside a struct with no
-// Unwrap method, so errors.Is cannot see through it; the message keeps the
-// op's error text.
+// machineErrorIs reports whether err, from a machine's RunAll, carries
+// target, looking through Gorgonia's wrapper with op.Cause.
 func machineErrorIs(err, target error) bool {
-	return err != nil && (errors.Is(err, target) || strings.Contains(err.Error(), target.Error()))
+	return errors.Is(op.Cause(err), target)
 }
 
 // hogDevice allocates device memory in a context of its own until less
