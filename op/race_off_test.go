@@ -1,0 +1,5 @@
+//go:build !race
+
+package op_test
+
+const raceDetector = false
