@@ -95,29 +95,12 @@ func backward(cfg Config, saved *Saved, inputs ...any) (*tensor.Dense, error) {
 		}
 		st = nil
 	}
-	n := p.QLen() + 2*p.KLen()
 	var out *tensor.Dense
 	switch q.Dtype() {
 	case tensor.Float32:
-		buf := make([]float32, n)
-		dq, dk, dv := buf[:p.QLen()], buf[p.QLen():p.QLen()+p.KLen()], buf[p.QLen()+p.KLen():]
-		if st != nil {
-			err = res.BackwardKept32(st, p, dO.Float32s(), dq, dk, dv)
-		} else {
-			err = cfg.Backend.Backward32(p, q.Float32s(), k.Float32s(), v.Float32s(), o.Float32s(),
-				lse.Data().([]float32), dO.Float32s(), dq, dk, dv)
-		}
-		out = tensor.New(tensor.WithShape(n), tensor.WithBacking(buf))
+		out, err = runBackward[float32](cfg.Backend, res, st, p, q, k, v, o, dO, lse)
 	case tensor.Float64:
-		buf := make([]float64, n)
-		dq, dk, dv := buf[:p.QLen()], buf[p.QLen():p.QLen()+p.KLen()], buf[p.QLen()+p.KLen():]
-		if st != nil {
-			err = res.BackwardKept64(st, p, dO.Float64s(), dq, dk, dv)
-		} else {
-			err = cfg.Backend.Backward64(p, q.Float64s(), k.Float64s(), v.Float64s(), o.Float64s(),
-				lse.Data().([]float64), dO.Float64s(), dq, dk, dv)
-		}
-		out = tensor.New(tensor.WithShape(n), tensor.WithBacking(buf))
+		out, err = runBackward[float64](cfg.Backend, res, st, p, q, k, v, o, dO, lse)
 	default:
 		err = fmt.Errorf("attention backward: dtype %v, want Float32 or Float64", q.Dtype())
 	}
@@ -130,6 +113,23 @@ func backward(cfg Config, saved *Saved, inputs ...any) (*tensor.Dense, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// runBackward runs b's backward for element type T (on st's device copies
+// when st is set, through res) and returns [dQ | dK | dV] in one vector.
+func runBackward[T kernels.Float](b kernels.Backend, res kernels.Resident, st kernels.DeviceState, p kernels.Params,
+	q, k, v, o, dO *tensor.Dense, lse tensor.Tensor) (*tensor.Dense, error) {
+	buf := make([]T, p.QLen()+2*p.KLen())
+	dq, dk, dv := buf[:p.QLen()], buf[p.QLen():p.QLen()+p.KLen()], buf[p.QLen()+p.KLen():]
+	var err error
+	if st != nil {
+		_, bwd := kernels.ResidentEntryPoints[T](res)
+		err = bwd(st, p, dO.Data().([]T), dq, dk, dv)
+	} else {
+		_, bwd := kernels.EntryPoints[T](b)
+		err = bwd(p, q.Data().([]T), k.Data().([]T), v.Data().([]T), o.Data().([]T), lse.Data().([]T), dO.Data().([]T), dq, dk, dv)
+	}
+	return tensor.New(tensor.WithShape(len(buf)), tensor.WithBacking(buf)), err
 }
 
 // gradOp computes the packed gradients [dQ | dK | dV] from (q, k, v, o, dO).

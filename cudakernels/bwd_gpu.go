@@ -148,14 +148,12 @@ func enqueueBackward[T kernels.Float](b *Backend, p kernels.Params, buf bwdBuffe
 	if err != nil {
 		return err
 	}
+	mma := mmaBackwardFor[T](b, p.D)
 	if elem == 4 && b.roundFn != nil {
 		// Gradients only for the head dimensions the forward serves.
 		if dp, _ := paddedDim(p.D); b.mmaFwdErr[dp] != nil {
 			return b.mmaFwdErr[dp]
 		}
-	}
-	mma := mmaBackwardFor[T](b, p.D)
-	if elem == 4 && b.roundFn != nil {
 		type span struct {
 			ptr cu.DevicePtr
 			n   int

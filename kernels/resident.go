@@ -28,3 +28,21 @@ type Resident interface {
 	BackwardKept32(st DeviceState, p Params, do, dq, dk, dv []float32) error
 	BackwardKept64(st DeviceState, p Params, do, dq, dk, dv []float64) error
 }
+
+// ForwardKeepFunc is a Resident backend's ForwardKeep for one element type.
+type ForwardKeepFunc[T Float] func(p Params, q, k, v, o, lse []T) (DeviceState, error)
+
+// BackwardKeptFunc is a Resident backend's BackwardKept for one element type.
+type BackwardKeptFunc[T Float] func(st DeviceState, p Params, do, dq, dk, dv []T) error
+
+// ResidentEntryPoints returns r's ForwardKeep and BackwardKept for the
+// element type T, as EntryPoints does for a Backend's plain entry points.
+func ResidentEntryPoints[T Float](r Resident) (ForwardKeepFunc[T], BackwardKeptFunc[T]) {
+	var zero T
+	if _, ok := any(zero).(float32); ok {
+		return any(ForwardKeepFunc[float32](r.ForwardKeep32)).(ForwardKeepFunc[T]),
+			any(BackwardKeptFunc[float32](r.BackwardKept32)).(BackwardKeptFunc[T])
+	}
+	return any(ForwardKeepFunc[float64](r.ForwardKeep64)).(ForwardKeepFunc[T]),
+		any(BackwardKeptFunc[float64](r.BackwardKept64)).(BackwardKeptFunc[T])
+}

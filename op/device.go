@@ -71,8 +71,8 @@ func (c config) resolveBackend() (kernels.Backend, error) {
 	if !c.precSet {
 		if s := strings.TrimSpace(os.Getenv(EnvPrecision)); s != "" {
 			p, err := kernels.ParsePrecision(s)
-			if err != nil {
-				return nil, invalid("%s=%q, want fp32, tf32, bf16 or fp16", EnvPrecision, s)
+			if err != nil { // wraps kernels.ErrInvalidParams, which is ErrInvalidInput
+				return nil, fmt.Errorf("op.Attention: %s: %w", EnvPrecision, err)
 			}
 			prec = p
 		}

@@ -80,21 +80,9 @@ func (op *attentionOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 	)
 	switch q.Dtype() {
 	case tensor.Float32:
-		o32, lse32 := make([]float32, p.QLen()), make([]float32, p.LSELen())
-		if keep {
-			st, err = res.ForwardKeep32(p, q.Float32s(), k.Float32s(), v.Float32s(), o32, lse32)
-		} else {
-			err = op.cfg.Backend.Forward32(p, q.Float32s(), k.Float32s(), v.Float32s(), o32, lse32)
-		}
-		o, lse = tensor.New(tensor.WithBacking(o32)), tensor.New(tensor.WithBacking(lse32))
+		o, lse, st, err = runForward[float32](op.cfg.Backend, res, keep, p, q, k, v)
 	case tensor.Float64:
-		o64, lse64 := make([]float64, p.QLen()), make([]float64, p.LSELen())
-		if keep {
-			st, err = res.ForwardKeep64(p, q.Float64s(), k.Float64s(), v.Float64s(), o64, lse64)
-		} else {
-			err = op.cfg.Backend.Forward64(p, q.Float64s(), k.Float64s(), v.Float64s(), o64, lse64)
-		}
-		o, lse = tensor.New(tensor.WithBacking(o64)), tensor.New(tensor.WithBacking(lse64))
+		o, lse, st, err = runForward[float64](op.cfg.Backend, res, keep, p, q, k, v)
 	default:
 		return nil, invalid("dtype %v, want Float32 or Float64", q.Dtype())
 	}
@@ -108,6 +96,21 @@ func (op *attentionOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 		return nil, fmt.Errorf("op.Attention on %s: releasing the previous run's device state: %w", op.cfg.Backend.Name(), err)
 	}
 	return o, nil
+}
+
+// runForward runs b's forward for element type T, through res keeping the
+// device copies when keep is set, and returns O, LSE and the state kept.
+func runForward[T kernels.Float](b kernels.Backend, res kernels.Resident, keep bool, p kernels.Params, q, k, v *tensor.Dense) (o, lse *tensor.Dense, st kernels.DeviceState, err error) {
+	ob, lb := make([]T, p.QLen()), make([]T, p.LSELen())
+	qs, ks, vs := q.Data().([]T), k.Data().([]T), v.Data().([]T)
+	if keep {
+		fwd, _ := kernels.ResidentEntryPoints[T](res)
+		st, err = fwd(p, qs, ks, vs, ob, lb)
+	} else {
+		fwd, _ := kernels.EntryPoints[T](b)
+		err = fwd(p, qs, ks, vs, ob, lb)
+	}
+	return tensor.New(tensor.WithBacking(ob)), tensor.New(tensor.WithBacking(lb)), st, err
 }
 
 func (op *attentionOp) DiffWRT(inputs int) []bool { return []bool{true, true, true} }
