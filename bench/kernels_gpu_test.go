@@ -4,6 +4,7 @@ package bench
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"math"
 	"testing"
@@ -32,16 +33,23 @@ func kernelShapes(short bool) []kernels.Params {
 	return ps
 }
 
+var family = flag.String("family", "auto", "kernel family of the tensor-core forward in BenchmarkKernelsGPU: auto, sm80 or sm90")
+
 // BenchmarkKernelsGPU times our CUDA kernels alone (cudakernels'
 // KernelTime: CUDA events, L2 flushed before each run, median of 3, the
 // conversion of the fp32 inputs to the operand type included) at
 // kernelShapes, forward in every precision and backward in FP32, BF16 and
 // FP16 (TF32's backward is FP32's on rounded operands). It reports ms and
 // TFLOP/s with FLOPs as in kernels.Params. gpu_side_by_side.py runs it beside
-// PyTorch's SDPA and prints one table.
+// PyTorch's SDPA and prints one table. -family picks the forward's kernel
+// family.
 func BenchmarkKernelsGPU(b *testing.B) {
+	fam, err := cudakernels.ParseFamily(*family)
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, prec := range []cudakernels.Precision{cudakernels.FP32, cudakernels.TF32, cudakernels.BF16, cudakernels.FP16} {
-		be, err := cudakernels.NewBackend(cudakernels.WithPrecision(prec))
+		be, err := cudakernels.NewBackend(cudakernels.WithPrecision(prec), cudakernels.WithFamily(fam))
 		if errors.Is(err, cudakernels.ErrNoDevice) {
 			b.Skipf("no CUDA device: %v", err)
 		}

@@ -30,11 +30,13 @@ type Backend struct {
 	// Owned by the worker's thread.
 	ctx    cu.CUContext
 	mod    cu.Module
+	hopper cu.Module                    // the sm_90a module (FamilySM90), loaded on compute capability 9.0 only
 	simt   map[int]map[int]*simtKernels // element size → padded D → kernels
 	dotDoO map[int]cu.Function          // element size → D = rowsum(dO∘O)
 	// Tensor-core forward of the backend's precision (TF32, BF16, FP16) by
-	// padded D, or the error that kernel gave when loading.
-	mmaFwd    map[int]*fwdKernel
+	// padded D, of the family chosen for that D, or the error that kernel
+	// gave when loading.
+	mmaFwd    map[int]forwardKernel
 	mmaFwdErr map[int]error
 	// Tensor-core backward of the backend's precision (BF16, FP16) by padded
 	// D (absent where none is built; that D falls back to CUDA cores).
@@ -64,6 +66,7 @@ var _ kernels.Backend = (*Backend)(nil)
 
 type config struct {
 	prec      Precision
+	family    Family
 	device    int
 	kernelDir string
 }
@@ -74,6 +77,11 @@ type Option func(*config)
 // WithPrecision selects the arithmetic of Forward32 and Backward32 (default
 // FP32).
 func WithPrecision(p Precision) Option { return func(c *config) { c.prec = p } }
+
+// WithFamily selects the kernel family of the tensor-core forward (default
+// FamilyAuto). NewBackend fails with ErrUnsupported when the device cannot
+// run it.
+func WithFamily(f Family) Option { return func(c *config) { c.family = f } }
 
 // WithDevice selects the CUDA device by ordinal (default 0).
 func WithDevice(ordinal int) Option { return func(c *config) { c.device = ordinal } }
@@ -96,6 +104,11 @@ func NewBackend(opts ...Option) (*Backend, error) {
 	case FP32, TF32, BF16, FP16:
 	default:
 		return nil, fmt.Errorf("%w: precision %v has no kernels yet", ErrUnsupported, cfg.prec)
+	}
+	switch cfg.family {
+	case FamilyAuto, FamilySM80, FamilySM90:
+	default:
+		return nil, fmt.Errorf("%w: kernel family %v", ErrUnsupported, cfg.family)
 	}
 	n, err := cu.NumDevices()
 	if err != nil {
@@ -124,16 +137,36 @@ func (b *Backend) open(cfg config) (err error) {
 	if err != nil {
 		return fmt.Errorf("cudakernels: device %d: %w", cfg.device, err)
 	}
+	minor, err := dev.Attribute(cu.ComputeCapabilityMinor)
+	if err != nil {
+		return fmt.Errorf("cudakernels: device %d: %w", cfg.device, err)
+	}
 	if major < 8 {
 		return fmt.Errorf("%w: device %d has compute capability %d.x, kernels need 8.0 or newer", ErrUnsupported, cfg.device, major)
 	}
+	// sm_90a code runs on compute capability 9.0 and nothing else.
+	hopper := major == 9 && minor == 0
+	if cfg.family == FamilySM90 && !hopper {
+		return fmt.Errorf("%w: kernel family sm90 needs compute capability 9.0, device %d has %d.%d", ErrUnsupported, cfg.device, major, minor)
+	}
+	useHopper := hopper && cfg.family != FamilySM80 && cfg.prec != FP32
 	maxSmem, err := maxOptinSmem(dev)
 	if err != nil {
 		return err
 	}
-	image, err := kernelImage(cfg.kernelDir, major)
+	imageName := "flash_sm80.ptx"
+	if major >= 9 {
+		imageName = "flash_sm90.ptx"
+	}
+	image, err := kernelImage(cfg.kernelDir, imageName)
 	if err != nil {
 		return err
+	}
+	var hopperImage string
+	if useHopper {
+		if hopperImage, err = kernelImage(cfg.kernelDir, "flash_sm90a.ptx"); err != nil {
+			return err
+		}
 	}
 	if b.ctx, err = dev.MakeContext(cu.SchedAuto); err != nil {
 		return fmt.Errorf("cudakernels: creating a context on device %d: %w", cfg.device, err)
@@ -156,6 +189,11 @@ func (b *Backend) open(cfg config) (err error) {
 	if b.mod, err = cu.LoadData(image); err != nil {
 		return fmt.Errorf("cudakernels: loading the kernel module: %w", err)
 	}
+	if useHopper {
+		if b.hopper, err = cu.LoadData(hopperImage); err != nil {
+			return fmt.Errorf("cudakernels: loading the sm_90a kernel module: %w", err)
+		}
+	}
 	b.simt = map[int]map[int]*simtKernels{}
 	b.dotDoO = map[int]cu.Function{}
 	for _, elem := range []int{4, 8} {
@@ -177,9 +215,14 @@ func (b *Backend) open(cfg config) (err error) {
 			return fmt.Errorf("cudakernels: kernel %s: %w", name, err)
 		}
 		b.roundFn = &fn
-		b.mmaFwd, b.mmaFwdErr = map[int]*fwdKernel{}, map[int]error{}
+		b.mmaFwd, b.mmaFwdErr = map[int]forwardKernel{}, map[int]error{}
 		for _, dp := range headDims {
-			f, err := loadMmaForward(b.mod, b.prec, dp, maxSmem)
+			var f forwardKernel
+			if useHopper && wgmmaBuilt(b.prec, dp) {
+				f, err = loadWgmmaForward(b.hopper, b.prec, dp, maxSmem)
+			} else {
+				f, err = loadMmaForward(b.mod, b.prec, dp, maxSmem)
+			}
 			switch {
 			case errors.Is(err, ErrUnsupported):
 				b.mmaFwdErr[dp] = err // only calls with this D fail
@@ -198,12 +241,8 @@ func (b *Backend) open(cfg config) (err error) {
 	return nil
 }
 
-// kernelImage returns the PTX for a device of compute capability major.x.
-func kernelImage(dir string, major int) (string, error) {
-	name := "flash_sm80.ptx"
-	if major >= 9 {
-		name = "flash_sm90.ptx"
-	}
+// kernelImage returns the PTX file name, embedded or from dir.
+func kernelImage(dir, name string) (string, error) {
 	if dir == "" {
 		b, err := embeddedPTX.ReadFile("ptx/" + name)
 		if err != nil {
@@ -233,9 +272,11 @@ func (b *Backend) release() error {
 			}
 		}
 	}
-	if b.mod != (cu.Module{}) {
-		errs = append(errs, b.mod.Unload())
-		b.mod = cu.Module{}
+	for _, m := range []*cu.Module{&b.mod, &b.hopper} {
+		if *m != (cu.Module{}) {
+			errs = append(errs, m.Unload())
+			*m = cu.Module{}
+		}
 	}
 	if b.ctx != (cu.CUContext{}) {
 		errs = append(errs, b.ctx.Destroy())
@@ -312,8 +353,9 @@ func kernelsFor[T kernels.Float](b *Backend, d int) (*simtKernels, int, error) {
 }
 
 // forwardFor picks the forward kernel for element type T and head dimension
-// d: the tensor-core one for float32 in BF16 and FP16 mode, else CUDA cores.
-func forwardFor[T kernels.Float](b *Backend, d int) (*fwdKernel, error) {
+// d: the tensor-core one for float32 in TF32, BF16 and FP16 mode (of the
+// family open chose), else CUDA cores.
+func forwardFor[T kernels.Float](b *Backend, d int) (forwardKernel, error) {
 	ks, elem, err := kernelsFor[T](b, d)
 	if err != nil {
 		return nil, err

@@ -23,14 +23,15 @@ func testOptions(opts ...Option) []Option {
 	return opts
 }
 
-// newTestBackend opens the device, or skips the test when there is none.
-// FLASHATTN_KERNEL_DIR, when set, points at freshly generated PTX to test
-// instead of the embedded copy.
+// newTestBackend opens the device, or skips the test when there is none or
+// it cannot run what opts ask for (a kernel family). FLASHATTN_KERNEL_DIR,
+// when set, points at freshly generated PTX to test instead of the embedded
+// copy.
 func newTestBackend(t testing.TB, opts ...Option) *Backend {
 	t.Helper()
 	b, err := NewBackend(testOptions(opts...)...)
-	if errors.Is(err, ErrNoDevice) {
-		t.Skipf("no CUDA device: %v", err)
+	if errors.Is(err, ErrNoDevice) || errors.Is(err, ErrUnsupported) {
+		t.Skipf("no CUDA device for this test: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -103,10 +104,24 @@ func TestHeadDims(t *testing.T) {
 			}
 		}
 	}
+	forEachKernelSet(t, func(t *testing.T, prec Precision, opts ...Option) {
+		conformance.RunShapes(t, newTestBackend(t, opts...), prec, ps)
+	})
+}
+
+// forEachKernelSet runs fn as a subtest for every precision and, for the
+// tensor-core precisions, every kernel family ("fp32", "bf16-sm80",
+// "bf16-sm90", …), with the options that open that backend. A family the
+// device cannot run is skipped by newTestBackend.
+func forEachKernelSet(t *testing.T, fn func(t *testing.T, prec Precision, opts ...Option)) {
 	for _, prec := range []Precision{FP32, TF32, BF16, FP16} {
-		t.Run(prec.String(), func(t *testing.T) {
-			conformance.RunShapes(t, newTestBackend(t, WithPrecision(prec)), prec, ps)
-		})
+		if prec == FP32 { // CUDA cores only: no families
+			t.Run(prec.String(), func(t *testing.T) { fn(t, prec, WithPrecision(prec)) })
+			continue
+		}
+		for _, f := range []Family{FamilySM80, FamilySM90} {
+			t.Run(prec.String()+"-"+f.String(), func(t *testing.T) { fn(t, prec, WithPrecision(prec), WithFamily(f)) })
+		}
 	}
 }
 

@@ -130,6 +130,14 @@ type bwdBuffers struct {
 	scratch                                cu.DevicePtr // backwardScratchBytes
 }
 
+// A forwardKernel enqueues a forward, with the conversions its operands
+// need, on a stream; scratchBytes is the size of fwdBuffers.scratch it
+// needs for p.
+type forwardKernel interface {
+	scratchBytes(p kernels.Params) int64
+	launch(p kernels.Params, buf fwdBuffers, stream cu.Stream) error
+}
+
 // A fwdKernel is a forward kernel of either family with its launch shape:
 // one block per rows query rows of one (batch, head). The CUDA-core kernels
 // take the fp32 tensors; the tensor-core ones take copies of Q, K and V in

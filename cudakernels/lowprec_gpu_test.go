@@ -13,30 +13,31 @@ import (
 )
 
 // TestConformanceBF16, TestConformanceFP16 and TestConformanceTF32 run the
-// shared suite, forward and backward, on the low-precision backends:
-// tensor-core forward and backward (CUDA-core backward on rounded operands
-// where no tensor-core one is built: always for TF32). Every output must stay within twice the error of a naive
-// computation in that precision.
-func TestConformanceBF16(t *testing.T) {
-	conformance.Run(t, newTestBackend(t, WithPrecision(BF16)), BF16)
-}
+// shared suite, forward and backward, on the low-precision backends of each
+// kernel family: tensor-core forward and backward (CUDA-core backward on
+// rounded operands where no tensor-core one is built: always for TF32).
+// Every output must stay within twice the error of a naive computation in
+// that precision.
+func TestConformanceBF16(t *testing.T) { conformanceByFamily(t, BF16) }
 
-func TestConformanceFP16(t *testing.T) {
-	conformance.Run(t, newTestBackend(t, WithPrecision(FP16)), FP16)
-}
+func TestConformanceFP16(t *testing.T) { conformanceByFamily(t, FP16) }
 
-func TestConformanceTF32(t *testing.T) {
-	conformance.Run(t, newTestBackend(t, WithPrecision(TF32)), TF32)
+func TestConformanceTF32(t *testing.T) { conformanceByFamily(t, TF32) }
+
+func conformanceByFamily(t *testing.T, prec Precision) {
+	for _, f := range []Family{FamilySM80, FamilySM90} {
+		t.Run(f.String(), func(t *testing.T) {
+			conformance.Run(t, newTestBackend(t, WithPrecision(prec), WithFamily(f)), prec)
+		})
+	}
 }
 
 // TestPrecisionErrors logs each precision's error against float64 on one
 // problem (conformance.ReportErrors), for the package documentation.
 func TestPrecisionErrors(t *testing.T) {
-	for _, prec := range []Precision{FP32, TF32, BF16, FP16} {
-		t.Run(prec.String(), func(t *testing.T) {
-			conformance.ReportErrors(t, newTestBackend(t, WithPrecision(prec)), prec)
-		})
-	}
+	forEachKernelSet(t, func(t *testing.T, prec Precision, opts ...Option) {
+		conformance.ReportErrors(t, newTestBackend(t, opts...), prec)
+	})
 }
 
 // TestLowPrecisionOneKey checks the cancellation that D = rowsum(dO∘O) is
@@ -50,8 +51,11 @@ func TestPrecisionErrors(t *testing.T) {
 // (the bug this guards against) gives errors 2⁻⁸ relative instead. Causal
 // rows when Nq > Nk see one key or none.
 func TestLowPrecisionOneKey(t *testing.T) {
-	for _, prec := range []Precision{TF32, BF16, FP16} {
-		b := newTestBackend(t, WithPrecision(prec))
+	forEachKernelSet(t, func(t *testing.T, prec Precision, opts ...Option) {
+		if prec == FP32 {
+			t.Skip("FP32 rounds nothing")
+		}
+		b := newTestBackend(t, opts...)
 		for _, p := range []kernels.Params{
 			{B: 2, H: 2, Nq: 300, Nk: 1, D: 64, Scale: 0.125},
 			{B: 1, H: 2, Nq: 129, Nk: 1, D: 40, Scale: 0.3, Causal: true},
@@ -84,7 +88,7 @@ func TestLowPrecisionOneKey(t *testing.T) {
 				}
 			}
 		}
-	}
+	})
 }
 
 // TestLowPrecisionLimits checks the errors of the TF32, BF16 and FP16

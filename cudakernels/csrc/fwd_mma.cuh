@@ -59,21 +59,6 @@ template <typename E, int DP> __host__ __device__ constexpr int fwd_smem_bytes()
   return ((fwd_bq<DP>() + 2 * fwd_bk<E, DP>()) * ld_of<S, DP>() + 2 * fwd_v_tile<E, DP>()) * sizeof(S);
 }
 
-// StorageOf converts 16 bytes' worth of fp32 values (8 for 16-bit types, 4
-// for TF32) into one uint4 of E's storage type.
-template <typename E> struct StorageOf {
-  static constexpr int kVec = 8;
-  static __device__ __forceinline__ uint4 convert(const float (&f)[8]) {
-    return make_uint4(E::pack(f[0], f[1]), E::pack(f[2], f[3]), E::pack(f[4], f[5]), E::pack(f[6], f[7]));
-  }
-};
-template <> struct StorageOf<TF32> {
-  static constexpr int kVec = 4;
-  static __device__ __forceinline__ uint4 convert(const float (&f)[4]) {
-    return make_uint4(TF32::cvt(f[0]), TF32::cvt(f[1]), TF32::cvt(f[2]), TF32::cvt(f[3]));
-  }
-};
-
 // to_storage_padded writes y[r, c] = round(x[r, c]) for c < dim and 0 for
 // dim ≤ c < dp, rows r < rows: x is [rows, dim] fp32, y is [rows, dp] of
 // E's storage type. Each thread converts 16 bytes' worth of elements.

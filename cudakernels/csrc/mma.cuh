@@ -111,6 +111,21 @@ struct TF32 {
   }
 };
 
+// StorageOf converts 16 bytes' worth of fp32 values (8 for 16-bit types, 4
+// for TF32) into one uint4 of E's storage type.
+template <typename E> struct StorageOf {
+  static constexpr int kVec = 8;
+  static __device__ __forceinline__ uint4 convert(const float (&f)[8]) {
+    return make_uint4(E::pack(f[0], f[1]), E::pack(f[2], f[3]), E::pack(f[4], f[5]), E::pack(f[6], f[7]));
+  }
+};
+template <> struct StorageOf<TF32> {
+  static constexpr int kVec = 4;
+  static __device__ __forceinline__ uint4 convert(const float (&f)[4]) {
+    return make_uint4(TF32::cvt(f[0]), TF32::cvt(f[1]), TF32::cvt(f[2]), TF32::cvt(f[3]));
+  }
+};
+
 // vt_position is where key j goes in the permuted rows of a TF32 Vᵀ copy:
 // inside each group of 8, key 2t to position t and key 2t+1 to t+4.
 __host__ __device__ __forceinline__ long long vt_position(long long j) {

@@ -1,0 +1,300 @@
+// Forward pass for Hopper (sm_90a): warpgroup MMA with operands in shared
+// memory, tiles brought in by bulk asynchronous copies. float32 in and out,
+// operands in bf16, fp16 or tf32, fp32 accumulation and softmax.
+//
+// Conversion kernels run first and write Q, K and Vᵀ into scratch memory as
+// tile images (sm90.cuh): Q in tiles of 64 rows (one warpgroup's A
+// operand), K in tiles of fwd_bk keys, V transposed in tiles of [DP, fwd_bk]
+// (for TF32 with the keys of each group of 8 permuted as mma.cuh's
+// vt_position, which makes the score accumulators the A fragment of P·V).
+// Rows and keys are padded with zeros to whole tiles, columns to DP, so the
+// forward never checks a bound while loading.
+//
+// fwd_rowblock gives each block kFwdRows query rows, 64 per warpgroup. One
+// thread issues the bulk copies: Q once, then K and Vᵀ tiles into two
+// stages, each with a "full" mbarrier (the copy's bytes have landed) and an
+// "empty" one (both warpgroups are done reading it), so the copy of tile
+// i+2 overlaps the work on tile i+1. Per tile, each warpgroup computes
+// S = Q·Kᵀ (wgmma, both operands in shared memory), the online softmax on
+// the accumulators, and O += P·V with P from registers (wgmma).
+#pragma once
+#include "common.cuh"
+#include "sm90.cuh"
+
+namespace flash {
+namespace sm90 {
+
+constexpr int kWarpgroups = 2;
+constexpr int kFwdThreads = 128 * kWarpgroups;
+constexpr int kFwdRows = 64 * kWarpgroups;  // query rows per block
+constexpr int kQTileRows = 64;              // rows of a Q tile image: one warpgroup's
+
+// fwd_bk is the key tile: 128 for 16-bit operands up to DP = 128; 64 for
+// TF32 (twice the bytes per element) and at DP = 256, so that Q and two
+// stages of K and Vᵀ fit in shared memory.
+template <typename E, int DP> __host__ __device__ constexpr int fwd_bk() {
+  return sizeof(typename E::Storage) == 4 || DP > 128 ? 64 : 128;
+}
+template <typename E, int DP> __host__ __device__ constexpr int fwd_q_bytes() {
+  return kFwdRows * DP * static_cast<int>(sizeof(typename E::Storage));
+}
+// A K tile and a Vᵀ tile have the same size.
+template <typename E, int DP> __host__ __device__ constexpr int fwd_kv_bytes() {
+  return fwd_bk<E, DP>() * DP * static_cast<int>(sizeof(typename E::Storage));
+}
+// fwd_smem_bytes: up to 1024 bytes to align the tiles, Q, two K and two Vᵀ
+// stages, five mbarriers. launch_gpu.go repeats it (wgmmaFwdSmem).
+template <typename E, int DP> __host__ __device__ constexpr int fwd_smem_bytes() {
+  return 1024 + fwd_q_bytes<E, DP>() + 4 * fwd_kv_bytes<E, DP>() + 5 * 8;
+}
+
+// Keys of TF32's Vᵀ images are permuted in groups of 8 (vt_position);
+// key_at_column inverts that: the key stored at column c.
+template <typename E> __device__ __forceinline__ int key_at_column(int c) {
+  if constexpr (sizeof(typename E::Storage) == 4) {
+    const int r = c & 7;
+    return (c & ~7) | (r < 4 ? 2 * r : 2 * (r - 4) + 1);
+  } else {
+    return c;
+  }
+}
+
+// to_image_rows writes x [bhs, n, dim] fp32 as images of tiles of `rows`
+// rows: y is [bhs, n_pad, dp] in E's storage type, n_pad a multiple of rows,
+// zero past n and past dim. One thread per 16-byte output chunk, written in
+// order; grid-stride, any grid.
+template <typename E>
+__device__ void to_image_rows(const float* __restrict__ x, uint4* __restrict__ y, long long bhs, long long n,
+                              long long n_pad, long long dim, int dp, int rows) {
+  constexpr int kVec = mma::StorageOf<E>::kVec;
+  const int row_chunks = dp / kVec;
+  const long long tile_chunks = static_cast<long long>(rows) * row_chunks, head_chunks = n_pad * row_chunks;
+  const long long total = bhs * head_chunks, stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const long long bh = i / head_chunks, u = i % head_chunks;
+    const int w = static_cast<int>(u % tile_chunks);  // = (panel·rows + r)·8 + physical chunk
+    const int r = (w / 8) % rows, panel = w / 8 / rows;
+    const long long row = u / tile_chunks * rows + r;
+    const long long c0 = static_cast<long long>(panel * 8 + ((w % 8) ^ (r % 8))) * kVec;
+    const float* src = x + (bh * n + row) * dim + c0;
+    float f[kVec];
+    if (row < n && dim % 4 == 0 && c0 + kVec <= dim) {
+#pragma unroll
+      for (int e = 0; e < kVec; e += 4) {
+        const float4 a = *reinterpret_cast<const float4*>(src + e);
+        f[e] = a.x, f[e + 1] = a.y, f[e + 2] = a.z, f[e + 3] = a.w;
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) f[e] = row < n && c0 + e < dim ? src[e] : 0.f;
+    }
+    y[i] = mma::StorageOf<E>::convert(f);
+  }
+}
+
+// to_image_vt writes V [bhs, nk, dim] fp32 transposed, as one [dp, bk]
+// image (row d, column key) per tile of bk keys: y holds nk_pad / bk tiles
+// per head (nk_pad a multiple of bk, and bk of 64), zero past nk and dim.
+// Blocks of 256 threads (any grid) take 64 keys × 32 columns through shared
+// memory, so that reads of V and writes of y are both coalesced.
+template <typename E>
+__device__ void to_image_vt(const float* __restrict__ x, uint4* __restrict__ y, long long bhs, long long nk,
+                            long long nk_pad, long long dim, int dp, int bk) {
+  constexpr int kVec = mma::StorageOf<E>::kVec;
+  constexpr int kRowChunks = 64 / kVec;  // output chunks per d in 64 keys
+  __shared__ float tile[64][33];
+  const long long key_blocks = nk_pad / 64, d_blocks = dp / 32, n = bhs * key_blocks * d_blocks;
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  for (long long b = blockIdx.x; b < n; b += gridDim.x) {
+    const long long bh = b / (key_blocks * d_blocks);
+    const long long j0 = b / d_blocks % key_blocks * 64, d0 = b % d_blocks * 32;
+    for (int i = ty; i < 64; i += 8) {
+      const long long j = j0 + i, d = d0 + tx;
+      tile[i][tx] = j < nk && d < dim ? x[(bh * nk + j) * dim + d] : 0.f;
+    }
+    __syncthreads();
+    uint4* img = y + (bh * (nk_pad / bk) + j0 / bk) * (static_cast<long long>(dp) * bk / kVec);
+    for (int c = threadIdx.x; c < 32 * kRowChunks; c += blockDim.x) {
+      const int r = c / kRowChunks, col = c % kRowChunks * kVec;  // d = d0 + r; columns col … of these 64 keys
+      float f[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) f[e] = tile[key_at_column<E>(col + e)][r];
+      img[image_chunk(static_cast<int>(d0) + r, static_cast<int>(j0 % bk + col) / kVec, dp)] =
+          mma::StorageOf<E>::convert(f);
+    }
+    __syncthreads();
+  }
+}
+
+template <typename E, int DP>
+__device__ void fwd_rowblock(const typename E::Storage* __restrict__ q, const typename E::Storage* __restrict__ k,
+                             const typename E::Storage* __restrict__ vt, float* __restrict__ o,
+                             float* __restrict__ lse, long long nq, long long nk, long long dim, bool causal,
+                             double scale) {
+  constexpr int BK = fwd_bk<E, DP>();
+  constexpr int kQBytes = fwd_q_bytes<E, DP>(), kKVBytes = fwd_kv_bytes<E, DP>();
+  constexpr int kNS = BK / 8;  // n8 tiles of scores per warp
+  constexpr int kNO = DP / 8;  // n8 tiles of output per warp
+  const float kInf = Math<float>::inf();
+  require_launch(kFwdThreads, fwd_smem_bytes<E, DP>());
+
+  // Shared memory: Q, K stages 0 and 1, Vᵀ stages 0 and 1, then the
+  // mbarriers full[2], empty[2] and q_full.
+  const uint32_t sQ = (smem_addr(smem) + 1023u) & ~1023u;
+  const uint32_t sK = sQ + kQBytes, sV = sK + 2 * kKVBytes, bars = sV + 2 * kKVBytes;
+  auto full = [&](int stage) { return bars + 8 * stage; };
+  auto empty = [&](int stage) { return bars + 16 + 8 * stage; };
+  const uint32_t q_full = bars + 32;
+
+  const long long q_tiles = (nq + kFwdRows - 1) / kFwdRows;
+  const long long bh = blockIdx.x / q_tiles, q0 = blockIdx.x % q_tiles * kFwdRows;
+  const long long k_tiles = (nk + BK - 1) / BK;  // image tiles per head
+  // Causal block skipping: no row of the block sees past its last row's keys.
+  const long long kv_end = visible_keys((q0 + kFwdRows < nq ? q0 + kFwdRows : nq) - 1, nq, nk, causal);
+  const int n_tiles = static_cast<int>((kv_end + BK - 1) / BK);
+  const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+
+  if (threadIdx.x == 0) {
+    mbar_init(full(0), 1);
+    mbar_init(full(1), 1);
+    mbar_init(empty(0), kWarpgroups);
+    mbar_init(empty(1), kWarpgroups);
+    mbar_init(q_full, 1);
+    mbar_fence_init();
+  }
+  __syncthreads();
+  const typename E::Storage* kh = k + bh * k_tiles * BK * DP;
+  const typename E::Storage* vh = vt + bh * k_tiles * BK * DP;
+  auto load_kv = [&](int stage, int tile) {
+    mbar_arrive_expect_tx(full(stage), 2 * kKVBytes);
+    bulk_copy(sK + stage * kKVBytes, kh + static_cast<long long>(tile) * BK * DP, kKVBytes, full(stage));
+    bulk_copy(sV + stage * kKVBytes, vh + static_cast<long long>(tile) * BK * DP, kKVBytes, full(stage));
+  };
+  if (threadIdx.x == 0) {
+    mbar_arrive_expect_tx(q_full, kQBytes);
+    bulk_copy(sQ, q + blockIdx.x * static_cast<long long>(kFwdRows) * DP, kQBytes, q_full);
+    for (int s = 0; s < 2 && s < n_tiles; ++s) load_kv(s, s);
+  }
+
+  // Rows of this thread: g and g + 8 of its warp's 16.
+  auto row_of = [&](int r) { return q0 + wg * 64 + warp * 16 + g + 8 * r; };
+  auto vis_of = [&](int r) {
+    const long long row = row_of(r);
+    return row < nq ? visible_keys(row, nq, nk, causal) : 0;
+  };
+  // The fewest keys either row sees (a row past nq sees none).
+  const long long n_vis_min = row_of(1) >= nq ? 0 : vis_of(0);
+
+  const float scale_log2 = static_cast<float>(scale) * 1.4426950408889634f;
+  float m[2] = {-kInf, -kInf}, l[2] = {0.f, 0.f};  // l: this thread's partial sums
+  float acc[kNO][4];
+#pragma unroll
+  for (int n = 0; n < kNO; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+  const uint64_t q_desc = desc_sw128(sQ + wg * kQTileRows * DP * static_cast<uint32_t>(sizeof(typename E::Storage)));
+  mbar_wait(q_full, 0);
+
+  for (int it = 0; it < n_tiles; ++it) {
+    const int stage = it & 1;
+    const unsigned parity = (it >> 1) & 1;
+    const long long k0 = static_cast<long long>(it) * BK;
+    mbar_wait(full(stage), parity);
+
+    // S = Q·Kᵀ: 64 rows × BK keys per warpgroup.
+    float s[kNS][4];
+    const uint64_t k_desc = desc_sw128(sK + stage * kKVBytes);
+    wgmma_fence();
+#pragma unroll
+    for (int kc = 0; kc < DP / E::kK; ++kc)
+      Wgmma<E, BK>::ss(reinterpret_cast<float(&)[BK / 2]>(s), q_desc + (k_slice_offset(kc, kQTileRows) >> 4),
+                       k_desc + (k_slice_offset(kc, BK) >> 4), kc > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+
+    // Online softmax in log2 units, as in fwd_mma.cuh: element e of tile j
+    // is row e/2, key k0 + 8j + 2t + (e & 1).
+#pragma unroll
+    for (int j = 0; j < kNS; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] *= scale_log2;
+    if (k0 + BK > n_vis_min) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const long long nv = vis_of(r);
+#pragma unroll
+        for (int j = 0; j < kNS; ++j)
+#pragma unroll
+          for (int c = 0; c < 2; ++c)
+            if (k0 + j * 8 + 2 * t + c >= nv) s[j][2 * r + c] = -kInf;
+      }
+    }
+    float ref[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -kInf;
+#pragma unroll
+      for (int j = 0; j < kNS; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[r], mx);
+      // A row with no visible key so far keeps m = −inf; its reference is 0.
+      ref[r] = m_new == -kInf ? 0.f : m_new;
+      const float alpha = exp2f(m[r] - ref[r]);
+      m[r] = m_new;
+      if (alpha != 1.f) {
+        l[r] *= alpha;
+#pragma unroll
+        for (int n = 0; n < kNO; ++n) acc[n][2 * r] *= alpha, acc[n][2 * r + 1] *= alpha;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kNS; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[j][e] = exp2f(s[j][e] - ref[e / 2]);
+        l[e / 2] += s[j][e];
+      }
+
+    // O += P·V: P from the score registers, E::kK keys per wgmma.
+    uint32_t p[BK / E::kK][4];
+#pragma unroll
+    for (int kk = 0; kk < BK / E::kK; ++kk) E::p_frag(p[kk], s, kk);
+    const uint64_t v_desc = desc_sw128(sV + stage * kKVBytes);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BK / E::kK; ++kk)
+      Wgmma<E, DP>::rs(reinterpret_cast<float(&)[DP / 2]>(acc), p[kk], v_desc + (k_slice_offset(kk, DP) >> 4));
+    wgmma_commit();
+    wgmma_wait<0>();
+
+    // This warpgroup is done with the stage; once both are, tile it + 2
+    // goes there.
+    if (threadIdx.x % 128 == 0) mbar_arrive(empty(stage));
+    if (threadIdx.x == 0 && it + 2 < n_tiles) {
+      mbar_wait(empty(stage), parity);
+      load_kv(stage, it + 2);
+    }
+  }
+
+  // Epilogue: O = acc / l, LSE = m + log l (natural units); a row that saw no
+  // key gets 0 and +inf.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    const long long row = row_of(r);
+    if (row >= nq) continue;
+    const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+    float* orow = o + (bh * nq + row) * dim;
+#pragma unroll
+    for (int n = 0; n < kNO; ++n) {
+      const int col = n * 8 + 2 * t;
+      if (col < dim) orow[col] = acc[n][2 * r] * inv;
+      if (col + 1 < dim) orow[col + 1] = acc[n][2 * r + 1] * inv;
+    }
+    if (t == 0) lse[bh * nq + row] = l[r] > 0.f ? (m[r] + log2f(l[r])) * 0.6931471805599453f : kInf;
+  }
+}
+
+}  // namespace sm90
+}  // namespace flash

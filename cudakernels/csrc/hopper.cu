@@ -1,0 +1,45 @@
+// Entry points of the Hopper module (compiled for compute_90a only, loaded
+// on devices of compute capability 9.0): the wgmma forward and the
+// conversions into its tile images. Calling convention as in flash.cu:
+// 8-byte arguments, dense row-major tensors, one-dimensional grids.
+#include "fwd_wgmma.cuh"
+
+// The forward: kFwdThreads threads, kFwdRows query rows per block
+// (blockIdx.x = (b·H + h) · tiles + tile), fwd_smem_bytes of dynamic shared
+// memory; q, k and vt are the images the conversions below write.
+// launch_gpu.go's wgmma constants must match.
+#define FLASH_FWD_WGMMA(NAME, E, DP)                                                                            \
+  extern "C" __global__ void __launch_bounds__(flash::sm90::kFwdThreads, 1) flash_fwd_wgmma_##NAME##_d##DP(   \
+      const flash::mma::E::Storage* q, const flash::mma::E::Storage* k, const flash::mma::E::Storage* vt,      \
+      float* o, float* lse, long long nq, long long nk, long long dim, long long causal, double scale) {       \
+    flash::sm90::fwd_rowblock<flash::mma::E, DP>(q, k, vt, o, lse, nq, nk, dim, causal != 0, scale);          \
+  }
+
+FLASH_FWD_WGMMA(bf16, BF16, 64)
+FLASH_FWD_WGMMA(bf16, BF16, 128)
+FLASH_FWD_WGMMA(bf16, BF16, 256)
+FLASH_FWD_WGMMA(fp16, FP16, 64)
+FLASH_FWD_WGMMA(fp16, FP16, 128)
+FLASH_FWD_WGMMA(fp16, FP16, 256)
+FLASH_FWD_WGMMA(tf32, TF32, 64)
+FLASH_FWD_WGMMA(tf32, TF32, 128)
+
+// Tile images: to_image_rows (any block size and grid; launch_gpu.go uses
+// 256 threads) for Q and K, to_image_vt (256 threads, any grid) for V.
+#define FLASH_TO_IMAGE(NAME, E)                                                                                \
+  extern "C" __global__ void flash_to_image_rows_##NAME(const float* x, uint4* y, long long bhs, long long n,  \
+                                                        long long n_pad, long long dim, long long dp,          \
+                                                        long long rows) {                                      \
+    flash::sm90::to_image_rows<flash::mma::E>(x, y, bhs, n, n_pad, dim, static_cast<int>(dp),                  \
+                                              static_cast<int>(rows));                                         \
+  }                                                                                                            \
+  extern "C" __global__ void __launch_bounds__(256) flash_to_image_vt_##NAME(                                  \
+      const float* x, uint4* y, long long bhs, long long nk, long long nk_pad, long long dim, long long dp,     \
+      long long bk) {                                                                                          \
+    flash::sm90::to_image_vt<flash::mma::E>(x, y, bhs, nk, nk_pad, dim, static_cast<int>(dp),                  \
+                                            static_cast<int>(bk));                                             \
+  }
+
+FLASH_TO_IMAGE(bf16, BF16)
+FLASH_TO_IMAGE(fp16, FP16)
+FLASH_TO_IMAGE(tf32, TF32)

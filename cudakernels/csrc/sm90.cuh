@@ -1,0 +1,175 @@
+// Hopper (sm_90a) building blocks: warpgroup MMA (wgmma.mma_async) with
+// operands in shared memory described by matrix descriptors, mbarriers, and
+// bulk asynchronous copies (cp.async.bulk) from global to shared memory
+// that complete on an mbarrier. Only hopper.cu includes this header; it
+// compiles for compute_90a alone.
+//
+// Shared-memory operand layout ("tile image"). Every wgmma operand here is
+// K-major (the reduction index is the contiguous one) with the 128-byte
+// swizzle: a tile of R rows is cut along K into panels 128 bytes wide (64
+// 16-bit or 32 tf32 elements); panel p holds R rows of 128 bytes at
+// p·R·128 bytes, and inside each row the 16-byte chunk c sits at chunk
+// c ⊕ (row mod 8). Panels start at 1024-byte boundaries, so the XOR is the
+// one the hardware applies to address bits 4–6 from bits 7–9. A descriptor
+// names the panel's start, the 1024-byte stride between groups of 8 rows
+// and the swizzle mode; a k-slice of 16 bytes·… further along K inside the
+// panel is the same descriptor with its start moved by the slice's offset
+// (32 bytes per k16 of 16-bit or k8 of tf32 elements).
+//
+// The conversion kernels (fwd_wgmma.cuh) write Q, K and Vᵀ into global
+// memory already in this layout, tile after tile, so one bulk copy of
+// contiguous bytes lands a whole tile ready for wgmma.
+#pragma once
+#include <stdint.h>
+
+#include "mma.cuh"
+
+namespace flash {
+namespace sm90 {
+
+using mma::smem_addr;
+
+// image_chunk is the index, in 16-byte chunks from the start of a tile image
+// of `rows` rows, of logical chunk c (16 bytes, counted along K) of row r.
+__device__ __forceinline__ int image_chunk(int r, int c, int rows) {
+  return ((c / 8) * rows + r) * 8 + ((c % 8) ^ (r % 8));
+}
+
+// desc_sw128 is the wgmma descriptor of a K-major, 128-byte-swizzled panel
+// at shared address addr (1024-byte aligned): start address >> 4 in bits
+// 0–13, leading-dimension offset 1 (unused by swizzled K-major layouts),
+// stride between 8-row groups 1024 bytes (>> 4) in bits 32–45, swizzle mode
+// 1 (128 bytes) in bits 62–63.
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3ffff) >> 4) | (1ull << 16) | (static_cast<uint64_t>(1024 >> 4) << 32) |
+         (1ull << 62);
+}
+
+// k_slice_offset is the byte offset of k-slice kc (32 bytes of K) in a
+// K-major tile image of `rows` rows: panel kc/4, 32 bytes per slice within.
+__device__ __forceinline__ uint32_t k_slice_offset(int kc, int rows) {
+  return static_cast<uint32_t>((kc / 4) * rows * 128 + (kc % 4) * 32);
+}
+
+// mbarrier operations on shared addresses.
+__device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_fence_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+// mbar_arrive_expect_tx arrives and announces bytes that bulk copies will
+// deliver before the phase can complete.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::"r"(bar),
+               "r"(bytes)
+               : "memory");
+}
+// mbar_wait blocks until the phase with the given parity has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, unsigned parity) {
+  unsigned done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// bulk_copy starts copying bytes (a multiple of 16, both addresses 16-byte
+// aligned) from global src to shared dst; the mbarrier bar counts them.
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+// wgmma_fence orders this thread's earlier register writes (accumulators, A
+// fragments) before the wgmma that follow; commit and wait close a group.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// Wgmma<E, N> issues wgmma.mma_async of shape m64nNk(E::kK) with fp32
+// accumulators d (N/2 per thread: the m16n8 C layout of mma.cuh for each of
+// the warpgroup's four warps, n8 tile j in d[4j … 4j+3]):
+//   ss: d (+)= A·B with A (64 × K) and B (N × K) both K-major in shared
+//       memory, given by descriptors; scale_d = 0 overwrites d.
+//   rs: d += A·B with A from registers (the m16 A fragment of mma.cuh per
+//       warp) and B from a descriptor.
+template <typename E, int N> struct Wgmma;
+
+// Accumulator operand lists: "{%0, …, %n−1}" and the matching "+f" constraints.
+#define FLASH_WGMMA_D32 \
+  "{" "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20," \
+  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" "}"
+#define FLASH_WGMMA_D64 \
+  "{" "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20," \
+  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39," \
+  "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58," \
+  "%59, %60, %61, %62, %63" "}"
+#define FLASH_WGMMA_D128 \
+  "{" "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20," \
+  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39," \
+  "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58," \
+  "%59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77," \
+  "%78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96," \
+  "%97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112," \
+  "%113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" "}"
+#define FLASH_WGMMA_ACC8(i)                                                                                \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
+      "+f"(d[i + 7])
+#define FLASH_WGMMA_OPS32 FLASH_WGMMA_ACC8(0), FLASH_WGMMA_ACC8(8), FLASH_WGMMA_ACC8(16), FLASH_WGMMA_ACC8(24)
+#define FLASH_WGMMA_OPS64 \
+  FLASH_WGMMA_OPS32, FLASH_WGMMA_ACC8(32), FLASH_WGMMA_ACC8(40), FLASH_WGMMA_ACC8(48), FLASH_WGMMA_ACC8(56)
+#define FLASH_WGMMA_OPS128                                                                                    \
+  FLASH_WGMMA_OPS64, FLASH_WGMMA_ACC8(64), FLASH_WGMMA_ACC8(72), FLASH_WGMMA_ACC8(80), FLASH_WGMMA_ACC8(88), \
+      FLASH_WGMMA_ACC8(96), FLASH_WGMMA_ACC8(104), FLASH_WGMMA_ACC8(112), FLASH_WGMMA_ACC8(120)
+
+// FLASH_WGMMA defines Wgmma<E, N>. NREG = N/2 accumulators; SHAPE is the
+// instruction's shape and types; TRANS_SS and TRANS_RS the transpose
+// immediates 16-bit types take (none for tf32); the operand numbers after
+// the accumulators: SS_AB (a-desc, b-desc), SS_SCALE, RS_AB (a registers,
+// b-desc), RS_SCALE.
+#define FLASH_WGMMA(E, N, NREG, SHAPE, TRANS_SS, TRANS_RS, SS_AB, SS_SCALE, RS_AB, RS_SCALE)                  \
+  template <> struct Wgmma<mma::E, N> {                                                                    \
+    static __device__ __forceinline__ void ss(float (&d)[NREG], uint64_t a, uint64_t b, int scale_d) {      \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SS_SCALE ", 0;\nwgmma.mma_async.sync.aligned." SHAPE " " \
+                   FLASH_WGMMA_D##NREG ", " SS_AB ", p, 1, 1" TRANS_SS ";\n}\n"                              \
+                   : FLASH_WGMMA_OPS##NREG                                                                 \
+                   : "l"(a), "l"(b), "r"(scale_d));                                                        \
+    }                                                                                                      \
+    static __device__ __forceinline__ void rs(float (&d)[NREG], const uint32_t (&a)[4], uint64_t b) {       \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " RS_SCALE ", 0;\nwgmma.mma_async.sync.aligned." SHAPE " " \
+                   FLASH_WGMMA_D##NREG ", " RS_AB ", p, 1, 1" TRANS_RS ";\n}\n"                              \
+                   : FLASH_WGMMA_OPS##NREG                                                                 \
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                          \
+    }                                                                                                      \
+  };
+
+#define FLASH_WGMMA_N64(E, K, TYPES, TRANS_SS, TRANS_RS)                                                       \
+  FLASH_WGMMA(E, 64, 32, "m64n64" K TYPES, TRANS_SS, TRANS_RS, "%32, %33", "%34", "{%32, %33, %34, %35}, %36", \
+              "%37")
+#define FLASH_WGMMA_N128(E, K, TYPES, TRANS_SS, TRANS_RS)                                                       \
+  FLASH_WGMMA(E, 128, 64, "m64n128" K TYPES, TRANS_SS, TRANS_RS, "%64, %65", "%66", "{%64, %65, %66, %67}, %68", \
+              "%69")
+#define FLASH_WGMMA_N256(E, K, TYPES, TRANS_SS, TRANS_RS)                                                 \
+  FLASH_WGMMA(E, 256, 128, "m64n256" K TYPES, TRANS_SS, TRANS_RS, "%128, %129", "%130",                   \
+              "{%128, %129, %130, %131}, %132", "%133")
+#define FLASH_WGMMA_ALL_N(E, K, TYPES, TRANS_SS, TRANS_RS) \
+  FLASH_WGMMA_N64(E, K, TYPES, TRANS_SS, TRANS_RS)        \
+  FLASH_WGMMA_N128(E, K, TYPES, TRANS_SS, TRANS_RS)       \
+  FLASH_WGMMA_N256(E, K, TYPES, TRANS_SS, TRANS_RS)
+
+FLASH_WGMMA_ALL_N(BF16, "k16", ".f32.bf16.bf16", ", 0, 0", ", 0")
+FLASH_WGMMA_ALL_N(FP16, "k16", ".f32.f16.f16", ", 0, 0", ", 0")
+FLASH_WGMMA_ALL_N(TF32, "k8", ".f32.tf32.tf32", "", "")
+
+}  // namespace sm90
+}  // namespace flash

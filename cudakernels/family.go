@@ -1,0 +1,44 @@
+package cudakernels
+
+import "fmt"
+
+// Family selects the kernel family of the tensor-core forward (TF32, BF16
+// and FP16 precisions).
+type Family int
+
+const (
+	// FamilyAuto (the default) uses FamilySM90 on devices of compute
+	// capability 9.0 where it is built for the precision and head
+	// dimension, FamilySM80 everywhere else.
+	FamilyAuto Family = iota
+	// FamilySM80 is the mma.sync family (csrc/fwd_mma.cuh), for compute
+	// capability 8.0 and newer.
+	FamilySM80
+	// FamilySM90 is the Hopper family (csrc/fwd_wgmma.cuh: wgmma and bulk
+	// asynchronous copies), for compute capability 9.0 only. Head
+	// dimensions it is not built for (D ≤ 32 and, for TF32, D > 128) use
+	// FamilySM80.
+	FamilySM90
+)
+
+func (f Family) String() string {
+	switch f {
+	case FamilyAuto:
+		return "auto"
+	case FamilySM80:
+		return "sm80"
+	case FamilySM90:
+		return "sm90"
+	}
+	return fmt.Sprintf("Family(%d)", int(f))
+}
+
+// ParseFamily returns the family whose String is s.
+func ParseFamily(s string) (Family, error) {
+	for _, f := range []Family{FamilyAuto, FamilySM80, FamilySM90} {
+		if s == f.String() {
+			return f, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: kernel family %q (want auto, sm80 or sm90)", ErrUnsupported, s)
+}
