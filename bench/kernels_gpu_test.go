@@ -38,11 +38,12 @@ var family = flag.String("family", "auto", "kernel family of the tensor-core for
 // BenchmarkKernelsGPU times our CUDA kernels alone (cudakernels'
 // KernelTime: CUDA events, L2 flushed before each run, median of 3, the
 // conversion of the fp32 inputs to the operand type included) at
-// kernelShapes, forward in every precision and backward in FP32, BF16 and
-// FP16 (TF32's backward is FP32's on rounded operands). It reports ms and
-// TFLOP/s with FLOPs as in kernels.Params. gpu_side_by_side.py runs it beside
-// PyTorch's SDPA and prints one table. -family picks the forward's kernel
-// family.
+// kernelShapes, forward and backward in every precision (TF32's backward
+// runs on tensor cores where the device's kernel family has one, else it is
+// FP32's on rounded operands). It reports ms and TFLOP/s with FLOPs as in
+// kernels.Params. gpu_side_by_side.py runs it beside PyTorch's SDPA and
+// prints one table. -family picks the kernel family of the tensor-core
+// kernels (the forward's and, on Hopper, the backward's).
 func BenchmarkKernelsGPU(b *testing.B) {
 	fam, err := cudakernels.ParseFamily(*family)
 	if err != nil {
@@ -57,9 +58,6 @@ func BenchmarkKernelsGPU(b *testing.B) {
 			b.Fatal(err)
 		}
 		for _, pass := range []string{"fwd", "bwd"} {
-			if pass == "bwd" && prec == cudakernels.TF32 {
-				continue
-			}
 			for _, p := range kernelShapes(testing.Short()) {
 				name := fmt.Sprintf("%v/%s/D%d_N%d_causal=%v", prec, pass, p.D, p.Nq, p.Causal)
 				b.Run(name, func(b *testing.B) {

@@ -38,9 +38,10 @@ type Backend struct {
 	// gave when loading.
 	mmaFwd    map[int]forwardKernel
 	mmaFwdErr map[int]error
-	// Tensor-core backward of the backend's precision (BF16, FP16) by padded
-	// D (absent where none is built; that D falls back to CUDA cores).
-	mmaBwd map[int]*mmaBwdKernels
+	// Tensor-core backward of the backend's precision by padded D, of the
+	// family chosen for that D (absent where none is built; that D falls
+	// back to CUDA cores on rounded operands).
+	mmaBwd map[int]backwardKernel
 	// Rounds a float32 device buffer in place to the backend's operand
 	// precision (TF32, BF16, FP16): the CUDA-core backward's operands,
 	// rounded as the forward rounded them. Nil for FP32.
@@ -232,9 +233,23 @@ func (b *Backend) open(cfg config) (err error) {
 				b.mmaFwd[dp] = f
 			}
 		}
-		if b.prec != TF32 { // no TF32 tensor-core backward: CUDA cores on rounded operands
+		b.mmaBwd = map[int]backwardKernel{}
+		if b.prec != TF32 { // no mma.sync TF32 backward: CUDA cores on rounded operands
 			if b.mmaBwd, err = loadMmaBackward(b.mod, b.prec, maxSmem); err != nil {
 				return err
+			}
+		}
+		for _, dp := range headDims {
+			if !useHopper || !wgmmaBwdBuilt(b.prec, dp) {
+				continue
+			}
+			w, err := loadWgmmaBackward(b.hopper, b.prec, dp, maxSmem)
+			switch {
+			case errors.Is(err, ErrUnsupported): // too large for this device: the fallback serves dp
+			case err != nil:
+				return err
+			default:
+				b.mmaBwd[dp] = w
 			}
 		}
 	}

@@ -42,16 +42,24 @@ type mmaBwdKernels struct {
 // the registers of this block shape, and the CUDA-core backward serves it.
 const mmaBwdMaxDim = 128
 
+// A backwardKernel enqueues the tensor-core backward (after D = rowsum(dO∘O)
+// is in buf.delta) with the conversions its operands need; scratchBytes is
+// the size of bwdBuffers.scratch it needs for p.
+type backwardKernel interface {
+	scratchBytes(p kernels.Params) int64
+	launch(p kernels.Params, buf bwdBuffers, stream cu.Stream) error
+}
+
 // loadMmaBackward looks up the tensor-core backward of precision prec for
 // every head dimension csrc/flash.cu builds it for that fits the device's
 // shared memory.
-func loadMmaBackward(mod cu.Module, prec Precision, maxSmem int) (map[int]*mmaBwdKernels, error) {
+func loadMmaBackward(mod cu.Module, prec Precision, maxSmem int) (map[int]backwardKernel, error) {
 	name := "flash_to_half_" + prec.String()
 	toHalf, err := mod.Function(name)
 	if err != nil {
 		return nil, fmt.Errorf("cudakernels: kernel %s: %w", name, err)
 	}
-	out := map[int]*mmaBwdKernels{}
+	out := map[int]backwardKernel{}
 	for _, dp := range headDims {
 		smem := mmaBwdSmem(dp)
 		if dp > mmaBwdMaxDim || smem > maxSmem {
@@ -68,6 +76,14 @@ func loadMmaBackward(mod cu.Module, prec Precision, maxSmem int) (map[int]*mmaBw
 		out[dp] = ks
 	}
 	return out, nil
+}
+
+func (ks *mmaBwdKernels) scratchBytes(p kernels.Params) int64 {
+	var n int64
+	for _, s := range ks.halfParts(p) {
+		n += alignScratch(s)
+	}
+	return n
 }
 
 // halfParts returns the byte sizes of the 16-bit copies of Q, K, V and dO.
@@ -110,7 +126,7 @@ func (ks *mmaBwdKernels) launch(p kernels.Params, buf bwdBuffers, stream cu.Stre
 
 // mmaBackwardFor returns the tensor-core backward serving element type T and
 // head dimension d, or nil where the CUDA-core backward runs instead.
-func mmaBackwardFor[T kernels.Float](b *Backend, d int) *mmaBwdKernels {
+func mmaBackwardFor[T kernels.Float](b *Backend, d int) backwardKernel {
 	var zero T
 	if unsafe.Sizeof(zero) != 4 || b.mmaBwd == nil {
 		return nil
@@ -129,11 +145,7 @@ func backwardScratchBytes[T kernels.Float](b *Backend, p kernels.Params) (int64,
 	if ks == nil {
 		return 0, nil
 	}
-	var n int64
-	for _, s := range ks.halfParts(p) {
-		n += alignScratch(s)
-	}
-	return n, nil
+	return ks.scratchBytes(p), nil
 }
 
 // enqueueBackward enqueues on stream the backward kernels for element type

@@ -103,31 +103,194 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 	q := buf.scratch
 	k := q + cu.DevicePtr(alignScratch(qb))
 	v := k + cu.DevicePtr(alignScratch(kb))
-	bh, dp := int64(p.B)*int64(p.H), int64(f.dp)
+	im := imaging{toRows: f.toRows, toVt: f.toVt, p: p, dp: f.dp, elemSz: f.elemSz, stream: stream}
 	nqPad, nkPad := roundUp(int64(p.Nq), wgmmaRows), roundUp(int64(p.Nk), int64(f.bk))
-	vectorWidth := int64(16 / f.elemSz)
-	for _, c := range []struct {
-		src, dst    cu.DevicePtr
-		n, pad, per int64
-	}{{buf.q, q, int64(p.Nq), nqPad, wgmmaQTileRows}, {buf.k, k, int64(p.Nk), nkPad, int64(f.bk)}} {
-		const threads, maxBlocks = 256, 8192
-		blocks := int(min((bh*c.pad*dp/vectorWidth+threads-1)/threads, maxBlocks))
-		if blocks == 0 {
-			continue
-		}
-		if err := f.toRows.Launch(blocks, 1, 1, threads, 1, 1, 0, stream,
-			args(c.src, c.dst, bh, c.n, c.pad, int64(p.D), dp, c.per)); err != nil {
-			return err
-		}
+	if err := im.rows(buf.q, q, p.Nq, nqPad, wgmmaQTileRows); err != nil {
+		return err
 	}
-	const maxVtBlocks = 16384
-	if blocks := int(min(bh*(nkPad/wgmmaVtKeys)*(dp/wgmmaVtCols), maxVtBlocks)); blocks > 0 {
-		if err := f.toVt.Launch(blocks, 1, 1, 256, 1, 1, 0, stream,
-			args(buf.v, v, bh, int64(p.Nk), nkPad, int64(p.D), dp, int64(f.bk))); err != nil {
-			return err
-		}
+	if err := im.rows(buf.k, k, p.Nk, nkPad, f.bk); err != nil {
+		return err
+	}
+	if err := im.transposed(buf.v, v, p.Nk, nkPad, f.bk); err != nil {
+		return err
 	}
 	return f.fn.Launch(grid, 1, 1, wgmmaThreads, 1, 1, f.smem, stream, args(
 		q, k, v, buf.o, buf.lse,
 		int64(p.Nq), int64(p.Nk), int64(p.D), bool64(p.Causal), p.Scale))
+}
+
+// imaging enqueues the conversions of [B·H, n, D] float32 tensors into tile
+// images (csrc/fwd_wgmma.cuh) for one problem, precision and padded head
+// dimension.
+type imaging struct {
+	toRows, toVt cu.Function
+	p            kernels.Params
+	dp, elemSz   int
+	stream       cu.Stream
+}
+
+// rows converts src (n rows per head) into row images of tiles of `tile`
+// rows at dst, padded with zero rows to nPad per head.
+func (im imaging) rows(src, dst cu.DevicePtr, n int, nPad int64, tile int) error {
+	bh, dp := int64(im.p.B)*int64(im.p.H), int64(im.dp)
+	const threads, maxBlocks = 256, 8192
+	blocks := int(min((bh*nPad*dp/int64(16/im.elemSz)+threads-1)/threads, maxBlocks))
+	if blocks == 0 {
+		return nil
+	}
+	return im.toRows.Launch(blocks, 1, 1, threads, 1, 1, 0, im.stream,
+		args(src, dst, bh, int64(n), nPad, int64(im.p.D), dp, int64(tile)))
+}
+
+// transposed converts src (n rows per head) into transposed images, one
+// [dp, tile] image per tile of rows, padded to nPad rows per head (a
+// multiple of the tile and of wgmmaVtKeys).
+func (im imaging) transposed(src, dst cu.DevicePtr, n int, nPad int64, tile int) error {
+	bh, dp := int64(im.p.B)*int64(im.p.H), int64(im.dp)
+	const maxBlocks = 16384
+	blocks := int(min(bh*(nPad/wgmmaVtKeys)*(dp/wgmmaVtCols), maxBlocks))
+	if blocks == 0 {
+		return nil
+	}
+	return im.toVt.Launch(blocks, 1, 1, 256, 1, 1, 0, im.stream,
+		args(src, dst, bh, int64(n), nPad, int64(im.p.D), dp, int64(tile)))
+}
+
+// The Hopper backward (csrc/bwd_wgmma.cuh): blocks of wg warpgroups own
+// 64·wg keys (dK, dV) or queries (dQ), 64 per warpgroup, and stream the
+// other side in steps of `step` rows (wgmmaBwdShape). Its inputs are
+// images in tiles of wgmmaBwdTile rows, padded to a multiple of
+// wgmmaBwdPad rows: Q, K, V and dO by rows, Qᵀ, Kᵀ and dOᵀ transposed, and
+// the LSE (log2 units) and D padded likewise.
+const (
+	wgmmaBwdTile = 64
+	wgmmaBwdPad  = 128
+)
+
+// wgmmaBwdBuilt reports whether csrc/hopper.cu instantiates the backward
+// for prec and dp: up to 128 columns, where K, V and two stages of four
+// streamed operands still fit shared memory.
+func wgmmaBwdBuilt(prec Precision, dp int) bool {
+	switch prec {
+	case BF16, FP16, TF32:
+		return dp == 64 || dp == 128
+	}
+	return false
+}
+
+// wgmmaBwdShape mirrors bwd_wg and bwd_step: one warpgroup and steps of 32
+// rows for TF32 above 64 columns, else two and 64.
+func wgmmaBwdShape(prec Precision, dp int) (wg, step int) {
+	if elemBytes(prec) == 4 && dp > 64 {
+		return 1, 32
+	}
+	return 2, 64
+}
+
+// wgmmaBwdSmem mirrors bwd_dkdv_smem_bytes and bwd_dq_smem_bytes.
+func wgmmaBwdSmem(prec Precision, dp int) (dkdv, dq int) {
+	wg, step := wgmmaBwdShape(prec, dp)
+	row := dp * elemBytes(prec)
+	fixed, streamed := 2*wg*wgmmaBwdTile*row, step*row
+	return 1024 + fixed + 8*streamed + 4*step*4 + 5*8, 1024 + fixed + 6*streamed + 5*8
+}
+
+// wgmmaBackward is the Hopper backward for one precision and padded head
+// dimension, with the conversions it needs.
+type wgmmaBackward struct {
+	dkdv, dq, toRows, toVt, stats cu.Function
+	dkdvSmem, dqSmem, dp, elemSz  int
+	block                         int // rows per block: 64 per warpgroup
+}
+
+// loadWgmmaBackward looks up the Hopper backward for prec and dp in mod.
+func loadWgmmaBackward(mod cu.Module, prec Precision, dp, maxSmem int) (*wgmmaBackward, error) {
+	wg, _ := wgmmaBwdShape(prec, dp)
+	w := &wgmmaBackward{dp: dp, elemSz: elemBytes(prec), block: wg * wgmmaBwdTile}
+	w.dkdvSmem, w.dqSmem = wgmmaBwdSmem(prec, dp)
+	var err error
+	suffix := fmt.Sprintf("_wgmma_%v_d%d", prec, dp)
+	if w.dkdv, err = lookup(mod, "flash_bwd_dkdv"+suffix, w.dkdvSmem, maxSmem); err != nil {
+		return nil, err
+	}
+	if w.dq, err = lookup(mod, "flash_bwd_dq"+suffix, w.dqSmem, maxSmem); err != nil {
+		return nil, err
+	}
+	for _, c := range []struct {
+		fn   *cu.Function
+		name string
+	}{{&w.toRows, "flash_to_image_rows_" + prec.String()}, {&w.toVt, "flash_to_image_vt_" + prec.String()},
+		{&w.stats, "flash_bwd_stats_sm90"}} {
+		if *c.fn, err = mod.Function(c.name); err != nil {
+			return nil, fmt.Errorf("cudakernels: kernel %s: %w", c.name, err)
+		}
+	}
+	return w, nil
+}
+
+// parts returns the byte sizes of the images and padded statistics in
+// scratch order: Q, Qᵀ, dO, dOᵀ, K, Kᵀ, V, LSE, D.
+func (w *wgmmaBackward) parts(p kernels.Params) []int64 {
+	bh, row := int64(p.B)*int64(p.H), int64(w.dp)*int64(w.elemSz)
+	q := bh * roundUp(int64(p.Nq), wgmmaBwdPad) * row
+	k := bh * roundUp(int64(p.Nk), wgmmaBwdPad) * row
+	st := bh * roundUp(int64(p.Nq), wgmmaBwdPad) * 4
+	return []int64{q, q, q, q, k, k, k, st, st}
+}
+
+func (w *wgmmaBackward) scratchBytes(p kernels.Params) int64 {
+	var n int64
+	for _, s := range w.parts(p) {
+		n += alignScratch(s)
+	}
+	return n
+}
+
+// launch converts the inputs into images in buf.scratch, then enqueues the
+// dK/dV and the dQ kernels. buf.delta must already hold D.
+func (w *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Stream) error {
+	gridK, err := gridFor(p, p.Nk, w.block)
+	if err != nil {
+		return err
+	}
+	gridQ, err := gridFor(p, p.Nq, w.block)
+	if err != nil {
+		return err
+	}
+	var at [9]cu.DevicePtr // Q, Qᵀ, dO, dOᵀ, K, Kᵀ, V, LSE, D
+	off := buf.scratch
+	for i, size := range w.parts(p) {
+		at[i] = off
+		off += cu.DevicePtr(alignScratch(size))
+	}
+	im := imaging{toRows: w.toRows, toVt: w.toVt, p: p, dp: w.dp, elemSz: w.elemSz, stream: stream}
+	nqPad, nkPad := roundUp(int64(p.Nq), wgmmaBwdPad), roundUp(int64(p.Nk), wgmmaBwdPad)
+	for _, c := range []struct {
+		src, rows, transposed cu.DevicePtr
+		n                     int
+		pad                   int64
+	}{{buf.q, at[0], at[1], p.Nq, nqPad}, {buf.do, at[2], at[3], p.Nq, nqPad}, {buf.k, at[4], at[5], p.Nk, nkPad}, {buf.v, at[6], 0, p.Nk, nkPad}} {
+		if err := im.rows(c.src, c.rows, c.n, c.pad, wgmmaBwdTile); err != nil {
+			return err
+		}
+		if c.transposed != 0 {
+			if err := im.transposed(c.src, c.transposed, c.n, c.pad, wgmmaBwdTile); err != nil {
+				return err
+			}
+		}
+	}
+	bh := int64(p.B) * int64(p.H)
+	const statThreads, maxBlocks = 256, 4096
+	if err := w.stats.Launch(int(min((bh*nqPad+statThreads-1)/statThreads, maxBlocks)), 1, 1, statThreads, 1, 1, 0, stream,
+		args(buf.lse, buf.delta, at[7], at[8], bh, int64(p.Nq), nqPad)); err != nil {
+		return err
+	}
+	shape := []any{int64(p.Nq), int64(p.Nk), int64(p.D), bool64(p.Causal), p.Scale}
+	threads := 2 * w.block // 128 per warpgroup of 64 rows
+	if err := w.dkdv.Launch(gridK, 1, 1, threads, 1, 1, w.dkdvSmem, stream, args(append([]any{
+		at[0], at[1], at[4], at[6], at[2], at[3], at[7], at[8], buf.dk, buf.dv}, shape...)...)); err != nil {
+		return err
+	}
+	return w.dq.Launch(gridQ, 1, 1, threads, 1, 1, w.dqSmem, stream, args(append([]any{
+		at[0], at[4], at[5], at[6], at[2], at[7], at[8], buf.dq}, shape...)...))
 }

@@ -13,7 +13,8 @@
 // fwd_rowblock gives each block kFwdRows query rows, 64 per warpgroup. One
 // thread issues the bulk copies: Q once, then K and Vᵀ tiles into two
 // stages, each with a "full" mbarrier (the copy's bytes have landed) and an
-// "empty" one (both warpgroups are done reading it), so the copy of tile
+// "empty" one (every thread is done reading it: each arrives, because an
+// mbarrier arrive releases only the arriving thread's own accesses), so the copy of tile
 // i+2 overlaps the work on tile i+1. Per tile, each warpgroup computes
 // S = Q·Kᵀ (wgmma, both operands in shared memory), the online softmax on
 // the accumulators, and O += P·V with P from registers (wgmma).
@@ -158,8 +159,8 @@ __device__ void fwd_rowblock(const typename E::Storage* __restrict__ q, const ty
   if (threadIdx.x == 0) {
     mbar_init(full(0), 1);
     mbar_init(full(1), 1);
-    mbar_init(empty(0), kWarpgroups);
-    mbar_init(empty(1), kWarpgroups);
+    mbar_init(empty(0), kFwdThreads);
+    mbar_init(empty(1), kFwdThreads);
     mbar_init(q_full, 1);
     mbar_fence_init();
   }
@@ -267,9 +268,9 @@ __device__ void fwd_rowblock(const typename E::Storage* __restrict__ q, const ty
     wgmma_commit();
     wgmma_wait<0>();
 
-    // This warpgroup is done with the stage; once both are, tile it + 2
-    // goes there.
-    if (threadIdx.x % 128 == 0) mbar_arrive(empty(stage));
+    // This thread is done with the stage; once all are, tile it + 2 goes
+    // there.
+    mbar_arrive(empty(stage));
     if (threadIdx.x == 0 && it + 2 < n_tiles) {
       mbar_wait(empty(stage), parity);
       load_kv(stage, it + 2);

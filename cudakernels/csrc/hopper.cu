@@ -1,7 +1,8 @@
 // Entry points of the Hopper module (compiled for compute_90a only, loaded
-// on devices of compute capability 9.0): the wgmma forward and the
-// conversions into its tile images. Calling convention as in flash.cu:
+// on devices of compute capability 9.0): the wgmma forward and backward and
+// the conversions into their tile images. Calling convention as in flash.cu:
 // 8-byte arguments, dense row-major tensors, one-dimensional grids.
+#include "bwd_wgmma.cuh"
 #include "fwd_wgmma.cuh"
 
 // The forward: kFwdThreads threads, kFwdRows query rows per block
@@ -43,3 +44,39 @@ FLASH_FWD_WGMMA(tf32, TF32, 128)
 FLASH_TO_IMAGE(bf16, BF16)
 FLASH_TO_IMAGE(fp16, FP16)
 FLASH_TO_IMAGE(tf32, TF32)
+
+// The backward (bwd_wgmma.cuh): 128·bwd_wg threads and 64·bwd_wg keys
+// (dkdv) or queries (dq) per block, on row images of Q, K, V, dO in tiles of
+// kBwdTile rows and transposed images Qᵀ, Kᵀ, dOᵀ of kBwdTile columns, all
+// padded to kBwdPad rows; lse2 and dpad come from flash_bwd_stats_sm90.
+#define FLASH_BWD_WGMMA(NAME, E, DP)                                                                            \
+  extern "C" __global__ void __launch_bounds__(128 * flash::sm90::bwd_wg<flash::mma::E, DP>(), 1)               \
+      flash_bwd_dkdv_wgmma_##NAME##_d##DP(                                                                     \
+      const flash::mma::E::Storage* q, const flash::mma::E::Storage* qt, const flash::mma::E::Storage* k,      \
+      const flash::mma::E::Storage* v, const flash::mma::E::Storage* dout, const flash::mma::E::Storage* dot,  \
+      const float* lse2, const float* dpad, float* dk, float* dv, long long nq, long long nk, long long dim,    \
+      long long causal, double scale) {                                                                        \
+    flash::sm90::dkdv_colblock<flash::mma::E, DP>(q, qt, k, v, dout, dot, lse2, dpad, dk, dv, nq, nk, dim,     \
+                                                  causal != 0, scale);                                         \
+  }                                                                                                            \
+  extern "C" __global__ void __launch_bounds__(128 * flash::sm90::bwd_wg<flash::mma::E, DP>(), 1)               \
+      flash_bwd_dq_wgmma_##NAME##_d##DP(                                                                       \
+      const flash::mma::E::Storage* q, const flash::mma::E::Storage* k, const flash::mma::E::Storage* kt,      \
+      const flash::mma::E::Storage* v, const flash::mma::E::Storage* dout, const float* lse2, const float* dpad, \
+      float* dq, long long nq, long long nk, long long dim, long long causal, double scale) {                  \
+    flash::sm90::dq_rowblock<flash::mma::E, DP>(q, k, kt, v, dout, lse2, dpad, dq, nq, nk, dim, causal != 0,   \
+                                                scale);                                                        \
+  }
+
+FLASH_BWD_WGMMA(bf16, BF16, 64)
+FLASH_BWD_WGMMA(bf16, BF16, 128)
+FLASH_BWD_WGMMA(fp16, FP16, 64)
+FLASH_BWD_WGMMA(fp16, FP16, 128)
+FLASH_BWD_WGMMA(tf32, TF32, 64)
+FLASH_BWD_WGMMA(tf32, TF32, 128)
+
+// LSE in log2 units and D, padded to whole blocks; any block size and grid.
+extern "C" __global__ void flash_bwd_stats_sm90(const float* lse, const float* delta, float* lse2, float* dpad,
+                                                long long bhs, long long nq, long long nq_pad) {
+  flash::sm90::prep_stats(lse, delta, lse2, dpad, bhs, nq, nq_pad);
+}

@@ -106,6 +106,8 @@ template <int N> __device__ __forceinline__ void wgmma_wait() {
 template <typename E, int N> struct Wgmma;
 
 // Accumulator operand lists: "{%0, …, %n−1}" and the matching "+f" constraints.
+#define FLASH_WGMMA_D16 \
+  "{" "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15" "}"
 #define FLASH_WGMMA_D32 \
   "{" "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20," \
   "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" "}"
@@ -125,7 +127,8 @@ template <typename E, int N> struct Wgmma;
 #define FLASH_WGMMA_ACC8(i)                                                                                \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
       "+f"(d[i + 7])
-#define FLASH_WGMMA_OPS32 FLASH_WGMMA_ACC8(0), FLASH_WGMMA_ACC8(8), FLASH_WGMMA_ACC8(16), FLASH_WGMMA_ACC8(24)
+#define FLASH_WGMMA_OPS16 FLASH_WGMMA_ACC8(0), FLASH_WGMMA_ACC8(8)
+#define FLASH_WGMMA_OPS32 FLASH_WGMMA_OPS16, FLASH_WGMMA_ACC8(16), FLASH_WGMMA_ACC8(24)
 #define FLASH_WGMMA_OPS64 \
   FLASH_WGMMA_OPS32, FLASH_WGMMA_ACC8(32), FLASH_WGMMA_ACC8(40), FLASH_WGMMA_ACC8(48), FLASH_WGMMA_ACC8(56)
 #define FLASH_WGMMA_OPS128                                                                                    \
@@ -153,6 +156,9 @@ template <typename E, int N> struct Wgmma;
     }                                                                                                      \
   };
 
+#define FLASH_WGMMA_N32(E, K, TYPES, TRANS_SS, TRANS_RS)                                                       \
+  FLASH_WGMMA(E, 32, 16, "m64n32" K TYPES, TRANS_SS, TRANS_RS, "%16, %17", "%18", "{%16, %17, %18, %19}, %20", \
+              "%21")
 #define FLASH_WGMMA_N64(E, K, TYPES, TRANS_SS, TRANS_RS)                                                       \
   FLASH_WGMMA(E, 64, 32, "m64n64" K TYPES, TRANS_SS, TRANS_RS, "%32, %33", "%34", "{%32, %33, %34, %35}, %36", \
               "%37")
@@ -163,6 +169,7 @@ template <typename E, int N> struct Wgmma;
   FLASH_WGMMA(E, 256, 128, "m64n256" K TYPES, TRANS_SS, TRANS_RS, "%128, %129", "%130",                   \
               "{%128, %129, %130, %131}, %132", "%133")
 #define FLASH_WGMMA_ALL_N(E, K, TYPES, TRANS_SS, TRANS_RS) \
+  FLASH_WGMMA_N32(E, K, TYPES, TRANS_SS, TRANS_RS)        \
   FLASH_WGMMA_N64(E, K, TYPES, TRANS_SS, TRANS_RS)        \
   FLASH_WGMMA_N128(E, K, TYPES, TRANS_SS, TRANS_RS)       \
   FLASH_WGMMA_N256(E, K, TYPES, TRANS_SS, TRANS_RS)

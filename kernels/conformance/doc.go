@@ -23,7 +23,9 @@
 // error, both measured against float64 — FlashAttention's own rule. On top
 // comes a floor of two rounding units times the larger of the output's own
 // magnitude and the error that rounding cannot avoid in its formula, from
-// the √n·u bound for sums of n rounded terms (see checks in compare.go).
+// the √n·u bound for sums of n rounded terms, or the worst-case n·u for
+// the tensor-core precisions, whose accumulators do not round to nearest
+// (see checks in compare.go).
 // Without it a gradient that is exactly 0 through cancellation, such as dQ
 // when every row sees a single key, would demand an exact zero that only
 // the naive summation order happens to produce.

@@ -52,8 +52,8 @@ func ReportErrors(t *testing.T, b kernels.Backend, prec kernels.Precision) {
 	}
 	got := runPass(t, b, p, pr.q, pr.k, pr.v, pr.do)
 	check32(t, b, p, prec, got, want, pr.q, pr.k, pr.v, pr.do)
-	base := checks(p, naive32(p, prec, pr.q, pr.k, pr.v, pr.do), want, q, k, v, do)
-	for i, c := range checks(p, got, want, q, k, v, do) {
+	base := checks(p, prec != kernels.FP32, naive32(p, prec, pr.q, pr.k, pr.v, pr.do), want, q, k, v, do)
+	for i, c := range checks(p, prec != kernels.FP32, got, want, q, k, v, do) {
 		e, _ := maxAbsErr(c.got, c.want)
 		n, _ := maxAbsErr(base[i].got, c.want)
 		t.Logf("%v %s: max error / max|ref| = %.2e (naive %v: %.2e)", prec, c.name, e/maxAbs(c.want), prec, n/maxAbs(c.want))
@@ -145,7 +145,7 @@ func runPass[T kernels.Float](t *testing.T, b kernels.Backend, p kernels.Params,
 // check64 requires every output within float64Tolerance of the reference.
 func check64(t *testing.T, b kernels.Backend, p kernels.Params, got, want result[float64], q, k, v, do []float64) {
 	t.Helper()
-	for _, c := range checks(p, got, want, q, k, v, do) {
+	for _, c := range checks(p, false, got, want, q, k, v, do) {
 		bound := float64Tolerance * max(maxAbs(c.want), c.floor)
 		if e, at := maxAbsErr(c.got, c.want); !(e <= bound) {
 			t.Errorf("float64 %s: error %.3g > bound %.3g (got %v, want %v)",
@@ -161,9 +161,9 @@ func check32(t *testing.T, b kernels.Backend, p kernels.Params, prec kernels.Pre
 	t.Helper()
 	base := naive32(p, prec, q, k, v, do)
 	q64, k64, v64, do64 := widen(q), widen(k), widen(v), widen(do)
-	baseChecks := checks(p, base, want, q64, k64, v64, do64)
+	baseChecks := checks(p, prec != kernels.FP32, base, want, q64, k64, v64, do64)
 	unit := roundingUnit(prec)
-	for i, c := range checks(p, got, want, q64, k64, v64, do64) {
+	for i, c := range checks(p, prec != kernels.FP32, got, want, q64, k64, v64, do64) {
 		naiveErr, _ := maxAbsErr(baseChecks[i].got, c.want)
 		bound := 2*naiveErr + 2*unit*max(maxAbs(c.want), c.floor)
 		if e, at := maxAbsErr(c.got, c.want); !(e <= bound) {
