@@ -156,15 +156,17 @@ func (im imaging) transposed(src, dst cu.DevicePtr, n int, nPad int64, tile int)
 		args(src, dst, bh, int64(n), nPad, int64(im.p.D), dp, int64(tile)))
 }
 
-// The Hopper backward (csrc/bwd_wgmma.cuh): blocks of wg warpgroups own
-// 64·wg keys (dK, dV) or queries (dQ), 64 per warpgroup, and stream the
-// other side in steps of `step` rows (wgmmaBwdShape). Its inputs are
-// images in tiles of wgmmaBwdTile rows, padded to a multiple of
-// wgmmaBwdPad rows: Q, K, V and dO by rows, Qᵀ, Kᵀ and dOᵀ transposed, and
-// the LSE (log2 units) and D padded likewise.
+// The Hopper backward (csrc/bwd_wgmma.cuh): blocks of two warpgroups own
+// wgmmaBwdBlock keys (dK, dV) or queries (dQ), 64 per warpgroup, and stream
+// the other side in steps (wgmmaBwdShape). Its inputs are images in tiles
+// of wgmmaBwdTile rows, padded to a multiple of wgmmaBwdPad rows: Q, K, V
+// and dO by rows, Qᵀ, Kᵀ and dOᵀ transposed, and the LSE (log2 units) and D
+// padded likewise.
 const (
-	wgmmaBwdTile = 64
-	wgmmaBwdPad  = 128
+	wgmmaBwdThreads = 256
+	wgmmaBwdTile    = 64
+	wgmmaBwdBlock   = 128
+	wgmmaBwdPad     = 128
 )
 
 // wgmmaBwdBuilt reports whether csrc/hopper.cu instantiates the backward
@@ -178,21 +180,21 @@ func wgmmaBwdBuilt(prec Precision, dp int) bool {
 	return false
 }
 
-// wgmmaBwdShape mirrors bwd_wg and bwd_step: one warpgroup and steps of 32
-// rows for TF32 above 64 columns, else two and 64.
-func wgmmaBwdShape(prec Precision, dp int) (wg, step int) {
+// wgmmaBwdShape mirrors bwd_step and bwd_tstages: for TF32 above 64
+// columns, steps of 32 rows and one stage of Qᵀ and dOᵀ; else 64 and two.
+func wgmmaBwdShape(prec Precision, dp int) (step, tstages int) {
 	if elemBytes(prec) == 4 && dp > 64 {
-		return 1, 32
+		return 32, 1
 	}
-	return 2, 64
+	return 64, 2
 }
 
 // wgmmaBwdSmem mirrors bwd_dkdv_smem_bytes and bwd_dq_smem_bytes.
 func wgmmaBwdSmem(prec Precision, dp int) (dkdv, dq int) {
-	wg, step := wgmmaBwdShape(prec, dp)
+	step, tstages := wgmmaBwdShape(prec, dp)
 	row := dp * elemBytes(prec)
-	fixed, streamed := 2*wg*wgmmaBwdTile*row, step*row
-	return 1024 + fixed + 8*streamed + 4*step*4 + 5*8, 1024 + fixed + 6*streamed + 5*8
+	fixed, streamed := 2*wgmmaBwdBlock*row, step*row
+	return 1024 + fixed + 2*(2+tstages)*streamed + 4*step*4 + 7*8, 1024 + fixed + 6*streamed + 5*8
 }
 
 // wgmmaBackward is the Hopper backward for one precision and padded head
@@ -200,13 +202,11 @@ func wgmmaBwdSmem(prec Precision, dp int) (dkdv, dq int) {
 type wgmmaBackward struct {
 	dkdv, dq, toRows, toVt, stats cu.Function
 	dkdvSmem, dqSmem, dp, elemSz  int
-	block                         int // rows per block: 64 per warpgroup
 }
 
 // loadWgmmaBackward looks up the Hopper backward for prec and dp in mod.
 func loadWgmmaBackward(mod cu.Module, prec Precision, dp, maxSmem int) (*wgmmaBackward, error) {
-	wg, _ := wgmmaBwdShape(prec, dp)
-	w := &wgmmaBackward{dp: dp, elemSz: elemBytes(prec), block: wg * wgmmaBwdTile}
+	w := &wgmmaBackward{dp: dp, elemSz: elemBytes(prec)}
 	w.dkdvSmem, w.dqSmem = wgmmaBwdSmem(prec, dp)
 	var err error
 	suffix := fmt.Sprintf("_wgmma_%v_d%d", prec, dp)
@@ -249,11 +249,11 @@ func (w *wgmmaBackward) scratchBytes(p kernels.Params) int64 {
 // launch converts the inputs into images in buf.scratch, then enqueues the
 // dK/dV and the dQ kernels. buf.delta must already hold D.
 func (w *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Stream) error {
-	gridK, err := gridFor(p, p.Nk, w.block)
+	gridK, err := gridFor(p, p.Nk, wgmmaBwdBlock)
 	if err != nil {
 		return err
 	}
-	gridQ, err := gridFor(p, p.Nq, w.block)
+	gridQ, err := gridFor(p, p.Nq, wgmmaBwdBlock)
 	if err != nil {
 		return err
 	}
@@ -286,11 +286,10 @@ func (w *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 		return err
 	}
 	shape := []any{int64(p.Nq), int64(p.Nk), int64(p.D), bool64(p.Causal), p.Scale}
-	threads := 2 * w.block // 128 per warpgroup of 64 rows
-	if err := w.dkdv.Launch(gridK, 1, 1, threads, 1, 1, w.dkdvSmem, stream, args(append([]any{
+	if err := w.dkdv.Launch(gridK, 1, 1, wgmmaBwdThreads, 1, 1, w.dkdvSmem, stream, args(append([]any{
 		at[0], at[1], at[4], at[6], at[2], at[3], at[7], at[8], buf.dk, buf.dv}, shape...)...)); err != nil {
 		return err
 	}
-	return w.dq.Launch(gridQ, 1, 1, threads, 1, 1, w.dqSmem, stream, args(append([]any{
+	return w.dq.Launch(gridQ, 1, 1, wgmmaBwdThreads, 1, 1, w.dqSmem, stream, args(append([]any{
 		at[0], at[4], at[5], at[6], at[2], at[7], at[8], buf.dq}, shape...)...))
 }

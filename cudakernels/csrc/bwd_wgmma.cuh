@@ -12,16 +12,18 @@
 // like the forward's Vᵀ). prep_stats writes the LSE in log2 units and D,
 // padded with +inf and 0, so that padded queries get P = 0.
 //
-// Both kernels take WG warpgroups per block (64 rows each) and stream the
-// other side in steps of STEP rows (64, or 32 for TF32 at DP = 128, where
-// two warpgroups and 64-row steps would not fit shared memory; a step of
-// 32 copies half of each image tile):
-//   dkdv_colblock  one block per 64·WG keys loops over query steps:
+// Both kernels take two warpgroups per block (64 rows each) and stream the
+// other side in steps of STEP rows, double buffered: 64 rows, or for TF32
+// at DP = 128, where that would not fit shared memory, 32 (half of each
+// image tile), and in dkdv_colblock Qᵀ and dOᵀ single buffered (bwd_tstages:
+// loaded once both warpgroups are done with the previous step, they are
+// needed only after that step's Sᵀ, dPᵀ and softmax):
+//   dkdv_colblock  one block per kBwdBlock keys loops over query steps:
 //                  Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (both operands in shared
 //                  memory), then dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ and dSᵀ
 //                  from registers and the transposed images dOᵀ and Qᵀ as B
 //                  operands.
-//   dq_rowblock    one block per 64·WG queries loops over key steps:
+//   dq_rowblock    one block per kBwdBlock queries loops over key steps:
 //                  S = Q·Kᵀ, dP = dO·Vᵀ, dQ += dS·K (Kᵀ image).
 //
 // One thread issues the copies: the block's fixed tiles once, then the
@@ -40,33 +42,34 @@ constexpr int kBwdTile = 64;  // rows of every image tile, and of a warpgroup's 
 constexpr int kBwdPad = 128;  // images and statistics are padded to a multiple of this many rows
 constexpr float kLog2e = 1.4426950408889634f;
 
-// bwd_wg and bwd_step: warpgroups per block and streamed rows per step for
-// operand type E and DP (see above). wgmma_gpu.go repeats them
+constexpr int kBwdWarpgroups = 2;
+constexpr int kBwdThreads = 128 * kBwdWarpgroups;
+constexpr int kBwdBlock = kBwdTile * kBwdWarpgroups;  // keys per dK/dV block, queries per dQ block
+
+// bwd_step and bwd_tstages: streamed rows per step and stages of Qᵀ and dOᵀ
+// for operand type E and DP (see above). wgmma_gpu.go repeats them
 // (wgmmaBwdShape).
-template <typename E, int DP> __host__ __device__ constexpr int bwd_wg() {
-  return sizeof(typename E::Storage) == 4 && DP > 64 ? 1 : 2;
+template <typename E, int DP> __host__ __device__ constexpr bool bwd_wide() {
+  return sizeof(typename E::Storage) == 4 && DP > 64;
 }
-template <typename E, int DP> __host__ __device__ constexpr int bwd_step() {
-  return sizeof(typename E::Storage) == 4 && DP > 64 ? 32 : 64;
-}
+template <typename E, int DP> __host__ __device__ constexpr int bwd_step() { return bwd_wide<E, DP>() ? 32 : 64; }
+template <typename E, int DP> __host__ __device__ constexpr int bwd_tstages() { return bwd_wide<E, DP>() ? 1 : 2; }
 // bwd_rows_bytes is the size of ROWS rows of an image of E at DP columns.
 template <typename E, int DP, int ROWS> __host__ __device__ constexpr int bwd_rows_bytes() {
   return ROWS * DP * static_cast<int>(sizeof(typename E::Storage));
 }
-// Shared memory of dkdv_colblock: alignment slack, K and V (64 rows per
-// warpgroup), two stages of Q, dO, Qᵀ and dOᵀ steps, two stages of the
-// steps' LSE and D, three mbarriers and two pairs. wgmma_gpu.go repeats
-// both layouts (wgmmaBwdSmem).
+// Shared memory of dkdv_colblock: alignment slack, K and V, two stages of
+// Q and dO steps, bwd_tstages of Qᵀ and dOᵀ, two stages of the steps' LSE
+// and D, seven mbarriers. wgmma_gpu.go repeats both layouts (wgmmaBwdSmem).
 template <typename E, int DP> __host__ __device__ constexpr int bwd_dkdv_smem_bytes() {
   constexpr int kStep = bwd_step<E, DP>();
-  return 1024 + 2 * bwd_wg<E, DP>() * bwd_rows_bytes<E, DP, kBwdTile>() + 8 * bwd_rows_bytes<E, DP, kStep>() +
-         4 * kStep * 4 + 5 * 8;
+  return 1024 + 2 * bwd_rows_bytes<E, DP, kBwdBlock>() + 2 * (2 + bwd_tstages<E, DP>()) * bwd_rows_bytes<E, DP, kStep>() +
+         4 * kStep * 4 + 7 * 8;
 }
-// Shared memory of dq_rowblock: slack, Q and dO (64 rows per warpgroup),
-// two stages of K, V and Kᵀ steps, mbarriers.
+// Shared memory of dq_rowblock: slack, Q and dO, two stages of K, V and Kᵀ
+// steps, five mbarriers.
 template <typename E, int DP> __host__ __device__ constexpr int bwd_dq_smem_bytes() {
-  return 1024 + 2 * bwd_wg<E, DP>() * bwd_rows_bytes<E, DP, kBwdTile>() +
-         6 * bwd_rows_bytes<E, DP, bwd_step<E, DP>()>() + 5 * 8;
+  return 1024 + 2 * bwd_rows_bytes<E, DP, kBwdBlock>() + 6 * bwd_rows_bytes<E, DP, bwd_step<E, DP>()>() + 5 * 8;
 }
 
 // prep_stats writes lse2[bh, i] = log2e·lse[bh, i] and dpad[bh, i] =
@@ -177,30 +180,31 @@ __device__ void dkdv_colblock(const typename E::Storage* __restrict__ q, const t
                               const typename E::Storage* __restrict__ dot, const float* __restrict__ lse2,
                               const float* __restrict__ dpad, float* __restrict__ dk, float* __restrict__ dv,
                               long long nq, long long nk, long long dim, bool causal, double scale) {
-  constexpr int WG = bwd_wg<E, DP>(), STEP = bwd_step<E, DP>();
-  constexpr int kThreads = 128 * WG, kBlock = kBwdTile * WG;
-  constexpr int kFixed = bwd_rows_bytes<E, DP, kBlock>();  // K or V
-  constexpr int kStep = bwd_rows_bytes<E, DP, STEP>();     // one streamed operand
+  constexpr int STEP = bwd_step<E, DP>(), TST = bwd_tstages<E, DP>();
+  constexpr int kFixed = bwd_rows_bytes<E, DP, kBwdBlock>();  // K or V
+  constexpr int kStep = bwd_rows_bytes<E, DP, STEP>();        // one streamed operand
   constexpr int kStats = STEP * 4;
   constexpr int kNS = STEP / 8;  // n8 tiles of Sᵀ per warp: queries
   constexpr int kND = DP / 8;    // n8 tiles of dK and dV per warp
-  require_launch(kThreads, bwd_dkdv_smem_bytes<E, DP>());
+  require_launch(kBwdThreads, bwd_dkdv_smem_bytes<E, DP>());
 
   unsigned char* const sm = aligned_smem();
   const uint32_t base = smem_addr(sm);
-  // K and V, then stages of [Q, dO, Qᵀ, dOᵀ], then LSE and D per stage,
-  // then the mbarriers kv_full, full[2], empty[2].
-  const uint32_t sK = base, sV = sK + kFixed, sStage = sV + kFixed;
-  const int stats_off = 2 * kFixed + 8 * kStep;
+  // K and V, then stages of [Q, dO], stages of [Qᵀ, dOᵀ], LSE and D per
+  // stage, then the mbarriers kv_full, full[2] (Q, dO, LSE, D), tfull[2]
+  // (Qᵀ, dOᵀ) and empty[2] (one phase per step, both kinds of stage).
+  const uint32_t sK = base, sV = sK + kFixed, sStage = sV + kFixed, sTStage = sStage + 4 * kStep;
+  const int stats_off = 2 * kFixed + (4 + 2 * TST) * kStep;
   const uint32_t bars = base + stats_off + 4 * kStats;
   const uint32_t kv_full = bars;
   auto full = [&](int s) { return bars + 8 + 8 * s; };
-  auto empty = [&](int s) { return bars + 24 + 8 * s; };
+  auto tfull = [&](int s) { return bars + 24 + 8 * s; };
+  auto empty = [&](int s) { return bars + 40 + 8 * s; };
 
   const long long nq_pad = (nq + kBwdPad - 1) / kBwdPad * kBwdPad;
   const long long nk_pad = (nk + kBwdPad - 1) / kBwdPad * kBwdPad;
-  const long long blocks = (nk + kBlock - 1) / kBlock;
-  const long long bh = blockIdx.x / blocks, k0 = blockIdx.x % blocks * kBlock;
+  const long long blocks = (nk + kBwdBlock - 1) / kBwdBlock;
+  const long long bh = blockIdx.x / blocks, k0 = blockIdx.x % blocks * kBwdBlock;
   const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   // Causal block skipping: query steps before the first row that sees key
@@ -210,26 +214,36 @@ __device__ void dkdv_colblock(const typename E::Storage* __restrict__ q, const t
 
   if (threadIdx.x == 0) {
     mbar_init(kv_full, 1);
-    for (int s = 0; s < 2; ++s) mbar_init(full(s), 1), mbar_init(empty(s), kThreads);
+    for (int s = 0; s < 2; ++s) mbar_init(full(s), 1), mbar_init(tfull(s), 1), mbar_init(empty(s), kBwdThreads);
     mbar_fence_init();
   }
   __syncthreads();
-  auto load_step = [&](int stage, int it) {
+  // Step it goes to stage (it − it0) mod 2 and transposed stage
+  // (it − it0) mod TST.
+  auto load_step = [&](int it) {
     const long long r0 = static_cast<long long>(it) * STEP;
-    const uint32_t st = sStage + stage * 4 * kStep, bar = full(stage);
-    mbar_arrive_expect_tx(bar, 4 * kStep + 2 * kStats);
+    const int stage = (it - it0) % 2;
+    const uint32_t st = sStage + stage * 2 * kStep, bar = full(stage);
+    mbar_arrive_expect_tx(bar, 2 * kStep + 2 * kStats);
     copy_rows<E, DP, STEP>(st, q, bh, nq_pad, r0, bar);
     copy_rows<E, DP, STEP>(st + kStep, dout, bh, nq_pad, r0, bar);
-    copy_transposed<E, DP, STEP>(st + 2 * kStep, qt, bh, nq_pad, r0, bar);
-    copy_transposed<E, DP, STEP>(st + 3 * kStep, dot, bh, nq_pad, r0, bar);
     bulk_copy(base + stats_off + stage * kStats, lse2 + bh * nq_pad + r0, kStats, bar);
     bulk_copy(base + stats_off + (2 + stage) * kStats, dpad + bh * nq_pad + r0, kStats, bar);
   };
+  auto load_transposed = [&](int it) {
+    const long long r0 = static_cast<long long>(it) * STEP;
+    const int ts = (it - it0) % TST;
+    const uint32_t st = sTStage + ts * 2 * kStep, bar = tfull(ts);
+    mbar_arrive_expect_tx(bar, 2 * kStep);
+    copy_transposed<E, DP, STEP>(st, qt, bh, nq_pad, r0, bar);
+    copy_transposed<E, DP, STEP>(st + kStep, dot, bh, nq_pad, r0, bar);
+  };
   if (threadIdx.x == 0) {
     mbar_arrive_expect_tx(kv_full, 2 * kFixed);
-    copy_rows<E, DP, kBlock>(sK, k, bh, nk_pad, k0, kv_full);
-    copy_rows<E, DP, kBlock>(sV, v, bh, nk_pad, k0, kv_full);
-    for (int s = 0; s < 2 && it0 + s < n_it; ++s) load_step(s, it0 + s);
+    copy_rows<E, DP, kBwdBlock>(sK, k, bh, nk_pad, k0, kv_full);
+    copy_rows<E, DP, kBwdBlock>(sV, v, bh, nk_pad, k0, kv_full);
+    for (int s = 0; s < 2 && it0 + s < n_it; ++s) load_step(it0 + s);
+    for (int s = 0; s < TST && it0 + s < n_it; ++s) load_transposed(it0 + s);
   }
 
   const float scale_log2 = static_cast<float>(scale) * kLog2e;
@@ -244,10 +258,10 @@ __device__ void dkdv_colblock(const typename E::Storage* __restrict__ q, const t
   mbar_wait(kv_full, 0);
 
   for (int it = it0; it < n_it; ++it) {
-    const int i = it - it0, stage = i & 1;
+    const int i = it - it0, stage = i & 1, ts = i % TST;
     const unsigned parity = (i >> 1) & 1;
     const long long q0 = static_cast<long long>(it) * STEP;
-    const uint32_t st = sStage + stage * 4 * kStep;
+    const uint32_t st = sStage + stage * 2 * kStep, tst = sTStage + ts * 2 * kStep;
     const float* lt = reinterpret_cast<const float*>(sm + stats_off + stage * kStats);
     const float* dt = reinterpret_cast<const float*>(sm + stats_off + (2 + stage) * kStats);
     mbar_wait(full(stage), parity);
@@ -264,7 +278,7 @@ __device__ void dkdv_colblock(const typename E::Storage* __restrict__ q, const t
     wgmma_wait<1>();
     // Only steps where the first query misses some of the block's keys need
     // the causal mask.
-    const bool masked = causal && visible_keys(q0, nq, nk, causal) < k0 + kBlock;
+    const bool masked = causal && visible_keys(q0, nq, nk, causal) < k0 + kBwdBlock;
 #pragma unroll
     for (int j = 0; j < kNS; ++j)
 #pragma unroll
@@ -276,8 +290,9 @@ __device__ void dkdv_colblock(const typename E::Storage* __restrict__ q, const t
       }
     uint32_t pf[STEP / E::kK][4];
     to_frags<E>(pf, s);
+    mbar_wait(tfull(ts), (i / TST) & 1);
     wgmma_fence();
-    gemm_rs<E, DP, STEP>(acc_dv, pf, st + 3 * kStep);  // dV += Pᵀ·dO
+    gemm_rs<E, DP, STEP>(acc_dv, pf, tst + kStep);  // dV += Pᵀ·dO
     wgmma_commit();
     wgmma_wait<1>();  // dPᵀ has landed
 #pragma unroll
@@ -287,14 +302,18 @@ __device__ void dkdv_colblock(const typename E::Storage* __restrict__ q, const t
     uint32_t df[STEP / E::kK][4];
     to_frags<E>(df, dp);
     wgmma_fence();
-    gemm_rs<E, DP, STEP>(acc_dk, df, st + 2 * kStep);  // dK += dSᵀ·Q
+    gemm_rs<E, DP, STEP>(acc_dk, df, tst);  // dK += dSᵀ·Q
     wgmma_commit();
     wgmma_wait<0>();
 
-    mbar_arrive(empty(stage));  // every thread: an arrive releases only its own reads
-    if (threadIdx.x == 0 && it + 2 < n_it) {
+    // Every thread arrives (an arrive releases only its own reads); once
+    // all have, step it + 2 goes to this stage and step it + TST to this
+    // transposed stage.
+    mbar_arrive(empty(stage));
+    if (threadIdx.x == 0 && it + TST < n_it) {
       mbar_wait(empty(stage), parity);
-      load_step(stage, it + 2);
+      if (it + 2 < n_it) load_step(it + 2);
+      load_transposed(it + TST);
     }
   }
 
@@ -309,13 +328,12 @@ __device__ void dq_rowblock(const typename E::Storage* __restrict__ q, const typ
                             const typename E::Storage* __restrict__ dout, const float* __restrict__ lse2,
                             const float* __restrict__ dpad, float* __restrict__ dq, long long nq, long long nk,
                             long long dim, bool causal, double scale) {
-  constexpr int WG = bwd_wg<E, DP>(), STEP = bwd_step<E, DP>();
-  constexpr int kThreads = 128 * WG, kBlock = kBwdTile * WG;
-  constexpr int kFixed = bwd_rows_bytes<E, DP, kBlock>();  // Q or dO
-  constexpr int kStep = bwd_rows_bytes<E, DP, STEP>();     // one streamed operand
+  constexpr int STEP = bwd_step<E, DP>();
+  constexpr int kFixed = bwd_rows_bytes<E, DP, kBwdBlock>();  // Q or dO
+  constexpr int kStep = bwd_rows_bytes<E, DP, STEP>();        // one streamed operand
   constexpr int kNS = STEP / 8;  // n8 tiles of S per warp: keys
   constexpr int kND = DP / 8;
-  require_launch(kThreads, bwd_dq_smem_bytes<E, DP>());
+  require_launch(kBwdThreads, bwd_dq_smem_bytes<E, DP>());
 
   const uint32_t base = smem_addr(aligned_smem());
   // Q and dO, then stages of [K, V, Kᵀ], then the mbarriers qd_full,
@@ -328,8 +346,8 @@ __device__ void dq_rowblock(const typename E::Storage* __restrict__ q, const typ
 
   const long long nq_pad = (nq + kBwdPad - 1) / kBwdPad * kBwdPad;
   const long long nk_pad = (nk + kBwdPad - 1) / kBwdPad * kBwdPad;
-  const long long blocks = (nq + kBlock - 1) / kBlock;
-  const long long bh = blockIdx.x / blocks, q0 = blockIdx.x % blocks * kBlock;
+  const long long blocks = (nq + kBwdBlock - 1) / kBwdBlock;
+  const long long bh = blockIdx.x / blocks, q0 = blockIdx.x % blocks * kBwdBlock;
   const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
 
@@ -346,12 +364,12 @@ __device__ void dq_rowblock(const typename E::Storage* __restrict__ q, const typ
     dr[h] = dpad[bh * nq_pad + row];
   }
   const long long vis_min = vis[0] < vis[1] ? vis[0] : vis[1];
-  const long long kv_end = visible_keys((q0 + kBlock < nq ? q0 + kBlock : nq) - 1, nq, nk, causal);
+  const long long kv_end = visible_keys((q0 + kBwdBlock < nq ? q0 + kBwdBlock : nq) - 1, nq, nk, causal);
   const int n_it = static_cast<int>((kv_end + STEP - 1) / STEP);
 
   if (threadIdx.x == 0) {
     mbar_init(qd_full, 1);
-    for (int s = 0; s < 2; ++s) mbar_init(full(s), 1), mbar_init(empty(s), kThreads);
+    for (int s = 0; s < 2; ++s) mbar_init(full(s), 1), mbar_init(empty(s), kBwdThreads);
     mbar_fence_init();
   }
   __syncthreads();
@@ -365,8 +383,8 @@ __device__ void dq_rowblock(const typename E::Storage* __restrict__ q, const typ
   };
   if (threadIdx.x == 0) {
     mbar_arrive_expect_tx(qd_full, 2 * kFixed);
-    copy_rows<E, DP, kBlock>(sQ, q, bh, nq_pad, q0, qd_full);
-    copy_rows<E, DP, kBlock>(sdO, dout, bh, nq_pad, q0, qd_full);
+    copy_rows<E, DP, kBwdBlock>(sQ, q, bh, nq_pad, q0, qd_full);
+    copy_rows<E, DP, kBwdBlock>(sdO, dout, bh, nq_pad, q0, qd_full);
     for (int s = 0; s < 2 && s < n_it; ++s) load_step(s, s);
   }
 

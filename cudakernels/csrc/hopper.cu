@@ -45,12 +45,12 @@ FLASH_TO_IMAGE(bf16, BF16)
 FLASH_TO_IMAGE(fp16, FP16)
 FLASH_TO_IMAGE(tf32, TF32)
 
-// The backward (bwd_wgmma.cuh): 128·bwd_wg threads and 64·bwd_wg keys
+// The backward (bwd_wgmma.cuh): kBwdThreads threads and kBwdBlock keys
 // (dkdv) or queries (dq) per block, on row images of Q, K, V, dO in tiles of
 // kBwdTile rows and transposed images Qᵀ, Kᵀ, dOᵀ of kBwdTile columns, all
 // padded to kBwdPad rows; lse2 and dpad come from flash_bwd_stats_sm90.
 #define FLASH_BWD_WGMMA(NAME, E, DP)                                                                            \
-  extern "C" __global__ void __launch_bounds__(128 * flash::sm90::bwd_wg<flash::mma::E, DP>(), 1)               \
+  extern "C" __global__ void __launch_bounds__(flash::sm90::kBwdThreads, 1)                                      \
       flash_bwd_dkdv_wgmma_##NAME##_d##DP(                                                                     \
       const flash::mma::E::Storage* q, const flash::mma::E::Storage* qt, const flash::mma::E::Storage* k,      \
       const flash::mma::E::Storage* v, const flash::mma::E::Storage* dout, const flash::mma::E::Storage* dot,  \
@@ -59,7 +59,7 @@ FLASH_TO_IMAGE(tf32, TF32)
     flash::sm90::dkdv_colblock<flash::mma::E, DP>(q, qt, k, v, dout, dot, lse2, dpad, dk, dv, nq, nk, dim,     \
                                                   causal != 0, scale);                                         \
   }                                                                                                            \
-  extern "C" __global__ void __launch_bounds__(128 * flash::sm90::bwd_wg<flash::mma::E, DP>(), 1)               \
+  extern "C" __global__ void __launch_bounds__(flash::sm90::kBwdThreads, 1)                                      \
       flash_bwd_dq_wgmma_##NAME##_d##DP(                                                                       \
       const flash::mma::E::Storage* q, const flash::mma::E::Storage* k, const flash::mma::E::Storage* kt,      \
       const flash::mma::E::Storage* v, const flash::mma::E::Storage* dout, const float* lse2, const float* dpad, \
