@@ -57,24 +57,41 @@
 //     backward. It is the default because it is what a float32 Gorgonia
 //     graph computes on the CPU, to float32 rounding; the other modes change
 //     results in the third or fourth digit and are opted into.
-//   - TF32: forward on tensor cores (mma.sync m16n8k8), Q, K, V and P
-//     rounded to tf32 (10 mantissa bits), fp32 accumulation and softmax;
-//     backward on CUDA cores on Q, K, V and dO rounded as the forward rounded
-//     them.
-//   - BF16, FP16: forward and backward on tensor cores (mma.sync
-//     m16n8k16), operands rounded to the 16-bit type, P and dS rounded
-//     before they multiply, fp32 accumulation and softmax. The backward
-//     computes D = rowsum(dO∘O) from the rounded dO, so that dP − D cancels
-//     where the forward's softmax is constant. At D = 256 (and 200, padded
-//     to 256) the backward runs on CUDA cores on rounded operands: the
-//     tensor-core backward's dK and dV accumulators would not fit the
-//     registers.
+//   - TF32: tensor cores, Q, K, V, dO, P and dS rounded to tf32 (10
+//     mantissa bits), fp32 accumulation and softmax. Forward in both
+//     kernel families; backward on tensor cores in the Hopper family up to
+//     D = 128, elsewhere on CUDA cores on Q, K, V and dO rounded as the
+//     forward rounded them.
+//   - BF16, FP16: forward and backward on tensor cores, operands rounded to
+//     the 16-bit type, P and dS rounded before they multiply, fp32
+//     accumulation and softmax. At D = 256 (and 200, padded to 256) the
+//     backward runs on CUDA cores on rounded operands: neither family's
+//     tensor-core backward fits its dK and dV accumulators and tiles at that
+//     width.
 //
-// Every mode passes the whole conformance suite on an H200: its float32
-// errors against the float64 reference stay within twice those of a naive
-// computation in the same precision (kernels/conformance). Measured
-// (TestPrecisionErrors: B = 1, H = 4, N = 512, D = 128, unit-normal inputs;
-// largest error over largest value, naive baseline in brackets):
+// In every low-precision backward D = rowsum(dO∘O) is computed from the
+// rounded dO, so that dP − D cancels where the forward's softmax is
+// constant.
+//
+// # Kernel families
+//
+// The tensor-core kernels come in two families, chosen with WithFamily:
+// FamilySM80 (mma.sync, compute capability 8.0 and newer) and FamilySM90
+// (Hopper: wgmma and bulk asynchronous copies, compute capability 9.0
+// only). The default, FamilyAuto, uses FamilySM90 on a 9.0 device wherever
+// it is built (forward: BF16 and FP16 at D 64, 128 and 256, TF32 at 64 and
+// 128, D padded up as below; backward: all three at D 64 and 128) and
+// FamilySM80 or the CUDA cores elsewhere. Both families compute the same
+// function and pass the same conformance suite; they differ in summation
+// order, so results differ in the last bits.
+//
+// Every mode passes the whole conformance suite on an H200, in both
+// families: its float32 errors against the float64 reference stay within
+// twice those of a naive computation in the same precision
+// (kernels/conformance). Measured (TestPrecisionErrors: B = 1, H = 4,
+// N = 512, D = 128, unit-normal inputs; largest error over largest value,
+// naive baseline in brackets; the sm90 rows differ from these in the second
+// digit at most, bench/RESULTS.md lists both):
 //
 //	mode  O                  dQ                 dK                 dV
 //	fp32  1.5e-6 (1.6e-6)    1.4e-6 (1.2e-6)    9.8e-7 (9.0e-7)    1.4e-6 (1.3e-6)
@@ -91,7 +108,10 @@
 // (tensor-core forward and the conversions to operand types), bwd_mma.cuh
 // (tensor-core backward), round.cuh (storage rounding for the CUDA-core
 // backward of the low-precision modes) and flash.cu (the extern "C" entry
-// points).
+// points); for the Hopper family, sm90.cuh (wgmma, descriptors, mbarriers,
+// bulk copies, the tile-image layout), fwd_wgmma.cuh (forward and the
+// conversions into tile images), bwd_wgmma.cuh (backward) and hopper.cu
+// (its entry points, compiled for compute_90a alone).
 //
 // The tensor-core forward is one kernel template over an operand type
 // (mma.cuh: BF16, FP16, TF32), which gives the storage element, the k of
@@ -125,6 +145,27 @@
 // FlashAttention 2 does, measured slower here (144 against 189 TFLOP/s at
 // D = 128, N = 8192) and was dropped.
 //
+// The Hopper family keeps every wgmma operand K-major with the 128-byte
+// swizzle. Instead of arranging tiles while loading them, its conversion
+// kernels write Q, K and V once into scratch memory as "tile images": for
+// each tile of rows, the exact bytes that tile must have in shared memory
+// (128-byte panels along K, 16-byte chunks XOR-swizzled by row), zero-padded
+// to whole tiles; operands needed with the other index contiguous (V for
+// P·V; Q, K and dO in the backward) are written transposed the same way,
+// for TF32 with keys permuted in groups of 8 as in the mma.sync family. One
+// thread then brings a whole tile in with one bulk asynchronous copy
+// (cp.async.bulk) that completes on an mbarrier, and wgmma reads it through
+// a descriptor. Forward: blocks of two warpgroups (64 query rows each),
+// key tiles of 128 (64 for TF32 and D = 256) in two stages with full and
+// empty mbarriers; S = Q·Kᵀ with both operands in shared memory, the online
+// softmax on the accumulators, O += P·V with P from registers. Backward: the
+// same two deterministic kernels as the mma.sync family (dK and dV per 128
+// keys, dQ per 128 queries), each GEMM a wgmma; every thread arrives on the
+// empty barriers, because an mbarrier arrive releases only the arriving
+// thread's reads (racecheck flags the LSE and D reads otherwise). TF32 at
+// D = 128 streams steps of 32 rows and single-buffers Qᵀ and dOᵀ so that
+// two warpgroups fit shared memory (158 against 101 TFLOP/s with one).
+//
 // The CUDA-core family ("simt") works on tiles of 32 rows (16 for float64 at
 // D = 256) with 8 threads per row:
 //
@@ -141,9 +182,9 @@
 // is padded with zero columns inside the kernel (D = 8, 40, 96, 200 work).
 // The CUDA-core kernels are correct rather than fast; they load tiles
 // synchronously and compute with scalar FMAs. The Go side picks a kernel per
-// precision and head dimension (forwardFor, enqueueBackward), so further
-// families (a Hopper family with wgmma and TMA) slot in beside these
-// without touching callers.
+// precision, head dimension and family when the backend opens (forwardFor,
+// mmaBackwardFor: the forwardKernel and backwardKernel interfaces), so a
+// further family slots in beside these without touching callers.
 //
 // # Speed
 //
@@ -151,27 +192,32 @@
 // bench.BenchmarkKernelsGPU (KernelTime: CUDA events, L2 flushed, median of
 // 3, conversions included) and PyTorch 2.11's SDPA on the same shapes in one
 // command; the whole table is in bench/RESULTS.md. TFLOP/s at D = 128,
-// N = 8192, B = 2, H = 16, non-causal (causal in brackets):
+// N = 8192, B = 2, H = 16, non-causal (causal in brackets), FamilyAuto:
 //
-//	ours FP32            fwd 12.7 (12.2)    bwd 8.9 (8.7)
-//	ours TF32            fwd 108 (97)       bwd as FP32
-//	ours BF16            fwd 289 (245)      bwd 192 (171)
-//	PyTorch fp32 (efficient)   fwd 45 (45)  bwd 37 (37)
-//	PyTorch bf16 (FA2)   fwd 341 (317)      bwd 296 (273)
-//	PyTorch bf16 (cuDNN) fwd 606 (551)      bwd 510 (468)
+//	ours FP32                  fwd 12.7 (12.2)    bwd 8.9 (8.7)
+//	ours TF32                  fwd 287 (248)      bwd 157 (139)
+//	ours BF16                  fwd 493 (409)      bwd 367 (308)
+//	PyTorch fp32 (efficient)   fwd 46 (45)        bwd 37 (37)
+//	PyTorch bf16 (FA2)         fwd 347 (318)      bwd 297 (273)
+//	PyTorch bf16 (cuDNN)       fwd 594 (554)      bwd 521 (470)
 //
-// The issue's targets are not met yet: BF16 reaches 85 % of FlashAttention
-// 2's forward and 65 % of its backward, TF32 2.4× PyTorch's best fp32 (the
-// target is 4×). NOTES.md holds the measurements and the next steps.
+// BF16 passes FlashAttention 2 (1.42× forward, 1.24× backward) and reaches
+// 83 % and 70 % of cuDNN; TF32 is 6.3× (forward) and 4.2× (backward)
+// PyTorch's best fp32. Short sequences are weaker (N = 512: BF16 forward
+// about half of FA2's). The mma.sync family gives BF16 289 and 192, TF32
+// 108 (forward) at the same shape. NOTES.md holds the measurements and
+// what to try next.
 //
 // # Generated files and the staleness check
 //
-// ptx/flash_sm80.ptx and ptx/flash_sm90.ptx are generated by gen.sh (nvcc
-// -O3 -lineinfo -std=c++17 --ptx, -arch=compute_80 and compute_90), each
-// with a "Code generated ... DO NOT EDIT." header, and embedded into the
-// tagged build; the loader picks compute_90 on compute capability 9.x and
-// compute_80 otherwise, and the driver compiles the PTX when the module
-// loads. kernels.manifest records the sha256 of gen.sh, of every file under
+// ptx/flash_sm80.ptx and ptx/flash_sm90.ptx (from csrc/flash.cu) and
+// ptx/flash_sm90a.ptx (from csrc/hopper.cu) are generated by gen.sh (nvcc
+// -O3 -lineinfo -std=c++17 --ptx, -arch=compute_80, compute_90 and
+// compute_90a), each with a "Code generated ... DO NOT EDIT." header, and
+// embedded into the tagged build; the loader picks compute_90 on compute
+// capability 9.x and compute_80 otherwise, loads compute_90a beside it on
+// 9.0 for the Hopper family, and the driver compiles the PTX when the
+// modules load. kernels.manifest records the sha256 of gen.sh, of every file under
 // csrc/ and of each PTX file. TestGeneratedKernelsUpToDate, a plain CPU test
 // in the default build, fails when any of them differs, so changing a .cu
 // file without regenerating breaks `go test ./cudakernels`.
@@ -184,11 +230,13 @@
 //
 // # Tests
 //
-// The tagged tests skip when no device is present. They run the shared
-// conformance suite (kernels/conformance) in every precision
-// (TestConformanceFP32, TF32, BF16, FP16), head dimensions 32 to 256 and
-// Nq ≠ Nk in every precision (TestHeadDims), the float32-level cancellation
-// of one-key rows (TestLowPrecisionOneKey), the errors past D = 256, the
+// The tagged tests skip when no device is present, and a family's subtests
+// skip on a device that cannot run it. They run the shared conformance
+// suite (kernels/conformance) in every precision and, for the tensor-core
+// precisions, in each kernel family (TestConformanceFP32, TF32, BF16, FP16),
+// head dimensions 32 to 256 and Nq ≠ Nk likewise (TestHeadDims), the
+// float32-level cancellation of one-key rows (TestLowPrecisionOneKey), the
+// errors past D = 256, the
 // copy pipeline's bit-identical results and device-state checks, device
 // memory over 100 forward and backward calls and after Close
 // (TestDeviceMemoryStable), and out-of-memory, too-large and missing-device
