@@ -37,10 +37,10 @@ static_assert(kBwdThreads == kFwdThreads, "cp_rows strides by kFwdThreads");
 // tiles of 16-bit rows (K and V, or Q and dO), two double-buffered streamed
 // tiles, and for dkdv the streamed queries' LSE and D in fp32.
 template <int DP> __host__ __device__ constexpr int bwd_dkdv_smem_bytes() {
-  return (2 * kBwdBK + 4 * kBwdStep) * ldh<DP>() * 2 + 4 * kBwdStep * 4;
+  return (2 * kBwdBK + 4 * kBwdStep) * ld_of<uint16_t, DP>() * 2 + 4 * kBwdStep * 4;
 }
 template <int DP> __host__ __device__ constexpr int bwd_dq_smem_bytes() {
-  return (2 * kBwdBQ + 4 * kBwdStep) * ldh<DP>() * 2;
+  return (2 * kBwdBQ + 4 * kBwdStep) * ld_of<uint16_t, DP>() * 2;
 }
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -55,13 +55,13 @@ constexpr float kLog2e = 1.4426950408889634f;
 //   bt_off: B operand from a row-major [k, n] tile through ldmatrix.trans:
 //          rows l%8 + 8·((l/8)%2) at column 8·(l/16).
 template <int DP> __device__ __forceinline__ int a_off(int warp, int lane) {
-  return (warp * 16 + lane % 16) * ldh<DP>() + (lane / 16) * 8;
+  return (warp * 16 + lane % 16) * ld_of<uint16_t, DP>() + (lane / 16) * 8;
 }
 template <int DP> __device__ __forceinline__ int b_off(int lane) {
-  return ((lane / 16) * 8 + lane % 8) * ldh<DP>() + ((lane / 8) % 2) * 8;
+  return ((lane / 16) * 8 + lane % 8) * ld_of<uint16_t, DP>() + ((lane / 8) % 2) * 8;
 }
 template <int DP> __device__ __forceinline__ int bt_off(int lane) {
-  return (lane % 8 + ((lane / 8) % 2) * 8) * ldh<DP>() + (lane / 16) * 8;
+  return (lane % 8 + ((lane / 8) % 2) * 8) * ld_of<uint16_t, DP>() + (lane / 16) * 8;
 }
 
 // mma_abt accumulates c[j] += A·Bᵀ for one warp: A is the warp's 16 rows of a
@@ -69,7 +69,7 @@ template <int DP> __device__ __forceinline__ int bt_off(int lane) {
 // b, from b_off), the product running over all DP columns.
 template <typename E, int DP, int NT>
 __device__ __forceinline__ void mma_abt(float (&c)[NT][4], const uint16_t* a, const uint16_t* b) {
-  constexpr int kLd = ldh<DP>();
+  constexpr int kLd = ld_of<uint16_t, DP>();
 #pragma unroll
   for (int kc = 0; kc < DP / 16; ++kc) {
     uint32_t af[4];
@@ -91,7 +91,7 @@ __device__ __forceinline__ void mma_abt(float (&c)[NT][4], const uint16_t* a, co
 // fragment, so P never goes through shared memory; it is rounded to E here.
 template <typename E, int DP, int KT>
 __device__ __forceinline__ void mma_pb(float (&c)[DP / 8][4], const float (&p)[KT][4], const uint16_t* b) {
-  constexpr int kLd = ldh<DP>();
+  constexpr int kLd = ld_of<uint16_t, DP>();
 #pragma unroll
   for (int kk = 0; kk < KT / 2; ++kk) {
     uint32_t a[4];
@@ -142,7 +142,7 @@ __device__ void dkdv_1colblock(const uint16_t* __restrict__ q, const uint16_t* _
                                const float* __restrict__ lse, const float* __restrict__ delta, float* __restrict__ dk,
                                float* __restrict__ dv, long long nq, long long nk, long long dim, bool causal,
                                double scale) {
-  constexpr int kLd = ldh<DP>();
+  constexpr int kLd = ld_of<uint16_t, DP>();
   constexpr int kNS = kBwdStep / 8;  // n8 tiles of Sᵀ per warp: queries
   constexpr int kND = DP / 8;        // n8 tiles of dK and dV per warp
   static_assert(kNS % 2 == 0 && kND % 2 == 0, "ldmatrix.x4 loads two n8 tiles");
@@ -235,10 +235,7 @@ __device__ void dkdv_1colblock(const uint16_t* __restrict__ q, const uint16_t* _
 #pragma unroll
     for (int j = 0; j < kNS; ++j) dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.f;
     mma_abt<E, DP, kNS>(dp, va, dot + b_off<DP>(lane));
-#pragma unroll
-    for (int j = 0; j < kNS; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dp[j][e] = s[j][e] * (dp[j][e] - dt[8 * j + 2 * t + (e & 1)]);
+    ds_by_col(dp, s, dt, t);
     mma_pb<E, DP, kNS>(acc_dk, dp, qt + bt_off<DP>(lane));
     __syncthreads();  // every warp is done with this buffer before it refills
   }
@@ -257,7 +254,7 @@ __device__ void dq_1rowblock(const uint16_t* __restrict__ q, const uint16_t* __r
                              const uint16_t* __restrict__ v, const uint16_t* __restrict__ dout,
                              const float* __restrict__ lse, const float* __restrict__ delta, float* __restrict__ dq,
                              long long nq, long long nk, long long dim, bool causal, double scale) {
-  constexpr int kLd = ldh<DP>();
+  constexpr int kLd = ld_of<uint16_t, DP>();
   constexpr int kNS = kBwdStep / 8;  // n8 tiles of S per warp: keys
   constexpr int kND = DP / 8;
   require_launch(kBwdThreads, bwd_dq_smem_bytes<DP>());
@@ -328,23 +325,12 @@ __device__ void dq_1rowblock(const uint16_t* __restrict__ q, const uint16_t* __r
 #pragma unroll
     for (int j = 0; j < kNS; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
     mma_abt<E, DP, kNS>(s, qa, kt + b_off<DP>(lane));
-    const bool masked = k0 + kBwdStep > vis_min;
-#pragma unroll
-    for (int j = 0; j < kNS; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float p = exp2f(s[j][e] * scale_log2 - lse2[e >> 1]);
-        if (masked && k0 + 8 * j + 2 * t + (e & 1) >= vis[e >> 1]) p = 0.f;
-        s[j][e] = p;
-      }
+    probs_by_row(s, scale_log2, lse2, k0 + kBwdStep > vis_min, k0, t, vis);
     float dp[kNS][4];
 #pragma unroll
     for (int j = 0; j < kNS; ++j) dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.f;
     mma_abt<E, DP, kNS>(dp, doa, vt + b_off<DP>(lane));
-#pragma unroll
-    for (int j = 0; j < kNS; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dp[j][e] = s[j][e] * (dp[j][e] - dr[e >> 1]);
+    ds_by_row(dp, s, dr);
     mma_pb<E, DP, kNS>(acc, dp, kt + bt_off<DP>(lane));
     __syncthreads();
   }

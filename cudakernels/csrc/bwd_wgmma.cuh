@@ -131,6 +131,20 @@ __device__ __forceinline__ void gemm_rs(float (&c)[DP / 8][4], const uint32_t (&
     Wgmma<E, DP>::rs(reinterpret_cast<float(&)[DP / 2]>(c), a[kk], db + (k_slice_offset(kk, DP) >> 4));
 }
 
+// two_products issues c1 = A1·B1ᵀ and c2 = A2·B2ᵀ (gemm_ss) as two wgmma
+// groups and waits for the first: the caller works on c1 while c2 computes,
+// then waits for it with wgmma_wait.
+template <typename E, int DP, int STEP>
+__device__ __forceinline__ void two_products(float (&c1)[STEP / 8][4], float (&c2)[STEP / 8][4], uint32_t a1,
+                                             uint32_t b1, uint32_t a2, uint32_t b2) {
+  wgmma_fence();
+  gemm_ss<E, DP, STEP>(c1, a1, b1);
+  wgmma_commit();
+  gemm_ss<E, DP, STEP>(c2, a2, b2);
+  wgmma_commit();
+  wgmma_wait<1>();
+}
+
 template <typename E, int N>
 __device__ __forceinline__ void to_frags(uint32_t (&a)[N * 8 / E::kK][4], const float (&s)[N][4]) {
 #pragma unroll
@@ -270,12 +284,7 @@ __device__ void dkdv_colblock(const typename E::Storage* __restrict__ q, const t
     // while the second computes. Element e of tile j is key key0 + 8·(e/2),
     // query q0 + 8j + 2t + e%2.
     float s[kNS][4], dp[kNS][4];
-    wgmma_fence();
-    gemm_ss<E, DP, STEP>(s, sK + wg * kWgBytes, st);
-    wgmma_commit();
-    gemm_ss<E, DP, STEP>(dp, sV + wg * kWgBytes, st + kStep);
-    wgmma_commit();
-    wgmma_wait<1>();
+    two_products<E, DP, STEP>(s, dp, sK + wg * kWgBytes, st, sV + wg * kWgBytes, st + kStep);
     // Only steps where the first query misses some of the block's keys need
     // the causal mask.
     const bool masked = causal && visible_keys(q0, nq, nk, causal) < k0 + kBwdBlock;
@@ -295,10 +304,7 @@ __device__ void dkdv_colblock(const typename E::Storage* __restrict__ q, const t
     gemm_rs<E, DP, STEP>(acc_dv, pf, tst + kStep);  // dV += Pᵀ·dO
     wgmma_commit();
     wgmma_wait<1>();  // dPᵀ has landed
-#pragma unroll
-    for (int j = 0; j < kNS; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dp[j][e] = s[j][e] * (dp[j][e] - dt[8 * j + 2 * t + (e & 1)]);
+    ds_by_col(dp, s, dt, t);
     uint32_t df[STEP / E::kK][4];
     to_frags<E>(df, dp);
     wgmma_fence();
@@ -406,26 +412,10 @@ __device__ void dq_rowblock(const typename E::Storage* __restrict__ q, const typ
     // key k0 + 8j + 2t + e%2. Keys past a row's last visible one (past nk
     // too: those were zero-filled) are masked where a step reaches them.
     float s[kNS][4], dp[kNS][4];
-    wgmma_fence();
-    gemm_ss<E, DP, STEP>(s, sQ + wg * kWgBytes, st);
-    wgmma_commit();
-    gemm_ss<E, DP, STEP>(dp, sdO + wg * kWgBytes, st + kStep);
-    wgmma_commit();
-    wgmma_wait<1>();
-    const bool masked = k0 + STEP > vis_min;
-#pragma unroll
-    for (int j = 0; j < kNS; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float p = exp2f(s[j][e] * scale_log2 - l2[e >> 1]);
-        if (masked && k0 + 8 * j + 2 * t + (e & 1) >= vis[e >> 1]) p = 0.f;
-        s[j][e] = p;
-      }
+    two_products<E, DP, STEP>(s, dp, sQ + wg * kWgBytes, st, sdO + wg * kWgBytes, st + kStep);
+    probs_by_row(s, scale_log2, l2, k0 + STEP > vis_min, k0, t, vis);
     wgmma_wait<0>();
-#pragma unroll
-    for (int j = 0; j < kNS; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dp[j][e] = s[j][e] * (dp[j][e] - dr[e >> 1]);
+    ds_by_row(dp, s, dr);
     uint32_t df[STEP / E::kK][4];
     to_frags<E>(df, dp);
     wgmma_fence();

@@ -63,6 +63,66 @@ template <typename T> __device__ __forceinline__ T group8_sum(T x) {
   return x;
 }
 
+// The helpers below work on score-like accumulators in the C layout of an
+// m16n8 tile (mma.cuh), NS n8 tiles per warp: element e of tile j belongs to
+// row e/2 of the thread's two (g and g+8) and column 8j + 2t + e%2.
+
+// probs_by_row turns scores s into P = exp2(scale_log2·s − lse2[row]), with
+// the LSE in log2 units, and 0 for the columns k0 + … at or past vis[row]
+// where masked (columns are keys starting at k0).
+template <int NS>
+__device__ __forceinline__ void probs_by_row(float (&s)[NS][4], float scale_log2, const float (&lse2)[2], bool masked,
+                                             long long k0, int t, const long long (&vis)[2]) {
+#pragma unroll
+  for (int j = 0; j < NS; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float p = exp2f(s[j][e] * scale_log2 - lse2[e >> 1]);
+      if (masked && k0 + 8 * j + 2 * t + (e & 1) >= vis[e >> 1]) p = 0.f;
+      s[j][e] = p;
+    }
+}
+
+// ds_by_row turns dP into dS = P∘(dP − D[row]); ds_by_col does the same
+// with D indexed by column (d[c] for column c), for the transposed products.
+template <int NS>
+__device__ __forceinline__ void ds_by_row(float (&dp)[NS][4], const float (&p)[NS][4], const float (&d)[2]) {
+#pragma unroll
+  for (int j = 0; j < NS; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dp[j][e] = p[j][e] * (dp[j][e] - d[e >> 1]);
+}
+template <int NS>
+__device__ __forceinline__ void ds_by_col(float (&dp)[NS][4], const float (&p)[NS][4], const float* d, int t) {
+#pragma unroll
+  for (int j = 0; j < NS; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dp[j][e] = p[j][e] * (dp[j][e] - d[8 * j + 2 * t + (e & 1)]);
+}
+
+// finish_row ends the forward for one of the thread's rows (half 0: g,
+// half 1: g+8): it sums the row's partial l over its 4 lanes (every lane
+// must call, rows past nq too), then writes O = acc / l for the columns
+// below dim and, from lane t = 0, LSE = m + log l in natural units; a row
+// that saw no key gets 0 and +inf.
+template <int NO>
+__device__ __forceinline__ void finish_row(float* o, float* lse, long long bh, long long nq, long long row,
+                                           long long dim, const float (&acc)[NO][4], int half, float m, float l) {
+  const int t = threadIdx.x % 4;
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  if (row >= nq) return;
+  const float inv = l > 0.f ? 1.f / l : 0.f;
+  float* orow = o + (bh * nq + row) * dim;
+#pragma unroll
+  for (int n = 0; n < NO; ++n) {
+    const int col = n * 8 + 2 * t;
+    if (col < dim) orow[col] = acc[n][2 * half] * inv;
+    if (col + 1 < dim) orow[col + 1] = acc[n][2 * half + 1] * inv;
+  }
+  if (t == 0) lse[bh * nq + row] = l > 0.f ? (m + log2f(l)) * 0.6931471805599453f : Math<float>::inf();
+}
+
 // require_launch traps when the host launched a kernel with another block size
 // or less dynamic shared memory than the kernel's layout needs. The host
 // computes both from the same table (launch_gpu.go); a mismatch is a bug that

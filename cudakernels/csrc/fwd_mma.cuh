@@ -30,11 +30,9 @@ constexpr int kFwdThreads = 32 * kFwdWarps;
 template <int DP> __host__ __device__ constexpr int fwd_mt() { return DP > 128 ? 1 : 2; }
 template <int DP> __host__ __device__ constexpr int fwd_bq() { return 16 * fwd_mt<DP>() * kFwdWarps; }
 
-// Row stride of the shared tiles in 16-bit elements: DP + 8 makes the row
-// stride ≡ 16 bytes (mod 128), so the 8 row addresses of one ldmatrix
-// 8×8 matrix fall in 8 different 16-byte bank groups. ld_of is the same rule
-// for elements of type S: 16 bytes of padding.
-template <int DP> __host__ __device__ constexpr int ldh() { return DP + 8; }
+// Row stride of the shared tiles in elements of type S: 16 bytes of
+// padding make the stride ≡ 16 bytes (mod 128), so the 8 row addresses of
+// one ldmatrix 8×8 matrix fall in 8 different 16-byte bank groups.
 template <typename S, int COLS> __host__ __device__ constexpr int ld_of() {
   return COLS + 16 / static_cast<int>(sizeof(S));
 }
@@ -368,24 +366,9 @@ __device__ void fwd_1rowblock(const typename E::Storage* __restrict__ q, const t
   }
   cp_async_wait<0>();  // nothing may still be landing in shared memory at exit
 
-  // Epilogue: O = acc / l, LSE = m + log l (natural units); a row that saw no
-  // key gets 0 and +inf.
+  // Epilogue: O = acc / l and LSE, row by row.
 #pragma unroll
-  for (int r = 0; r < kR; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    const long long row = row_of(r);
-    if (row >= nq) continue;
-    const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
-    float* orow = o + (bh * nq + row) * dim;
-#pragma unroll
-    for (int n = 0; n < kNO; ++n) {
-      const int col = n * 8 + 2 * t;
-      if (col < dim) orow[col] = acc[r / 2][n][2 * (r % 2)] * inv;
-      if (col + 1 < dim) orow[col + 1] = acc[r / 2][n][2 * (r % 2) + 1] * inv;
-    }
-    if (t == 0) lse[bh * nq + row] = l[r] > 0.f ? (m[r] + log2f(l[r])) * 0.6931471805599453f : Math<float>::inf();
-  }
+  for (int r = 0; r < kR; ++r) finish_row(o, lse, bh, nq, row_of(r), dim, acc[r / 2], r % 2, m[r], l[r]);
 }
 
 }  // namespace mma

@@ -277,24 +277,9 @@ __device__ void fwd_rowblock(const typename E::Storage* __restrict__ q, const ty
     }
   }
 
-  // Epilogue: O = acc / l, LSE = m + log l (natural units); a row that saw no
-  // key gets 0 and +inf.
+  // Epilogue: O = acc / l and LSE, row by row.
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    const long long row = row_of(r);
-    if (row >= nq) continue;
-    const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
-    float* orow = o + (bh * nq + row) * dim;
-#pragma unroll
-    for (int n = 0; n < kNO; ++n) {
-      const int col = n * 8 + 2 * t;
-      if (col < dim) orow[col] = acc[n][2 * r] * inv;
-      if (col + 1 < dim) orow[col + 1] = acc[n][2 * r + 1] * inv;
-    }
-    if (t == 0) lse[bh * nq + row] = l[r] > 0.f ? (m[r] + log2f(l[r])) * 0.6931471805599453f : kInf;
-  }
+  for (int r = 0; r < 2; ++r) finish_row(o, lse, bh, nq, row_of(r), dim, acc, r, m[r], l[r]);
 }
 
 }  // namespace sm90

@@ -44,45 +44,41 @@ __device__ __forceinline__ void p_frag16(uint32_t (&a)[4], const float (&s)[NS][
   a[3] = E::pack(s[2 * c + 1][2], s[2 * c + 1][3]);
 }
 
-struct BF16 {
+// Half16 is the policy of a 16-bit operand type: bf16 (BF16) or fp16
+// (FP16), which differ only in the conversion and in the mma's type names.
+template <bool kBF16> struct Half16 {
   using Storage = uint16_t;
   static constexpr int kK = 16;               // k of one mma
   static constexpr bool kVTransposed = false;  // V tiles as [key, d]
   template <int NS>
   static __device__ __forceinline__ void p_frag(uint32_t (&a)[4], const float (&s)[NS][4], int c) {
-    p_frag16<BF16>(a, s, c);
+    p_frag16<Half16>(a, s, c);
   }
   static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&h);
+    if constexpr (kBF16) {
+      __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+      return *reinterpret_cast<uint32_t*>(&h);
+    } else {
+      __half2 h = __floats2half2_rn(lo, hi);
+      return *reinterpret_cast<uint32_t*>(&h);
+    }
   }
   static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    if constexpr (kBF16) {
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+          : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    } else {
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+          : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
   }
 };
-
-struct FP16 {
-  using Storage = uint16_t;
-  static constexpr int kK = 16;
-  static constexpr bool kVTransposed = false;
-  template <int NS>
-  static __device__ __forceinline__ void p_frag(uint32_t (&a)[4], const float (&s)[NS][4], int c) {
-    p_frag16<FP16>(a, s, c);
-  }
-  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&h);
-  }
-  static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-};
+using BF16 = Half16<true>;
+using FP16 = Half16<false>;
 
 // TF32 keeps operands as fp32 bit patterns rounded to tf32 (10 explicit
 // mantissa bits, round to nearest, ties away from zero: cvt.rna).
