@@ -19,10 +19,13 @@
 //
 // # Use
 //
-//	b, err := cudakernels.NewBackend(cudakernels.WithPrecision(cudakernels.FP32))
+//	b, err := cudakernels.NewBackend(cudakernels.WithPrecision(cudakernels.BF16))
 //	if err != nil { ... }           // ErrNoDevice, ErrUnsupported
 //	defer b.Close()
 //	err = b.Forward32(p, q, k, v, o, lse)
+//
+// WithFamily(FamilySM80) keeps a Hopper GPU on the mma.sync kernels (to
+// compare families); the default picks the fastest family the device runs.
 //
 // Shapes, the masking convention (bottom-right aligned causal; rows that see
 // no key get LSE = +Inf, output 0, gradients 0) and the saved state (LSE

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gen.sh compiles csrc/flash.cu to PTX for compute_80 and compute_90, and
-# csrc/hopper.cu for compute_90a, with the pinned flags below, prefixes each file with a "Code generated" header and
-# writes kernels.manifest: the sha256 of every source and of every output.
+# csrc/hopper.cu for compute_90a, with the pinned flags below, prefixes each
+# file with a "Code generated" header and writes kernels.manifest: the
+# sha256 of every source and of every output.
 # Run it through `go generate ./cudakernels` on a machine with nvcc (CUDA ≥
 # 12). TestGeneratedKernelsUpToDate (a plain CPU test) fails when a source no
 # longer matches the manifest.

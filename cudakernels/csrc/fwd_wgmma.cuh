@@ -12,10 +12,10 @@
 //
 // fwd_rowblock gives each block kFwdRows query rows, 64 per warpgroup. One
 // thread issues the bulk copies: Q once, then K and Vᵀ tiles into two
-// stages, each with a "full" mbarrier (the copy's bytes have landed) and an
-// "empty" one (every thread is done reading it: each arrives, because an
-// mbarrier arrive releases only the arriving thread's own accesses), so the copy of tile
-// i+2 overlaps the work on tile i+1. Per tile, each warpgroup computes
+// stages, each with a "full" mbarrier (the bytes have landed) and an "empty"
+// one (all threads arrive when done reading: an mbarrier arrive releases
+// only the arriving thread's own accesses), so the copy of tile i+2
+// overlaps the work on tile i+1. Per tile, each warpgroup computes
 // S = Q·Kᵀ (wgmma, both operands in shared memory), the online softmax on
 // the accumulators, and O += P·V with P from registers (wgmma).
 #pragma once

@@ -12,9 +12,9 @@
 // c ⊕ (row mod 8). Panels start at 1024-byte boundaries, so the XOR is the
 // one the hardware applies to address bits 4–6 from bits 7–9. A descriptor
 // names the panel's start, the 1024-byte stride between groups of 8 rows
-// and the swizzle mode; a k-slice of 16 bytes·… further along K inside the
-// panel is the same descriptor with its start moved by the slice's offset
-// (32 bytes per k16 of 16-bit or k8 of tf32 elements).
+// and the swizzle mode; the next k-slice of one wgmma (32 bytes of K: k16
+// of 16-bit or k8 of tf32 elements) inside the panel is the same
+// descriptor with its start moved by 32 bytes (k_slice_offset).
 //
 // The conversion kernels (fwd_wgmma.cuh) write Q, K and Vᵀ into global
 // memory already in this layout, tile after tile, so one bulk copy of
