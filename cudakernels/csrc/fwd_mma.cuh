@@ -68,18 +68,8 @@ __device__ void to_storage_padded(const float* __restrict__ x, uint4* __restrict
   const long long stride = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
     const long long r = i / chunks, c0 = (i % chunks) * kVec;
-    const float* src = x + r * dim + c0;
     float f[kVec];
-    if (dim % 4 == 0 && c0 + kVec <= dim) {
-#pragma unroll
-      for (int e = 0; e < kVec; e += 4) {
-        const float4 a = *reinterpret_cast<const float4*>(src + e);
-        f[e] = a.x, f[e + 1] = a.y, f[e + 2] = a.z, f[e + 3] = a.w;
-      }
-    } else {
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) f[e] = c0 + e < dim ? src[e] : 0.f;
-    }
+    load_chunk(f, x + r * dim + c0, true, c0, dim);
     y[i] = StorageOf<E>::convert(f);
   }
 }

@@ -77,18 +77,8 @@ __device__ void to_image_rows(const float* __restrict__ x, uint4* __restrict__ y
     const int r = (w / 8) % rows, panel = w / 8 / rows;
     const long long row = u / tile_chunks * rows + r;
     const long long c0 = static_cast<long long>(panel * 8 + ((w % 8) ^ (r % 8))) * kVec;
-    const float* src = x + (bh * n + row) * dim + c0;
     float f[kVec];
-    if (row < n && dim % 4 == 0 && c0 + kVec <= dim) {
-#pragma unroll
-      for (int e = 0; e < kVec; e += 4) {
-        const float4 a = *reinterpret_cast<const float4*>(src + e);
-        f[e] = a.x, f[e + 1] = a.y, f[e + 2] = a.z, f[e + 3] = a.w;
-      }
-    } else {
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) f[e] = row < n && c0 + e < dim ? src[e] : 0.f;
-    }
+    mma::load_chunk(f, x + (bh * n + row) * dim + c0, row < n, c0, dim);
     y[i] = mma::StorageOf<E>::convert(f);
   }
 }

@@ -122,6 +122,24 @@ template <> struct StorageOf<TF32> {
   }
 };
 
+// load_chunk reads the kVec fp32 elements src[0 … kVec) of a row, zero
+// where the row is absent (!row_ok) or past dim (columns c0 + e ≥ dim),
+// with 16-byte loads where the row's alignment allows.
+template <int kVec>
+__device__ __forceinline__ void load_chunk(float (&f)[kVec], const float* src, bool row_ok, long long c0,
+                                           long long dim) {
+  if (row_ok && dim % 4 == 0 && c0 + kVec <= dim) {
+#pragma unroll
+    for (int e = 0; e < kVec; e += 4) {
+      const float4 a = *reinterpret_cast<const float4*>(src + e);
+      f[e] = a.x, f[e + 1] = a.y, f[e + 2] = a.z, f[e + 3] = a.w;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) f[e] = row_ok && c0 + e < dim ? src[e] : 0.f;
+  }
+}
+
 // vt_position is where key j goes in the permuted rows of a TF32 Vᵀ copy:
 // inside each group of 8, key 2t to position t and key 2t+1 to t+4.
 __host__ __device__ __forceinline__ long long vt_position(long long j) {
