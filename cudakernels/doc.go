@@ -206,8 +206,9 @@
 //
 // BF16 passes FlashAttention 2 (1.42× forward, 1.24× backward) and reaches
 // 83 % and 70 % of cuDNN; TF32 is 6.3× (forward) and 4.2× (backward)
-// PyTorch's best fp32. Short sequences are weaker (N = 512: BF16 forward
-// about half of FA2's). The mma.sync family gives BF16 289 and 192, TF32
+// PyTorch's best fp32. D = 64 is weaker (BF16 just below FA2: 301 and 247
+// against 309 and 278 at N = 8192), and so are short sequences (N = 512:
+// BF16 forward about half of FA2's). The mma.sync family gives BF16 289 and 192, TF32
 // 108 (forward) at the same shape. NOTES.md holds the measurements and
 // what to try next.
 //
