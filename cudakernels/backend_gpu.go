@@ -328,7 +328,7 @@ func (b *Backend) run(fn func() error) error {
 }
 
 // Forward32 implements kernels.Backend in the backend's precision: on CUDA
-// cores for FP32, on tensor cores for BF16 and FP16.
+// cores for FP32, on tensor cores for TF32, BF16 and FP16.
 func (b *Backend) Forward32(p kernels.Params, q, k, v, o, lse []float32) error {
 	_, err := forward(b, p, q, k, v, o, lse, false)
 	return err
@@ -340,12 +340,13 @@ func (b *Backend) Forward64(p kernels.Params, q, k, v, o, lse []float64) error {
 	return err
 }
 
-// Backward32 implements kernels.Backend on CUDA cores in float32. In BF16
-// and FP16 mode it first rounds its device copies of Q, K, V and dO to the
-// storage precision, exactly as the tensor-core forward rounded its
-// operands, so the gradients are those of the function that forward
-// computed; O (for D = rowsum(dO∘O)) and LSE are used as given. There is no
-// tensor-core backward yet.
+// Backward32 implements kernels.Backend in the backend's precision: on CUDA
+// cores for FP32; for TF32, BF16 and FP16 on tensor cores where the
+// backend's kernel family has a backward for the head dimension (see the
+// package documentation), else on CUDA cores in float32 on Q, K, V and dO
+// rounded to the storage precision exactly as the forward rounded them. So
+// the gradients are those of the function the forward computed; O (for
+// D = rowsum(dO∘O)) and LSE are used as given.
 func (b *Backend) Backward32(p kernels.Params, q, k, v, o, lse, do, dq, dk, dv []float32) error {
 	return backward(b, p, nil, q, k, v, o, lse, do, dq, dk, dv)
 }

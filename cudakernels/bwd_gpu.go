@@ -151,10 +151,11 @@ func backwardScratchBytes[T kernels.Float](b *Backend, p kernels.Params) (int64,
 // enqueueBackward enqueues on stream the backward kernels for element type
 // T: buf's q, k, v, o, lse and do must hold the inputs, and dq, dk and dv
 // receive the gradients once the stream reaches that point; delta and
-// scratch are work space. In BF16 and FP16 mode dO is rounded in place to
-// the storage precision (so that D = rowsum(dO∘O) uses the dO the products
-// see), and so are q, k and v where the CUDA-core backward serves the head
-// dimension; rounding is idempotent, and the forward rounds the same way.
+// scratch are work space. In TF32, BF16 and FP16 mode dO is rounded in
+// place to the storage precision (so that D = rowsum(dO∘O) uses the dO the
+// products see), and so are q, k and v where the CUDA-core backward serves
+// the head dimension; rounding is idempotent, and the forward rounds the
+// same way.
 func enqueueBackward[T kernels.Float](b *Backend, p kernels.Params, buf bwdBuffers, stream cu.Stream) error {
 	ks, elem, err := kernelsFor[T](b, p.D)
 	if err != nil {

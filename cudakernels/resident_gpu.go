@@ -287,7 +287,8 @@ func (s *deviceState) Release() error {
 }
 
 // ForwardKeep32 implements kernels.Resident: Forward32, keeping the device
-// copies of q, k, v, o and lse. In BF16 and FP16 mode a later BackwardKept32
+// copies of q, k, v, o and lse. In TF32, BF16 and FP16 mode, where the
+// CUDA-core backward serves the head dimension, a later BackwardKept32
 // rounds the kept q, k and v in place to the storage precision, as the
 // forward rounded them; rounding again changes nothing.
 func (b *Backend) ForwardKeep32(p kernels.Params, q, k, v, o, lse []float32) (kernels.DeviceState, error) {
