@@ -109,6 +109,9 @@ func TestHeadDims(t *testing.T) {
 	})
 }
 
+// testFamilies are the kernel families the tensor-core tests run in turn.
+var testFamilies = []Family{FamilySM80, FamilySM90}
+
 // forEachKernelSet runs fn as a subtest for every precision and, for the
 // tensor-core precisions, every kernel family ("fp32", "bf16-sm80",
 // "bf16-sm90", …), with the options that open that backend. A family the
@@ -119,7 +122,7 @@ func forEachKernelSet(t *testing.T, fn func(t *testing.T, prec Precision, opts .
 			t.Run(prec.String(), func(t *testing.T) { fn(t, prec, WithPrecision(prec)) })
 			continue
 		}
-		for _, f := range []Family{FamilySM80, FamilySM90} {
+		for _, f := range testFamilies {
 			t.Run(prec.String()+"-"+f.String(), func(t *testing.T) { fn(t, prec, WithPrecision(prec), WithFamily(f)) })
 		}
 	}

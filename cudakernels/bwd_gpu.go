@@ -78,13 +78,7 @@ func loadMmaBackward(mod cu.Module, prec Precision, maxSmem int) (map[int]backwa
 	return out, nil
 }
 
-func (ks *mmaBwdKernels) scratchBytes(p kernels.Params) int64 {
-	var n int64
-	for _, s := range ks.halfParts(p) {
-		n += alignScratch(s)
-	}
-	return n
-}
+func (ks *mmaBwdKernels) scratchBytes(p kernels.Params) int64 { return scratchTotal(ks.halfParts(p)) }
 
 // halfParts returns the byte sizes of the 16-bit copies of Q, K, V and dO.
 func (ks *mmaBwdKernels) halfParts(p kernels.Params) []int64 {
@@ -106,11 +100,8 @@ func (ks *mmaBwdKernels) launch(p kernels.Params, buf bwdBuffers, stream cu.Stre
 	}
 	srcs := []cu.DevicePtr{buf.q, buf.k, buf.v, buf.do}
 	rows := []int{p.Nq, p.Nk, p.Nk, p.Nq}
-	half := make([]cu.DevicePtr, 4)
-	off := buf.scratch
-	for i, size := range ks.halfParts(p) {
-		half[i] = off
-		off += cu.DevicePtr(alignScratch(size))
+	half := carveScratch(buf.scratch, ks.halfParts(p))
+	for i := range half {
 		if err := launchToStorage(ks.toHalf, srcs[i], half[i], p, rows[i], ks.paddedDim, 8, stream); err != nil {
 			return err
 		}

@@ -112,9 +112,9 @@
 // (tensor-core backward), round.cuh (storage rounding for the CUDA-core
 // backward of the low-precision modes) and flash.cu (the extern "C" entry
 // points); for the Hopper family, sm90.cuh (wgmma, descriptors, mbarriers,
-// bulk copies, the tile-image layout), fwd_wgmma.cuh (forward and the
-// conversions into tile images), bwd_wgmma.cuh (backward) and hopper.cu
-// (its entry points, compiled for compute_90a alone).
+// bulk copies, the tile-image layout and the conversions into it),
+// fwd_wgmma.cuh (forward), bwd_wgmma.cuh (backward) and hopper.cu (its
+// entry points, compiled for compute_90a alone).
 //
 // The tensor-core forward is one kernel template over an operand type
 // (mma.cuh: BF16, FP16, TF32), which gives the storage element, the k of

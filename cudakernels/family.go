@@ -11,13 +11,13 @@ const (
 	// capability 9.0 where it is built for the precision and head
 	// dimension, FamilySM80 everywhere else.
 	FamilyAuto Family = iota
-	// FamilySM80 is the mma.sync family (csrc/fwd_mma.cuh), for compute
-	// capability 8.0 and newer.
+	// FamilySM80 is the mma.sync family (csrc/fwd_mma.cuh, bwd_mma.cuh),
+	// for compute capability 8.0 and newer.
 	FamilySM80
-	// FamilySM90 is the Hopper family (csrc/fwd_wgmma.cuh: wgmma and bulk
-	// asynchronous copies), for compute capability 9.0 only. Head
-	// dimensions it is not built for (D ≤ 32 and, for TF32, D > 128) use
-	// FamilySM80.
+	// FamilySM90 is the Hopper family (csrc/fwd_wgmma.cuh, bwd_wgmma.cuh:
+	// wgmma and bulk asynchronous copies), for compute capability 9.0
+	// only. Where it is not built (D ≤ 32; the TF32 forward above D = 128;
+	// every backward above D = 128) FamilySM80 or the CUDA cores serve.
 	FamilySM90
 )
 

@@ -177,17 +177,32 @@ func (f *fwdKernel) scratchParts(p kernels.Params) []int64 {
 func transposedKeys(nk int) int64 { return (int64(nk) + 7) / 8 * 8 }
 
 // scratchBytes is the size of fwdBuffers.scratch the kernel needs.
-func (f *fwdKernel) scratchBytes(p kernels.Params) int64 {
+func (f *fwdKernel) scratchBytes(p kernels.Params) int64 { return scratchTotal(f.scratchParts(p)) }
+
+// Scratch memory is carved into consecutive parts, each starting at a
+// multiple of scratchAlign bytes.
+const scratchAlign = 256
+
+func alignScratch(n int64) int64 { return (n + scratchAlign - 1) / scratchAlign * scratchAlign }
+
+// scratchTotal is the scratch size that holds parts (byte sizes).
+func scratchTotal(parts []int64) int64 {
 	var n int64
-	for _, s := range f.scratchParts(p) {
+	for _, s := range parts {
 		n += alignScratch(s)
 	}
 	return n
 }
 
-const scratchAlign = 256
-
-func alignScratch(n int64) int64 { return (n + scratchAlign - 1) / scratchAlign * scratchAlign }
+// carveScratch returns where each of parts starts in the scratch at base.
+func carveScratch(base cu.DevicePtr, parts []int64) []cu.DevicePtr {
+	at := make([]cu.DevicePtr, len(parts))
+	for i, s := range parts {
+		at[i] = base
+		base += cu.DevicePtr(alignScratch(s))
+	}
+	return at
+}
 
 // launch enqueues the forward (after the conversions into scratch, for the
 // tensor-core kernels) on stream.
@@ -198,9 +213,8 @@ func (f *fwdKernel) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream) e
 	}
 	q, k, v := buf.q, buf.k, buf.v
 	if f.toStorage != nil {
-		parts := f.scratchParts(p)
-		q, k, v = buf.scratch, buf.scratch+cu.DevicePtr(alignScratch(parts[0])),
-			buf.scratch+cu.DevicePtr(alignScratch(parts[0])+alignScratch(parts[1]))
+		at := carveScratch(buf.scratch, f.scratchParts(p))
+		q, k, v = at[0], at[1], at[2]
 		vectorWidth := 16 / f.elemBytes
 		for _, c := range []struct {
 			src, dst cu.DevicePtr

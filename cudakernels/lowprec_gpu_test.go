@@ -25,7 +25,7 @@ func TestConformanceFP16(t *testing.T) { conformanceByFamily(t, FP16) }
 func TestConformanceTF32(t *testing.T) { conformanceByFamily(t, TF32) }
 
 func conformanceByFamily(t *testing.T, prec Precision) {
-	for _, f := range []Family{FamilySM80, FamilySM90} {
+	for _, f := range testFamilies {
 		t.Run(f.String(), func(t *testing.T) {
 			conformance.Run(t, newTestBackend(t, WithPrecision(prec), WithFamily(f)), prec)
 		})

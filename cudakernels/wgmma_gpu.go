@@ -81,16 +81,13 @@ func loadWgmmaForward(mod cu.Module, prec Precision, dp, maxSmem int) (*wgmmaFor
 func roundUp(n, m int64) int64 { return (n + m - 1) / m * m }
 
 // imageParts returns the byte sizes of the Q, K and Vᵀ images of p.
-func (f *wgmmaForward) imageParts(p kernels.Params) (q, k, v int64) {
+func (f *wgmmaForward) imageParts(p kernels.Params) []int64 {
 	bh, row := int64(p.B)*int64(p.H), int64(f.dp)*int64(f.elemSz)
-	k = bh * roundUp(int64(p.Nk), int64(f.bk)) * row
-	return bh * roundUp(int64(p.Nq), wgmmaRows) * row, k, k
+	k := bh * roundUp(int64(p.Nk), int64(f.bk)) * row
+	return []int64{bh * roundUp(int64(p.Nq), wgmmaRows) * row, k, k}
 }
 
-func (f *wgmmaForward) scratchBytes(p kernels.Params) int64 {
-	q, k, v := f.imageParts(p)
-	return alignScratch(q) + alignScratch(k) + alignScratch(v)
-}
+func (f *wgmmaForward) scratchBytes(p kernels.Params) int64 { return scratchTotal(f.imageParts(p)) }
 
 // launch enqueues the three conversions into images in buf.scratch, then
 // the forward, on stream.
@@ -99,10 +96,8 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 	if err != nil {
 		return err
 	}
-	qb, kb, _ := f.imageParts(p)
-	q := buf.scratch
-	k := q + cu.DevicePtr(alignScratch(qb))
-	v := k + cu.DevicePtr(alignScratch(kb))
+	at := carveScratch(buf.scratch, f.imageParts(p))
+	q, k, v := at[0], at[1], at[2]
 	im := imaging{toRows: f.toRows, toVt: f.toVt, p: p, dp: f.dp, elemSz: f.elemSz, stream: stream}
 	nqPad, nkPad := roundUp(int64(p.Nq), wgmmaRows), roundUp(int64(p.Nk), int64(f.bk))
 	if err := im.rows(buf.q, q, p.Nq, nqPad, wgmmaQTileRows); err != nil {
@@ -120,7 +115,7 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 }
 
 // imaging enqueues the conversions of [B·H, n, D] float32 tensors into tile
-// images (csrc/fwd_wgmma.cuh) for one problem, precision and padded head
+// images (csrc/sm90.cuh) for one problem, precision and padded head
 // dimension.
 type imaging struct {
 	toRows, toVt cu.Function
@@ -238,13 +233,7 @@ func (w *wgmmaBackward) parts(p kernels.Params) []int64 {
 	return []int64{q, q, q, q, k, k, k, st, st}
 }
 
-func (w *wgmmaBackward) scratchBytes(p kernels.Params) int64 {
-	var n int64
-	for _, s := range w.parts(p) {
-		n += alignScratch(s)
-	}
-	return n
-}
+func (w *wgmmaBackward) scratchBytes(p kernels.Params) int64 { return scratchTotal(w.parts(p)) }
 
 // launch converts the inputs into images in buf.scratch, then enqueues the
 // dK/dV and the dQ kernels. buf.delta must already hold D.
@@ -257,12 +246,7 @@ func (w *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 	if err != nil {
 		return err
 	}
-	var at [9]cu.DevicePtr // Q, Qᵀ, dO, dOᵀ, K, Kᵀ, V, LSE, D
-	off := buf.scratch
-	for i, size := range w.parts(p) {
-		at[i] = off
-		off += cu.DevicePtr(alignScratch(size))
-	}
+	at := carveScratch(buf.scratch, w.parts(p)) // Q, Qᵀ, dO, dOᵀ, K, Kᵀ, V, LSE, D
 	im := imaging{toRows: w.toRows, toVt: w.toVt, p: p, dp: w.dp, elemSz: w.elemSz, stream: stream}
 	nqPad, nkPad := roundUp(int64(p.Nq), wgmmaBwdPad), roundUp(int64(p.Nk), wgmmaBwdPad)
 	for _, c := range []struct {

@@ -16,9 +16,10 @@
 // of 16-bit or k8 of tf32 elements) inside the panel is the same
 // descriptor with its start moved by 32 bytes (k_slice_offset).
 //
-// The conversion kernels (fwd_wgmma.cuh) write Q, K and Vᵀ into global
-// memory already in this layout, tile after tile, so one bulk copy of
-// contiguous bytes lands a whole tile ready for wgmma.
+// The conversions at the end of this file (to_image_rows, to_image_vt)
+// write the forward's and the backward's operands into global memory
+// already in this layout, tile after tile, so one bulk copy of contiguous
+// bytes lands a whole tile ready for wgmma.
 #pragma once
 #include <stdint.h>
 
@@ -177,6 +178,75 @@ template <typename E, int N> struct Wgmma;
 FLASH_WGMMA_ALL_N(BF16, "k16", ".f32.bf16.bf16", ", 0, 0", ", 0")
 FLASH_WGMMA_ALL_N(FP16, "k16", ".f32.f16.f16", ", 0, 0", ", 0")
 FLASH_WGMMA_ALL_N(TF32, "k8", ".f32.tf32.tf32", "", "")
+
+// Keys of TF32's Vᵀ images are permuted in groups of 8 (vt_position);
+// key_at_column inverts that: the key stored at column c.
+template <typename E> __device__ __forceinline__ int key_at_column(int c) {
+  if constexpr (sizeof(typename E::Storage) == 4) {
+    const int r = c & 7;
+    return (c & ~7) | (r < 4 ? 2 * r : 2 * (r - 4) + 1);
+  } else {
+    return c;
+  }
+}
+
+// to_image_rows writes x [bhs, n, dim] fp32 as images of tiles of `rows`
+// rows: y is [bhs, n_pad, dp] in E's storage type, n_pad a multiple of rows,
+// zero past n and past dim. One thread per 16-byte output chunk, written in
+// order; grid-stride, any grid.
+template <typename E>
+__device__ void to_image_rows(const float* __restrict__ x, uint4* __restrict__ y, long long bhs, long long n,
+                              long long n_pad, long long dim, int dp, int rows) {
+  constexpr int kVec = mma::StorageOf<E>::kVec;
+  const int row_chunks = dp / kVec;
+  const long long tile_chunks = static_cast<long long>(rows) * row_chunks, head_chunks = n_pad * row_chunks;
+  const long long total = bhs * head_chunks, stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const long long bh = i / head_chunks, u = i % head_chunks;
+    const int w = static_cast<int>(u % tile_chunks);  // = (panel·rows + r)·8 + physical chunk
+    const int r = (w / 8) % rows, panel = w / 8 / rows;
+    const long long row = u / tile_chunks * rows + r;
+    const long long c0 = static_cast<long long>(panel * 8 + ((w % 8) ^ (r % 8))) * kVec;
+    float f[kVec];
+    mma::load_chunk(f, x + (bh * n + row) * dim + c0, row < n, c0, dim);
+    y[i] = mma::StorageOf<E>::convert(f);
+  }
+}
+
+// to_image_vt writes x [bhs, nk, dim] fp32 (V in the forward; Q, K and dO
+// in the backward) transposed, as one [dp, bk] image (row d, column key)
+// per tile of bk keys: y holds nk_pad / bk tiles
+// per head (nk_pad a multiple of bk, and bk of 64), zero past nk and dim.
+// Blocks of 256 threads (any grid) take 64 keys × 32 columns through shared
+// memory, so that reads of V and writes of y are both coalesced.
+template <typename E>
+__device__ void to_image_vt(const float* __restrict__ x, uint4* __restrict__ y, long long bhs, long long nk,
+                            long long nk_pad, long long dim, int dp, int bk) {
+  constexpr int kVec = mma::StorageOf<E>::kVec;
+  constexpr int kRowChunks = 64 / kVec;  // output chunks per d in 64 keys
+  __shared__ float tile[64][33];
+  const long long key_blocks = nk_pad / 64, d_blocks = dp / 32, n = bhs * key_blocks * d_blocks;
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  for (long long b = blockIdx.x; b < n; b += gridDim.x) {
+    const long long bh = b / (key_blocks * d_blocks);
+    const long long j0 = b / d_blocks % key_blocks * 64, d0 = b % d_blocks * 32;
+    for (int i = ty; i < 64; i += 8) {
+      const long long j = j0 + i, d = d0 + tx;
+      tile[i][tx] = j < nk && d < dim ? x[(bh * nk + j) * dim + d] : 0.f;
+    }
+    __syncthreads();
+    uint4* img = y + (bh * (nk_pad / bk) + j0 / bk) * (static_cast<long long>(dp) * bk / kVec);
+    for (int c = threadIdx.x; c < 32 * kRowChunks; c += blockDim.x) {
+      const int r = c / kRowChunks, col = c % kRowChunks * kVec;  // d = d0 + r; columns col … of these 64 keys
+      float f[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) f[e] = tile[key_at_column<E>(col + e)][r];
+      img[image_chunk(static_cast<int>(d0) + r, static_cast<int>(j0 % bk + col) / kVec, dp)] =
+          mma::StorageOf<E>::convert(f);
+    }
+    __syncthreads();
+  }
+}
 
 }  // namespace sm90
 }  // namespace flash
