@@ -1,39 +1,38 @@
-// Package autograd is the Gorgonia side of attention's backward pass: the op
-// that recomputes the gradients from the forward's saved statistics, and a
-// finite-difference gradient checker that works on any Gorgonia graph.
+// Package autograd is attention as a differentiable Gorgonia op: the fused
+// forward (Op) and its recomputing backward, side by side, with the state
+// they share. Package op builds it from user options; build it directly
+// with New only to place it with gorgonia.ApplyOp yourself.
 //
-// # The backward op
+// # The op pair
 //
-// Package op's forward saves only the per-row log-sum-exp LSE = m + log l
-// (shape [B, H, Nq]) in a Saved value shared with its backward, the way
-// gorgonia's maxPoolOp shares its mask with maxPoolDiffOp. Gradient builds
-// one node that runs the backend's backward on (Q, K, V, O, dO) and that
-// LSE, and three nodes that copy dQ, dK and dV out of its packed result
-// (Gorgonia ops have a single output). Nothing of size Nq×Nk exists at any
-// point; the packed result has the size of Q, K and V together.
+// Op computes o = softmax(scale·q·kᵀ + mask)·v through a kernels.Backend
+// and keeps only the per-row log-sum-exp LSE = m + log l ([B, H, Nq]), the
+// way Gorgonia's maxPoolOp keeps its mask for maxPoolDiffOp. Its SymDiff adds
+// one gradOp node that runs the backend's backward on (q, k, v, o, dO) and
+// that LSE, recomputing the probabilities block by block, and three nodes
+// that view dQ, dK and dV in its packed result (Gorgonia ops have a single
+// output). DoDiff runs the same backward directly, for the LispMachine.
+// Nothing of size Nq×Nk exists at any point. Both directions reach the
+// backend through one dispatch path (engine, in run.go).
 //
-// On a backend implementing kernels.Resident, Saved also carries the
-// forward's device copies of Q, K, V, O and LSE from the forward to the
-// backward, which then uploads only dO and releases them; see Saved for
-// the whole lifetime. The forward keeps them only once Gradient has been
-// called, so graphs run only forward hold no device memory. The three
-// gradient nodes are views of the packed result, not copies.
+// The shapes and dtype an Op is built for are checked again on every run:
+// a node whose value was replaced by one of another shape or dtype gets an
+// error wrapping kernels.ErrInvalidParams instead of a reinterpretation.
+// Constant inputs (gorgonia.NewConstant) are allowed; they receive no
+// gradient.
 //
-// Values computes the same three tensors directly, for ops' DoDiff under
-// gorgonia's LispMachine.
+// # Saved state
+//
+// On a backend implementing kernels.Resident (the GPU), the forward also
+// keeps its device copies of q, k, v, o and LSE for the backward, which then
+// uploads only dO and releases them, so a training step ends holding no
+// device memory for attention. The forward keeps them only once SymDiff has
+// built the backward nodes, so a graph run only forward holds nothing; a
+// forward that runs again releases the state of its previous run;
+// Op.Release frees it on demand; and the garbage collector releases what a
+// dropped graph still held.
 //
 // The backward nodes are not themselves differentiable: second derivatives
-// of attention are not supported.
-//
-// # Gradient checking
-//
-// CheckGrad compares the gradients Gorgonia computes for any scalar float64
-// cost against central finite differences, element by element, and returns a
-// GradReport naming the worst element (input, index, analytic and numeric
-// value, error); report.Err() is nil when every element is within
-// atol + rtol·|numeric|. By default it uses gorgonia.Grad and a TapeMachine
-// (adding gradient nodes to the graph, or reusing those of an earlier Grad);
-// WithLispMachine checks the ops' DoDiff instead. Inputs are restored
-// exactly. Call gorgonia.Grad before CheckGrad, not after, on graphs whose
-// gradient nodes are themselves not differentiable (such as attention's).
+// of attention are not supported. Gradient checking lives in the
+// subpackage gradcheck.
 package autograd

@@ -40,8 +40,9 @@ func invalid(format string, args ...any) error {
 // q is [B, H, Nq, D]; k and v are [B, H, Nk, D]; the result is [B, H, Nq,
 // D]. Nq and Nk may differ. All three must share one dtype, Float32 or
 // Float64, and every dimension must be at least 1 (an empty key set has no
-// softmax). The node is differentiable with respect to q, k and v under both
-// gorgonia.Grad (TapeMachine) and the LispMachine.
+// softmax). Any of them may be a constant (gorgonia.NewConstant), as long as
+// one belongs to a graph. The node is differentiable with respect to q, k
+// and v under both gorgonia.Grad (TapeMachine) and the LispMachine.
 func Attention(q, k, v *gorgonia.Node, opts ...Option) (*gorgonia.Node, error) {
 	var cfg config
 	for _, o := range opts {
@@ -58,29 +59,38 @@ func Attention(q, k, v *gorgonia.Node, opts ...Option) (*gorgonia.Node, error) {
 	if cfg.scaleSet {
 		scale = cfg.scale
 	}
-	if math.IsNaN(scale) || math.IsInf(scale, 0) {
-		return nil, invalid("scale %v must be finite", scale)
+	fwd, err := autograd.New(autograd.Config{Backend: backend, Scale: scale, Causal: cfg.causal},
+		q.Dtype(), q.Shape(), k.Shape(), v.Shape())
+	if err != nil {
+		return nil, fmt.Errorf("op.Attention: %w", err)
 	}
-	op := &attentionOp{
-		cfg:   autograd.Config{Backend: backend, Scale: scale, Causal: cfg.causal},
-		saved: new(autograd.Saved),
-	}
-	return gorgonia.ApplyOp(op, q, k, v)
+	return gorgonia.ApplyOp(fwd, q, k, v)
 }
 
-// checkNodes validates everything about q, k and v that is known while the
-// graph is built, so that running it cannot fail on their shapes or types.
+// checkNodes validates what autograd.New cannot see: that the nodes exist,
+// share a graph and a float dtype, and have rank 4 (a shape of another rank
+// is not even a [B, H, N, D] to compare).
 func checkNodes(q, k, v *gorgonia.Node) error {
 	nodes := []struct {
 		name string
 		n    *gorgonia.Node
 	}{{"q", q}, {"k", k}, {"v", v}}
+	var g *gorgonia.ExprGraph
 	for _, x := range nodes {
 		if x.n == nil {
 			return invalid("%s is nil", x.name)
 		}
-		if x.n.Graph() != q.Graph() {
-			return invalid("%s belongs to another graph than q", x.name)
+		if g == nil {
+			g = x.n.Graph()
+		}
+	}
+	if g == nil {
+		return invalid("q, k and v are all constants; at least one must belong to a graph")
+	}
+	for _, x := range nodes {
+		// Gorgonia gives a constant the graph of the op that uses it.
+		if x.n.Graph() != g && x.n.Graph() != nil {
+			return invalid("%s belongs to another graph than the other inputs", x.name)
 		}
 		if s := x.n.Shape(); s.Dims() != 4 {
 			return invalid("%s has shape %v (rank %d), want [B, H, N, D]", x.name, s, s.Dims())
@@ -91,27 +101,6 @@ func checkNodes(q, k, v *gorgonia.Node) error {
 		if x.n.Dtype() != q.Dtype() {
 			return invalid("%s is %v but q is %v; convert one of them", x.name, x.n.Dtype(), q.Dtype())
 		}
-		for i, d := range x.n.Shape() {
-			if d < 1 {
-				return invalid("%s has shape %v; dimension %d is %d, want at least 1", x.name, x.n.Shape(), i, d)
-			}
-		}
-	}
-	qs, ks, vs := q.Shape(), k.Shape(), v.Shape()
-	if !ks.Eq(vs) {
-		return invalid("k %v and v %v must have the same shape", ks, vs)
-	}
-	for i, name := range []string{"B", "H"} {
-		if qs[i] != ks[i] {
-			return invalid("%s differs: q %v, k %v", name, qs, ks)
-		}
-	}
-	if qs[3] != ks[3] {
-		return invalid("head dimension D differs: q %v, k %v", qs, ks)
-	}
-	p := kernels.Params{B: qs[0], H: qs[1], Nq: qs[2], Nk: ks[2], D: qs[3], Scale: 1}
-	if err := p.Validate(); err != nil {
-		return fmt.Errorf("op.Attention: %w", err)
 	}
 	return nil
 }

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gorgonia-flash/flashattention/autograd"
+	"github.com/gorgonia-flash/flashattention/autograd/gradcheck"
 	"github.com/gorgonia-flash/flashattention/kernels"
 	"github.com/gorgonia-flash/flashattention/op"
 	"gorgonia.org/gorgonia"
@@ -197,11 +197,11 @@ func checkFiniteDifferences(t *testing.T, opts ...op.Option) {
 		for _, lisp := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%v/lisp=%v", c, lisp), func(t *testing.T) {
 				gr := buildGraph(t, c, tensor.Float64, randomInputs(c.params(), uint64(100+i)), opts...)
-				check := []autograd.GradCheckOption{}
+				check := []gradcheck.Option{}
 				if lisp {
-					check = append(check, autograd.WithLispMachine())
+					check = append(check, gradcheck.WithLispMachine())
 				}
-				report, err := autograd.CheckGrad(gr.c, gorgonia.Nodes{gr.q, gr.k, gr.v}, check...)
+				report, err := gradcheck.Check(gr.c, gorgonia.Nodes{gr.q, gr.k, gr.v}, check...)
 				if err != nil {
 					t.Fatal(err)
 				}

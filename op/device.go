@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/gorgonia-flash/flashattention/autograd"
 	"github.com/gorgonia-flash/flashattention/cpukernels"
 	"github.com/gorgonia-flash/flashattention/kernels"
 	"gorgonia.org/gorgonia"
@@ -97,8 +98,8 @@ func (c config) resolveBackend() (kernels.Backend, error) {
 func Release(g *gorgonia.ExprGraph) error {
 	var errs []error
 	for _, n := range g.AllNodes() {
-		if a, ok := n.Op().(*attentionOp); ok {
-			errs = append(errs, a.saved.Release())
+		if a, ok := n.Op().(*autograd.Op); ok {
+			errs = append(errs, a.Release())
 		}
 	}
 	return errors.Join(errs...)

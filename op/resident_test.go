@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gorgonia-flash/flashattention/autograd"
 	"github.com/gorgonia-flash/flashattention/cpukernels"
 	"github.com/gorgonia-flash/flashattention/kernels"
 	"gorgonia.org/gorgonia"
@@ -160,9 +161,9 @@ func TestDeviceStateLifetime(t *testing.T) {
 	if _, err := gorgonia.Grad(cost, in...); err != nil {
 		t.Fatal(err)
 	}
-	var a *attentionOp
+	var a *autograd.Op
 	for _, n := range g.AllNodes() {
-		if op, ok := n.Op().(*attentionOp); ok {
+		if op, ok := n.Op().(*autograd.Op); ok {
 			a = op
 		}
 	}

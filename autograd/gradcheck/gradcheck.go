@@ -1,4 +1,4 @@
-package autograd
+package gradcheck
 
 import (
 	"errors"
@@ -12,11 +12,11 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// ErrGradMismatch is wrapped by the error that GradReport.Err returns when an
+// ErrMismatch is wrapped by the error that Report.Err returns when an
 // analytic gradient element lies outside the tolerance.
-var ErrGradMismatch = errors.New("autograd: gradient mismatch")
+var ErrMismatch = errors.New("gradcheck: gradient mismatch")
 
-// Defaults of CheckGrad.
+// Defaults of Check.
 //
 // The central difference (f(x+h) − f(x−h)) / 2h has a truncation error of
 // about h²·|f⁽³⁾|/6 and a rounding error of about ε·|f|/h (ε = 2⁻⁵²). The sum
@@ -25,15 +25,15 @@ var ErrGradMismatch = errors.New("autograd: gradient mismatch")
 // magnitude of headroom while still catching a gradient that is off by a
 // factor, a sign, or a missing term.
 const (
-	DefaultGradStep = 6.0554544523933386e-06 // ε^(1/3) for float64
-	DefaultGradAtol = 1e-6
-	DefaultGradRtol = 1e-5
+	DefaultStep = 6.0554544523933386e-06 // ε^(1/3) for float64
+	DefaultAtol = 1e-6
+	DefaultRtol = 1e-5
 )
 
-// GradCheckOption configures CheckGrad.
-type GradCheckOption func(*gradCheckConfig)
+// Option configures Check.
+type Option func(*config)
 
-type gradCheckConfig struct {
+type config struct {
 	step       float64
 	atol, rtol float64
 	lisp       bool
@@ -44,49 +44,49 @@ type gradCheckConfig struct {
 // WithStep sets the relative finite-difference step. Element x is evaluated
 // at x ± step·max(1, |x|): scaling by |x| keeps the step far above the spacing
 // of float64 numbers near a large x, and the floor of 1 keeps it from
-// vanishing near zero. The default is DefaultGradStep. step must be positive
+// vanishing near zero. The default is DefaultStep. step must be positive
 // and finite.
-func WithStep(step float64) GradCheckOption {
-	return func(c *gradCheckConfig) { c.step = step }
+func WithStep(step float64) Option {
+	return func(c *config) { c.step = step }
 }
 
 // WithTolerance sets the pass criterion of an element: |a − n| ≤ atol + rtol·|n|,
 // where a is the analytic and n the numeric derivative. Both must be finite and
-// non-negative. The defaults are DefaultGradAtol and DefaultGradRtol; loosen
+// non-negative. The defaults are DefaultAtol and DefaultRtol; loosen
 // atol for costs of large magnitude, since the rounding error of the numeric
 // derivative grows like ε·|cost|/h.
-func WithTolerance(atol, rtol float64) GradCheckOption {
-	return func(c *gradCheckConfig) { c.atol, c.rtol = atol, rtol }
+func WithTolerance(atol, rtol float64) Option {
+	return func(c *config) { c.atol, c.rtol = atol, rtol }
 }
 
-// WithLispMachine makes CheckGrad take the analytic gradient from
+// WithLispMachine makes Check take the analytic gradient from
 // gorgonia.NewLispMachine, which calls each op's DoDiff, instead of from
 // gorgonia.Grad (each op's SymDiff) run on a TapeMachine. The cost at
 // perturbed inputs is then also evaluated with LispMachines.
-func WithLispMachine() GradCheckOption {
-	return func(c *gradCheckConfig) { c.lisp = true }
+func WithLispMachine() Option {
+	return func(c *config) { c.lisp = true }
 }
 
 // WithMaxElements limits the check to at most n elements of each input,
 // drawn without replacement by a PCG generator seeded with seed and the
 // input's position in wrt, so a run is reproducible. n ≤ 0 checks every
 // element (the default). Each checked element costs two forward passes.
-func WithMaxElements(n int, seed uint64) GradCheckOption {
-	return func(c *gradCheckConfig) { c.maxElems, c.seed = n, seed }
+func WithMaxElements(n int, seed uint64) Option {
+	return func(c *config) { c.maxElems, c.seed = n, seed }
 }
 
-func (c *gradCheckConfig) validate() error {
+func (c *config) validate() error {
 	if !(c.step > 0) || math.IsInf(c.step, 0) {
-		return fmt.Errorf("autograd: CheckGrad: step %v is not positive and finite", c.step)
+		return fmt.Errorf("gradcheck: step %v is not positive and finite", c.step)
 	}
 	if !(c.atol >= 0) || math.IsInf(c.atol, 0) || !(c.rtol >= 0) || math.IsInf(c.rtol, 0) {
-		return fmt.Errorf("autograd: CheckGrad: tolerances atol=%v rtol=%v are not finite and non-negative", c.atol, c.rtol)
+		return fmt.Errorf("gradcheck: tolerances atol=%v rtol=%v are not finite and non-negative", c.atol, c.rtol)
 	}
 	return nil
 }
 
-// GradElement is the comparison of one element of one input's gradient.
-type GradElement struct {
+// Element is the comparison of one element of one input's gradient.
+type Element struct {
 	Input    string  // name of the wrt node
 	Index    []int   // row-major coordinates in the input; empty for a scalar
 	Analytic float64 // gorgonia's gradient
@@ -100,7 +100,7 @@ type GradElement struct {
 }
 
 // String formats e as "name[i j]: analytic A, numeric N (abs err E, rel err R)".
-func (e GradElement) String() string {
+func (e Element) String() string {
 	return fmt.Sprintf("%s%v: analytic %.10g, numeric %.10g (abs err %.2g, rel err %.2g)",
 		e.Input, e.Index, e.Analytic, e.Numeric, e.AbsErr, e.RelErr)
 }
@@ -109,13 +109,13 @@ func (e GradElement) String() string {
 type InputReport struct {
 	Name    string
 	Shape   tensor.Shape
-	Checked int         // elements compared
-	Failed  int         // compared elements with Ratio > 1
-	Worst   GradElement // largest Ratio; the first in row-major order on ties
+	Checked int     // elements compared
+	Failed  int     // compared elements with Ratio > 1
+	Worst   Element // largest Ratio; the first in row-major order on ties
 }
 
-// GradReport is the result of CheckGrad.
-type GradReport struct {
+// Report is the result of Check.
+type Report struct {
 	Machine string  // "TapeMachine" or "LispMachine"
 	Cost    float64 // cost at the original inputs
 	Step    float64 // relative step, see WithStep
@@ -123,24 +123,24 @@ type GradReport struct {
 	Rtol    float64
 
 	Inputs []InputReport // in the order of wrt
-	Worst  GradElement   // largest Ratio over all inputs; the first on ties
+	Worst  Element       // largest Ratio over all inputs; the first on ties
 	Failed int           // elements with Ratio > 1 over all inputs
 }
 
 // Passed reports whether every compared element is within tolerance.
-func (r *GradReport) Passed() bool { return r.Failed == 0 }
+func (r *Report) Passed() bool { return r.Failed == 0 }
 
 // Err returns nil if the check passed, and otherwise an error wrapping
-// ErrGradMismatch that describes the worst element.
-func (r *GradReport) Err() error {
+// ErrMismatch that describes the worst element.
+func (r *Report) Err() error {
 	if r.Passed() {
 		return nil
 	}
 	return fmt.Errorf("%w: %d of %d elements outside |a−n| ≤ %g + %g·|n|; worst %v",
-		ErrGradMismatch, r.Failed, r.checked(), r.Atol, r.Rtol, r.Worst)
+		ErrMismatch, r.Failed, r.checked(), r.Atol, r.Rtol, r.Worst)
 }
 
-func (r *GradReport) checked() int {
+func (r *Report) checked() int {
 	total := 0
 	for _, in := range r.Inputs {
 		total += in.Checked
@@ -149,7 +149,7 @@ func (r *GradReport) checked() int {
 }
 
 // String gives a verdict line, one line per input, and the worst element.
-func (r *GradReport) String() string {
+func (r *Report) String() string {
 	var b strings.Builder
 	verdict := "ok"
 	if !r.Passed() {
@@ -171,10 +171,10 @@ func (r *GradReport) String() string {
 	return b.String()
 }
 
-// CheckGrad compares Gorgonia's analytic gradients of the scalar cost with
+// Check compares Gorgonia's analytic gradients of the scalar cost with
 // respect to the input nodes wrt against central finite differences in
 // float64, element by element, and reports the worst element of each input
-// and overall. A mismatch is not an error of CheckGrad: it returns the report,
+// and overall. A mismatch is not an error of Check: it returns the report,
 // and report.Err() describes the mismatch. The error result is for graphs it
 // cannot check.
 //
@@ -188,29 +188,29 @@ func (r *GradReport) String() string {
 //
 // # Effect on the graph
 //
-// By default CheckGrad calls gorgonia.Grad(cost, wrt...), which adds the
+// By default Check calls gorgonia.Grad(cost, wrt...), which adds the
 // gradient nodes to cost's graph and sets Deriv on the nodes it differentiates,
 // exactly as a user's own call would. If cost and every wrt node already have
-// a Deriv, because Grad was called before, CheckGrad checks those gradient
+// a Deriv, because Grad was called before, Check checks those gradient
 // nodes instead and adds nothing; Grad would return the same nodes. So if you
-// call Grad yourself, for training say, call it before CheckGrad: a second
+// call Grad yourself, for training say, call it before Check: a second
 // Grad on a graph that already holds gradient nodes can fail in Gorgonia.
 // Only the part of the graph that cost and the gradients depend on is compiled
 // and run, so other roots of the graph need no values.
 //
 // With WithLispMachine no nodes are added. Gorgonia's LispMachine adds into
-// the gradient of an input across runs, so CheckGrad zeroes the gradient held
+// the gradient of an input across runs, so Check zeroes the gradient held
 // in each wrt node first; afterwards wrt[i].Grad() holds the gradient at the
 // original inputs. Because the LispMachine silently skips ops without DoDiff,
-// CheckGrad returns an error if a gradient from wrt would flow through one.
+// Check returns an error if a gradient from wrt would flow through one.
 //
 // While the cost is evaluated at perturbed inputs, each wrt node is bound to a
 // private copy of its value. On return, success or not, every wrt node is
-// bound again to its original Value, which CheckGrad never writes; CheckGrad
+// bound again to its original Value, which Check never writes; Check
 // returns an error if an op wrote to it. On success, the other nodes hold the
 // values of a final evaluation at the original inputs.
-func CheckGrad(cost *gorgonia.Node, wrt gorgonia.Nodes, opts ...GradCheckOption) (*GradReport, error) {
-	cfg := gradCheckConfig{step: DefaultGradStep, atol: DefaultGradAtol, rtol: DefaultGradRtol}
+func Check(cost *gorgonia.Node, wrt gorgonia.Nodes, opts ...Option) (*Report, error) {
+	cfg := config{step: DefaultStep, atol: DefaultAtol, rtol: DefaultRtol}
 	for _, opt := range opts {
 		opt(&cfg)
 	}
@@ -253,12 +253,12 @@ func CheckGrad(cost *gorgonia.Node, wrt gorgonia.Nodes, opts ...GradCheckOption)
 			return nil, err
 		}
 		if len(analytic[k]) != len(p.snap) {
-			return nil, fmt.Errorf("autograd: CheckGrad: gradient of %q has %d elements, input has %d",
+			return nil, fmt.Errorf("gradcheck: gradient of %q has %d elements, input has %d",
 				p.node.Name(), len(analytic[k]), len(p.snap))
 		}
 	}
 
-	r := &GradReport{Machine: ev.name(), Cost: f0, Step: cfg.step, Atol: cfg.atol, Rtol: cfg.rtol}
+	r := &Report{Machine: ev.name(), Cost: f0, Step: cfg.step, Atol: cfg.atol, Rtol: cfg.rtol}
 	for k, p := range params {
 		in, err := p.compare(ev, analytic[k], &cfg, k)
 		if err != nil {
@@ -273,7 +273,7 @@ func CheckGrad(cost *gorgonia.Node, wrt gorgonia.Nodes, opts ...GradCheckOption)
 
 	for _, p := range params {
 		if err := gorgonia.Let(p.node, p.orig); err != nil {
-			return nil, fmt.Errorf("autograd: CheckGrad: restoring %q: %w", p.node.Name(), err)
+			return nil, fmt.Errorf("gradcheck: restoring %q: %w", p.node.Name(), err)
 		}
 	}
 	// Leave the graph's values at the original point rather than at the last
@@ -287,17 +287,17 @@ func CheckGrad(cost *gorgonia.Node, wrt gorgonia.Nodes, opts ...GradCheckOption)
 func checkCost(cost *gorgonia.Node) error {
 	switch {
 	case cost == nil:
-		return errors.New("autograd: CheckGrad: cost is nil")
+		return errors.New("gradcheck: cost is nil")
 	case cost.Graph() == nil:
-		return fmt.Errorf("autograd: CheckGrad: cost %q belongs to no graph", cost.Name())
+		return fmt.Errorf("gradcheck: cost %q belongs to no graph", cost.Name())
 	case !cost.IsScalar():
 		// A TensorType of shape () is not enough: gorgonia.Grad and the
 		// LispMachine both test the type, not the shape.
-		return fmt.Errorf("autograd: CheckGrad: cost %q has type %v and shape %v, not a scalar type; reduce it with gorgonia.Sum",
+		return fmt.Errorf("gradcheck: cost %q has type %v and shape %v, not a scalar type; reduce it with gorgonia.Sum",
 			cost.Name(), cost.Type(), cost.Shape())
 	}
 	if dt, ok := nodeDtype(cost); !ok || dt != tensor.Float64 {
-		return fmt.Errorf("autograd: CheckGrad: cost %q has type %v; only float64 is supported", cost.Name(), cost.Type())
+		return fmt.Errorf("gradcheck: cost %q has type %v; only float64 is supported", cost.Name(), cost.Type())
 	}
 	return nil
 }
@@ -328,31 +328,31 @@ type checkedInput struct {
 
 func newCheckedInputs(cost *gorgonia.Node, sub *gorgonia.ExprGraph, wrt gorgonia.Nodes) ([]*checkedInput, error) {
 	if len(wrt) == 0 {
-		return nil, errors.New("autograd: CheckGrad: no wrt nodes")
+		return nil, errors.New("gradcheck: no wrt nodes")
 	}
 	inCost := sub.AllNodes()
 	params := make([]*checkedInput, 0, len(wrt))
 	for i, n := range wrt {
 		switch {
 		case n == nil:
-			return nil, fmt.Errorf("autograd: CheckGrad: wrt[%d] is nil", i)
+			return nil, fmt.Errorf("gradcheck: wrt[%d] is nil", i)
 		case n.Graph() != cost.Graph():
-			return nil, fmt.Errorf("autograd: CheckGrad: wrt[%d] %q is not in cost's graph", i, n.Name())
+			return nil, fmt.Errorf("gradcheck: wrt[%d] %q is not in cost's graph", i, n.Name())
 		case !n.IsVar():
-			return nil, fmt.Errorf("autograd: CheckGrad: wrt[%d] %q is not an input (variable) node", i, n.Name())
+			return nil, fmt.Errorf("gradcheck: wrt[%d] %q is not an input (variable) node", i, n.Name())
 		}
 		if dt, ok := nodeDtype(n); !ok || dt != tensor.Float64 {
-			return nil, fmt.Errorf("autograd: CheckGrad: wrt[%d] %q has type %v; only float64 is supported", i, n.Name(), n.Type())
+			return nil, fmt.Errorf("gradcheck: wrt[%d] %q has type %v; only float64 is supported", i, n.Name(), n.Type())
 		}
 		switch {
 		case slices.Contains(wrt[:i], n):
-			return nil, fmt.Errorf("autograd: CheckGrad: wrt[%d] %q appears twice", i, n.Name())
+			return nil, fmt.Errorf("gradcheck: wrt[%d] %q appears twice", i, n.Name())
 		case !inCost.Contains(n):
-			return nil, fmt.Errorf("autograd: CheckGrad: cost does not depend on wrt[%d] %q", i, n.Name())
+			return nil, fmt.Errorf("gradcheck: cost does not depend on wrt[%d] %q", i, n.Name())
 		}
 		p, err := newCheckedInput(n)
 		if err != nil {
-			return nil, fmt.Errorf("autograd: CheckGrad: wrt[%d]: %w", i, err)
+			return nil, fmt.Errorf("gradcheck: wrt[%d]: %w", i, err)
 		}
 		params = append(params, p)
 	}
@@ -416,11 +416,11 @@ func valueFloat64s(v gorgonia.Value) ([]float64, error) {
 func (p *checkedInput) checkUnchanged(v gorgonia.Value, during string) error {
 	now, err := valueFloat64s(v)
 	if err != nil {
-		return fmt.Errorf("autograd: CheckGrad: reading %q back: %w", p.node.Name(), err)
+		return fmt.Errorf("gradcheck: reading %q back: %w", p.node.Name(), err)
 	}
 	for i := range now {
 		if math.Float64bits(now[i]) != math.Float64bits(p.snap[i]) {
-			return fmt.Errorf("autograd: CheckGrad: an op wrote to the value of input %q (element %v) while %s",
+			return fmt.Errorf("gradcheck: an op wrote to the value of input %q (element %v) while %s",
 				p.node.Name(), unravelIndex(i, p.orig.Shape()), during)
 		}
 	}
@@ -429,11 +429,11 @@ func (p *checkedInput) checkUnchanged(v gorgonia.Value, during string) error {
 
 // compare computes the central difference for the chosen elements of p and
 // compares it with the analytic gradient.
-func (p *checkedInput) compare(ev gradEvaluator, analytic []float64, cfg *gradCheckConfig, k int) (InputReport, error) {
+func (p *checkedInput) compare(ev gradEvaluator, analytic []float64, cfg *config, k int) (InputReport, error) {
 	shape := p.orig.Shape()
 	in := InputReport{Name: p.node.Name(), Shape: shape}
 	if err := gorgonia.Let(p.node, p.work); err != nil {
-		return in, fmt.Errorf("autograd: CheckGrad: binding a copy of %q: %w", p.node.Name(), err)
+		return in, fmt.Errorf("gradcheck: binding a copy of %q: %w", p.node.Name(), err)
 	}
 	for _, i := range sampleIndices(len(p.snap), cfg.maxElems, cfg.seed, k) {
 		x := p.snap[i]
@@ -469,8 +469,8 @@ func (p *checkedInput) compare(ev gradEvaluator, analytic []float64, cfg *gradCh
 	return in, nil
 }
 
-func compareElement(a, n, atol, rtol float64) GradElement {
-	e := GradElement{Analytic: a, Numeric: n, AbsErr: math.Abs(a - n)}
+func compareElement(a, n, atol, rtol float64) Element {
+	e := Element{Analytic: a, Numeric: n, AbsErr: math.Abs(a - n)}
 	switch {
 	case e.AbsErr == 0:
 		// RelErr and Ratio stay 0.
@@ -612,7 +612,7 @@ func (t *tapeEvaluator) gradients() (float64, [][]float64, error) {
 	grads := make([][]float64, len(t.gradNodes))
 	for i, gn := range t.gradNodes {
 		if grads[i], err = valueFloat64s(gn.Value()); err != nil {
-			return 0, nil, fmt.Errorf("autograd: CheckGrad: gradient node %q: %w", gn.Name(), err)
+			return 0, nil, fmt.Errorf("gradcheck: gradient node %q: %w", gn.Name(), err)
 		}
 	}
 	return f, grads, nil
@@ -680,7 +680,7 @@ func checkDoDiff(sub *gorgonia.ExprGraph, wrt gorgonia.Nodes) error {
 			continue
 		}
 		if _, ok := n.Op().(gorgonia.ADOp); !ok {
-			return fmt.Errorf("autograd: CheckGrad: op %v of node %q has no DoDiff; the LispMachine would skip it silently", n.Op(), n.Name())
+			return fmt.Errorf("gradcheck: op %v of node %q has no DoDiff; the LispMachine would skip it silently", n.Op(), n.Name())
 		}
 	}
 	return nil
@@ -706,7 +706,7 @@ func (l *lispEvaluator) gradients() (float64, [][]float64, error) {
 			grads[i], err = valueFloat64s(d)
 		}
 		if err != nil {
-			return 0, nil, fmt.Errorf("autograd: CheckGrad: gradient of %q: %w", n.Name(), err)
+			return 0, nil, fmt.Errorf("gradcheck: gradient of %q: %w", n.Name(), err)
 		}
 	}
 	return f, grads, nil
@@ -752,10 +752,10 @@ func (l *lispEvaluator) close() {}
 func costValue(n *gorgonia.Node) (float64, error) {
 	v, err := valueFloat64s(n.Value())
 	if err != nil {
-		return 0, fmt.Errorf("autograd: CheckGrad: value of cost %q: %w", n.Name(), err)
+		return 0, fmt.Errorf("gradcheck: value of cost %q: %w", n.Name(), err)
 	}
 	if len(v) != 1 {
-		return 0, fmt.Errorf("autograd: CheckGrad: cost %q has %d elements after a run, want 1", n.Name(), len(v))
+		return 0, fmt.Errorf("gradcheck: cost %q has %d elements after a run, want 1", n.Name(), len(v))
 	}
 	return v[0], nil
 }
@@ -765,11 +765,11 @@ func costValue(n *gorgonia.Node) (float64, error) {
 func callGorgonia(what string, f func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("autograd: CheckGrad: %s: gorgonia panicked: %v", what, r)
+			err = fmt.Errorf("gradcheck: %s: gorgonia panicked: %v", what, r)
 		}
 	}()
 	if err := f(); err != nil {
-		return fmt.Errorf("autograd: CheckGrad: %s: %w", what, err)
+		return fmt.Errorf("gradcheck: %s: %w", what, err)
 	}
 	return nil
 }

@@ -1,17 +1,17 @@
-package autograd_test
+package gradcheck_test
 
 import (
 	"fmt"
 	"log"
 
-	"github.com/gorgonia-flash/flashattention/autograd"
+	"github.com/gorgonia-flash/flashattention/autograd/gradcheck"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
 
 // Check the gradients of cost = Σ tanh(x·W) with respect to x and W, first
 // with gorgonia.Grad on a TapeMachine, then with the LispMachine's DoDiff.
-func ExampleCheckGrad() {
+func ExampleCheck() {
 	g := G.NewGraph()
 	x := G.NewMatrix(g, tensor.Float64, G.WithShape(2, 3), G.WithName("x"),
 		G.WithValue(tensor.New(tensor.WithShape(2, 3), tensor.WithBacking([]float64{0.1, -0.2, 0.3, 0.4, -0.5, 0.6}))))
@@ -19,8 +19,8 @@ func ExampleCheckGrad() {
 		G.WithValue(tensor.New(tensor.WithShape(3, 2), tensor.WithBacking([]float64{0.7, -0.8, 0.9, 1.0, -1.1, 1.2}))))
 	cost := G.Must(G.Sum(G.Must(G.Tanh(G.Must(G.Mul(x, W))))))
 
-	for _, opts := range [][]autograd.GradCheckOption{nil, {autograd.WithLispMachine()}} {
-		report, err := autograd.CheckGrad(cost, G.Nodes{x, W}, opts...)
+	for _, opts := range [][]gradcheck.Option{nil, {gradcheck.WithLispMachine()}} {
+		report, err := gradcheck.Check(cost, G.Nodes{x, W}, opts...)
 		if err != nil {
 			log.Fatal(err) // the graph could not be checked
 		}

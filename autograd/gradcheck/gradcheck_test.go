@@ -1,4 +1,4 @@
-package autograd
+package gradcheck
 
 import (
 	"errors"
@@ -16,13 +16,13 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// gradCheckMachines are the two ways CheckGrad can take the analytic gradient.
+// gradCheckMachines are the two ways Check can take the analytic gradient.
 var gradCheckMachines = []struct {
 	name string
-	opts []GradCheckOption
+	opts []Option
 }{
 	{"TapeMachine", nil},
-	{"LispMachine", []GradCheckOption{WithLispMachine()}},
+	{"LispMachine", []Option{WithLispMachine()}},
 }
 
 func randMatrixValue(rng *rand.Rand, shape ...int) *tensor.Dense {
@@ -84,14 +84,14 @@ func tanhGrad(x, W *tensor.Dense) (cost float64, dx, dW [][]float64) {
 	return cost, dx, dW
 }
 
-func TestCheckGradTanhMatMul(t *testing.T) {
+func TestCheckTanhMatMul(t *testing.T) {
 	for _, m := range gradCheckMachines {
 		t.Run(m.name, func(t *testing.T) {
 			_, x, W, cost := tanhGraph(1)
 			xv, Wv := x.Value().(*tensor.Dense), W.Value().(*tensor.Dense)
 			wantCost, dx, dW := tanhGrad(xv, Wv)
 
-			r, err := CheckGrad(cost, G.Nodes{x, W}, m.opts...)
+			r, err := Check(cost, G.Nodes{x, W}, m.opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -129,11 +129,11 @@ func TestCheckGradTanhMatMul(t *testing.T) {
 	}
 }
 
-// TestCheckGradScalarInput covers a *G.F64 input, elementwise ops, Mean
+// TestCheckScalarInput covers a *G.F64 input, elementwise ops, Mean
 // (whose SizeOf has no DoDiff, rightly) and a scalar-by-scalar product:
 // cost = s·mean(exp(v)∘v) for v of length 5, so ds = mean(exp(v)∘v) and
 // dv = s·exp(v)∘(1+v)/5.
-func TestCheckGradScalarInput(t *testing.T) {
+func TestCheckScalarInput(t *testing.T) {
 	for _, m := range gradCheckMachines {
 		t.Run(m.name, func(t *testing.T) {
 			g := G.NewGraph()
@@ -143,7 +143,7 @@ func TestCheckGradScalarInput(t *testing.T) {
 			s := G.NewScalar(g, tensor.Float64, G.WithName("s"), G.WithValue(1.5))
 			cost := G.Must(G.Mul(s, G.Must(G.Mean(G.Must(G.HadamardProd(G.Must(G.Exp(v)), v))))))
 
-			r, err := CheckGrad(cost, G.Nodes{s, v}, m.opts...)
+			r, err := Check(cost, G.Nodes{s, v}, m.opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -166,17 +166,17 @@ func TestCheckGradScalarInput(t *testing.T) {
 	}
 }
 
-// TestCheckGradRestoresInputs checks that each wrt node is bound to its
+// TestCheckRestoresInputs checks that each wrt node is bound to its
 // original Value, unmodified, and that the graph is left at the original
 // point, both after a passing check and after one that fails midway.
-func TestCheckGradRestoresInputs(t *testing.T) {
+func TestCheckRestoresInputs(t *testing.T) {
 	for _, m := range gradCheckMachines {
 		t.Run(m.name, func(t *testing.T) {
 			_, x, W, cost := tanhGraph(2)
 			xv, Wv := x.Value(), W.Value()
 			xs, Ws := slices.Clone(xv.(*tensor.Dense).Float64s()), slices.Clone(Wv.(*tensor.Dense).Float64s())
 
-			r, err := CheckGrad(cost, G.Nodes{x, W}, m.opts...)
+			r, err := Check(cost, G.Nodes{x, W}, m.opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -195,7 +195,7 @@ func TestCheckGradRestoresInputs(t *testing.T) {
 			// upwards: the gradient run and four elements succeed.
 			op := squareOp{bugAt: -1, limit: 0.9 + 1e-7}
 			cost := G.Must(G.Sum(G.Must(G.ApplyOp(squareLispOp{op}, x))))
-			if _, err := CheckGrad(cost, G.Nodes{x}, m.opts...); err == nil || !strings.Contains(err.Error(), "above limit") {
+			if _, err := Check(cost, G.Nodes{x}, m.opts...); err == nil || !strings.Contains(err.Error(), "above limit") {
 				t.Fatalf("err = %v, want the op's error", err)
 			}
 			checkBound(t, x, xv, xs)
@@ -216,9 +216,9 @@ func checkBound(t *testing.T, n *G.Node, want G.Value, wantData []float64) {
 	}
 }
 
-// TestCheckGradCatchesWrongGradient uses an op whose backward (SymDiff on the
+// TestCheckCatchesWrongGradient uses an op whose backward (SymDiff on the
 // TapeMachine, DoDiff on the LispMachine) is wrong at one element.
-func TestCheckGradCatchesWrongGradient(t *testing.T) {
+func TestCheckCatchesWrongGradient(t *testing.T) {
 	for _, m := range gradCheckMachines {
 		for _, tc := range []struct {
 			name   string
@@ -231,15 +231,15 @@ func TestCheckGradCatchesWrongGradient(t *testing.T) {
 		} {
 			t.Run(m.name+"/"+tc.name, func(t *testing.T) {
 				_, x, W, cost := squareGraph(4, squareOp{bugAt: tc.bugAt, factor: tc.factor})
-				r, err := CheckGrad(cost, G.Nodes{W, x}, m.opts...)
+				r, err := Check(cost, G.Nodes{W, x}, m.opts...)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if r.Passed() || r.Failed != 1 {
 					t.Fatalf("Passed %v with %d failures, want exactly one failure:\n%v", r.Passed(), r.Failed, r)
 				}
-				if !errors.Is(r.Err(), ErrGradMismatch) {
-					t.Errorf("Err() = %v, want ErrGradMismatch", r.Err())
+				if !errors.Is(r.Err(), ErrMismatch) {
+					t.Errorf("Err() = %v, want ErrMismatch", r.Err())
 				}
 				wantIndex := []int{tc.bugAt / 4, tc.bugAt % 4}
 				if r.Worst.Input != "x" || !slices.Equal(r.Worst.Index, wantIndex) {
@@ -265,7 +265,7 @@ func TestCheckGradCatchesWrongGradient(t *testing.T) {
 			// The same harness with a right gradient passes, so the failures
 			// above come from the bug alone.
 			_, x, W, cost := squareGraph(4, squareOp{bugAt: -1})
-			r, err := CheckGrad(cost, G.Nodes{W, x}, m.opts...)
+			r, err := Check(cost, G.Nodes{W, x}, m.opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -290,10 +290,10 @@ func squareGraph(seed uint64, op squareOp) (g *G.ExprGraph, x, W, cost *G.Node) 
 	return g, x, W, cost
 }
 
-// TestCheckGradOptions checks that the tolerance and the step reach the
+// TestCheckOptions checks that the tolerance and the step reach the
 // comparison: a gradient 1e-3 too large in relative terms passes or fails
 // with rtol on either side of 1e-3, and a coarse step fails a right gradient.
-func TestCheckGradOptions(t *testing.T) {
+func TestCheckOptions(t *testing.T) {
 	for _, m := range gradCheckMachines {
 		t.Run(m.name, func(t *testing.T) {
 			_, x, _, cost := squareGraph(10, squareOp{bugAt: 5, factor: 1 + 1e-3})
@@ -301,7 +301,7 @@ func TestCheckGradOptions(t *testing.T) {
 				rtol  float64
 				ratio float64 // about 1e-3/rtol
 			}{{1.5e-3, 2.0 / 3}, {0.7e-3, 1 / 0.7}} {
-				r, err := CheckGrad(cost, G.Nodes{x}, append(slices.Clone(m.opts), WithTolerance(0, tc.rtol))...)
+				r, err := Check(cost, G.Nodes{x}, append(slices.Clone(m.opts), WithTolerance(0, tc.rtol))...)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -317,7 +317,7 @@ func TestCheckGradOptions(t *testing.T) {
 			}
 
 			_, x, W, cost := tanhGraph(11)
-			r, err := CheckGrad(cost, G.Nodes{x, W}, append(slices.Clone(m.opts), WithStep(0.3))...)
+			r, err := Check(cost, G.Nodes{x, W}, append(slices.Clone(m.opts), WithStep(0.3))...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -328,20 +328,20 @@ func TestCheckGradOptions(t *testing.T) {
 	}
 }
 
-func TestCheckGradRepeatable(t *testing.T) {
+func TestCheckRepeatable(t *testing.T) {
 	// Running twice on one graph must give the same report: the TapeMachine
 	// path reuses the gradient nodes of the first run (a second Grad fails on
 	// squareDiffOp, which is not differentiable), and the LispMachine would
-	// add the second gradient to the first if CheckGrad did not clear it.
+	// add the second gradient to the first if Check did not clear it.
 	for _, m := range gradCheckMachines {
 		t.Run(m.name, func(t *testing.T) {
 			g, x, W, cost := squareGraph(5, squareOp{bugAt: -1})
-			r1, err := CheckGrad(cost, G.Nodes{x, W}, m.opts...)
+			r1, err := Check(cost, G.Nodes{x, W}, m.opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
 			nodes := len(g.AllNodes())
-			r2, err := CheckGrad(cost, G.Nodes{x, W}, m.opts...)
+			r2, err := Check(cost, G.Nodes{x, W}, m.opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -359,7 +359,7 @@ func TestCheckGradRepeatable(t *testing.T) {
 	t.Run("Tape, Lisp, Tape", func(t *testing.T) {
 		_, x, W, cost := tanhGraph(6)
 		for _, m := range append(slices.Clone(gradCheckMachines), gradCheckMachines[0]) {
-			r, err := CheckGrad(cost, G.Nodes{x, W}, m.opts...)
+			r, err := Check(cost, G.Nodes{x, W}, m.opts...)
 			if err != nil {
 				t.Fatalf("%s: %v", m.name, err)
 			}
@@ -370,9 +370,9 @@ func TestCheckGradRepeatable(t *testing.T) {
 	})
 }
 
-func TestCheckGradMaxElements(t *testing.T) {
+func TestCheckMaxElements(t *testing.T) {
 	_, x, W, cost := squareGraph(7, squareOp{bugAt: -1})
-	r1, err := CheckGrad(cost, G.Nodes{x, W}, WithMaxElements(5, 42))
+	r1, err := Check(cost, G.Nodes{x, W}, WithMaxElements(5, 42))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +381,7 @@ func TestCheckGradMaxElements(t *testing.T) {
 			t.Errorf("%s: checked %d elements, want 5", in.Name, in.Checked)
 		}
 	}
-	r2, err := CheckGrad(cost, G.Nodes{x, W}, WithMaxElements(5, 42))
+	r2, err := Check(cost, G.Nodes{x, W}, WithMaxElements(5, 42))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,94 +435,94 @@ func TestCompareElement(t *testing.T) {
 	}
 }
 
-func TestCheckGradErrors(t *testing.T) {
+func TestCheckErrors(t *testing.T) {
 	valid := func() (x, W, cost *G.Node) {
 		_, x, W, cost = tanhGraph(8)
 		return x, W, cost
 	}
 	for _, tc := range []struct {
 		name  string
-		setup func() (*G.Node, G.Nodes, []GradCheckOption)
+		setup func() (*G.Node, G.Nodes, []Option)
 		want  string
 	}{
-		{"nil cost", func() (*G.Node, G.Nodes, []GradCheckOption) {
+		{"nil cost", func() (*G.Node, G.Nodes, []Option) {
 			x, _, _ := valid()
 			return nil, G.Nodes{x}, nil
 		}, "cost is nil"},
-		{"non-scalar cost", func() (*G.Node, G.Nodes, []GradCheckOption) {
+		{"non-scalar cost", func() (*G.Node, G.Nodes, []Option) {
 			x, W, _ := valid()
 			return G.Must(G.Tanh(G.Must(G.Mul(x, W)))), G.Nodes{x}, nil
 		}, "not a scalar type"},
-		{"float32 cost", func() (*G.Node, G.Nodes, []GradCheckOption) {
+		{"float32 cost", func() (*G.Node, G.Nodes, []Option) {
 			g := G.NewGraph()
 			x := G.NewVector(g, tensor.Float32, G.WithShape(3), G.WithName("x"), G.WithInit(G.Ones()))
 			return G.Must(G.Sum(x)), G.Nodes{x}, nil
 		}, "only float64"},
-		{"float32 input", func() (*G.Node, G.Nodes, []GradCheckOption) {
+		{"float32 input", func() (*G.Node, G.Nodes, []Option) {
 			x, W, cost := valid()
 			y := G.NewScalar(x.Graph(), tensor.Float32, G.WithName("y"), G.WithValue(float32(1)))
 			return cost, G.Nodes{W, y}, nil
 		}, "only float64"},
-		{"no wrt", func() (*G.Node, G.Nodes, []GradCheckOption) {
+		{"no wrt", func() (*G.Node, G.Nodes, []Option) {
 			_, _, cost := valid()
 			return cost, nil, nil
 		}, "no wrt"},
-		{"nil wrt", func() (*G.Node, G.Nodes, []GradCheckOption) {
+		{"nil wrt", func() (*G.Node, G.Nodes, []Option) {
 			x, _, cost := valid()
 			return cost, G.Nodes{x, nil}, nil
 		}, "wrt[1] is nil"},
-		{"other graph", func() (*G.Node, G.Nodes, []GradCheckOption) {
+		{"other graph", func() (*G.Node, G.Nodes, []Option) {
 			_, _, cost := valid()
 			other, _, _ := valid()
 			return cost, G.Nodes{other}, nil
 		}, "not in cost's graph"},
-		{"not an input", func() (*G.Node, G.Nodes, []GradCheckOption) {
+		{"not an input", func() (*G.Node, G.Nodes, []Option) {
 			x, W, cost := valid()
 			return cost, G.Nodes{G.Must(G.Mul(x, W))}, nil
 		}, "not an input"},
-		{"constant", func() (*G.Node, G.Nodes, []GradCheckOption) {
+		{"constant", func() (*G.Node, G.Nodes, []Option) {
 			x, _, cost := valid()
 			c := x.Graph().Constant(G.NewF64(2))
 			return G.Must(G.Mul(c, cost)), G.Nodes{x, c}, nil
 		}, "wrt[1] \"2\" is not an input"},
-		{"duplicate", func() (*G.Node, G.Nodes, []GradCheckOption) {
+		{"duplicate", func() (*G.Node, G.Nodes, []Option) {
 			x, W, cost := valid()
 			return cost, G.Nodes{x, W, x}, nil
 		}, "wrt[2] \"x\" appears twice"},
-		{"unused input", func() (*G.Node, G.Nodes, []GradCheckOption) {
+		{"unused input", func() (*G.Node, G.Nodes, []Option) {
 			x, _, cost := valid()
 			z := G.NewScalar(x.Graph(), tensor.Float64, G.WithName("z"), G.WithValue(1.0))
 			return cost, G.Nodes{x, z}, nil
 		}, "does not depend on wrt[1] \"z\""},
-		{"unbound input", func() (*G.Node, G.Nodes, []GradCheckOption) {
+		{"unbound input", func() (*G.Node, G.Nodes, []Option) {
 			g := G.NewGraph()
 			x := G.NewVector(g, tensor.Float64, G.WithShape(3), G.WithName("x"))
 			return G.Must(G.Sum(x)), G.Nodes{x}, nil
 		}, "\"x\" has no value bound"},
-		{"zero step", func() (*G.Node, G.Nodes, []GradCheckOption) {
+		{"zero step", func() (*G.Node, G.Nodes, []Option) {
 			x, _, cost := valid()
-			return cost, G.Nodes{x}, []GradCheckOption{WithStep(0)}
+			return cost, G.Nodes{x}, []Option{WithStep(0)}
 		}, "step 0"},
-		{"NaN step", func() (*G.Node, G.Nodes, []GradCheckOption) {
+		{"NaN step", func() (*G.Node, G.Nodes, []Option) {
 			x, _, cost := valid()
-			return cost, G.Nodes{x}, []GradCheckOption{WithStep(math.NaN())}
+			return cost, G.Nodes{x}, []Option{WithStep(math.NaN())}
 		}, "step NaN"},
-		{"negative atol", func() (*G.Node, G.Nodes, []GradCheckOption) {
+		{"negative atol", func() (*G.Node, G.Nodes, []Option) {
 			x, _, cost := valid()
-			return cost, G.Nodes{x}, []GradCheckOption{WithTolerance(-1, 0)}
+			return cost, G.Nodes{x}, []Option{WithTolerance(-1, 0)}
 		}, "tolerances"},
-		{"infinite rtol", func() (*G.Node, G.Nodes, []GradCheckOption) {
+		{"infinite rtol", func() (*G.Node, G.Nodes, []Option) {
 			x, _, cost := valid()
-			return cost, G.Nodes{x}, []GradCheckOption{WithTolerance(0, math.Inf(1))}
+			return cost, G.Nodes{x}, []Option{WithTolerance(0, math.Inf(1))}
 		}, "tolerances"},
-		{"LispMachine, op without DoDiff", func() (*G.Node, G.Nodes, []GradCheckOption) {
+		{"LispMachine, op without DoDiff", func() (*G.Node, G.Nodes, []Option) {
 			g := G.NewGraph()
 			x := matrixNode(g, "x", randMatrixValue(rand.New(rand.NewPCG(9, 1)), 2, 2))
 			// squareOp itself has SymDiff only.
 			cost := G.Must(G.Sum(G.Must(G.ApplyOp(squareOp{bugAt: -1}, x))))
-			return cost, G.Nodes{x}, []GradCheckOption{WithLispMachine()}
+			return cost, G.Nodes{x}, []Option{WithLispMachine()}
 		}, "has no DoDiff"},
-		{"op writes to its input", func() (*G.Node, G.Nodes, []GradCheckOption) {
+		{"op writes to its input", func() (*G.Node, G.Nodes, []Option) {
 			g := G.NewGraph()
 			x := matrixNode(g, "x", randMatrixValue(rand.New(rand.NewPCG(9, 1)), 2, 2))
 			cost := G.Must(G.Sum(G.Must(G.ApplyOp(squareLispOp{squareOp{bugAt: -1, mutate: true}}, x))))
@@ -531,7 +531,7 @@ func TestCheckGradErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cost, wrt, opts := tc.setup()
-			r, err := CheckGrad(cost, wrt, opts...)
+			r, err := Check(cost, wrt, opts...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want one containing %q", err, tc.want)
 			}

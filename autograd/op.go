@@ -1,0 +1,314 @@
+package autograd
+
+import (
+	"errors"
+	"fmt"
+	"hash"
+	"hash/fnv"
+	"math"
+
+	"github.com/chewxy/hm"
+	"github.com/gorgonia-flash/flashattention/kernels"
+	"gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// Config is what fixes an attention op's result, apart from its inputs.
+type Config struct {
+	Backend kernels.Backend
+	Scale   float64 // already resolved: never a "default" placeholder
+	Causal  bool
+}
+
+// String identifies the configuration completely. The ops hash it, because
+// Gorgonia merges nodes whose hashes are equal.
+func (c Config) String() string {
+	return fmt.Sprintf("scale=%v causal=%v backend=%s", c.Scale, c.Causal, c.Backend.Name())
+}
+
+// Op is fused attention as a Gorgonia op: (q, k, v) → o. Its backward is
+// gradOp, which SymDiff adds to the graph and DoDiff runs directly; the two
+// share the forward's saved state.
+type Op struct {
+	cfg    Config
+	dtype  tensor.Dtype
+	shapes [3]tensor.Shape // q, k and v, as built
+	saved  *saved
+}
+
+var (
+	_ gorgonia.SDOp = (*Op)(nil)
+	_ gorgonia.ADOp = (*Op)(nil)
+)
+
+// New returns the op for q, k and v of dtype dt (Float32 or Float64) and the
+// given shapes: q [B, H, Nq, D], k and v [B, H, Nk, D]. It checks everything
+// that can be checked before the graph runs: the shapes, the dtype, the
+// backend, and that the scale is finite and representable in dt (a float32
+// tensor cannot take a scale of 1e39, nor one that rounds to 0). Errors wrap
+// kernels.ErrInvalidParams.
+func New(cfg Config, dt tensor.Dtype, q, k, v tensor.Shape) (*Op, error) {
+	if cfg.Backend == nil {
+		return nil, invalid("no backend")
+	}
+	if dt != tensor.Float32 && dt != tensor.Float64 {
+		return nil, invalid("dtype %v, want Float32 or Float64", dt)
+	}
+	if err := checkScale(cfg.Scale, dt); err != nil {
+		return nil, err
+	}
+	if _, err := params(cfg, q, k, v); err != nil {
+		return nil, err
+	}
+	return &Op{cfg: cfg, dtype: dt, shapes: [3]tensor.Shape{q.Clone(), k.Clone(), v.Clone()}, saved: new(saved)}, nil
+}
+
+// checkScale refuses a scale that is not finite, or that dt turns into
+// infinity or into 0 when it is not 0.
+func checkScale(scale float64, dt tensor.Dtype) error {
+	if math.IsNaN(scale) || math.IsInf(scale, 0) {
+		return invalid("scale %v must be finite", scale)
+	}
+	if dt == tensor.Float32 {
+		s32 := float32(scale)
+		if math.IsInf(float64(s32), 0) || (s32 == 0 && scale != 0) {
+			return invalid("scale %v is not representable in float32 (it becomes %v)", scale, s32)
+		}
+	}
+	return nil
+}
+
+// params checks the shapes of q, k and v against each other and returns the
+// problem they describe under cfg.
+func params(cfg Config, q, k, v tensor.Shape) (kernels.Params, error) {
+	for _, x := range []struct {
+		name string
+		s    tensor.Shape
+	}{{"q", q}, {"k", k}, {"v", v}} {
+		if x.s.Dims() != 4 {
+			return kernels.Params{}, invalid("%s has shape %v (rank %d), want [B, H, N, D]", x.name, x.s, x.s.Dims())
+		}
+		for i, d := range x.s {
+			if d < 1 {
+				return kernels.Params{}, invalid("%s has shape %v; dimension %d is %d, want at least 1", x.name, x.s, i, d)
+			}
+		}
+	}
+	if !k.Eq(v) {
+		return kernels.Params{}, invalid("k %v and v %v must have the same shape", k, v)
+	}
+	for i, name := range []string{"B", "H"} {
+		if q[i] != k[i] {
+			return kernels.Params{}, invalid("%s differs: q %v, k %v", name, q, k)
+		}
+	}
+	if q[3] != k[3] {
+		return kernels.Params{}, invalid("head dimension D differs: q %v, k %v", q, k)
+	}
+	p := kernels.Params{B: q[0], H: q[1], Nq: q[2], Nk: k[2], D: q[3], Scale: cfg.Scale, Causal: cfg.Causal}
+	if err := p.Validate(); err != nil {
+		return kernels.Params{}, fmt.Errorf("attention: %w", err)
+	}
+	return p, nil
+}
+
+// invalid formats an error wrapping kernels.ErrInvalidParams.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("attention: %w: "+format, append([]any{kernels.ErrInvalidParams}, args...)...)
+}
+
+func (op *Op) Arity() int { return 3 }
+
+// Type is (Tensor4 a, Tensor4 a, Tensor4 a) → Tensor4 a.
+func (op *Op) Type() hm.Type {
+	t := gorgonia.TensorType{Dims: 4, Of: hm.TypeVariable('a')}
+	return hm.NewFnType(t, t, t, t)
+}
+
+// InferShape checks the shapes itself: Gorgonia does not unify the rank of
+// a TensorType, and a wrong rank would otherwise panic later in ApplyOp.
+func (op *Op) InferShape(in ...gorgonia.DimSizer) (tensor.Shape, error) {
+	if len(in) != 3 {
+		return nil, fmt.Errorf("attention: %d inputs, want 3", len(in))
+	}
+	for i, ds := range in {
+		if s, ok := ds.(tensor.Shape); !ok || !s.Eq(op.shapes[i]) {
+			return nil, invalid("input %d has shape %v, the op was built for %v", i, ds, op.shapes[i])
+		}
+	}
+	return op.shapes[0].Clone(), nil
+}
+
+// Do runs the forward and saves its LSE (and, on a kernels.Resident backend
+// once the backward exists, its device state) for the backward.
+func (op *Op) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
+	ts, p, err := op.inputs(in, 3)
+	if err != nil {
+		return nil, err
+	}
+	res, _ := op.cfg.Backend.(kernels.Resident)
+	keep := res != nil && op.saved.keepOnDevice()
+	o, lse, st, err := engineFor(op.dtype).forward(op.cfg.Backend, keep, p, ts[0], ts[1], ts[2])
+	if err != nil {
+		// The previous run's device state is of no use to anyone now.
+		return nil, errors.Join(fmt.Errorf("attention on %s: %w", op.cfg.Backend.Name(), err), op.saved.release())
+	}
+	o.Reshape(op.shapes[0]...)
+	if err := op.saved.store(lse, st); err != nil {
+		return nil, fmt.Errorf("attention on %s: releasing the previous run's device state: %w", op.cfg.Backend.Name(), err)
+	}
+	return o, nil
+}
+
+// inputs checks the values a machine passes to Do, of which the first 3 are
+// q, k and v and the rest have q's shape, against the shapes and dtype the
+// op was built for (a node's value can be replaced by one of another
+// shape), and returns them as contiguous tensors with the problem they
+// describe.
+func (op *Op) inputs(in []gorgonia.Value, want int) ([]*tensor.Dense, kernels.Params, error) {
+	if len(in) != want {
+		return nil, kernels.Params{}, fmt.Errorf("attention: %d inputs, want %d", len(in), want)
+	}
+	names := []string{"q", "k", "v", "o", "dO"}
+	ts := make([]*tensor.Dense, len(in))
+	for i, v := range in {
+		d, err := dense(v)
+		if err != nil {
+			return nil, kernels.Params{}, fmt.Errorf("attention: %s: %w", names[i], err)
+		}
+		shape := op.shapes[0]
+		if i < 3 {
+			shape = op.shapes[i]
+		}
+		if !d.Shape().Eq(shape) {
+			return nil, kernels.Params{}, invalid("%s has shape %v at run time, the op was built for %v", names[i], d.Shape(), shape)
+		}
+		if d.Dtype() != op.dtype {
+			return nil, kernels.Params{}, invalid("%s is %v at run time, the op was built for %v", names[i], d.Dtype(), op.dtype)
+		}
+		ts[i] = d
+	}
+	p, err := params(op.cfg, op.shapes[0], op.shapes[1], op.shapes[2])
+	return ts, p, err
+}
+
+// dense returns the contiguous backing of a Gorgonia value, copying a view
+// that is not contiguous.
+func dense(v any) (*tensor.Dense, error) {
+	d, ok := v.(*tensor.Dense)
+	if !ok {
+		return nil, fmt.Errorf("%w: got a %T, want a *tensor.Dense", kernels.ErrInvalidParams, v)
+	}
+	if d.RequiresIterator() {
+		return d.Materialize().(*tensor.Dense), nil
+	}
+	return d, nil
+}
+
+func (op *Op) DiffWRT(inputs int) []bool { return []bool{true, true, true} }
+
+// SymDiff adds the recomputing backward to the graph: one gradOp node for
+// the packed [dQ | dK | dV] and three views of it. From now on the forward
+// keeps its device state for that backward (see saved).
+func (op *Op) SymDiff(in gorgonia.Nodes, output, grad *gorgonia.Node) (gorgonia.Nodes, error) {
+	if len(in) != 3 {
+		return nil, fmt.Errorf("attention: SymDiff got %d inputs, want 3", len(in))
+	}
+	op.saved.setKeep()
+	packed, err := gorgonia.ApplyOp(&gradOp{op}, in[0], in[1], in[2], output, grad)
+	if err != nil {
+		return nil, fmt.Errorf("attention backward: %w", err)
+	}
+	grads := make(gorgonia.Nodes, 3)
+	for i, part := range op.gradParts() {
+		if grads[i], err = gorgonia.ApplyOp(part, packed); err != nil {
+			return nil, fmt.Errorf("attention backward: %w", err)
+		}
+	}
+	return grads, nil
+}
+
+// DoDiff adds the op's gradients into its inputs' gradients, for the
+// LispMachine (which skips ops that lack it without a word). Constant
+// inputs have no gradient to add to.
+func (op *Op) DoDiff(_ gorgonia.ExecutionContext, in gorgonia.Nodes, output *gorgonia.Node) error {
+	if len(in) != 3 {
+		return fmt.Errorf("attention: DoDiff got %d inputs, want 3", len(in))
+	}
+	dO, err := output.Grad()
+	if err != nil {
+		return fmt.Errorf("attention: DoDiff: %w", err)
+	}
+	packed, err := (&gradOp{op}).Do(in[0].Value(), in[1].Value(), in[2].Value(), output.Value(), dO)
+	if err != nil {
+		return err
+	}
+	for i, part := range op.gradParts() {
+		if isConstant(in[i]) {
+			continue
+		}
+		acc, err := in[i].Grad()
+		if err != nil {
+			return fmt.Errorf("attention: DoDiff: %w", err)
+		}
+		g, err := part.Do(packed)
+		if err != nil {
+			return err
+		}
+		if err := addInto(acc, g.(*tensor.Dense)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// isConstant reports whether n is a Gorgonia constant. Gorgonia keeps that
+// test unexported; a constant is the node whose op takes no input (inputs
+// and variables have no op at all).
+func isConstant(n *gorgonia.Node) bool {
+	return n.Op() != nil && n.Op().Arity() == 0
+}
+
+// addInto accumulates g into the gradient value acc in place.
+func addInto(acc gorgonia.Value, g *tensor.Dense) error {
+	dst, ok := acc.(*tensor.Dense)
+	if !ok || dst.RequiresIterator() || dst.Dtype() != g.Dtype() || dst.Shape().TotalSize() != g.Shape().TotalSize() {
+		return fmt.Errorf("attention: DoDiff: gradient holder %T %v cannot take %v", acc, acc.Shape(), g.Shape())
+	}
+	switch d := dst.Data().(type) {
+	case []float32:
+		for i, x := range g.Float32s() {
+			d[i] += x
+		}
+	case []float64:
+		for i, x := range g.Float64s() {
+			d[i] += x
+		}
+	default:
+		return fmt.Errorf("attention: DoDiff: gradient holder of %v", dst.Dtype())
+	}
+	return nil
+}
+
+// Release frees the device memory the op holds between a forward and its
+// backward, if any. The LSE stays, so a backward still runs; it uploads its
+// inputs again.
+func (op *Op) Release() error { return op.saved.release() }
+
+func (op *Op) ReturnsPtr() bool      { return false }
+func (op *Op) CallsExtern() bool     { return false }
+func (op *Op) OverwritesInput() int  { return -1 }
+func (op *Op) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
+func (op *Op) Hashcode() uint32      { return hashOf(op) }
+
+func (op *Op) String() string {
+	return fmt.Sprintf("FlashAttention{%v %v q%v k%v v%v}", op.cfg, op.dtype, op.shapes[0], op.shapes[1], op.shapes[2])
+}
+
+// hashOf is FNV-1a of an op's WriteHash, as Gorgonia's own ops hash, for
+// all three op types of this package.
+func hashOf(op interface{ WriteHash(hash.Hash) }) uint32 {
+	h := fnv.New32a()
+	op.WriteHash(h)
+	return h.Sum32()
+}

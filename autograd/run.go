@@ -1,0 +1,60 @@
+package autograd
+
+import (
+	"github.com/gorgonia-flash/flashattention/kernels"
+	"gorgonia.org/tensor"
+)
+
+// engine is the one path from Gorgonia tensors to a backend, for both
+// directions: it allocates the results, picks the backend's entry point
+// for the element type (the resident one when device state is kept or
+// held) and calls it. The Op and gradOp choose an engine by dtype once, in
+// engineFor, and never switch on the element type themselves.
+type engine interface {
+	// forward returns O (flat, q's size), LSE ([B, H, Nq]) and, with keep
+	// (b must then be a kernels.Resident), the device state kept.
+	forward(b kernels.Backend, keep bool, p kernels.Params, q, k, v *tensor.Dense) (o, lse *tensor.Dense, st kernels.DeviceState, err error)
+	// backward returns [dQ | dK | dV] in one vector, computed on st's
+	// device copies when st is not nil (b must then be a kernels.Resident),
+	// else on the inputs given.
+	backward(b kernels.Backend, st kernels.DeviceState, p kernels.Params, q, k, v, o, lse, dO *tensor.Dense) (*tensor.Dense, error)
+}
+
+// engineFor returns the engine of dt, which New has checked is Float32 or
+// Float64.
+func engineFor(dt tensor.Dtype) engine {
+	if dt == tensor.Float32 {
+		return typed[float32]{}
+	}
+	return typed[float64]{}
+}
+
+// typed is the engine of element type T.
+type typed[T kernels.Float] struct{}
+
+func (typed[T]) forward(b kernels.Backend, keep bool, p kernels.Params, q, k, v *tensor.Dense) (o, lse *tensor.Dense, st kernels.DeviceState, err error) {
+	ob, lb := make([]T, p.QLen()), make([]T, p.LSELen())
+	qs, ks, vs := q.Data().([]T), k.Data().([]T), v.Data().([]T)
+	if keep {
+		fwd, _ := kernels.ResidentEntryPoints[T](b.(kernels.Resident))
+		st, err = fwd(p, qs, ks, vs, ob, lb)
+	} else {
+		fwd, _ := kernels.EntryPoints[T](b)
+		err = fwd(p, qs, ks, vs, ob, lb)
+	}
+	return tensor.New(tensor.WithBacking(ob)), tensor.New(tensor.WithShape(p.B, p.H, p.Nq), tensor.WithBacking(lb)), st, err
+}
+
+func (typed[T]) backward(b kernels.Backend, st kernels.DeviceState, p kernels.Params, q, k, v, o, lse, dO *tensor.Dense) (*tensor.Dense, error) {
+	buf := make([]T, p.QLen()+2*p.KLen())
+	dq, dk, dv := buf[:p.QLen()], buf[p.QLen():p.QLen()+p.KLen()], buf[p.QLen()+p.KLen():]
+	var err error
+	if st != nil {
+		_, bwd := kernels.ResidentEntryPoints[T](b.(kernels.Resident))
+		err = bwd(st, p, dO.Data().([]T), dq, dk, dv)
+	} else {
+		_, bwd := kernels.EntryPoints[T](b)
+		err = bwd(p, q.Data().([]T), k.Data().([]T), v.Data().([]T), o.Data().([]T), lse.Data().([]T), dO.Data().([]T), dq, dk, dv)
+	}
+	return tensor.New(tensor.WithShape(len(buf)), tensor.WithBacking(buf)), err
+}
