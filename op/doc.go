@@ -49,9 +49,16 @@
 // # Errors
 //
 // Attention checks its inputs while the graph is built and returns an error
-// wrapping ErrInvalidInput for a nil node, a node of another graph, a rank
-// other than 4, mismatched B, H or D, k and v of different shapes, mixed or
-// non-float dtypes, a zero dimension, or a scale that is NaN or infinite.
+// wrapping ErrInvalidInput for a nil node, nodes of different graphs (or
+// only constants, which belong to none), a rank other than 4, mismatched B,
+// H or D, k and v of different shapes, mixed or non-float dtypes, a zero
+// dimension, or a scale that is NaN, infinite, or not representable in the
+// inputs' dtype (float32 overflows past 3.4e38 and flushes below 1.4e-45).
+// Constant inputs (gorgonia.NewConstant) are accepted and receive no
+// gradient. Each run checks again that the values bound to q, k and v have
+// the shapes and dtype the node was built for: a value reshaped in place, or
+// bound with another shape, is an error wrapping ErrInvalidInput, never
+// reinterpreted.
 //
 // # Devices and backends
 //

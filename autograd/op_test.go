@@ -1,0 +1,75 @@
+package autograd_test
+
+import (
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/gorgonia-flash/flashattention/autograd"
+	"github.com/gorgonia-flash/flashattention/cpukernels"
+	"github.com/gorgonia-flash/flashattention/kernels"
+	"gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// TestNewRefuses covers the checks New makes before any graph exists.
+func TestNewRefuses(t *testing.T) {
+	cpu := autograd.Config{Backend: cpukernels.Backend{}, Scale: 0.5}
+	q, k := tensor.Shape{2, 3, 5, 8}, tensor.Shape{2, 3, 7, 8}
+	for _, c := range []struct {
+		name    string
+		cfg     autograd.Config
+		dt      tensor.Dtype
+		q, k, v tensor.Shape
+	}{
+		{"no backend", autograd.Config{Scale: 1}, tensor.Float64, q, k, k},
+		{"int dtype", cpu, tensor.Int, q, k, k},
+		{"NaN scale", autograd.Config{Backend: cpukernels.Backend{}, Scale: math.NaN()}, tensor.Float64, q, k, k},
+		{"float32 overflow", autograd.Config{Backend: cpukernels.Backend{}, Scale: 1e39}, tensor.Float32, q, k, k},
+		{"rank 3", cpu, tensor.Float64, tensor.Shape{3, 5, 8}, k, k},
+		{"k and v differ", cpu, tensor.Float64, q, k, tensor.Shape{2, 3, 6, 8}},
+		{"H differs", cpu, tensor.Float64, q, tensor.Shape{2, 1, 7, 8}, tensor.Shape{2, 1, 7, 8}},
+		{"D differs", cpu, tensor.Float64, q, tensor.Shape{2, 3, 7, 4}, tensor.Shape{2, 3, 7, 4}},
+		{"zero dimension", cpu, tensor.Float64, tensor.Shape{2, 3, 0, 8}, k, k},
+	} {
+		if op, err := autograd.New(c.cfg, c.dt, c.q, c.k, c.v); op != nil || !errors.Is(err, kernels.ErrInvalidParams) {
+			t.Errorf("%s: got %v, %v; want an error wrapping kernels.ErrInvalidParams", c.name, op, err)
+		}
+	}
+}
+
+// TestApplyOp places the op with gorgonia.ApplyOp directly and checks that
+// it refuses inputs of other shapes than it was built for, and that its
+// gradient nodes have the inputs' shapes.
+func TestApplyOp(t *testing.T) {
+	g := gorgonia.NewGraph()
+	shape := tensor.Shape{1, 2, 4, 8}
+	q := gorgonia.NewTensor(g, tensor.Float64, 4, gorgonia.WithShape(shape...), gorgonia.WithName("q"), gorgonia.WithInit(gorgonia.GlorotN(1)))
+	other := gorgonia.NewTensor(g, tensor.Float64, 4, gorgonia.WithShape(1, 2, 5, 8), gorgonia.WithName("k"), gorgonia.WithInit(gorgonia.GlorotN(1)))
+	op, err := autograd.New(autograd.Config{Backend: cpukernels.Backend{}, Scale: 1}, tensor.Float64, shape, shape, shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gorgonia.ApplyOp(op, q, other, other); err == nil {
+		t.Error("ApplyOp accepted inputs of other shapes than the op was built for")
+	}
+	o, err := gorgonia.ApplyOp(op, q, q, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grads, err := gorgonia.Grad(gorgonia.Must(gorgonia.Sum(o)), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := gorgonia.NewTapeMachine(g)
+	defer m.Close()
+	if err := m.RunAll(); err != nil {
+		t.Fatal(err)
+	}
+	if !grads[0].Shape().Eq(shape) || !grads[0].Value().Shape().Eq(shape) {
+		t.Errorf("dQ has shape %v (value %v), want %v", grads[0].Shape(), grads[0].Value().Shape(), shape)
+	}
+	if err := op.Release(); err != nil {
+		t.Error(err)
+	}
+}
