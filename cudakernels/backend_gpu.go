@@ -5,8 +5,6 @@ package cudakernels
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"unsafe"
 
@@ -19,6 +17,11 @@ import (
 // kernels.Backend; its methods may be called from any goroutine (they are
 // serialised on the thread that owns the device context). Close releases the
 // device.
+//
+// It is three parts, each used on the worker's thread once open: the device
+// (context and thread, device_gpu.go), the kernel registry (modules and the
+// kernels of every choice, registry_gpu.go) and the copy pipeline (streams,
+// staging, workspace: resident_gpu.go).
 type Backend struct {
 	prec Precision
 	name string
@@ -27,40 +30,9 @@ type Backend struct {
 	closed bool
 	w      *worker
 
-	// Owned by the worker's thread.
-	ctx    cu.CUContext
-	mod    cu.Module
-	hopper cu.Module                    // the sm_90a module (FamilySM90), loaded on compute capability 9.0 only
-	simt   map[int]map[int]*simtKernels // element size → padded D → kernels
-	dotDoO map[int]cu.Function          // element size → D = rowsum(dO∘O)
-	// Tensor-core forward of the backend's precision (TF32, BF16, FP16) by
-	// padded D, of the family chosen for that D, or the error that kernel
-	// gave when loading.
-	mmaFwd    map[int]forwardKernel
-	mmaFwdErr map[int]error
-	// Tensor-core backward of the backend's precision by padded D, of the
-	// family chosen for that D (absent where none is built; that D falls
-	// back to CUDA cores on rounded operands).
-	mmaBwd map[int]backwardKernel
-	// Rounds a float32 device buffer in place to the backend's operand
-	// precision (TF32, BF16, FP16): the CUDA-core backward's operands,
-	// rounded as the forward rounded them. Nil for FP32.
-	roundFn *cu.Function
-
-	// The copy pipeline's resources (resident_gpu.go), on the worker's
-	// thread: streams and events per slot, page-locked staging and a
-	// device workspace, both kept between calls and grown to the largest
-	// call's need.
-	streams     [slots]cu.Stream
-	events      [slots]cu.Event
-	pinned      unsafe.Pointer
-	pinnedBytes int64
-	work        cu.DevicePtr
-	workBytes   int64
-	// chunkOverride fixes the (batch, head) pairs per chunk, and
-	// coresOverride the cores that copy, when positive; tests and
-	// benchmarks use them to compare settings.
-	chunkOverride, coresOverride int
+	ctx  cu.CUContext
+	reg  *registry
+	xfer transfers
 }
 
 var _ kernels.Backend = (*Backend)(nil)
@@ -127,175 +99,44 @@ func NewBackend(opts ...Option) (*Backend, error) {
 	return b, nil
 }
 
-// open runs on the worker's thread: it creates the context there (which makes
-// it current) and loads the module.
+// open runs on the worker's thread: it probes the device, creates the
+// context there (which makes it current), then loads the kernels selection
+// can choose.
 func (b *Backend) open(cfg config) (err error) {
-	dev, err := cu.GetDevice(cfg.device)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrNoDevice, err)
-	}
-	major, err := dev.Attribute(cu.ComputeCapabilityMajor)
-	if err != nil {
-		return fmt.Errorf("cudakernels: device %d: %w", cfg.device, err)
-	}
-	minor, err := dev.Attribute(cu.ComputeCapabilityMinor)
-	if err != nil {
-		return fmt.Errorf("cudakernels: device %d: %w", cfg.device, err)
-	}
-	if major < 8 {
-		return fmt.Errorf("%w: device %d has compute capability %d.x, kernels need 8.0 or newer", ErrUnsupported, cfg.device, major)
-	}
-	// sm_90a code runs on compute capability 9.0 and nothing else.
-	hopper := major == 9 && minor == 0
-	if cfg.family == FamilySM90 && !hopper {
-		return fmt.Errorf("%w: kernel family sm90 needs compute capability 9.0, device %d has %d.%d", ErrUnsupported, cfg.device, major, minor)
-	}
-	useHopper := hopper && cfg.family != FamilySM80 && cfg.prec != FP32
-	maxSmem, err := maxOptinSmem(dev)
+	dev, capab, err := probe(cfg.device)
 	if err != nil {
 		return err
 	}
-	imageName := "flash_sm80.ptx"
-	if major >= 9 {
-		imageName = "flash_sm90.ptx"
-	}
-	image, err := kernelImage(cfg.kernelDir, imageName)
-	if err != nil {
-		return err
-	}
-	var hopperImage string
-	if useHopper {
-		if hopperImage, err = kernelImage(cfg.kernelDir, "flash_sm90a.ptx"); err != nil {
-			return err
-		}
+	if err := checkDevice(capab, cfg.family); err != nil {
+		return fmt.Errorf("device %d: %w", cfg.device, err)
 	}
 	if b.ctx, err = dev.MakeContext(cu.SchedAuto); err != nil {
 		return fmt.Errorf("cudakernels: creating a context on device %d: %w", cfg.device, err)
 	}
 	defer func() {
 		if err != nil {
-			_ = b.release()
+			err = errors.Join(err, b.release())
 		}
 	}()
-	for i := range b.streams {
-		// Non-blocking: the legacy default stream must not serialise the
-		// two slots.
-		if b.streams[i], err = cu.MakeStream(cu.NonBlocking); err != nil {
-			return fmt.Errorf("cudakernels: creating a stream: %w", err)
-		}
-		if b.events[i], err = cu.MakeEvent(cu.DisableTiming); err != nil {
-			return fmt.Errorf("cudakernels: creating an event: %w", err)
-		}
+	if err := b.xfer.open(); err != nil {
+		return err
 	}
-	if b.mod, err = cu.LoadData(image); err != nil {
-		return fmt.Errorf("cudakernels: loading the kernel module: %w", err)
-	}
-	if useHopper {
-		if b.hopper, err = cu.LoadData(hopperImage); err != nil {
-			return fmt.Errorf("cudakernels: loading the sm_90a kernel module: %w", err)
-		}
-	}
-	b.simt = map[int]map[int]*simtKernels{}
-	b.dotDoO = map[int]cu.Function{}
-	for _, elem := range []int{4, 8} {
-		b.simt[elem] = map[int]*simtKernels{}
-		for _, dp := range headDims {
-			if b.simt[elem][dp], err = loadSimt(b.mod, elem, dp, maxSmem); err != nil {
-				return err
-			}
-		}
-		name := "flash_bwd_dot_do_o_" + typeName(elem)
-		if b.dotDoO[elem], err = b.mod.Function(name); err != nil {
-			return fmt.Errorf("cudakernels: kernel %s: %w", name, err)
-		}
-	}
-	if b.prec != FP32 {
-		name := "flash_round_" + b.prec.String()
-		fn, err := b.mod.Function(name)
-		if err != nil {
-			return fmt.Errorf("cudakernels: kernel %s: %w", name, err)
-		}
-		b.roundFn = &fn
-		b.mmaFwd, b.mmaFwdErr = map[int]forwardKernel{}, map[int]error{}
-		for _, dp := range headDims {
-			var f forwardKernel
-			if useHopper && wgmmaBuilt(b.prec, dp) {
-				f, err = loadWgmmaForward(b.hopper, b.prec, dp, maxSmem)
-			} else {
-				f, err = loadMmaForward(b.mod, b.prec, dp, maxSmem)
-			}
-			switch {
-			case errors.Is(err, ErrUnsupported):
-				b.mmaFwdErr[dp] = err // only calls with this D fail
-			case err != nil:
-				return err
-			default:
-				b.mmaFwd[dp] = f
-			}
-		}
-		b.mmaBwd = map[int]backwardKernel{}
-		if b.prec != TF32 { // no mma.sync TF32 backward: CUDA cores on rounded operands
-			if b.mmaBwd, err = loadMmaBackward(b.mod, b.prec, maxSmem); err != nil {
-				return err
-			}
-		}
-		for _, dp := range headDims {
-			if !useHopper || !wgmmaBwdBuilt(b.prec, dp) {
-				continue
-			}
-			w, err := loadWgmmaBackward(b.hopper, b.prec, dp, maxSmem)
-			switch {
-			case errors.Is(err, ErrUnsupported): // too large for this device: the fallback serves dp
-			case err != nil:
-				return err
-			default:
-				b.mmaBwd[dp] = w
-			}
-		}
-	}
-	return nil
+	b.reg, err = loadRegistry(capab, cfg.family, cfg.prec, cfg.kernelDir)
+	return err
 }
 
-// kernelImage returns the PTX file name, embedded or from dir.
-func kernelImage(dir, name string) (string, error) {
-	if dir == "" {
-		b, err := embeddedPTX.ReadFile("ptx/" + name)
-		if err != nil {
-			return "", fmt.Errorf("cudakernels: embedded kernels: %w", err)
-		}
-		return string(b), nil
-	}
-	b, err := os.ReadFile(filepath.Join(dir, name))
-	if err != nil {
-		return "", fmt.Errorf("cudakernels: %w", err)
-	}
-	return string(b), nil
-}
-
-// release frees the pipeline's memory, streams and events, the module and
-// the context; it runs on the worker's thread.
+// release frees the pipeline's resources, the modules and the context; it
+// runs on the worker's thread.
 func (b *Backend) release() error {
-	var errs []error
-	if b.ctx != (cu.CUContext{}) {
-		errs = append(errs, b.freeWork(), b.freePinned())
-		for i := range b.streams {
-			if b.events[i] != (cu.Event{}) {
-				errs = append(errs, cu.DestroyEvent(&b.events[i]))
-			}
-			if b.streams[i] != (cu.Stream{}) {
-				errs = append(errs, b.streams[i].Destroy())
-			}
-		}
+	if b.ctx == (cu.CUContext{}) {
+		return nil
 	}
-	for _, m := range []*cu.Module{&b.mod, &b.hopper} {
-		if *m != (cu.Module{}) {
-			errs = append(errs, m.Unload())
-			*m = cu.Module{}
-		}
+	errs := []error{b.xfer.release()}
+	if b.reg != nil {
+		errs = append(errs, b.reg.release())
 	}
-	if b.ctx != (cu.CUContext{}) {
-		errs = append(errs, b.ctx.Destroy())
-	}
+	errs = append(errs, b.ctx.Destroy())
+	b.ctx = cu.CUContext{}
 	return errors.Join(errs...)
 }
 
@@ -356,34 +197,19 @@ func (b *Backend) Backward64(p kernels.Params, q, k, v, o, lse, do, dq, dk, dv [
 	return backward(b, p, nil, q, k, v, o, lse, do, dq, dk, dv)
 }
 
-// kernelsFor picks the CUDA-core kernels for element type T and head
-// dimension d.
-func kernelsFor[T kernels.Float](b *Backend, d int) (*simtKernels, int, error) {
-	dp, err := paddedDim(d)
-	if err != nil {
-		return nil, 0, err
-	}
-	var zero T
-	elem := int(unsafe.Sizeof(zero))
-	return b.simt[elem][dp], elem, nil
+// fwdBuffers and bwdBuffers are the device tensors of one call (or chunk),
+// by name; scratch is the kernel's scratchBytes of work space.
+type fwdBuffers struct{ q, k, v, o, lse, scratch cu.DevicePtr }
+
+type bwdBuffers struct {
+	q, k, v, o, lse, do, delta, dq, dk, dv cu.DevicePtr
+	scratch                                cu.DevicePtr
 }
 
-// forwardFor picks the forward kernel for element type T and head dimension
-// d: the tensor-core one for float32 in TF32, BF16 and FP16 mode (of the
-// family open chose), else CUDA cores.
-func forwardFor[T kernels.Float](b *Backend, d int) (forwardKernel, error) {
-	ks, elem, err := kernelsFor[T](b, d)
-	if err != nil {
-		return nil, err
-	}
-	if elem == 8 || b.mmaFwd == nil {
-		return &ks.fwd, nil
-	}
-	dp, _ := paddedDim(d)
-	if err := b.mmaFwdErr[dp]; err != nil {
-		return nil, err
-	}
-	return b.mmaFwd[dp], nil
+// elemSize is the size of T in bytes.
+func elemSize[T kernels.Float]() int {
+	var zero T
+	return int(unsafe.Sizeof(zero))
 }
 
 // forward runs the forward through the copy pipeline. With keep, q, k, v,
@@ -398,58 +224,42 @@ func forward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse []T,
 	}
 	var st *deviceState
 	err := b.run(func() (err error) {
-		f, err := forwardFor[T](b, p.D)
+		f, err := b.reg.forward(elemSize[T](), p.D)
 		if err != nil {
 			return err
 		}
-		var zero T
-		elem := int64(unsafe.Sizeof(zero))
 		bh := p.B * p.H
-		per := []int{p.Nq * p.D, p.Nk * p.D, p.Nk * p.D, p.Nq * p.D, p.Nq} // q, k, v, o, lse
-		var headBytes int64
-		for _, n := range per {
-			headBytes += int64(n) * elem
-		}
-		hc := b.chunkHeads(bh, headBytes)
+		tq, tk, tv := staged[T]{host: q, per: p.Nq * p.D}, staged[T]{host: k, per: p.Nk * p.D}, staged[T]{host: v, per: p.Nk * p.D}
+		to, tl := staged[T]{host: o, per: p.Nq * p.D}, staged[T]{host: lse, per: p.Nq}
+		all := []*staged[T]{&tq, &tk, &tv, &to, &tl}
+		hc := b.xfer.chunkHeads(bh, headBytes(all))
 		sb := f.scratchBytes(chunkParams(p, hc))
-		dev := make([]func(chunk) cu.DevicePtr, len(per))
-		var scratch []cu.DevicePtr
+		var scratch [slots]cu.DevicePtr
+		parts := []part{{&scratch[0], sb}, {&scratch[1], sb}}
 		if keep {
-			sizes := make([]int64, len(per))
-			for i, n := range per {
-				sizes[i] = int64(bh) * int64(n) * elem
-			}
-			a, err := newArena(sizes...)
-			if err != nil {
+			st = &deviceState{b: b, p: p, elem: elemSize[T]()}
+			n := int64(bh)
+			if st.a, err = newArena(part{&st.q, n * tq.bytes()}, part{&st.k, n * tk.bytes()}, part{&st.v, n * tv.bytes()},
+				part{&st.o, n * to.bytes()}, part{&st.lse, n * tl.bytes()}); err != nil {
 				return err
 			}
-			st = &deviceState{b: b, p: p, elem: int(elem), a: a}
 			defer func() {
 				if err != nil {
-					err = errors.Join(err, a.free())
+					err = errors.Join(err, st.a.free())
 					st = nil
 				}
 			}()
-			for i, n := range per {
-				dev[i] = at[T](a.parts[i], n)
-			}
-			if scratch, err = b.workspace(sb, sb); err != nil {
-				return err
-			}
+			tq.whole, tk.whole, tv.whole, to.whole, tl.whole = st.q, st.k, st.v, st.o, st.lse
 		} else {
-			ws, err := b.workspace(append(slotSizes(hc, elem, per...), sb, sb)...)
-			if err != nil {
-				return err
+			for _, t := range all {
+				parts = append(parts, t.slotParts(hc)...)
 			}
-			for i := range per {
-				dev[i] = perSlot(ws[2*i : 2*i+2])
-			}
-			scratch = ws[2*len(per):]
 		}
-		in := []staged[T]{{q, per[0], dev[0]}, {k, per[1], dev[1]}, {v, per[2], dev[2]}}
-		out := []staged[T]{{o, per[3], dev[3]}, {lse, per[4], dev[4]}}
-		return pipeline(b, bh, hc, in, out, func(c chunk, s cu.Stream) error {
-			buf := fwdBuffers{q: dev[0](c), k: dev[1](c), v: dev[2](c), o: dev[3](c), lse: dev[4](c), scratch: scratch[c.slot]}
+		if err := b.xfer.workspace(parts...); err != nil {
+			return err
+		}
+		return pipeline(&b.xfer, bh, hc, []*staged[T]{&tq, &tk, &tv}, []*staged[T]{&to, &tl}, func(c chunk, s cu.Stream) error {
+			buf := fwdBuffers{q: tq.dev(c), k: tk.dev(c), v: tv.dev(c), o: to.dev(c), lse: tl.dev(c), scratch: scratch[c.slot]}
 			if err := f.launch(chunkParams(p, c.n), buf, s); err != nil {
 				return fmt.Errorf("cudakernels: forward launch: %w", err)
 			}
@@ -476,57 +286,85 @@ func backward[T kernels.Float](b *Backend, p kernels.Params, st *deviceState, q,
 		if st != nil && st.a == nil {
 			return fmt.Errorf("%w: device state already released", kernels.ErrInvalidParams)
 		}
-		var zero T
-		elem := int64(unsafe.Sizeof(zero))
 		bh := p.B * p.H
 		qd, kd := p.Nq*p.D, p.Nk*p.D
-		// Tensors, in bwdBuffers order up to dv: q, k, v, o, lse, do, delta,
-		// dq, dk, dv.
-		per := []int{qd, kd, kd, qd, p.Nq, qd, p.Nq, qd, kd, kd}
-		host := [][]T{q, k, v, o, lse, do, nil, dq, dk, dv}
-		first := 0 // the first tensor that passes through slot buffers
+		tq, tk, tv := staged[T]{host: q, per: qd}, staged[T]{host: k, per: kd}, staged[T]{host: v, per: kd}
+		to, tl, tdo := staged[T]{host: o, per: qd}, staged[T]{host: lse, per: p.Nq}, staged[T]{host: do, per: qd}
+		tdelta := staged[T]{per: p.Nq} // work space, never copied
+		tdq, tdk, tdv := staged[T]{host: dq, per: qd}, staged[T]{host: dk, per: kd}, staged[T]{host: dv, per: kd}
+		in := []*staged[T]{&tdo}
 		if st != nil {
-			first = 5
+			tq.whole, tk.whole, tv.whole, to.whole, tl.whole = st.q, st.k, st.v, st.o, st.lse
+		} else {
+			in = []*staged[T]{&tq, &tk, &tv, &to, &tl, &tdo}
 		}
-		var headBytes int64
-		for i := first; i < len(per); i++ {
-			if host[i] != nil {
-				headBytes += int64(per[i]) * elem
-			}
-		}
-		hc := b.chunkHeads(bh, headBytes)
+		out := []*staged[T]{&tdq, &tdk, &tdv}
+		slotted := append(append(append([]*staged[T](nil), in...), &tdelta), out...)
+		hc := b.xfer.chunkHeads(bh, headBytes(append(append([]*staged[T](nil), in...), out...)))
 		sb, err := backwardScratchBytes[T](b, chunkParams(p, hc))
 		if err != nil {
 			return err
 		}
-		ws, err := b.workspace(append(slotSizes(hc, elem, per[first:]...), sb, sb)...)
-		if err != nil {
+		var scratch [slots]cu.DevicePtr
+		parts := []part{{&scratch[0], sb}, {&scratch[1], sb}}
+		for _, t := range slotted {
+			parts = append(parts, t.slotParts(hc)...)
+		}
+		if err := b.xfer.workspace(parts...); err != nil {
 			return err
 		}
-		dev := make([]func(chunk) cu.DevicePtr, len(per))
-		for i := range per {
-			if i < first {
-				dev[i] = at[T](st.a.parts[i], per[i])
-			} else {
-				j := 2 * (i - first)
-				dev[i] = perSlot(ws[j : j+2])
-			}
-		}
-		scratch := ws[2*(len(per)-first):]
-		var in, out []staged[T]
-		for i := first; i < len(per); i++ {
-			switch {
-			case i == 6: // delta is work space
-			case i < 7:
-				in = append(in, staged[T]{host[i], per[i], dev[i]})
-			default:
-				out = append(out, staged[T]{host[i], per[i], dev[i]})
-			}
-		}
-		return pipeline(b, bh, hc, in, out, func(c chunk, s cu.Stream) error {
-			buf := bwdBuffers{q: dev[0](c), k: dev[1](c), v: dev[2](c), o: dev[3](c), lse: dev[4](c),
-				do: dev[5](c), delta: dev[6](c), dq: dev[7](c), dk: dev[8](c), dv: dev[9](c), scratch: scratch[c.slot]}
+		return pipeline(&b.xfer, bh, hc, in, out, func(c chunk, s cu.Stream) error {
+			buf := bwdBuffers{q: tq.dev(c), k: tk.dev(c), v: tv.dev(c), o: to.dev(c), lse: tl.dev(c),
+				do: tdo.dev(c), delta: tdelta.dev(c), dq: tdq.dev(c), dk: tdk.dev(c), dv: tdv.dev(c), scratch: scratch[c.slot]}
 			return enqueueBackward[T](b, chunkParams(p, c.n), buf, s)
 		})
 	})
+}
+
+// backwardScratchBytes is the device memory, beyond bwdBuffers' tensors, that
+// enqueueBackward needs for element type T and problem p.
+func backwardScratchBytes[T kernels.Float](b *Backend, p kernels.Params) (int64, error) {
+	ks, _, err := b.reg.backward(elemSize[T](), p.D)
+	if err != nil {
+		return 0, err
+	}
+	return ks.scratchBytes(p), nil
+}
+
+// enqueueBackward enqueues on stream the backward kernels for element type
+// T: buf's q, k, v, o, lse and do must hold the inputs, and dq, dk and dv
+// receive the gradients once the stream reaches that point; delta and
+// scratch are work space. In TF32, BF16 and FP16 mode dO is rounded in
+// place to the storage precision (so that D = rowsum(dO∘O) uses the dO the
+// products see), and so are q, k and v where the CUDA-core backward serves
+// the head dimension; rounding is idempotent, and the forward rounds the
+// same way.
+func enqueueBackward[T kernels.Float](b *Backend, p kernels.Params, buf bwdBuffers, stream cu.Stream) error {
+	elem := elemSize[T]()
+	ks, c, err := b.reg.backward(elem, p.D)
+	if err != nil {
+		return err
+	}
+	if elem == 4 && b.prec != FP32 {
+		type span struct {
+			ptr cu.DevicePtr
+			n   int
+		}
+		rounded := []span{{buf.do, p.QLen()}}
+		if c.rounded {
+			rounded = append(rounded, span{buf.q, p.QLen()}, span{buf.k, p.KLen()}, span{buf.v, p.KLen()})
+		}
+		for _, r := range rounded {
+			if err := launchRound(b.reg.round, r.ptr, r.n, stream); err != nil {
+				return fmt.Errorf("cudakernels: rounding launch: %w", err)
+			}
+		}
+	}
+	if err := launchDotDoO(b.reg.dotDoO[elem], p, buf, stream); err != nil {
+		return fmt.Errorf("cudakernels: backward launch: %w", err)
+	}
+	if err := ks.launch(p, buf, stream); err != nil {
+		return fmt.Errorf("cudakernels: backward launch: %w", err)
+	}
+	return nil
 }

@@ -103,37 +103,54 @@ func wrapAlloc(bytes int64, err error) error {
 	return fmt.Errorf("cudakernels: allocating %d bytes: %w", bytes, err)
 }
 
-// arena is one device allocation carved into 256-byte aligned parts, so a
-// call costs one cuMemAlloc and one cuMemFree.
-type arena struct {
-	base  cu.DevicePtr
-	parts []cu.DevicePtr
+// part is one piece of a carved allocation: its size in bytes and where
+// carve stores its address.
+type part struct {
+	at    *cu.DevicePtr
+	bytes int64
 }
 
-func newArena(sizes ...int64) (*arena, error) {
-	offs, total := layout(sizes)
+// carve places parts one after the other from base, each at a multiple of
+// 256 bytes (the alignment cuMemAlloc guarantees and vectorised kernels
+// rely on), stores their addresses and returns the total size. With base 0
+// it measures, and the addresses are offsets. Every allocation of the
+// package is cut this way: arenas, the workspace, staging and scratch.
+func carve(base cu.DevicePtr, parts ...part) int64 {
+	const align = 256
+	var total int64
+	for _, p := range parts {
+		*p.at = base + cu.DevicePtr(total)
+		total += (p.bytes + align - 1) / align * align
+	}
+	return total
+}
+
+// carveAll carves len(sizes) parts from base and returns their addresses
+// and the total size.
+func carveAll(base cu.DevicePtr, sizes []int64) ([]cu.DevicePtr, int64) {
+	at := make([]cu.DevicePtr, len(sizes))
+	parts := make([]part, len(sizes))
+	for i, s := range sizes {
+		parts[i] = part{&at[i], s}
+	}
+	return at, carve(base, parts...)
+}
+
+// arena is one device allocation carved into parts, so a call costs one
+// cuMemAlloc and one cuMemFree.
+type arena struct {
+	base cu.DevicePtr
+}
+
+// newArena allocates room for parts and stores their addresses.
+func newArena(parts ...part) (*arena, error) {
+	total := carve(0, parts...)
 	base, err := cu.MemAlloc(total)
 	if err != nil {
 		return nil, wrapAlloc(total, err)
 	}
-	a := &arena{base: base, parts: make([]cu.DevicePtr, len(sizes))}
-	for i, o := range offs {
-		a.parts[i] = base + cu.DevicePtr(o)
-	}
-	return a, nil
-}
-
-// layout places parts of the given sizes one after the other, each at a
-// multiple of 256 bytes (the alignment cuMemAlloc guarantees and vectorised
-// kernels rely on), and returns their offsets and the total size.
-func layout(sizes []int64) (offs []int64, total int64) {
-	const align = 256
-	offs = make([]int64, len(sizes))
-	for i, s := range sizes {
-		offs[i] = total
-		total += (s + align - 1) / align * align
-	}
-	return offs, total
+	carve(base, parts...)
+	return &arena{base: base}, nil
 }
 
 func (a *arena) free() error { return cu.MemFree(a.base) }
@@ -152,4 +169,23 @@ func allocHost(bytes int64) (unsafe.Pointer, error) {
 	default:
 		return nil, fmt.Errorf("cudakernels: allocating %d bytes of page-locked host memory: CUDA error %d", bytes, int(r))
 	}
+}
+
+// probe finds device ordinal and what kernel selection needs to know of it.
+func probe(ordinal int) (cu.Device, Capability, error) {
+	dev, err := cu.GetDevice(ordinal)
+	if err != nil {
+		return dev, Capability{}, fmt.Errorf("%w: %w", ErrNoDevice, err)
+	}
+	var c Capability
+	if c.Major, err = dev.Attribute(cu.ComputeCapabilityMajor); err != nil {
+		return dev, c, fmt.Errorf("cudakernels: device %d: %w", ordinal, err)
+	}
+	if c.Minor, err = dev.Attribute(cu.ComputeCapabilityMinor); err != nil {
+		return dev, c, fmt.Errorf("cudakernels: device %d: %w", ordinal, err)
+	}
+	if c.MaxSmem, err = maxOptinSmem(dev); err != nil {
+		return dev, c, err
+	}
+	return dev, c, nil
 }

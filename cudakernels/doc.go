@@ -29,7 +29,12 @@
 //
 // Shapes, the masking convention (bottom-right aligned causal; rows that see
 // no key get LSE = +Inf, output 0, gradients 0) and the saved state (LSE
-// only) are those of package kernels. Each call copies its host slices to the
+// only) are those of package kernels. Whether a row sees a key is decided
+// from the mask alone; every other row follows IEEE arithmetic as
+// kernels.NaiveForward does: a NaN score makes the row's output and LSE NaN,
+// and a row whose visible scores are all −Inf gets O = NaN (0/0) and
+// LSE = −Inf. The backward recomputes P = exp(S − LSE), so such rows give NaN
+// gradients. Each call copies its host slices to the
 // device, runs the kernels and copies the results back; nothing of size
 // Nq×Nk is allocated. The copies go through page-locked staging memory on two
 // streams, in chunks of (batch, head) pairs, so that one chunk's copies
@@ -91,21 +96,13 @@
 // Every mode passes the whole conformance suite on an H200, in both
 // families: its float32 errors against the float64 reference stay within
 // twice those of a naive computation in the same precision
-// (kernels/conformance). Measured (TestPrecisionErrors: B = 1, H = 4,
-// N = 512, D = 128, unit-normal inputs; largest error over largest value,
-// naive baseline in brackets; the sm90 rows differ from these in the second
-// digit at most, bench/RESULTS.md lists both):
-//
-//	mode  O                  dQ                 dK                 dV
-//	fp32  1.5e-6 (1.6e-6)    1.4e-6 (1.2e-6)    9.8e-7 (9.0e-7)    1.4e-6 (1.3e-6)
-//	tf32  1.0e-3 (9.4e-4)    5.5e-4 (7.7e-4)    3.2e-4 (4.8e-4)    7.1e-4 (6.3e-4)
-//	bf16  4.1e-3 (7.1e-3)    9.7e-3 (8.0e-3)    5.6e-3 (7.3e-3)    4.1e-3 (5.8e-3)
-//	fp16  1.0e-3 (8.9e-4)    7.7e-4 (1.1e-3)    4.7e-4 (7.8e-4)    6.3e-4 (7.8e-4)
+// (kernels/conformance). TestPrecisionErrors measures them; the figures are
+// in bench/RESULTS.md.
 //
 // # Kernels
 //
-// The CUDA sources are under csrc/, one concern per file: common.cuh (mask,
-// math, guards), simt_tile.cuh (tile geometry and shared-memory layout of the
+// The CUDA sources are under csrc/, one concern per file: params.cuh (the
+// kernels' argument), common.cuh (mask, math, guards), simt_tile.cuh (tile geometry and shared-memory layout of the
 // CUDA-core kernels), fwd_simt.cuh (forward), bwd_simt.cuh (backward),
 // mma.cuh (tensor-core operand types, fragments, cp.async), fwd_mma.cuh
 // (tensor-core forward and the conversions to operand types), bwd_mma.cuh
@@ -184,33 +181,46 @@
 // Head dimensions are compiled for 32, 64, 128 and 256; any other D up to 256
 // is padded with zero columns inside the kernel (D = 8, 40, 96, 200 work).
 // The CUDA-core kernels are correct rather than fast; they load tiles
-// synchronously and compute with scalar FMAs. The Go side picks a kernel per
-// precision, head dimension and family when the backend opens (forwardFor,
-// mmaBackwardFor: the forwardKernel and backwardKernel interfaces), so a
-// further family slots in beside these without touching callers.
+// synchronously and compute with scalar FMAs.
+//
+// # Kernel arguments: Params
+//
+// Every attention kernel (forward, dK/dV, dQ of each family, D = rowsum(dO∘O)
+// and the Hopper statistics) takes one argument, struct Params of
+// csrc/params.cuh, by value (__grid_constant__, so it is read in place):
+// the pointers of both directions (q, k, v, o, lse, dout, delta, dq, dk, dv
+// and the Hopper backward's transposed images and padded statistics), batch,
+// head and row strides of q, k, v, o, dout, dq, dk and dv, the sizes b, h,
+// nq, nk, dim, the causal flag and the scale. Every field is 8 bytes, so the
+// Go mirror kernelParams (params.go, uint64 for pointers) has the same
+// layout without padding rules; TestParamsMirror parses the C header and
+// compares field names, order and types on the CPU, and static_asserts pin
+// the size in C. newParams builds it, the one place that does, from
+// kernels.Params and the named tensors of a launch; gorgonia.org/cu copies
+// 8 bytes per argument, so launch_gpu.go passes it with cuLaunchKernel's
+// parameter buffer. A new mask or score modifier is one field on each side.
+// The element-wise conversions keep short argument lists: they see flat
+// dense matrices and nothing of the attention problem.
+//
+// # Kernel selection
+//
+// choose (select.go) is one pure function from the device (Capability:
+// compute capability and opt-in shared memory), the family asked for, the
+// precision, the element type, the head dimension and the direction to the
+// family (CUDA cores, mma.sync, wgmma), the padded head dimension and the
+// tile shape, or the error a call gets. The backend loads the kernels of
+// every choice when it opens (registry_gpu.go) and asks choose again on
+// every call; TestChoose covers the table, with each fallback, on the CPU.
+// The Go files follow csrc/: fwd_simt_gpu.go, bwd_simt_gpu.go,
+// fwd_mma_gpu.go, bwd_mma_gpu.go, fwd_wgmma_gpu.go and bwd_wgmma_gpu.go
+// launch one family and direction each, convert_gpu.go the conversions, and
+// shapes.go repeats the C side's tile shapes and shared-memory layouts.
 //
 // # Speed
 //
-// Measured on an H200 with bench/gpu_side_by_side.py, which runs
-// bench.BenchmarkKernelsGPU (KernelTime: CUDA events, L2 flushed, median of
-// 3, conversions included) and PyTorch 2.11's SDPA on the same shapes in one
-// command; the whole table is in bench/RESULTS.md. TFLOP/s at D = 128,
-// N = 8192, B = 2, H = 16, non-causal (causal in brackets), FamilyAuto:
-//
-//	ours FP32                  fwd 12.7 (12.2)    bwd 8.9 (8.7)
-//	ours TF32                  fwd 287 (248)      bwd 157 (139)
-//	ours BF16                  fwd 493 (409)      bwd 367 (308)
-//	PyTorch fp32 (efficient)   fwd 46 (45)        bwd 37 (37)
-//	PyTorch bf16 (FA2)         fwd 347 (318)      bwd 297 (273)
-//	PyTorch bf16 (cuDNN)       fwd 594 (554)      bwd 521 (470)
-//
-// BF16 passes FlashAttention 2 (1.42× forward, 1.24× backward) and reaches
-// 83 % and 70 % of cuDNN; TF32 is 6.3× (forward) and 4.2× (backward)
-// PyTorch's best fp32. D = 64 is weaker (BF16 just below FA2: 301 and 247
-// against 309 and 278 at N = 8192), and so are short sequences (N = 512:
-// BF16 forward about half of FA2's). The mma.sync family gives BF16 289 and 192, TF32
-// 108 (forward) at the same shape. NOTES.md holds the measurements and
-// what to try next.
+// bench/RESULTS.md holds the measurements (H200, bench/gpu_side_by_side.py:
+// this package's KernelTime beside PyTorch's SDPA in one command), and
+// NOTES.md what was tried and what to try next.
 //
 // # Generated files and the staleness check
 //

@@ -32,14 +32,60 @@ const (
 	copyCores     = 16      // measured on the H200 host: 16 beat 8 by 5–15 % (BenchmarkCopyPipeline)
 )
 
+// transfers are the copy pipeline's resources, used on the worker's thread:
+// streams and events per slot, page-locked staging and a device workspace,
+// both kept between calls and grown to the largest call's need.
+type transfers struct {
+	streams     [slots]cu.Stream
+	events      [slots]cu.Event
+	pinned      unsafe.Pointer
+	pinnedBytes int64
+	work        cu.DevicePtr
+	workBytes   int64
+	// chunkOverride fixes the (batch, head) pairs per chunk, and
+	// coresOverride the cores that copy, when positive; tests and
+	// benchmarks use them to compare settings.
+	chunkOverride, coresOverride int
+}
+
+// open creates the streams and events.
+func (x *transfers) open() (err error) {
+	for i := range x.streams {
+		// Non-blocking: the legacy default stream must not serialise the
+		// two slots.
+		if x.streams[i], err = cu.MakeStream(cu.NonBlocking); err != nil {
+			return fmt.Errorf("cudakernels: creating a stream: %w", err)
+		}
+		if x.events[i], err = cu.MakeEvent(cu.DisableTiming); err != nil {
+			return fmt.Errorf("cudakernels: creating an event: %w", err)
+		}
+	}
+	return nil
+}
+
+// release frees the memory, streams and events.
+func (x *transfers) release() error {
+	errs := []error{x.freeWork(), x.freePinned()}
+	for i := range x.streams {
+		if x.events[i] != (cu.Event{}) {
+			errs = append(errs, cu.DestroyEvent(&x.events[i]))
+		}
+		if x.streams[i] != (cu.Stream{}) {
+			errs = append(errs, x.streams[i].Destroy())
+			x.streams[i] = cu.Stream{}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // A chunk is n (batch, head) pairs from h0, and the pipeline slot it uses.
 type chunk struct{ h0, n, slot int }
 
 // chunkHeads returns the pairs per chunk for a call over bh pairs that
 // copies headBytes per pair.
-func (b *Backend) chunkHeads(bh int, headBytes int64) int {
-	if b.chunkOverride > 0 {
-		return min(b.chunkOverride, bh)
+func (x *transfers) chunkHeads(bh int, headBytes int64) int {
+	if x.chunkOverride > 0 {
+		return min(x.chunkOverride, bh)
 	}
 	n := (bh + maxChunks - 1) / maxChunks
 	n = max(n, int((minChunkBytes+headBytes-1)/headBytes))
@@ -52,53 +98,56 @@ func chunkParams(p kernels.Params, n int) kernels.Params {
 	return p
 }
 
-// staged is one tensor a call copies in or out: host holds per elements for
-// each (batch, head) pair, and dev gives the tensor's device address for a
-// chunk.
+// staged is one tensor of a call: host holds per elements for each (batch,
+// head) pair (nil for work space, which is never copied). On the device it
+// is either whole (a kept state's copy: a chunk is an offset into it) or in
+// chunk-sized buffers, one per slot: chunks of one slot run in order on one
+// stream, so each reuses the buffer after the last.
 type staged[T kernels.Float] struct {
-	host []T
-	per  int
-	dev  func(chunk) cu.DevicePtr
+	host  []T
+	per   int
+	whole cu.DevicePtr
+	slot  [slots]cu.DevicePtr
 }
 
-// at addresses a chunk of a whole tensor at base with per elements per pair.
-func at[T kernels.Float](base cu.DevicePtr, per int) func(chunk) cu.DevicePtr {
-	var zero T
-	return func(c chunk) cu.DevicePtr {
-		return base + cu.DevicePtr(int64(c.h0)*int64(per)*int64(unsafe.Sizeof(zero)))
+// bytes is the size of one pair's part.
+func (t *staged[T]) bytes() int64 { return int64(t.per) * int64(elemSize[T]()) }
+
+// dev returns the device address of chunk c.
+func (t *staged[T]) dev(c chunk) cu.DevicePtr {
+	if t.whole != 0 {
+		return t.whole + cu.DevicePtr(int64(c.h0)*t.bytes())
 	}
+	return t.slot[c.slot]
 }
 
-// perSlot addresses chunk-sized buffers, one per slot: chunks of one slot
-// run in order on one stream, so each reuses the buffer after the last.
-func perSlot(bufs []cu.DevicePtr) func(chunk) cu.DevicePtr {
-	return func(c chunk) cu.DevicePtr { return bufs[c.slot] }
+// slotParts are the chunk buffers of hc pairs, for the workspace to carve.
+func (t *staged[T]) slotParts(hc int) []part {
+	n := int64(hc) * t.bytes()
+	return []part{{&t.slot[0], n}, {&t.slot[1], n}}
 }
 
-// slotSizes returns, for tensors of per elements per pair, the sizes of
-// chunk buffers of hc pairs, each twice (one per slot).
-func slotSizes(hc int, elem int64, per ...int) []int64 {
-	var sizes []int64
-	for _, n := range per {
-		s := int64(hc) * int64(n) * elem
-		sizes = append(sizes, s, s)
+// headBytes is what a call copies per (batch, head) pair.
+func headBytes[T kernels.Float](ts []*staged[T]) int64 {
+	var n int64
+	for _, t := range ts {
+		n += t.bytes()
 	}
-	return sizes
+	return n
 }
 
 // pipeline copies in, runs launch and copies out chunk by chunk, over bh
 // pairs in chunks of hc; see the comment at the top of this file. It runs on
 // the worker's thread. When it returns, nothing it queued is still running.
-func pipeline[T kernels.Float](b *Backend, bh, hc int, in, out []staged[T], launch func(chunk, cu.Stream) error) (err error) {
-	var zero T
-	elem := int64(unsafe.Sizeof(zero))
-	all := append(append([]staged[T](nil), in...), out...)
+func pipeline[T kernels.Float](x *transfers, bh, hc int, in, out []*staged[T], launch func(chunk, cu.Stream) error) (err error) {
+	elem := int64(elemSize[T]())
+	all := append(append([]*staged[T](nil), in...), out...)
 	sizes := make([]int64, len(all))
 	for i, t := range all {
-		sizes[i] = int64(hc) * int64(t.per) * elem
+		sizes[i] = int64(hc) * t.bytes()
 	}
-	offs, slotBytes := layout(sizes)
-	pin, err := b.staging(slots * slotBytes)
+	offs, slotBytes := carveAll(0, sizes) // offsets into one slot's staging
+	pin, err := x.staging(slots * slotBytes)
 	if err != nil {
 		return err
 	}
@@ -110,26 +159,26 @@ func pipeline[T kernels.Float](b *Backend, bh, hc int, in, out []staged[T], laun
 			_ = cu.Synchronize()
 		}
 	}()
-	host := func(t staged[T], c chunk) []T { return t.host[c.h0*t.per : (c.h0+c.n)*t.per] }
+	host := func(t *staged[T], c chunk) []T { return t.host[c.h0*t.per : (c.h0+c.n)*t.per] }
 	pinned := func(i int, c chunk) []T {
-		return unsafe.Slice((*T)(unsafe.Add(pin, int64(c.slot)*slotBytes+offs[i])), c.n*all[i].per)
+		return unsafe.Slice((*T)(unsafe.Add(pin, int64(c.slot)*slotBytes+int64(offs[i]))), c.n*all[i].per)
 	}
 	finish := func(c chunk) error {
-		if err := b.events[c.slot].Synchronize(); err != nil {
+		if err := x.events[c.slot].Synchronize(); err != nil {
 			return fmt.Errorf("cudakernels: kernels or copies: %w", err)
 		}
 		for j, t := range out {
-			parallelCopy(host(t, c), pinned(len(in)+j, c), b.copyCores())
+			parallelCopy(host(t, c), pinned(len(in)+j, c), x.copyCores())
 		}
 		return nil
 	}
 	var prev chunk
 	for i, h0 := 0, 0; h0 < bh; i, h0 = i+1, h0+hc {
 		c := chunk{h0: h0, n: min(hc, bh-h0), slot: i % slots}
-		s := b.streams[c.slot]
+		s := x.streams[c.slot]
 		for j, t := range in {
 			dst := pinned(j, c)
-			parallelCopy(dst, host(t, c), b.copyCores())
+			parallelCopy(dst, host(t, c), x.copyCores())
 			if err := cu.MemcpyHtoDAsync(t.dev(c), unsafe.Pointer(&dst[0]), int64(len(dst))*elem, s); err != nil {
 				return fmt.Errorf("cudakernels: copy to device: %w", err)
 			}
@@ -143,7 +192,7 @@ func pipeline[T kernels.Float](b *Backend, bh, hc int, in, out []staged[T], laun
 				return fmt.Errorf("cudakernels: copy from device: %w", err)
 			}
 		}
-		if err := b.events[c.slot].Record(s); err != nil {
+		if err := x.events[c.slot].Record(s); err != nil {
 			return fmt.Errorf("cudakernels: recording an event: %w", err)
 		}
 		// The slot of chunk i−1 is free again once it is emptied; chunk i
@@ -159,9 +208,9 @@ func pipeline[T kernels.Float](b *Backend, bh, hc int, in, out []staged[T], laun
 }
 
 // copyCores returns how many cores copy between caller and staging memory.
-func (b *Backend) copyCores() int {
-	if b.coresOverride > 0 {
-		return b.coresOverride
+func (x *transfers) copyCores() int {
+	if x.coresOverride > 0 {
+		return x.coresOverride
 	}
 	return copyCores
 }
@@ -185,60 +234,55 @@ func parallelCopy[T any](dst, src []T, cores int) {
 	wg.Wait()
 }
 
-// workspace carves device buffers of the given sizes out of one allocation
-// that the backend keeps between calls: it grows to the largest call's need
-// and stays until Trim or Close, so calls in a steady state allocate
-// nothing. It runs on the worker's thread.
-func (b *Backend) workspace(sizes ...int64) ([]cu.DevicePtr, error) {
-	offs, total := layout(sizes)
-	if total > b.workBytes {
-		if err := b.freeWork(); err != nil {
-			return nil, err
+// workspace carves parts out of one device allocation that is kept
+// between calls: it grows to the largest call's need and stays until Trim
+// or Close, so calls in a steady state allocate nothing.
+func (x *transfers) workspace(parts ...part) error {
+	if total := carve(0, parts...); total > x.workBytes {
+		if err := x.freeWork(); err != nil {
+			return err
 		}
 		p, err := cu.MemAlloc(total)
 		if err != nil {
-			return nil, wrapAlloc(total, err)
+			return wrapAlloc(total, err)
 		}
-		b.work, b.workBytes = p, total
+		x.work, x.workBytes = p, total
 	}
-	ptrs := make([]cu.DevicePtr, len(sizes))
-	for i, o := range offs {
-		ptrs[i] = b.work + cu.DevicePtr(o)
-	}
-	return ptrs, nil
+	carve(x.work, parts...)
+	return nil
 }
 
-func (b *Backend) freeWork() error {
-	if b.workBytes == 0 {
+func (x *transfers) freeWork() error {
+	if x.workBytes == 0 {
 		return nil
 	}
-	err := cu.MemFree(b.work)
-	b.work, b.workBytes = 0, 0
+	err := cu.MemFree(x.work)
+	x.work, x.workBytes = 0, 0
 	return err
 }
 
 // staging returns at least bytes of page-locked host memory, kept between
 // calls like the workspace.
-func (b *Backend) staging(bytes int64) (unsafe.Pointer, error) {
-	if bytes > b.pinnedBytes {
-		if err := b.freePinned(); err != nil {
+func (x *transfers) staging(bytes int64) (unsafe.Pointer, error) {
+	if bytes > x.pinnedBytes {
+		if err := x.freePinned(); err != nil {
 			return nil, err
 		}
 		p, err := allocHost(bytes)
 		if err != nil {
 			return nil, err
 		}
-		b.pinned, b.pinnedBytes = p, bytes
+		x.pinned, x.pinnedBytes = p, bytes
 	}
-	return b.pinned, nil
+	return x.pinned, nil
 }
 
-func (b *Backend) freePinned() error {
-	if b.pinnedBytes == 0 {
+func (x *transfers) freePinned() error {
+	if x.pinnedBytes == 0 {
 		return nil
 	}
-	err := cu.MemFreeHost(b.pinned)
-	b.pinned, b.pinnedBytes = nil, 0
+	err := cu.MemFreeHost(x.pinned)
+	x.pinned, x.pinnedBytes = nil, 0
 	return err
 }
 
@@ -247,7 +291,7 @@ func (b *Backend) freePinned() error {
 // needed); the next call allocates them again. Device states from
 // ForwardKeep are not affected.
 func (b *Backend) Trim() error {
-	return b.run(func() error { return errors.Join(b.freeWork(), b.freePinned()) })
+	return b.run(func() error { return errors.Join(b.xfer.freeWork(), b.xfer.freePinned()) })
 }
 
 // MemInfo reports the free and total memory of the backend's device in
@@ -263,10 +307,11 @@ func (b *Backend) MemInfo() (free, total int64, err error) {
 // deviceState is the kernels.DeviceState of this backend: device copies of
 // q, k, v, o and lse in one allocation.
 type deviceState struct {
-	b    *Backend
-	p    kernels.Params
-	elem int
-	a    *arena // nil once released; read and written on the worker's thread
+	b               *Backend
+	p               kernels.Params
+	elem            int
+	q, k, v, o, lse cu.DevicePtr
+	a               *arena // nil once released; read and written on the worker's thread
 }
 
 // Release frees the state's device memory. After Close it does nothing: the

@@ -74,12 +74,12 @@ func TestPipelineBitIdentical(t *testing.T) {
 		b := newTestBackend(t, WithPrecision(prec))
 		q, k, v, do := randn[float32](rng, p.QLen()), randn[float32](rng, p.KLen()), randn[float32](rng, p.KLen()), randn[float32](rng, p.QLen())
 		q64, k64, v64, do64 := widen(q), widen(k), widen(v), widen(do)
-		b.chunkOverride = p.B * p.H
+		b.xfer.chunkOverride = p.B * p.H
 		want := runCall(t, b, p, q, k, v, do, false)
 		want64 := runCall(t, b, p, q64, k64, v64, do64, false)
 		for _, hc := range []int{3, 1} {
 			for _, keep := range []bool{false, true} {
-				b.chunkOverride = hc
+				b.xfer.chunkOverride = hc
 				what := fmt.Sprintf("%v chunks of %d keep=%v", prec, hc, keep)
 				sameBits(t, what, runCall(t, b, p, q, k, v, do, keep), want)
 				sameBits(t, what+" float64", runCall(t, b, p, q64, k64, v64, do64, keep), want64)
@@ -301,7 +301,7 @@ func BenchmarkCopyPipeline(b *testing.B) {
 	for _, heads := range []int{16, 4, 2, 1} {
 		for _, cores := range []int{4, 8, 16} {
 			b.Run(fmt.Sprintf("heads=%d/cores=%d", heads, cores), func(b *testing.B) {
-				be.chunkOverride, be.coresOverride = heads, cores
+				be.xfer.chunkOverride, be.xfer.coresOverride = heads, cores
 				if err := be.Forward32(p, q, k, v, o, lse); err != nil {
 					b.Fatal(err)
 				}

@@ -42,7 +42,7 @@ func (b *Backend) KernelTime(p kernels.Params, backward bool, reps int) (float64
 	const flushBytes = 256 << 20 // several times the H200's 60 MB L2
 	var ms []float64
 	err := b.run(func() (err error) {
-		f, err := forwardFor[float32](b, p.D)
+		f, err := b.reg.forward(4, p.D)
 		if err != nil {
 			return err
 		}
@@ -51,15 +51,16 @@ func (b *Backend) KernelTime(p kernels.Params, backward bool, reps int) (float64
 			return err
 		}
 		q4, k4, l4 := int64(p.QLen())*4, int64(p.KLen())*4, int64(p.LSELen())*4
-		a, err := newArena(q4, k4, k4, q4, l4, q4, l4, q4, k4, k4, f.scratchBytes(p), bs, flushBytes)
+		var buf bwdBuffers
+		var fwdScratch, flush cu.DevicePtr
+		a, err := newArena(part{&buf.q, q4}, part{&buf.k, k4}, part{&buf.v, k4}, part{&buf.o, q4}, part{&buf.lse, l4},
+			part{&buf.do, q4}, part{&buf.delta, l4}, part{&buf.dq, q4}, part{&buf.dk, k4}, part{&buf.dv, k4},
+			part{&fwdScratch, f.scratchBytes(p)}, part{&buf.scratch, bs}, part{&flush, flushBytes})
 		if err != nil {
 			return err
 		}
 		defer func() { err = errors.Join(err, a.free()) }()
-		buf := bwdBuffers{q: a.parts[0], k: a.parts[1], v: a.parts[2], o: a.parts[3], lse: a.parts[4],
-			do: a.parts[5], delta: a.parts[6], dq: a.parts[7], dk: a.parts[8], dv: a.parts[9], scratch: a.parts[11]}
-		fbuf := fwdBuffers{q: buf.q, k: buf.k, v: buf.v, o: buf.o, lse: buf.lse, scratch: a.parts[10]}
-		flush := a.parts[12]
+		fbuf := fwdBuffers{q: buf.q, k: buf.k, v: buf.v, o: buf.o, lse: buf.lse, scratch: fwdScratch}
 		for _, c := range []struct {
 			dst cu.DevicePtr
 			n   int

@@ -33,7 +33,7 @@ constexpr int kBwdBQ = 16 * kBwdWarps;       // queries per dq block: 16 per war
 constexpr int kBwdStep = 64;                 // rows of the tiles each kernel loops over
 static_assert(kBwdThreads == kFwdThreads, "cp_rows strides by kFwdThreads");
 
-// Shared-memory layouts, repeated in launch_gpu.go (mmaBwdSmem): two fixed
+// Shared-memory layouts, repeated in select.go (mmaBwdSmem): two fixed
 // tiles of 16-bit rows (K and V, or Q and dO), two double-buffered streamed
 // tiles, and for dkdv the streamed queries' LSE and D in fp32.
 template <int DP> __host__ __device__ constexpr int bwd_dkdv_smem_bytes() {
@@ -116,17 +116,17 @@ __device__ __forceinline__ void cp_floats(float* dst, const float* x, long long 
 }
 
 // store_rows writes scale·c, the accumulators of a warp's 16 rows, into
-// rows 0 … rows−1 of the row-major [*, dim] matrix at y: the thread's rows
-// are g and g+8.
+// rows 0 … rows−1 of the [*, dim] matrix at y with row stride ld: the
+// thread's rows are g and g+8.
 template <int DP>
 __device__ __forceinline__ void store_rows(float* y, const float (&c)[DP / 8][4], long long rows, long long dim,
-                                           float scale) {
+                                           long long ld, float scale) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const long long row = g + 8 * h;
     if (row >= rows) continue;
-    float* yr = y + row * dim;
+    float* yr = y + row * ld;
 #pragma unroll
     for (int n = 0; n < DP / 8; ++n) {
       const int col = n * 8 + 2 * t;
@@ -136,12 +136,17 @@ __device__ __forceinline__ void store_rows(float* y, const float (&c)[DP / 8][4]
   }
 }
 
+// dkdv_1colblock and dq_1rowblock read the 16-bit copies p.q, p.k, p.v and
+// p.dout (rows of DP elements), p.lse and p.delta, and write p.dk, p.dv or
+// p.dq.
 template <typename E, int DP>
-__device__ void dkdv_1colblock(const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
-                               const uint16_t* __restrict__ v, const uint16_t* __restrict__ dout,
-                               const float* __restrict__ lse, const float* __restrict__ delta, float* __restrict__ dk,
-                               float* __restrict__ dv, long long nq, long long nk, long long dim, bool causal,
-                               double scale) {
+__device__ void dkdv_1colblock(const Params& p) {
+  const long long nq = p.nq, nk = p.nk;
+  const bool causal = p.causal != 0;
+  const uint16_t* __restrict__ q = static_cast<const uint16_t*>(p.q);
+  const uint16_t* __restrict__ k = static_cast<const uint16_t*>(p.k);
+  const uint16_t* __restrict__ v = static_cast<const uint16_t*>(p.v);
+  const uint16_t* __restrict__ dout = static_cast<const uint16_t*>(p.dout);
   constexpr int kLd = ld_of<uint16_t, DP>();
   constexpr int kNS = kBwdStep / 8;  // n8 tiles of Sᵀ per warp: queries
   constexpr int kND = DP / 8;        // n8 tiles of dK and dV per warp
@@ -162,8 +167,8 @@ __device__ void dkdv_1colblock(const uint16_t* __restrict__ q, const uint16_t* _
   const int g = lane / 4, t = lane % 4;
   const uint16_t* qh = q + bh * nq * DP;
   const uint16_t* doh = dout + bh * nq * DP;
-  const float* lh = lse + bh * nq;
-  const float* dh = delta + bh * nq;
+  const float* lh = static_cast<const float*>(p.lse) + bh * nq;
+  const float* dh = static_cast<const float*>(p.delta) + bh * nq;
 
   // Causal block skipping: query tiles before the first row that sees key
   // k0 contribute nothing.
@@ -183,7 +188,7 @@ __device__ void dkdv_1colblock(const uint16_t* __restrict__ q, const uint16_t* _
   if (it0 < n_it) load_step(it0, 0);
   cp_async_commit();
 
-  const float scale_log2 = static_cast<float>(scale) * kLog2e;
+  const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
   float acc_dk[kND][4], acc_dv[kND][4];
 #pragma unroll
   for (int n = 0; n < kND; ++n)
@@ -241,19 +246,24 @@ __device__ void dkdv_1colblock(const uint16_t* __restrict__ q, const uint16_t* _
   }
   cp_async_wait<0>();
 
-  const long long row0 = bh * nk;  // rows of dk, dv are (bh, key)
   const long long warp_key = k0 + warp * 16;
   if (warp_key < nk) {
-    store_rows<DP>(dk + (row0 + warp_key) * dim, acc_dk, nk - warp_key, dim, static_cast<float>(scale));
-    store_rows<DP>(dv + (row0 + warp_key) * dim, acc_dv, nk - warp_key, dim, 1.f);
+    float* dk = head_of(static_cast<float*>(p.dk), bh, p.h, p.dk_batch_stride, p.dk_head_stride);
+    float* dv = head_of(static_cast<float*>(p.dv), bh, p.h, p.dv_batch_stride, p.dv_head_stride);
+    store_rows<DP>(dk + warp_key * p.dk_row_stride, acc_dk, nk - warp_key, p.dim, p.dk_row_stride,
+                   static_cast<float>(p.scale));
+    store_rows<DP>(dv + warp_key * p.dv_row_stride, acc_dv, nk - warp_key, p.dim, p.dv_row_stride, 1.f);
   }
 }
 
 template <typename E, int DP>
-__device__ void dq_1rowblock(const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
-                             const uint16_t* __restrict__ v, const uint16_t* __restrict__ dout,
-                             const float* __restrict__ lse, const float* __restrict__ delta, float* __restrict__ dq,
-                             long long nq, long long nk, long long dim, bool causal, double scale) {
+__device__ void dq_1rowblock(const Params& p) {
+  const long long nq = p.nq, nk = p.nk;
+  const bool causal = p.causal != 0;
+  const uint16_t* __restrict__ q = static_cast<const uint16_t*>(p.q);
+  const uint16_t* __restrict__ k = static_cast<const uint16_t*>(p.k);
+  const uint16_t* __restrict__ v = static_cast<const uint16_t*>(p.v);
+  const uint16_t* __restrict__ dout = static_cast<const uint16_t*>(p.dout);
   constexpr int kLd = ld_of<uint16_t, DP>();
   constexpr int kNS = kBwdStep / 8;  // n8 tiles of S per warp: keys
   constexpr int kND = DP / 8;
@@ -281,8 +291,8 @@ __device__ void dq_1rowblock(const uint16_t* __restrict__ q, const uint16_t* __r
     const long long row = q0 + warp * 16 + g + 8 * h;
     const bool ok = row < nq;
     vis[h] = ok ? visible_keys(row, nq, nk, causal) : 0;
-    lse2[h] = ok ? lse[bh * nq + row] * kLog2e : Math<float>::inf();
-    dr[h] = ok ? delta[bh * nq + row] : 0.f;
+    lse2[h] = ok ? static_cast<const float*>(p.lse)[bh * nq + row] * kLog2e : Math<float>::inf();
+    dr[h] = ok ? static_cast<const float*>(p.delta)[bh * nq + row] : 0.f;
   }
   const long long vis_min = vis[0] < vis[1] ? vis[0] : vis[1];
   const long long kv_end = visible_keys((q0 + kBwdBQ < nq ? q0 + kBwdBQ : nq) - 1, nq, nk, causal);
@@ -296,7 +306,7 @@ __device__ void dq_1rowblock(const uint16_t* __restrict__ q, const uint16_t* __r
   }
   cp_async_commit();
 
-  const float scale_log2 = static_cast<float>(scale) * kLog2e;
+  const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
   float acc[kND][4];
 #pragma unroll
   for (int n = 0; n < kND; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
@@ -337,7 +347,11 @@ __device__ void dq_1rowblock(const uint16_t* __restrict__ q, const uint16_t* __r
   cp_async_wait<0>();
 
   const long long warp_row = q0 + warp * 16;
-  if (warp_row < nq) store_rows<DP>(dq + (bh * nq + warp_row) * dim, acc, nq - warp_row, dim, static_cast<float>(scale));
+  if (warp_row < nq) {
+    float* dq = head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride);
+    store_rows<DP>(dq + warp_row * p.dq_row_stride, acc, nq - warp_row, p.dim, p.dq_row_stride,
+                   static_cast<float>(p.scale));
+  }
 }
 
 }  // namespace mma

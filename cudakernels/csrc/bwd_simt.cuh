@@ -12,17 +12,20 @@
 namespace flash {
 namespace simt {
 
-// dot_do_o computes D_i = Σ_d dO_id·O_id, one thread per row of the
-// flattened [B·H·Nq, dim] matrices, with the fma chain the other kernels use
-// for dP = dO·V (see simt_tile.cuh).
+// dot_do_o computes D_i = Σ_d dO_id·O_id, one thread per query row of the
+// b·h·nq rows, with the fma chain the other kernels use for dP = dO·V (see
+// simt_tile.cuh).
 template <typename T>
-__device__ void dot_do_o(const T* __restrict__ o, const T* __restrict__ dout, T* __restrict__ delta, long long rows,
-                         long long dim) {
+__device__ void dot_do_o(const Params& p) {
   const long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (row >= rows) return;
+  if (row >= p.b * p.h * p.nq) return;
+  const long long bh = row / p.nq, i = row % p.nq;
+  const T* o = head_of(static_cast<const T*>(p.o), bh, p.h, p.o_batch_stride, p.o_head_stride) + i * p.o_row_stride;
+  const T* dout =
+      head_of(static_cast<const T*>(p.dout), bh, p.h, p.dout_batch_stride, p.dout_head_stride) + i * p.dout_row_stride;
   T acc = T(0);
-  for (long long d = 0; d < dim; ++d) acc = Math<T>::fma(dout[row * dim + d], o[row * dim + d], acc);
-  delta[row] = acc;
+  for (long long d = 0; d < p.dim; ++d) acc = Math<T>::fma(dout[d], o[d], acc);
+  static_cast<T*>(p.delta)[row] = acc;
 }
 
 // dkdv_1colblock accumulates, for TILE keys j of one (batch, head),
@@ -30,11 +33,10 @@ __device__ void dot_do_o(const T* __restrict__ o, const T* __restrict__ dout, T*
 // with P_ij = exp(scale·Q_i·K_j − LSE_i) recomputed from the saved LSE and
 // dS_ij = P_ij (dO_i·V_j − D_i). Thread rows are keys here.
 template <typename T, int DP, int TILE>
-__device__ void dkdv_1colblock(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                               const T* __restrict__ dout, const T* __restrict__ lse, const T* __restrict__ delta,
-                               T* __restrict__ dk, T* __restrict__ dv, long long nq, long long nk, long long dim,
-                               bool causal, double scale) {
+__device__ void dkdv_1colblock(const Params& p) {
   using M = Math<T>;
+  const long long nq = p.nq, nk = p.nk, dim = p.dim;
+  const bool causal = p.causal != 0;
   constexpr int kLd = ld<DP>();
   constexpr int kPerS = TILE / 8;
   constexpr int kPerO = DP / 8;
@@ -54,14 +56,16 @@ __device__ void dkdv_1colblock(const T* __restrict__ q, const T* __restrict__ k,
   const long long k0 = (blockIdx.x % tiles) * TILE;
   const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
   const long long key = k0 + ty;
-  const T* qh = q + bh * nq * dim;
-  const T* doh = dout + bh * nq * dim;
-  const T* lh = lse + bh * nq;
-  const T* dh = delta + bh * nq;
+  const T* qh = head_of(static_cast<const T*>(p.q), bh, p.h, p.q_batch_stride, p.q_head_stride);
+  const T* doh = head_of(static_cast<const T*>(p.dout), bh, p.h, p.dout_batch_stride, p.dout_head_stride);
+  const T* lh = static_cast<const T*>(p.lse) + bh * nq;
+  const T* dh = static_cast<const T*>(p.delta) + bh * nq;
 
-  load_tile<T, DP, TILE>(sK, k + bh * nk * dim, k0, nk, dim);
-  load_tile<T, DP, TILE>(sV, v + bh * nk * dim, k0, nk, dim);
-  const T sc = T(scale);
+  load_tile<T, DP, TILE>(sK, head_of(static_cast<const T*>(p.k), bh, p.h, p.k_batch_stride, p.k_head_stride), k0, nk,
+                         dim, p.k_row_stride);
+  load_tile<T, DP, TILE>(sV, head_of(static_cast<const T*>(p.v), bh, p.h, p.v_batch_stride, p.v_head_stride), k0, nk,
+                         dim, p.v_row_stride);
+  const T sc = T(p.scale);
 
   T acc_dk[kPerO], acc_dv[kPerO];
 #pragma unroll
@@ -71,8 +75,8 @@ __device__ void dkdv_1colblock(const T* __restrict__ q, const T* __restrict__ k,
   const long long q_begin = first_query_seeing(k0, nq, nk, causal) / TILE * TILE;
   for (long long q0 = q_begin; q0 < nq; q0 += TILE) {
     __syncthreads();
-    load_tile<T, DP, TILE>(sQ, qh, q0, nq, dim);
-    load_tile<T, DP, TILE>(sdO, doh, q0, nq, dim);
+    load_tile<T, DP, TILE>(sQ, qh, q0, nq, dim, p.q_row_stride);
+    load_tile<T, DP, TILE>(sdO, doh, q0, nq, dim, p.dout_row_stride);
     if (threadIdx.x < TILE) {
       const long long i = q0 + threadIdx.x;
       // Rows past nq, and rows that see no key (LSE = +inf), are masked below
@@ -99,25 +103,27 @@ __device__ void dkdv_1colblock(const T* __restrict__ q, const T* __restrict__ k,
       const int qi = tx + 8 * c;
       const long long i = q0 + qi;
       const bool visible = i < nq && key < visible_keys(i, nq, nk, causal);
-      const T p = visible ? M::exp(s[c] * sc - sLse[qi]) : T(0);
-      sPt[ty * (TILE + 1) + qi] = p;
-      sdSt[ty * (TILE + 1) + qi] = p * (dp[c] - sDelta[qi]);
+      const T pr = visible ? M::exp(s[c] * sc - sLse[qi]) : T(0);
+      sPt[ty * (TILE + 1) + qi] = pr;
+      sdSt[ty * (TILE + 1) + qi] = pr * (dp[c] - sDelta[qi]);
     }
     __syncwarp();  // row ty of sPt/sdSt is written and read by one warp
 
     for (int qi = 0; qi < TILE; ++qi) {
-      const T p = sPt[ty * (TILE + 1) + qi], ds = sdSt[ty * (TILE + 1) + qi];
+      const T pr = sPt[ty * (TILE + 1) + qi], ds = sdSt[ty * (TILE + 1) + qi];
 #pragma unroll
       for (int c = 0; c < kPerO; ++c) {
-        acc_dv[c] = M::fma(p, sdO[qi * kLd + tx + 8 * c], acc_dv[c]);
+        acc_dv[c] = M::fma(pr, sdO[qi * kLd + tx + 8 * c], acc_dv[c]);
         acc_dk[c] = M::fma(ds, sQ[qi * kLd + tx + 8 * c], acc_dk[c]);
       }
     }
   }
 
   if (key < nk) {
-    store_row<T, DP>(dk + (bh * nk + key) * dim, acc_dk, T(scale), dim);
-    store_row<T, DP>(dv + (bh * nk + key) * dim, acc_dv, T(1), dim);
+    T* dk = head_of(static_cast<T*>(p.dk), bh, p.h, p.dk_batch_stride, p.dk_head_stride);
+    T* dv = head_of(static_cast<T*>(p.dv), bh, p.h, p.dv_batch_stride, p.dv_head_stride);
+    store_row<T, DP>(dk + key * p.dk_row_stride, acc_dk, sc, dim);
+    store_row<T, DP>(dv + key * p.dv_row_stride, acc_dv, T(1), dim);
   }
 }
 
@@ -125,11 +131,10 @@ __device__ void dkdv_1colblock(const T* __restrict__ q, const T* __restrict__ k,
 // recomputing P and dP exactly as dkdv_1colblock does. Thread rows are
 // queries.
 template <typename T, int DP, int TILE>
-__device__ void dq_1rowblock(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                             const T* __restrict__ dout, const T* __restrict__ lse, const T* __restrict__ delta,
-                             T* __restrict__ dq, long long nq, long long nk, long long dim, bool causal,
-                             double scale) {
+__device__ void dq_1rowblock(const Params& p) {
   using M = Math<T>;
+  const long long nq = p.nq, nk = p.nk, dim = p.dim;
+  const bool causal = p.causal != 0;
   constexpr int kLd = ld<DP>();
   constexpr int kPerS = TILE / 8;
   constexpr int kPerO = DP / 8;
@@ -146,17 +151,19 @@ __device__ void dq_1rowblock(const T* __restrict__ q, const T* __restrict__ k, c
   const long long q0 = (blockIdx.x % tiles) * TILE;
   const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
   const long long row = q0 + ty;
-  const T* kh = k + bh * nk * dim;
-  const T* vh = v + bh * nk * dim;
+  const T* kh = head_of(static_cast<const T*>(p.k), bh, p.h, p.k_batch_stride, p.k_head_stride);
+  const T* vh = head_of(static_cast<const T*>(p.v), bh, p.h, p.v_batch_stride, p.v_head_stride);
 
-  load_tile<T, DP, TILE>(sQ, q + bh * nq * dim, q0, nq, dim);
-  load_tile<T, DP, TILE>(sdO, dout + bh * nq * dim, q0, nq, dim);
-  const T sc = T(scale);
+  load_tile<T, DP, TILE>(sQ, head_of(static_cast<const T*>(p.q), bh, p.h, p.q_batch_stride, p.q_head_stride), q0, nq,
+                         dim, p.q_row_stride);
+  load_tile<T, DP, TILE>(sdO, head_of(static_cast<const T*>(p.dout), bh, p.h, p.dout_batch_stride, p.dout_head_stride),
+                         q0, nq, dim, p.dout_row_stride);
+  const T sc = T(p.scale);
   const long long n_vis = row < nq ? visible_keys(row, nq, nk, causal) : 0;
   const long long kv_end = visible_keys((q0 + TILE < nq ? q0 + TILE : nq) - 1, nq, nk, causal);
   // Only read for visible keys, so rows with LSE = +inf never use it.
-  const T lse_row = n_vis > 0 ? lse[bh * nq + row] : T(0);
-  const T d_row = row < nq ? delta[bh * nq + row] : T(0);
+  const T lse_row = n_vis > 0 ? static_cast<const T*>(p.lse)[bh * nq + row] : T(0);
+  const T d_row = row < nq ? static_cast<const T*>(p.delta)[bh * nq + row] : T(0);
 
   T acc[kPerO];
 #pragma unroll
@@ -164,8 +171,8 @@ __device__ void dq_1rowblock(const T* __restrict__ q, const T* __restrict__ k, c
 
   for (long long k0 = 0; k0 < kv_end; k0 += TILE) {
     __syncthreads();
-    load_tile<T, DP, TILE>(sK, kh, k0, nk, dim);
-    load_tile<T, DP, TILE>(sV, vh, k0, nk, dim);
+    load_tile<T, DP, TILE>(sK, kh, k0, nk, dim, p.k_row_stride);
+    load_tile<T, DP, TILE>(sV, vh, k0, nk, dim, p.v_row_stride);
     __syncthreads();
 
     T s[kPerS], dp[kPerS];
@@ -183,8 +190,8 @@ __device__ void dq_1rowblock(const T* __restrict__ q, const T* __restrict__ k, c
 #pragma unroll
     for (int c = 0; c < kPerS; ++c) {
       const int kj = tx + 8 * c;
-      const T p = k0 + kj < n_vis ? M::exp(s[c] * sc - lse_row) : T(0);
-      sdS[ty * (TILE + 1) + kj] = p * (dp[c] - d_row);
+      const T pr = k0 + kj < n_vis ? M::exp(s[c] * sc - lse_row) : T(0);
+      sdS[ty * (TILE + 1) + kj] = pr * (dp[c] - d_row);
     }
     __syncwarp();
 
@@ -195,7 +202,10 @@ __device__ void dq_1rowblock(const T* __restrict__ q, const T* __restrict__ k, c
     }
   }
 
-  if (row < nq) store_row<T, DP>(dq + (bh * nq + row) * dim, acc, T(scale), dim);
+  if (row < nq) {
+    T* dq = head_of(static_cast<T*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride);
+    store_row<T, DP>(dq + row * p.dq_row_stride, acc, sc, dim);
+  }
 }
 
 }  // namespace simt

@@ -47,7 +47,7 @@ constexpr int kBwdThreads = 128 * kBwdWarpgroups;
 constexpr int kBwdBlock = kBwdTile * kBwdWarpgroups;  // keys per dK/dV block, queries per dQ block
 
 // bwd_step and bwd_tstages: streamed rows per step and stages of Qᵀ and dOᵀ
-// for operand type E and DP (see above). wgmma_gpu.go repeats them
+// for operand type E and DP (see above). select.go repeats them
 // (wgmmaBwdShape).
 template <typename E, int DP> __host__ __device__ constexpr bool bwd_wide() {
   return sizeof(typename E::Storage) == 4 && DP > 64;
@@ -60,7 +60,7 @@ template <typename E, int DP, int ROWS> __host__ __device__ constexpr int bwd_ro
 }
 // Shared memory of dkdv_colblock: alignment slack, K and V, two stages of
 // Q and dO steps, bwd_tstages of Qᵀ and dOᵀ, two stages of the steps' LSE
-// and D, seven mbarriers. wgmma_gpu.go repeats both layouts (wgmmaBwdSmem).
+// and D, seven mbarriers. select.go repeats both layouts (wgmmaBwdSmem).
 template <typename E, int DP> __host__ __device__ constexpr int bwd_dkdv_smem_bytes() {
   constexpr int kStep = bwd_step<E, DP>();
   return 1024 + 2 * bwd_rows_bytes<E, DP, kBwdBlock>() + 2 * (2 + bwd_tstages<E, DP>()) * bwd_rows_bytes<E, DP, kStep>() +
@@ -72,11 +72,16 @@ template <typename E, int DP> __host__ __device__ constexpr int bwd_dq_smem_byte
   return 1024 + 2 * bwd_rows_bytes<E, DP, kBwdBlock>() + 6 * bwd_rows_bytes<E, DP, bwd_step<E, DP>()>() + 5 * 8;
 }
 
-// prep_stats writes lse2[bh, i] = log2e·lse[bh, i] and dpad[bh, i] =
-// delta[bh, i] for i < nq, +inf and 0 up to nq_pad; grid-stride.
-__device__ void prep_stats(const float* __restrict__ lse, const float* __restrict__ delta, float* __restrict__ lse2,
-                           float* __restrict__ dpad, long long bhs, long long nq, long long nq_pad) {
-  const long long n = bhs * nq_pad, stride = static_cast<long long>(gridDim.x) * blockDim.x;
+// prep_stats writes p.lse_log2[bh, i] = log2e·lse[bh, i] and
+// p.delta_pad[bh, i] = delta[bh, i] for i < nq, +inf and 0 up to nq rounded
+// up to kBwdPad; grid-stride.
+__device__ void prep_stats(const Params& p) {
+  const float* __restrict__ lse = static_cast<const float*>(p.lse);
+  const float* __restrict__ delta = static_cast<const float*>(p.delta);
+  float* __restrict__ lse2 = static_cast<float*>(p.lse_log2);
+  float* __restrict__ dpad = static_cast<float*>(p.delta_pad);
+  const long long nq = p.nq, nq_pad = (nq + kBwdPad - 1) / kBwdPad * kBwdPad;
+  const long long n = p.b * p.h * nq_pad, stride = static_cast<long long>(gridDim.x) * blockDim.x;
   for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const long long bh = i / nq_pad, r = i % nq_pad;
     lse2[i] = r < nq ? lse[bh * nq + r] * kLog2e : Math<float>::inf();
@@ -91,16 +96,17 @@ __device__ __forceinline__ unsigned char* aligned_smem() {
 }
 
 // store_warp_rows writes scale·c, a warp's accumulators for rows row0 +
-// (g, g+8) of an [n, dim] matrix y, skipping rows ≥ n and columns ≥ dim.
+// (g, g+8) of an [n, dim] matrix y with row stride ld, skipping rows ≥ n and
+// columns ≥ dim.
 template <int DP>
 __device__ __forceinline__ void store_warp_rows(float* y, const float (&c)[DP / 8][4], long long row0, long long n,
-                                                long long dim, float scale) {
+                                                long long dim, long long ld, float scale) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const long long row = row0 + g + 8 * h;
     if (row >= n) continue;
-    float* yr = y + row * dim;
+    float* yr = y + row * ld;
 #pragma unroll
     for (int j = 0; j < DP / 8; ++j) {
       const int col = j * 8 + 2 * t;
@@ -187,13 +193,21 @@ __device__ __forceinline__ void copy_transposed(uint32_t dst, const typename E::
   bulk_copy(dst, src + (r0 - tile0) * kEs / 128 * DP * 128, bwd_rows_bytes<E, DP, ROWS>(), bar);
 }
 
+// dkdv_colblock reads the images p.q, p.q_t, p.k, p.v, p.dout, p.dout_t and
+// the padded statistics p.lse_log2, p.delta_pad; it writes p.dk and p.dv.
 template <typename E, int DP>
-__device__ void dkdv_colblock(const typename E::Storage* __restrict__ q, const typename E::Storage* __restrict__ qt,
-                              const typename E::Storage* __restrict__ k, const typename E::Storage* __restrict__ v,
-                              const typename E::Storage* __restrict__ dout,
-                              const typename E::Storage* __restrict__ dot, const float* __restrict__ lse2,
-                              const float* __restrict__ dpad, float* __restrict__ dk, float* __restrict__ dv,
-                              long long nq, long long nk, long long dim, bool causal, double scale) {
+__device__ void dkdv_colblock(const Params& p) {
+  using S = typename E::Storage;
+  const long long nq = p.nq, nk = p.nk;
+  const bool causal = p.causal != 0;
+  const S* __restrict__ q = static_cast<const S*>(p.q);
+  const S* __restrict__ qt = static_cast<const S*>(p.q_t);
+  const S* __restrict__ k = static_cast<const S*>(p.k);
+  const S* __restrict__ v = static_cast<const S*>(p.v);
+  const S* __restrict__ dout = static_cast<const S*>(p.dout);
+  const S* __restrict__ dot = static_cast<const S*>(p.dout_t);
+  const float* __restrict__ lse2 = static_cast<const float*>(p.lse_log2);
+  const float* __restrict__ dpad = static_cast<const float*>(p.delta_pad);
   constexpr int STEP = bwd_step<E, DP>(), TST = bwd_tstages<E, DP>();
   constexpr int kFixed = bwd_rows_bytes<E, DP, kBwdBlock>();  // K or V
   constexpr int kStep = bwd_rows_bytes<E, DP, STEP>();        // one streamed operand
@@ -260,7 +274,7 @@ __device__ void dkdv_colblock(const typename E::Storage* __restrict__ q, const t
     for (int s = 0; s < TST && it0 + s < n_it; ++s) load_transposed(it0 + s);
   }
 
-  const float scale_log2 = static_cast<float>(scale) * kLog2e;
+  const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
   float acc_dk[kND][4], acc_dv[kND][4];
 #pragma unroll
   for (int n = 0; n < kND; ++n)
@@ -324,16 +338,26 @@ __device__ void dkdv_colblock(const typename E::Storage* __restrict__ q, const t
   }
 
   const long long warp_key = k0 + wg * kBwdTile + warp * 16;
-  store_warp_rows<DP>(dk + bh * nk * dim, acc_dk, warp_key, nk, dim, static_cast<float>(scale));
-  store_warp_rows<DP>(dv + bh * nk * dim, acc_dv, warp_key, nk, dim, 1.f);
+  store_warp_rows<DP>(head_of(static_cast<float*>(p.dk), bh, p.h, p.dk_batch_stride, p.dk_head_stride), acc_dk,
+                      warp_key, nk, p.dim, p.dk_row_stride, static_cast<float>(p.scale));
+  store_warp_rows<DP>(head_of(static_cast<float*>(p.dv), bh, p.h, p.dv_batch_stride, p.dv_head_stride), acc_dv,
+                      warp_key, nk, p.dim, p.dv_row_stride, 1.f);
 }
 
+// dq_rowblock reads the images p.q, p.k, p.k_t, p.v, p.dout and the padded
+// statistics; it writes p.dq.
 template <typename E, int DP>
-__device__ void dq_rowblock(const typename E::Storage* __restrict__ q, const typename E::Storage* __restrict__ k,
-                            const typename E::Storage* __restrict__ kt, const typename E::Storage* __restrict__ v,
-                            const typename E::Storage* __restrict__ dout, const float* __restrict__ lse2,
-                            const float* __restrict__ dpad, float* __restrict__ dq, long long nq, long long nk,
-                            long long dim, bool causal, double scale) {
+__device__ void dq_rowblock(const Params& p) {
+  using S = typename E::Storage;
+  const long long nq = p.nq, nk = p.nk;
+  const bool causal = p.causal != 0;
+  const S* __restrict__ q = static_cast<const S*>(p.q);
+  const S* __restrict__ k = static_cast<const S*>(p.k);
+  const S* __restrict__ kt = static_cast<const S*>(p.k_t);
+  const S* __restrict__ v = static_cast<const S*>(p.v);
+  const S* __restrict__ dout = static_cast<const S*>(p.dout);
+  const float* __restrict__ lse2 = static_cast<const float*>(p.lse_log2);
+  const float* __restrict__ dpad = static_cast<const float*>(p.delta_pad);
   constexpr int STEP = bwd_step<E, DP>();
   constexpr int kFixed = bwd_rows_bytes<E, DP, kBwdBlock>();  // Q or dO
   constexpr int kStep = bwd_rows_bytes<E, DP, STEP>();        // one streamed operand
@@ -394,7 +418,7 @@ __device__ void dq_rowblock(const typename E::Storage* __restrict__ q, const typ
     for (int s = 0; s < 2 && s < n_it; ++s) load_step(s, s);
   }
 
-  const float scale_log2 = static_cast<float>(scale) * kLog2e;
+  const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
   float acc[kND][4];
 #pragma unroll
   for (int n = 0; n < kND; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
@@ -430,7 +454,8 @@ __device__ void dq_rowblock(const typename E::Storage* __restrict__ q, const typ
     }
   }
 
-  store_warp_rows<DP>(dq + bh * nq * dim, acc, q0 + wg * kBwdTile + warp * 16, nq, dim, static_cast<float>(scale));
+  store_warp_rows<DP>(head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride), acc,
+                      q0 + wg * kBwdTile + warp * 16, nq, p.dim, p.dq_row_stride, static_cast<float>(p.scale));
 }
 
 }  // namespace sm90

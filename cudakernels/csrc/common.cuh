@@ -1,6 +1,7 @@
 // Helpers shared by every kernel family: the causal mask, per-type math,
 // group reductions and launch-configuration guards.
 #pragma once
+#include "params.cuh"
 
 namespace flash {
 
@@ -101,31 +102,36 @@ __device__ __forceinline__ void ds_by_col(float (&dp)[NS][4], const float (&p)[N
 }
 
 // finish_row ends the forward for one of the thread's rows (half 0: g,
-// half 1: g+8): it sums the row's partial l over its 4 lanes (every lane
-// must call, rows past nq too), then writes O = acc / l for the columns
-// below dim and, from lane t = 0, LSE = m + log l in natural units; a row
-// that saw no key gets 0 and +inf.
+// half 1: g+8) of head bh: it sums the row's partial l over its 4 lanes
+// (every lane must call, rows past nq too), then writes O = acc / l for the
+// columns below p.dim and, from lane t = 0, LSE = m + log l in natural units
+// (m in log2 units). Only the mask decides that a row has no key (any_key
+// false: O = 0, LSE = +inf). Every other row follows IEEE arithmetic as the
+// naive softmax does: NaN scores make l NaN, and all scores −inf leave
+// l = 0, so O = 0·(1/0) = NaN and LSE = −inf.
 template <int NO>
-__device__ __forceinline__ void finish_row(float* o, float* lse, long long bh, long long nq, long long row,
-                                           long long dim, const float (&acc)[NO][4], int half, float m, float l) {
+__device__ __forceinline__ void finish_row(const Params& p, long long bh, long long row, bool any_key,
+                                           const float (&acc)[NO][4], int half, float m, float l) {
   const int t = threadIdx.x % 4;
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
-  if (row >= nq) return;
-  const float inv = l > 0.f ? 1.f / l : 0.f;
-  float* orow = o + (bh * nq + row) * dim;
+  if (row >= p.nq) return;
+  const float inv = any_key ? 1.f / l : 0.f;
+  float* orow = head_of(static_cast<float*>(p.o), bh, p.h, p.o_batch_stride, p.o_head_stride) + row * p.o_row_stride;
 #pragma unroll
   for (int n = 0; n < NO; ++n) {
     const int col = n * 8 + 2 * t;
-    if (col < dim) orow[col] = acc[n][2 * half] * inv;
-    if (col + 1 < dim) orow[col + 1] = acc[n][2 * half + 1] * inv;
+    if (col < p.dim) orow[col] = acc[n][2 * half] * inv;
+    if (col + 1 < p.dim) orow[col + 1] = acc[n][2 * half + 1] * inv;
   }
-  if (t == 0) lse[bh * nq + row] = l > 0.f ? (m + log2f(l)) * 0.6931471805599453f : Math<float>::inf();
+  if (t == 0)
+    static_cast<float*>(p.lse)[bh * p.nq + row] =
+        any_key ? (m + log2f(l)) * 0.6931471805599453f : Math<float>::inf();
 }
 
 // require_launch traps when the host launched a kernel with another block size
 // or less dynamic shared memory than the kernel's layout needs. The host
-// computes both from the same table (launch_gpu.go); a mismatch is a bug that
+// computes both from the same formulas (select.go); a mismatch is a bug that
 // must fail loudly instead of corrupting memory.
 __device__ __forceinline__ void require_launch(unsigned threads, unsigned smem_bytes) {
   unsigned have;

@@ -1,34 +1,34 @@
 // Entry points of the module: every kernel the Go loader looks up, with
 // extern "C" names. Each wrapper only instantiates a templated work unit.
 //
-// Calling convention: every argument is a pointer, a long long or a double,
-// 8 bytes each (gorgonia.org/cu's launcher copies 8 bytes per argument).
-// Tensors are dense and row-major: q, o, dq, do [B·H, nq, dim]; k, v, dk, dv
-// [B·H, nk, dim]; lse, delta [B·H, nq]. The grid is one-dimensional:
-// blockIdx.x = (b·H + h) · tiles + tile.
+// Calling convention: every attention kernel takes one Params (params.cuh)
+// by value, as a __grid_constant__ so that work units read it in place
+// through a reference instead of copying it to local memory. The grid is
+// one-dimensional: blockIdx.x = (batch·h + head) · tiles + tile. The
+// element-wise conversions keep short argument lists of 8-byte values
+// (pointers, long long), passed by gorgonia.org/cu's launcher: they see
+// dense, flat row-major matrices and know nothing of the attention problem.
+#include "params.cuh"
 #include "fwd_simt.cuh"
 #include "bwd_simt.cuh"
 
-#define FLASH_SIMT(NAME, T, DP, TILE)                                                                              \
-  extern "C" __global__ void __launch_bounds__(TILE * 8)                                                         \
-      flash_fwd_simt_##NAME##_d##DP(const T* q, const T* k, const T* v, T* o, T* lse, long long nq, long long nk, \
-                                    long long dim, long long causal, double scale) {                            \
-    flash::simt::fwd_1rowblock<T, DP, TILE>(q, k, v, o, lse, nq, nk, dim, causal != 0, scale);                  \
-  }                                                                                                              \
-  extern "C" __global__ void __launch_bounds__(TILE * 8) flash_bwd_dkdv_simt_##NAME##_d##DP(                     \
-      const T* q, const T* k, const T* v, const T* dout, const T* lse, const T* delta, T* dk, T* dv, long long nq, \
-      long long nk, long long dim, long long causal, double scale) {                                             \
-    flash::simt::dkdv_1colblock<T, DP, TILE>(q, k, v, dout, lse, delta, dk, dv, nq, nk, dim, causal != 0, scale); \
-  }                                                                                                              \
-  extern "C" __global__ void __launch_bounds__(TILE * 8) flash_bwd_dq_simt_##NAME##_d##DP(                       \
-      const T* q, const T* k, const T* v, const T* dout, const T* lse, const T* delta, T* dq, long long nq,      \
-      long long nk, long long dim, long long causal, double scale) {                                             \
-    flash::simt::dq_1rowblock<T, DP, TILE>(q, k, v, dout, lse, delta, dq, nq, nk, dim, causal != 0, scale);     \
+#define FLASH_SIMT(NAME, T, DP, TILE)                                                                          \
+  extern "C" __global__ void __launch_bounds__(TILE * 8)                                                     \
+      flash_fwd_simt_##NAME##_d##DP(const __grid_constant__ flash::Params p) {                               \
+    flash::simt::fwd_1rowblock<T, DP, TILE>(p);                                                              \
+  }                                                                                                          \
+  extern "C" __global__ void __launch_bounds__(TILE * 8)                                                     \
+      flash_bwd_dkdv_simt_##NAME##_d##DP(const __grid_constant__ flash::Params p) {                          \
+    flash::simt::dkdv_1colblock<T, DP, TILE>(p);                                                             \
+  }                                                                                                          \
+  extern "C" __global__ void __launch_bounds__(TILE * 8)                                                     \
+      flash_bwd_dq_simt_##NAME##_d##DP(const __grid_constant__ flash::Params p) {                            \
+    flash::simt::dq_1rowblock<T, DP, TILE>(p);                                                               \
   }
 
 // Tile sizes: 32 rows (256 threads) everywhere except float64 at DP = 256,
 // whose backward layout would need 274 KiB of shared memory at 32 rows.
-// launch_gpu.go's simtTile must match.
+// select.go's simtTile must match.
 FLASH_SIMT(f32, float, 32, 32)
 FLASH_SIMT(f32, float, 64, 32)
 FLASH_SIMT(f32, float, 128, 32)
@@ -38,10 +38,11 @@ FLASH_SIMT(f64, double, 64, 32)
 FLASH_SIMT(f64, double, 128, 32)
 FLASH_SIMT(f64, double, 256, 16)
 
-#define FLASH_DOT_DO_O(NAME, T)                                                                             \
-  extern "C" __global__ void __launch_bounds__(256)                                                         \
-      flash_bwd_dot_do_o_##NAME(const T* o, const T* dout, T* delta, long long rows, long long dim) {        \
-    flash::simt::dot_do_o<T>(o, dout, delta, rows, dim);                                                    \
+// D = rowsum(dO∘O), one thread per query row; bwd_simt_gpu.go uses 256.
+#define FLASH_DOT_DO_O(NAME, T)                                                                       \
+  extern "C" __global__ void __launch_bounds__(256)                                                   \
+      flash_bwd_dot_do_o_##NAME(const __grid_constant__ flash::Params p) {                            \
+    flash::simt::dot_do_o<T>(p);                                                                      \
   }
 
 FLASH_DOT_DO_O(f32, float)
@@ -51,15 +52,14 @@ FLASH_DOT_DO_O(f64, double)
 // or fp16 (rows padded to DP) by flash_to_half_*, or to tf32 by
 // flash_to_tf32 (Q, K) and flash_to_tf32_vt (V, transposed), then
 // fwd_bq<DP> query rows per block (128, or 64 at DP = 256) and key tiles of
-// fwd_bk (64, or 32 for TF32 above DP = 64); launch_gpu.go's mmaFwdRows,
+// fwd_bk (64, or 32 for TF32 above DP = 64); select.go's mmaFwdRows,
 // mmaFwdBK and mmaFwdSmem must match.
 #include "fwd_mma.cuh"
 
-#define FLASH_FWD_MMA(NAME, E, DP)                                                                             \
-  extern "C" __global__ void __launch_bounds__(flash::mma::kFwdThreads) flash_fwd_mma_##NAME##_d##DP(        \
-      const flash::mma::E::Storage* q, const flash::mma::E::Storage* k, const flash::mma::E::Storage* v,       \
-      float* o, float* lse, long long nq, long long nk, long long dim, long long causal, double scale) {       \
-    flash::mma::fwd_1rowblock<flash::mma::E, DP>(q, k, v, o, lse, nq, nk, dim, causal != 0, scale);           \
+#define FLASH_FWD_MMA(NAME, E, DP)                                                                  \
+  extern "C" __global__ void __launch_bounds__(flash::mma::kFwdThreads)                             \
+      flash_fwd_mma_##NAME##_d##DP(const __grid_constant__ flash::Params p) {                       \
+    flash::mma::fwd_1rowblock<flash::mma::E, DP>(p);                                                \
   }
 
 FLASH_FWD_MMA(bf16, BF16, 32)
@@ -77,26 +77,21 @@ FLASH_FWD_MMA(tf32, TF32, 256)
 
 // Tensor-core backward (bwd_mma.cuh) on the 16-bit copies made by
 // flash_to_half_*: dK and dV per block of 64 keys, dQ per block of 64
-// queries, both looping over tiles of 64; bwd_gpu.go's mmaBwd* constants and
+// queries, both looping over tiles of 64; select.go's mmaBwd* constants and
 // mmaBwdSmem must match. An atomic-dQ variant (dQ added from the dK/dV
 // kernel, as FlashAttention 2 does) measured slower on the H200 (144 against
 // 189 TFLOP/s at D = 128, N = 8192) and was dropped. D = 256 is not instantiated (dK and dV
 // accumulators would not fit the register budget of this block shape).
 #include "bwd_mma.cuh"
 
-#define FLASH_BWD_MMA(NAME, E, DP)                                                                             \
-  extern "C" __global__ void __launch_bounds__(flash::mma::kBwdThreads) flash_bwd_dkdv_mma_##NAME##_d##DP(   \
-      const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* dout, const float* lse,        \
-      const float* delta, float* dk, float* dv, long long nq, long long nk, long long dim, long long causal,  \
-      double scale) {                                                                                         \
-    flash::mma::dkdv_1colblock<flash::mma::E, DP>(q, k, v, dout, lse, delta, dk, dv, nq, nk, dim, causal != 0, \
-                                                  scale);                                                     \
-  }                                                                                                           \
-  extern "C" __global__ void __launch_bounds__(flash::mma::kBwdThreads) flash_bwd_dq_mma_##NAME##_d##DP(     \
-      const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* dout, const float* lse,        \
-      const float* delta, float* dq, long long nq, long long nk, long long dim, long long causal,             \
-      double scale) {                                                                                         \
-    flash::mma::dq_1rowblock<flash::mma::E, DP>(q, k, v, dout, lse, delta, dq, nq, nk, dim, causal != 0, scale); \
+#define FLASH_BWD_MMA(NAME, E, DP)                                                                  \
+  extern "C" __global__ void __launch_bounds__(flash::mma::kBwdThreads)                             \
+      flash_bwd_dkdv_mma_##NAME##_d##DP(const __grid_constant__ flash::Params p) {                  \
+    flash::mma::dkdv_1colblock<flash::mma::E, DP>(p);                                               \
+  }                                                                                                 \
+  extern "C" __global__ void __launch_bounds__(flash::mma::kBwdThreads)                             \
+      flash_bwd_dq_mma_##NAME##_d##DP(const __grid_constant__ flash::Params p) {                    \
+    flash::mma::dq_1rowblock<flash::mma::E, DP>(p);                                                 \
   }
 
 FLASH_BWD_MMA(bf16, BF16, 32)
@@ -107,7 +102,7 @@ FLASH_BWD_MMA(fp16, FP16, 64)
 FLASH_BWD_MMA(fp16, FP16, 128)
 
 // x [rows, dim] fp32 → y [rows, dp] in the operand type, zero-padded;
-// grid-stride, any grid; launch_gpu.go uses 256 threads.
+// grid-stride, any grid; convert_gpu.go uses 256 threads.
 #define FLASH_TO_STORAGE(NAME, E)                                                                          \
   extern "C" __global__ void NAME(const float* x, uint4* y, long long rows, long long dim, long long dp) {  \
     flash::mma::to_storage_padded<flash::mma::E>(x, y, rows, dim, dp);                                    \
@@ -125,7 +120,7 @@ extern "C" __global__ void __launch_bounds__(256)
 }
 
 // Storage rounding of the low-precision backward's operands (round.cuh): any
-// block size, any grid (grid-stride loop); launch_gpu.go uses 256 threads.
+// block size, any grid (grid-stride loop); convert_gpu.go uses 256 threads.
 #include "round.cuh"
 
 #define FLASH_ROUND(NAME, R)                                                                              \

@@ -26,7 +26,7 @@ constexpr int kFwdThreads = 32 * kFwdWarps;
 // fwd_mt is the number of m16 tiles (16 query rows each) per warp: two, which
 // share every K and V fragment read from shared memory, up to DP = 128; one
 // at DP = 256, where two would need 256 fp32 output accumulators per thread.
-// fwd_bq is a block's query rows. launch_gpu.go repeats both (mmaFwdRows).
+// fwd_bq is a block's query rows. select.go repeats both (mmaFwdRows).
 template <int DP> __host__ __device__ constexpr int fwd_mt() { return DP > 128 ? 1 : 2; }
 template <int DP> __host__ __device__ constexpr int fwd_bq() { return 16 * fwd_mt<DP>() * kFwdWarps; }
 
@@ -51,7 +51,7 @@ template <typename E, int DP> __host__ __device__ constexpr int fwd_v_tile() {
 }
 
 // fwd_smem_bytes is the shared-memory layout: Q, then two K and two V
-// buffers. launch_gpu.go repeats it (mmaFwdSmem).
+// buffers. select.go repeats it (mmaFwdSmem).
 template <typename E, int DP> __host__ __device__ constexpr int fwd_smem_bytes() {
   using S = typename E::Storage;
   return ((fwd_bq<DP>() + 2 * fwd_bk<E, DP>()) * ld_of<S, DP>() + 2 * fwd_v_tile<E, DP>()) * sizeof(S);
@@ -145,12 +145,16 @@ __device__ __forceinline__ void cp_cols(S* dst, const S* src, long long c0, long
   }
 }
 
+// fwd_1rowblock reads the converted copies p.q, p.k and p.v (rows of DP
+// elements, V transposed for TF32) and writes p.o and p.lse.
 template <typename E, int DP>
-__device__ void fwd_1rowblock(const typename E::Storage* __restrict__ q, const typename E::Storage* __restrict__ k,
-                              const typename E::Storage* __restrict__ v, float* __restrict__ o,
-                              float* __restrict__ lse, long long nq, long long nk, long long dim, bool causal,
-                              double scale) {
+__device__ void fwd_1rowblock(const Params& p) {
   using S = typename E::Storage;
+  const long long nq = p.nq, nk = p.nk;
+  const bool causal = p.causal != 0;
+  const S* __restrict__ q = static_cast<const S*>(p.q);
+  const S* __restrict__ k = static_cast<const S*>(p.k);
+  const S* __restrict__ v = static_cast<const S*>(p.v);
   constexpr int BK = fwd_bk<E, DP>();
   constexpr int kVec = 16 / sizeof(S);  // elements per 16 bytes
   constexpr int kLd = ld_of<S, DP>();
@@ -207,7 +211,7 @@ __device__ void fwd_1rowblock(const typename E::Storage* __restrict__ q, const t
   }
   cp_async_commit();
 
-  const float scale_log2 = static_cast<float>(scale) * 1.4426950408889634f;
+  const float scale_log2 = static_cast<float>(p.scale) * 1.4426950408889634f;
   float m[kR], l[kR];  // l: this thread's partial row sums; reduced at the end
 #pragma unroll
   for (int r = 0; r < kR; ++r) m[r] = -Math<float>::inf(), l[r] = 0.f;
@@ -358,7 +362,7 @@ __device__ void fwd_1rowblock(const typename E::Storage* __restrict__ q, const t
 
   // Epilogue: O = acc / l and LSE, row by row.
 #pragma unroll
-  for (int r = 0; r < kR; ++r) finish_row(o, lse, bh, nq, row_of(r), dim, acc[r / 2], r % 2, m[r], l[r]);
+  for (int r = 0; r < kR; ++r) finish_row(p, bh, row_of(r), vis_of(r) > 0, acc[r / 2], r % 2, m[r], l[r]);
 }
 
 }  // namespace mma

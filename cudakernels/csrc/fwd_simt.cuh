@@ -12,10 +12,10 @@ namespace simt {
 // l of every row (online softmax) and rescales the output accumulators
 // whenever m grows. Writes O = acc / l and LSE = m + log l.
 template <typename T, int DP, int TILE>
-__device__ void fwd_1rowblock(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                              T* __restrict__ o, T* __restrict__ lse, long long nq, long long nk, long long dim,
-                              bool causal, double scale) {
+__device__ void fwd_1rowblock(const Params& p) {
   using M = Math<T>;
+  const long long nq = p.nq, nk = p.nk, dim = p.dim;
+  const bool causal = p.causal != 0;
   constexpr int kLd = ld<DP>();
   constexpr int kPerS = TILE / 8;  // score columns per thread
   constexpr int kPerO = DP / 8;    // output columns per thread
@@ -31,16 +31,16 @@ __device__ void fwd_1rowblock(const T* __restrict__ q, const T* __restrict__ k, 
   const long long q0 = (blockIdx.x % tiles) * TILE;
   const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
   const long long row = q0 + ty;
-  const T* qh = q + bh * nq * dim;
-  const T* kh = k + bh * nk * dim;
-  const T* vh = v + bh * nk * dim;
+  const T* qh = head_of(static_cast<const T*>(p.q), bh, p.h, p.q_batch_stride, p.q_head_stride);
+  const T* kh = head_of(static_cast<const T*>(p.k), bh, p.h, p.k_batch_stride, p.k_head_stride);
+  const T* vh = head_of(static_cast<const T*>(p.v), bh, p.h, p.v_batch_stride, p.v_head_stride);
 
   // Prologue: this tile's queries, the keys its rows see, and the keys the
   // last (most-seeing) row sees; key tiles past that are skipped entirely.
-  load_tile<T, DP, TILE>(sQ, qh, q0, nq, dim);
+  load_tile<T, DP, TILE>(sQ, qh, q0, nq, dim, p.q_row_stride);
   const long long n_vis = row < nq ? visible_keys(row, nq, nk, causal) : 0;
   const long long kv_end = visible_keys((q0 + TILE < nq ? q0 + TILE : nq) - 1, nq, nk, causal);
-  const T sc = T(scale);
+  const T sc = T(p.scale);
 
   T m = -M::inf(), l = T(0);
   T acc[kPerO];
@@ -50,8 +50,8 @@ __device__ void fwd_1rowblock(const T* __restrict__ q, const T* __restrict__ k, 
   // Main loop over key tiles.
   for (long long k0 = 0; k0 < kv_end; k0 += TILE) {
     __syncthreads();  // the previous tile's sK, sV, sP are no longer read
-    load_tile<T, DP, TILE>(sK, kh, k0, nk, dim);
-    load_tile<T, DP, TILE>(sV, vh, k0, nk, dim);
+    load_tile<T, DP, TILE>(sK, kh, k0, nk, dim, p.k_row_stride);
+    load_tile<T, DP, TILE>(sV, vh, k0, nk, dim, p.v_row_stride);
     __syncthreads();
 
     T s[kPerS];
@@ -98,12 +98,15 @@ __device__ void fwd_1rowblock(const T* __restrict__ q, const T* __restrict__ k, 
     }
   }
 
-  // Epilogue. A row that saw no key has l = 0: output 0 and LSE = +inf
-  // (never 0/0).
+  // Epilogue. Only the mask decides that a row has no key (output 0, LSE =
+  // +inf); every other row follows IEEE arithmetic as the naive softmax
+  // does: NaN scores make l NaN, and all scores −inf leave l = 0, so
+  // O = 0·(1/0) = NaN and LSE = −inf + log 0 = −inf.
   if (row < nq) {
-    const T inv_l = l > T(0) ? T(1) / l : T(0);
-    store_row<T, DP>(o + (bh * nq + row) * dim, acc, inv_l, dim);
-    if (tx == 0) lse[bh * nq + row] = l > T(0) ? m + M::log(l) : M::inf();
+    T* oh = head_of(static_cast<T*>(p.o), bh, p.h, p.o_batch_stride, p.o_head_stride);
+    const T inv_l = n_vis > 0 ? T(1) / l : T(0);
+    store_row<T, DP>(oh + row * p.o_row_stride, acc, inv_l, dim);
+    if (tx == 0) static_cast<T*>(p.lse)[bh * nq + row] = n_vis > 0 ? m + M::log(l) : M::inf();
   }
 }
 

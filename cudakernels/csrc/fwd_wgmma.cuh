@@ -44,16 +44,21 @@ template <typename E, int DP> __host__ __device__ constexpr int fwd_kv_bytes() {
   return fwd_bk<E, DP>() * DP * static_cast<int>(sizeof(typename E::Storage));
 }
 // fwd_smem_bytes: up to 1024 bytes to align the tiles, Q, two K and two Vᵀ
-// stages, five mbarriers. launch_gpu.go repeats it (wgmmaFwdSmem).
+// stages, five mbarriers. select.go repeats it (wgmmaFwdSmem).
 template <typename E, int DP> __host__ __device__ constexpr int fwd_smem_bytes() {
   return 1024 + fwd_q_bytes<E, DP>() + 4 * fwd_kv_bytes<E, DP>() + 5 * 8;
 }
 
+// fwd_rowblock reads the images p.q, p.k and p.v (Vᵀ) and writes p.o and
+// p.lse.
 template <typename E, int DP>
-__device__ void fwd_rowblock(const typename E::Storage* __restrict__ q, const typename E::Storage* __restrict__ k,
-                             const typename E::Storage* __restrict__ vt, float* __restrict__ o,
-                             float* __restrict__ lse, long long nq, long long nk, long long dim, bool causal,
-                             double scale) {
+__device__ void fwd_rowblock(const Params& p) {
+  using S = typename E::Storage;
+  const long long nq = p.nq, nk = p.nk;
+  const bool causal = p.causal != 0;
+  const S* __restrict__ q = static_cast<const S*>(p.q);
+  const S* __restrict__ k = static_cast<const S*>(p.k);
+  const S* __restrict__ vt = static_cast<const S*>(p.v);
   constexpr int BK = fwd_bk<E, DP>();
   constexpr int kQBytes = fwd_q_bytes<E, DP>(), kKVBytes = fwd_kv_bytes<E, DP>();
   constexpr int kNS = BK / 8;  // n8 tiles of scores per warp
@@ -109,7 +114,7 @@ __device__ void fwd_rowblock(const typename E::Storage* __restrict__ q, const ty
   // The fewest keys either row sees (a row past nq sees none).
   const long long n_vis_min = row_of(1) >= nq ? 0 : vis_of(0);
 
-  const float scale_log2 = static_cast<float>(scale) * 1.4426950408889634f;
+  const float scale_log2 = static_cast<float>(p.scale) * 1.4426950408889634f;
   float m[2] = {-kInf, -kInf}, l[2] = {0.f, 0.f};  // l: this thread's partial sums
   float acc[kNO][4];
 #pragma unroll
@@ -201,7 +206,7 @@ __device__ void fwd_rowblock(const typename E::Storage* __restrict__ q, const ty
 
   // Epilogue: O = acc / l and LSE, row by row.
 #pragma unroll
-  for (int r = 0; r < 2; ++r) finish_row(o, lse, bh, nq, row_of(r), dim, acc, r, m[r], l[r]);
+  for (int r = 0; r < 2; ++r) finish_row(p, bh, row_of(r), vis_of(r) > 0, acc, r, m[r], l[r]);
 }
 
 }  // namespace sm90

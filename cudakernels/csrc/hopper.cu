@@ -1,19 +1,20 @@
 // Entry points of the Hopper module (compiled for compute_90a only, loaded
 // on devices of compute capability 9.0): the wgmma forward and backward and
 // the conversions into their tile images. Calling convention as in flash.cu:
-// 8-byte arguments, dense row-major tensors, one-dimensional grids.
+// attention kernels take one Params, conversions short lists of 8-byte
+// arguments; one-dimensional grids.
+#include "params.cuh"
 #include "bwd_wgmma.cuh"
 #include "fwd_wgmma.cuh"
 
 // The forward: kFwdThreads threads, kFwdRows query rows per block
 // (blockIdx.x = (b·H + h) · tiles + tile), fwd_smem_bytes of dynamic shared
-// memory; q, k and vt are the images the conversions below write.
-// launch_gpu.go's wgmma constants must match.
-#define FLASH_FWD_WGMMA(NAME, E, DP)                                                                            \
-  extern "C" __global__ void __launch_bounds__(flash::sm90::kFwdThreads, 1) flash_fwd_wgmma_##NAME##_d##DP(   \
-      const flash::mma::E::Storage* q, const flash::mma::E::Storage* k, const flash::mma::E::Storage* vt,      \
-      float* o, float* lse, long long nq, long long nk, long long dim, long long causal, double scale) {       \
-    flash::sm90::fwd_rowblock<flash::mma::E, DP>(q, k, vt, o, lse, nq, nk, dim, causal != 0, scale);          \
+// memory; p.q, p.k and p.v are the images the conversions below write (V
+// transposed). select.go's wgmma constants must match.
+#define FLASH_FWD_WGMMA(NAME, E, DP)                                                                \
+  extern "C" __global__ void __launch_bounds__(flash::sm90::kFwdThreads, 1)                        \
+      flash_fwd_wgmma_##NAME##_d##DP(const __grid_constant__ flash::Params p) {                    \
+    flash::sm90::fwd_rowblock<flash::mma::E, DP>(p);                                               \
   }
 
 FLASH_FWD_WGMMA(bf16, BF16, 64)
@@ -25,7 +26,7 @@ FLASH_FWD_WGMMA(fp16, FP16, 256)
 FLASH_FWD_WGMMA(tf32, TF32, 64)
 FLASH_FWD_WGMMA(tf32, TF32, 128)
 
-// Tile images: to_image_rows (any block size and grid; launch_gpu.go uses
+// Tile images: to_image_rows (any block size and grid; convert_gpu.go uses
 // 256 threads) for Q and K, to_image_vt (256 threads, any grid) for V.
 #define FLASH_TO_IMAGE(NAME, E)                                                                                \
   extern "C" __global__ void flash_to_image_rows_##NAME(const float* x, uint4* y, long long bhs, long long n,  \
@@ -48,24 +49,16 @@ FLASH_TO_IMAGE(tf32, TF32)
 // The backward (bwd_wgmma.cuh): kBwdThreads threads and kBwdBlock keys
 // (dkdv) or queries (dq) per block, on row images of Q, K, V, dO in tiles of
 // kBwdTile rows and transposed images Qᵀ, Kᵀ, dOᵀ of kBwdTile columns, all
-// padded to kBwdPad rows; lse2 and dpad come from flash_bwd_stats_sm90.
-#define FLASH_BWD_WGMMA(NAME, E, DP)                                                                            \
-  extern "C" __global__ void __launch_bounds__(flash::sm90::kBwdThreads, 1)                                      \
-      flash_bwd_dkdv_wgmma_##NAME##_d##DP(                                                                     \
-      const flash::mma::E::Storage* q, const flash::mma::E::Storage* qt, const flash::mma::E::Storage* k,      \
-      const flash::mma::E::Storage* v, const flash::mma::E::Storage* dout, const flash::mma::E::Storage* dot,  \
-      const float* lse2, const float* dpad, float* dk, float* dv, long long nq, long long nk, long long dim,    \
-      long long causal, double scale) {                                                                        \
-    flash::sm90::dkdv_colblock<flash::mma::E, DP>(q, qt, k, v, dout, dot, lse2, dpad, dk, dv, nq, nk, dim,     \
-                                                  causal != 0, scale);                                         \
-  }                                                                                                            \
-  extern "C" __global__ void __launch_bounds__(flash::sm90::kBwdThreads, 1)                                      \
-      flash_bwd_dq_wgmma_##NAME##_d##DP(                                                                       \
-      const flash::mma::E::Storage* q, const flash::mma::E::Storage* k, const flash::mma::E::Storage* kt,      \
-      const flash::mma::E::Storage* v, const flash::mma::E::Storage* dout, const float* lse2, const float* dpad, \
-      float* dq, long long nq, long long nk, long long dim, long long causal, double scale) {                  \
-    flash::sm90::dq_rowblock<flash::mma::E, DP>(q, k, kt, v, dout, lse2, dpad, dq, nq, nk, dim, causal != 0,   \
-                                                scale);                                                        \
+// padded to kBwdPad rows (p.q, p.k, p.v, p.dout and p.q_t, p.k_t,
+// p.dout_t); p.lse_log2 and p.delta_pad come from flash_bwd_stats_sm90.
+#define FLASH_BWD_WGMMA(NAME, E, DP)                                                                \
+  extern "C" __global__ void __launch_bounds__(flash::sm90::kBwdThreads, 1)                        \
+      flash_bwd_dkdv_wgmma_##NAME##_d##DP(const __grid_constant__ flash::Params p) {               \
+    flash::sm90::dkdv_colblock<flash::mma::E, DP>(p);                                              \
+  }                                                                                                \
+  extern "C" __global__ void __launch_bounds__(flash::sm90::kBwdThreads, 1)                        \
+      flash_bwd_dq_wgmma_##NAME##_d##DP(const __grid_constant__ flash::Params p) {                 \
+    flash::sm90::dq_rowblock<flash::mma::E, DP>(p);                                                \
   }
 
 FLASH_BWD_WGMMA(bf16, BF16, 64)
@@ -76,7 +69,6 @@ FLASH_BWD_WGMMA(tf32, TF32, 64)
 FLASH_BWD_WGMMA(tf32, TF32, 128)
 
 // LSE in log2 units and D, padded to whole blocks; any block size and grid.
-extern "C" __global__ void flash_bwd_stats_sm90(const float* lse, const float* delta, float* lse2, float* dpad,
-                                                long long bhs, long long nq, long long nq_pad) {
-  flash::sm90::prep_stats(lse, delta, lse2, dpad, bhs, nq, nq_pad);
+extern "C" __global__ void flash_bwd_stats_sm90(const __grid_constant__ flash::Params p) {
+  flash::sm90::prep_stats(p);
 }

@@ -5,6 +5,7 @@
 // need only group8_* shuffles and score rows only __syncwarp.
 #pragma once
 #include "common.cuh"
+#include "params.cuh"
 
 namespace flash {
 namespace simt {
@@ -13,7 +14,7 @@ namespace simt {
 // rows read at one column in 8 different banks.
 template <int DP> __host__ __device__ constexpr int ld() { return DP + 1; }
 
-// Shared-memory layouts, in elements of T. launch_gpu.go repeats these
+// Shared-memory layouts, in elements of T. select.go repeats these
 // formulas; require_launch checks that the two agree.
 template <int DP, int TILE> __host__ __device__ constexpr int fwd_smem_elems() {
   return 3 * TILE * ld<DP>() + TILE * (TILE + 1);
@@ -22,16 +23,16 @@ template <int DP, int TILE> __host__ __device__ constexpr int bwd_smem_elems() {
   return 4 * TILE * ld<DP>() + 2 * TILE * (TILE + 1) + 2 * TILE;
 }
 
-// load_tile copies rows [r0, r0+TILE) of a [n, dim] row-major matrix into a
-// [TILE, DP] shared tile, writing zeros past n rows and past dim columns so
-// that padded rows and columns add nothing to dot products.
+// load_tile copies rows [r0, r0+TILE) of an [n, dim] matrix with row stride
+// ld into a [TILE, DP] shared tile, writing zeros past n rows and past dim
+// columns so that padded rows and columns add nothing to dot products.
 template <typename T, int DP, int TILE>
 __device__ __forceinline__ void load_tile(T* __restrict__ dst, const T* __restrict__ src, long long r0, long long n,
-                                          long long dim) {
+                                          long long dim, long long ld_src) {
   for (int e = threadIdx.x; e < TILE * DP; e += TILE * 8) {
     const int r = e / DP, c = e % DP;
     T x = T(0);
-    if (r0 + r < n && c < dim) x = src[(r0 + r) * dim + c];
+    if (r0 + r < n && c < dim) x = src[(r0 + r) * ld_src + c];
     dst[r * ld<DP>() + c] = x;
   }
 }

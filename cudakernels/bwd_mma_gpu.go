@@ -1,0 +1,76 @@
+//go:build flashgpu
+
+package cudakernels
+
+import (
+	"fmt"
+
+	"gorgonia.org/cu"
+
+	"github.com/gorgonia-flash/flashattention/kernels"
+)
+
+// mmaBackward is the mma.sync backward (csrc/bwd_mma.cuh, BF16 and FP16) of
+// one padded head dimension: 16-bit copies of Q, K, V and dO in scratch,
+// then dK and dV per c.rows keys and dQ per c.rows queries.
+type mmaBackward struct {
+	dkdv, dq, toHalf cu.Function
+	c                choice
+}
+
+func loadMmaBackward(mod cu.Module, c choice, maxSmem int) (*mmaBackward, error) {
+	b := &mmaBackward{c: c}
+	var err error
+	if b.toHalf, err = function(mod, "flash_to_half_"+c.prec.String()); err != nil {
+		return nil, err
+	}
+	suffix := fmt.Sprintf("_mma_%v_d%d", c.prec, c.dp)
+	if b.dkdv, err = lookup(mod, "flash_bwd_dkdv"+suffix, c.smem, maxSmem); err != nil {
+		return nil, err
+	}
+	if b.dq, err = lookup(mod, "flash_bwd_dq"+suffix, c.smemDQ, maxSmem); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// mmaBwdScratch is where the 16-bit copies go.
+type mmaBwdScratch struct{ q, k, v, dout cu.DevicePtr }
+
+func (b *mmaBackward) carve(p kernels.Params, base cu.DevicePtr, s *mmaBwdScratch) int64 {
+	bh, dp := int64(p.B)*int64(p.H), int64(b.c.dp)
+	qBytes, kBytes := bh*int64(p.Nq)*dp*2, bh*int64(p.Nk)*dp*2
+	return carve(base, part{&s.q, qBytes}, part{&s.k, kBytes}, part{&s.v, kBytes}, part{&s.dout, qBytes})
+}
+
+func (b *mmaBackward) scratchBytes(p kernels.Params) int64 { return b.carve(p, 0, &mmaBwdScratch{}) }
+
+// launch converts Q, K, V and dO into buf.scratch, then enqueues the dK/dV
+// and the dQ kernels. buf.delta must already hold D.
+func (b *mmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Stream) error {
+	gridK, err := gridFor(p, p.Nk, b.c.rows)
+	if err != nil {
+		return err
+	}
+	gridQ, err := gridFor(p, p.Nq, b.c.rows)
+	if err != nil {
+		return err
+	}
+	var s mmaBwdScratch
+	b.carve(p, buf.scratch, &s)
+	for _, c := range []struct {
+		src, dst cu.DevicePtr
+		rows     int
+	}{{buf.q, s.q, p.Nq}, {buf.k, s.k, p.Nk}, {buf.v, s.v, p.Nk}, {buf.do, s.dout, p.Nq}} {
+		if err := launchToStorage(b.toHalf, c.src, c.dst, p, c.rows, b.c.dp, 8, stream); err != nil {
+			return err
+		}
+	}
+	ops := callerOperands(p, buf)
+	ops.q, ops.k, ops.v, ops.dout = dense(s.q, p.Nq, b.c.dp), dense(s.k, p.Nk, b.c.dp), dense(s.v, p.Nk, b.c.dp), dense(s.dout, p.Nq, b.c.dp)
+	kp := newParams(p, ops)
+	if err := launch(b.dkdv, gridK, b.c.threads, b.c.smem, stream, &kp); err != nil {
+		return err
+	}
+	return launch(b.dq, gridQ, b.c.threads, b.c.smemDQ, stream, &kp)
+}

@@ -1,0 +1,69 @@
+//go:build flashgpu
+
+package cudakernels
+
+import (
+	"fmt"
+
+	"gorgonia.org/cu"
+
+	"github.com/gorgonia-flash/flashattention/kernels"
+)
+
+// simtBackward is the CUDA-core backward (csrc/bwd_simt.cuh) of one element
+// type and padded head dimension: dK and dV per tile of keys, then dQ per
+// tile of queries, on the caller's tensors (rounded first where c.rounded:
+// enqueueBackward).
+type simtBackward struct {
+	dkdv, dq cu.Function
+	c        choice
+}
+
+func loadSimtBackward(mod cu.Module, c choice, maxSmem int) (*simtBackward, error) {
+	suffix := fmt.Sprintf("_simt_%s_d%d", typeName(c.elem), c.dp)
+	b := &simtBackward{c: c}
+	var err error
+	if b.dkdv, err = lookup(mod, "flash_bwd_dkdv"+suffix, c.smem, maxSmem); err != nil {
+		return nil, err
+	}
+	if b.dq, err = lookup(mod, "flash_bwd_dq"+suffix, c.smemDQ, maxSmem); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *simtBackward) scratchBytes(kernels.Params) int64 { return 0 }
+
+func (b *simtBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Stream) error {
+	gridK, err := gridFor(p, p.Nk, b.c.rows)
+	if err != nil {
+		return err
+	}
+	gridQ, err := gridFor(p, p.Nq, b.c.rows)
+	if err != nil {
+		return err
+	}
+	kp := newParams(p, callerOperands(p, buf))
+	if err := launch(b.dkdv, gridK, b.c.threads, b.c.smem, stream, &kp); err != nil {
+		return err
+	}
+	return launch(b.dq, gridQ, b.c.threads, b.c.smemDQ, stream, &kp)
+}
+
+// callerOperands are the caller's dense tensors of a backward call.
+func callerOperands(p kernels.Params, buf bwdBuffers) operands {
+	return operands{
+		q: dense(buf.q, p.Nq, p.D), k: dense(buf.k, p.Nk, p.D), v: dense(buf.v, p.Nk, p.D), o: dense(buf.o, p.Nq, p.D),
+		dout: dense(buf.do, p.Nq, p.D), dq: dense(buf.dq, p.Nq, p.D), dk: dense(buf.dk, p.Nk, p.D), dv: dense(buf.dv, p.Nk, p.D),
+		lse: uint64(buf.lse), delta: uint64(buf.delta),
+	}
+}
+
+// launchDotDoO enqueues D = rowsum(dO∘O) into buf.delta (flash_bwd_dot_do_o:
+// one thread per query row), which every family's backward reads.
+func launchDotDoO(fn cu.Function, p kernels.Params, buf bwdBuffers, stream cu.Stream) error {
+	rows := int64(p.B) * int64(p.H) * int64(p.Nq)
+	const rowsPerBlock = 256
+	kp := newParams(p, callerOperands(p, buf))
+	return launch(fn, int((rows+rowsPerBlock-1)/rowsPerBlock), rowsPerBlock, 0, stream, &kp)
+}

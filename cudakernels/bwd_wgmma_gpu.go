@@ -1,0 +1,113 @@
+//go:build flashgpu
+
+package cudakernels
+
+import (
+	"fmt"
+
+	"gorgonia.org/cu"
+
+	"github.com/gorgonia-flash/flashattention/kernels"
+)
+
+// wgmmaBackward is the Hopper backward (csrc/bwd_wgmma.cuh) of one precision
+// and padded head dimension: blocks of two warpgroups own c.rows keys
+// (dK, dV) or queries (dQ) and stream the other side in steps of c.step.
+// Its inputs are images in tiles of wgmmaBwdTile rows padded to a multiple
+// of wgmmaBwdPad rows: Q, K, V and dO by rows, Qᵀ, Kᵀ and dOᵀ transposed,
+// and the LSE (log2 units) and D padded likewise (flash_bwd_stats_sm90).
+type wgmmaBackward struct {
+	dkdv, dq, toRows, toVt, stats cu.Function
+	c                             choice
+}
+
+func loadWgmmaBackward(mod cu.Module, c choice, maxSmem int) (*wgmmaBackward, error) {
+	b := &wgmmaBackward{c: c}
+	suffix := fmt.Sprintf("_wgmma_%v_d%d", c.prec, c.dp)
+	var err error
+	if b.dkdv, err = lookup(mod, "flash_bwd_dkdv"+suffix, c.smem, maxSmem); err != nil {
+		return nil, err
+	}
+	if b.dq, err = lookup(mod, "flash_bwd_dq"+suffix, c.smemDQ, maxSmem); err != nil {
+		return nil, err
+	}
+	for _, f := range []struct {
+		fn   *cu.Function
+		name string
+	}{{&b.toRows, "flash_to_image_rows_" + c.prec.String()}, {&b.toVt, "flash_to_image_vt_" + c.prec.String()},
+		{&b.stats, "flash_bwd_stats_sm90"}} {
+		if *f.fn, err = function(mod, f.name); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// wgmmaBwdScratch is where the images and padded statistics go.
+type wgmmaBwdScratch struct {
+	q, qT, dout, doutT, k, kT, v cu.DevicePtr
+	lseLog2, deltaPad            cu.DevicePtr
+}
+
+func (b *wgmmaBackward) padded(p kernels.Params) (nq, nk int64) {
+	return roundUp(int64(p.Nq), wgmmaBwdPad), roundUp(int64(p.Nk), wgmmaBwdPad)
+}
+
+func (b *wgmmaBackward) carve(p kernels.Params, base cu.DevicePtr, s *wgmmaBwdScratch) int64 {
+	bh, row := int64(p.B)*int64(p.H), int64(b.c.dp)*int64(elemBytes(b.c.prec))
+	nq, nk := b.padded(p)
+	qb, kb, st := bh*nq*row, bh*nk*row, bh*nq*4
+	return carve(base, part{&s.q, qb}, part{&s.qT, qb}, part{&s.dout, qb}, part{&s.doutT, qb},
+		part{&s.k, kb}, part{&s.kT, kb}, part{&s.v, kb}, part{&s.lseLog2, st}, part{&s.deltaPad, st})
+}
+
+func (b *wgmmaBackward) scratchBytes(p kernels.Params) int64 {
+	return b.carve(p, 0, &wgmmaBwdScratch{})
+}
+
+// launch converts the inputs into images in buf.scratch, then enqueues the
+// dK/dV and the dQ kernels. buf.delta must already hold D.
+func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Stream) error {
+	gridK, err := gridFor(p, p.Nk, b.c.rows)
+	if err != nil {
+		return err
+	}
+	gridQ, err := gridFor(p, p.Nq, b.c.rows)
+	if err != nil {
+		return err
+	}
+	var s wgmmaBwdScratch
+	b.carve(p, buf.scratch, &s)
+	im := imaging{toRows: b.toRows, toVt: b.toVt, p: p, dp: b.c.dp, elemSz: elemBytes(b.c.prec), stream: stream}
+	nqPad, nkPad := b.padded(p)
+	for _, c := range []struct {
+		src, rows, transposed cu.DevicePtr
+		n                     int
+		pad                   int64
+	}{{buf.q, s.q, s.qT, p.Nq, nqPad}, {buf.do, s.dout, s.doutT, p.Nq, nqPad}, {buf.k, s.k, s.kT, p.Nk, nkPad}, {buf.v, s.v, 0, p.Nk, nkPad}} {
+		if err := im.rows(c.src, c.rows, c.n, c.pad, wgmmaBwdTile); err != nil {
+			return err
+		}
+		if c.transposed != 0 {
+			if err := im.transposed(c.src, c.transposed, c.n, c.pad, wgmmaBwdTile); err != nil {
+				return err
+			}
+		}
+	}
+	dp := int64(b.c.dp)
+	ops := callerOperands(p, buf)
+	ops.q, ops.k, ops.v, ops.dout = tensorAt{uint64(s.q), nqPad, dp}, tensorAt{uint64(s.k), nkPad, dp},
+		tensorAt{uint64(s.v), nkPad, dp}, tensorAt{uint64(s.dout), nqPad, dp}
+	ops.qT, ops.kT, ops.doutT = uint64(s.qT), uint64(s.kT), uint64(s.doutT)
+	ops.lseLog2, ops.deltaPad = uint64(s.lseLog2), uint64(s.deltaPad)
+	kp := newParams(p, ops)
+	bh := int64(p.B) * int64(p.H)
+	const statThreads, maxBlocks = 256, 4096
+	if err := launch(b.stats, int(min((bh*nqPad+statThreads-1)/statThreads, maxBlocks)), statThreads, 0, stream, &kp); err != nil {
+		return err
+	}
+	if err := launch(b.dkdv, gridK, b.c.threads, b.c.smem, stream, &kp); err != nil {
+		return err
+	}
+	return launch(b.dq, gridQ, b.c.threads, b.c.smemDQ, stream, &kp)
+}

@@ -1,0 +1,88 @@
+//go:build flashgpu
+
+package cudakernels
+
+import (
+	"gorgonia.org/cu"
+
+	"github.com/gorgonia-flash/flashattention/kernels"
+)
+
+// The element-wise kernels that prepare the tensor-core kernels' operands
+// (csrc/fwd_mma.cuh, sm90.cuh) and round the CUDA-core backward's operands
+// (csrc/round.cuh). They see flat, dense row-major matrices, so they keep
+// short argument lists (launchFlat) instead of Params.
+
+// launchToStorage enqueues the conversion of the [B·H·rows, D] float32
+// matrix at src into the [B·H·rows, dp] matrix at dst of the operand type
+// (zero columns past D); each thread converts vectorWidth elements (16
+// bytes of output).
+func launchToStorage(fn cu.Function, src, dst cu.DevicePtr, p kernels.Params, rows, dp, vectorWidth int, stream cu.Stream) error {
+	n := int64(p.B) * int64(p.H) * int64(rows)
+	const threads, maxBlocks = 256, 8192
+	chunks := n * int64(dp) / int64(vectorWidth)
+	blocks := int(min((chunks+threads-1)/threads, maxBlocks))
+	if blocks == 0 {
+		return nil
+	}
+	return launchFlat(fn, blocks, threads, stream, src, dst, n, int64(p.D), int64(dp))
+}
+
+// launchToVt enqueues TF32's transposed copy of V (flash_to_tf32_vt: blocks
+// of 32 × 8 threads striding over tiles of 32 keys × 32 columns).
+func launchToVt(fn cu.Function, src, dst cu.DevicePtr, p kernels.Params, dp int, stream cu.Stream) error {
+	bh := int64(p.B) * int64(p.H)
+	tiles := bh * ((transposedKeys(p.Nk) + 31) / 32) * int64(dp/32)
+	const maxBlocks = 16384
+	blocks := int(min(tiles, maxBlocks))
+	if blocks == 0 {
+		return nil
+	}
+	return launchFlat(fn, blocks, 256, stream, src, dst, bh, int64(p.Nk), int64(p.D), int64(dp))
+}
+
+// launchRound enqueues the storage rounding of n float32 elements at x in
+// place (a grid-stride loop, so any grid covers n).
+func launchRound(fn cu.Function, x cu.DevicePtr, n int, stream cu.Stream) error {
+	const threads, maxBlocks = 256, 4096
+	blocks := min((n+threads-1)/threads, maxBlocks)
+	if blocks == 0 {
+		return nil
+	}
+	return launchFlat(fn, blocks, threads, stream, x, int64(n))
+}
+
+// imaging enqueues the conversions of [B·H, n, D] float32 tensors into the
+// Hopper family's tile images (csrc/sm90.cuh) for one problem, precision
+// and padded head dimension.
+type imaging struct {
+	toRows, toVt cu.Function
+	p            kernels.Params
+	dp, elemSz   int
+	stream       cu.Stream
+}
+
+// rows converts src (n rows per head) into row images of tiles of `tile`
+// rows at dst, padded with zero rows to nPad per head.
+func (im imaging) rows(src, dst cu.DevicePtr, n int, nPad int64, tile int) error {
+	bh, dp := int64(im.p.B)*int64(im.p.H), int64(im.dp)
+	const threads, maxBlocks = 256, 8192
+	blocks := int(min((bh*nPad*dp/int64(16/im.elemSz)+threads-1)/threads, maxBlocks))
+	if blocks == 0 {
+		return nil
+	}
+	return launchFlat(im.toRows, blocks, threads, im.stream, src, dst, bh, int64(n), nPad, int64(im.p.D), dp, int64(tile))
+}
+
+// transposed converts src (n rows per head) into transposed images, one
+// [dp, tile] image per tile of rows, padded to nPad rows per head (a
+// multiple of the tile and of wgmmaVtKeys).
+func (im imaging) transposed(src, dst cu.DevicePtr, n int, nPad int64, tile int) error {
+	bh, dp := int64(im.p.B)*int64(im.p.H), int64(im.dp)
+	const maxBlocks = 16384
+	blocks := int(min(bh*(nPad/wgmmaVtKeys)*(dp/wgmmaVtCols), maxBlocks))
+	if blocks == 0 {
+		return nil
+	}
+	return launchFlat(im.toVt, blocks, 256, im.stream, src, dst, bh, int64(n), nPad, int64(im.p.D), dp, int64(tile))
+}

@@ -1,0 +1,82 @@
+// Params is the one argument of every attention kernel (forward, backward,
+// D = rowsum(dO∘O) and the Hopper statistics): the problem, the mask and every
+// tensor of both directions. A new attention variant (another mask, a bias, a
+// layout) adds fields here and to the Go mirror (params.go's kernelParams),
+// not to a dozen argument lists.
+//
+// Every field is 8 bytes (a pointer, a long long or a double), so the struct
+// has no padding and the Go mirror, written with uint64, int64 and float64 in
+// the same order, has the same layout; TestParamsMirror (params_test.go)
+// parses this file and compares, and the static_asserts below pin the sizes.
+// Kernels take it by value: the launcher (launch_gpu.go) passes its bytes as
+// the kernel's parameter buffer (CU_LAUNCH_PARAM_BUFFER_POINTER).
+//
+// Tensors are as the kernel reads them: the float32 or float64 tensors of the
+// caller for the CUDA-core kernels, the converted copies (rows padded to the
+// compiled head dimension) or tile images for the tensor-core ones. Strides
+// are in elements. The CUDA-core kernels address every tensor through its
+// batch, head and row strides; the tensor-core kernels address their outputs
+// (o, dq, dk, dv) through theirs and their converted operands densely, as the
+// conversions wrote them. lse and delta are [b, h, nq], dense.
+#pragma once
+
+namespace flash {
+
+struct Params {
+  // Forward: q, k, v in; o and lse (natural log) out.
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  void* lse;
+  // Backward: dout and lse in (with q, k, v, o), delta = rowsum(dO∘O)
+  // written by dot_do_o, gradients out.
+  const void* dout;
+  void* delta;
+  void* dq;
+  void* dk;
+  void* dv;
+  // The Hopper backward's extra inputs: transposed images of Q, K and dO,
+  // and the LSE in log2 units and D padded to whole blocks (prep_stats).
+  const void* q_t;
+  const void* k_t;
+  const void* dout_t;
+  void* lse_log2;
+  void* delta_pad;
+
+  long long q_batch_stride, q_head_stride, q_row_stride;
+  long long k_batch_stride, k_head_stride, k_row_stride;
+  long long v_batch_stride, v_head_stride, v_row_stride;
+  long long o_batch_stride, o_head_stride, o_row_stride;
+  long long dout_batch_stride, dout_head_stride, dout_row_stride;
+  long long dq_batch_stride, dq_head_stride, dq_row_stride;
+  long long dk_batch_stride, dk_head_stride, dk_row_stride;
+  long long dv_batch_stride, dv_head_stride, dv_row_stride;
+
+  // Sizes: b batches of h heads, nq queries, nk keys, dim columns (the
+  // compiled head dimension DP ≥ dim is a template parameter).
+  long long b, h, nq, nk, dim;
+  // Mask: bottom-right aligned causal when nonzero (common.cuh).
+  long long causal;
+  // Softmax scale applied to Q·Kᵀ.
+  double scale;
+};
+
+static_assert(sizeof(Params) == 46 * 8, "Params: every field is 8 bytes; update params.go's kernelParams too");
+static_assert(__builtin_offsetof(Params, q_batch_stride) == 15 * 8, "Params: pointers come first");
+static_assert(__builtin_offsetof(Params, b) == 39 * 8, "Params: strides before sizes");
+static_assert(__builtin_offsetof(Params, scale) == 45 * 8, "Params: scale is last");
+
+// head_of returns the address of head bh = batch·h + head of a tensor with
+// the given batch and head strides (in elements of T). bh and h fit 32 bits
+// (bh < the grid's 2³¹ blocks): a 32-bit division is a few instructions, a
+// 64-bit one a subroutine whose registers spilled in the mma.sync forward.
+template <typename T>
+__device__ __forceinline__ T* head_of(T* base, long long bh, long long h, long long batch_stride,
+                                      long long head_stride) {
+  const unsigned b = static_cast<unsigned>(bh) / static_cast<unsigned>(h);
+  const unsigned hd = static_cast<unsigned>(bh) - b * static_cast<unsigned>(h);
+  return base + b * batch_stride + hd * head_stride;
+}
+
+}  // namespace flash

@@ -1,0 +1,79 @@
+//go:build flashgpu
+
+package cudakernels
+
+import (
+	"fmt"
+
+	"gorgonia.org/cu"
+
+	"github.com/gorgonia-flash/flashattention/kernels"
+)
+
+// wgmmaForward is the Hopper forward (csrc/fwd_wgmma.cuh, module
+// ptx/flash_sm90a.ptx) of one precision and padded head dimension. Its
+// inputs are tile images of Q, K and Vᵀ that two conversion kernels write
+// into scratch first, padded with zeros to whole tiles: Q to a multiple of
+// c.rows rows (tiles of wgmmaQTileRows), K and V to a multiple of the key
+// tile c.step.
+type wgmmaForward struct {
+	fn, toRows, toVt cu.Function
+	c                choice
+}
+
+func loadWgmmaForward(mod cu.Module, c choice, maxSmem int) (*wgmmaForward, error) {
+	f := &wgmmaForward{c: c}
+	var err error
+	if f.toRows, err = function(mod, "flash_to_image_rows_"+c.prec.String()); err != nil {
+		return nil, err
+	}
+	if f.toVt, err = function(mod, "flash_to_image_vt_"+c.prec.String()); err != nil {
+		return nil, err
+	}
+	if f.fn, err = lookup(mod, fmt.Sprintf("flash_fwd_wgmma_%v_d%d", c.prec, c.dp), c.smem, maxSmem); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// wgmmaFwdScratch is where the images go.
+type wgmmaFwdScratch struct{ q, k, vt cu.DevicePtr }
+
+// padded returns the rows per head of the Q and of the K and Vᵀ images.
+func (f *wgmmaForward) padded(p kernels.Params) (nq, nk int64) {
+	return roundUp(int64(p.Nq), int64(f.c.rows)), roundUp(int64(p.Nk), int64(f.c.step))
+}
+
+func (f *wgmmaForward) carve(p kernels.Params, base cu.DevicePtr, s *wgmmaFwdScratch) int64 {
+	bh, row := int64(p.B)*int64(p.H), int64(f.c.dp)*int64(elemBytes(f.c.prec))
+	nq, nk := f.padded(p)
+	return carve(base, part{&s.q, bh * nq * row}, part{&s.k, bh * nk * row}, part{&s.vt, bh * nk * row})
+}
+
+func (f *wgmmaForward) scratchBytes(p kernels.Params) int64 { return f.carve(p, 0, &wgmmaFwdScratch{}) }
+
+// launch enqueues the three conversions into images in buf.scratch, then
+// the forward.
+func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream) error {
+	grid, err := gridFor(p, p.Nq, f.c.rows)
+	if err != nil {
+		return err
+	}
+	var s wgmmaFwdScratch
+	f.carve(p, buf.scratch, &s)
+	im := imaging{toRows: f.toRows, toVt: f.toVt, p: p, dp: f.c.dp, elemSz: elemBytes(f.c.prec), stream: stream}
+	nqPad, nkPad := f.padded(p)
+	if err := im.rows(buf.q, s.q, p.Nq, nqPad, wgmmaQTileRows); err != nil {
+		return err
+	}
+	if err := im.rows(buf.k, s.k, p.Nk, nkPad, f.c.step); err != nil {
+		return err
+	}
+	if err := im.transposed(buf.v, s.vt, p.Nk, nkPad, f.c.step); err != nil {
+		return err
+	}
+	dp := int64(f.c.dp)
+	kp := newParams(p, operands{q: tensorAt{uint64(s.q), nqPad, dp}, k: tensorAt{uint64(s.k), nkPad, dp},
+		v: tensorAt{uint64(s.vt), nkPad, dp}, o: dense(buf.o, p.Nq, p.D), lse: uint64(buf.lse)})
+	return launch(f.fn, grid, f.c.threads, f.c.smem, stream, &kp)
+}

@@ -1,0 +1,173 @@
+//go:build flashgpu
+
+package cudakernels
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"gorgonia.org/cu"
+
+	"github.com/gorgonia-flash/flashattention/kernels"
+)
+
+// A forwardKernel enqueues a forward, with the conversions its operands
+// need, on a stream; scratchBytes is the size of fwdBuffers.scratch it
+// needs for p.
+type forwardKernel interface {
+	scratchBytes(p kernels.Params) int64
+	launch(p kernels.Params, buf fwdBuffers, stream cu.Stream) error
+}
+
+// A backwardKernel enqueues the backward's gradient kernels (after
+// D = rowsum(dO∘O) is in buf.delta) with the conversions their operands
+// need; scratchBytes is the size of bwdBuffers.scratch it needs for p.
+type backwardKernel interface {
+	scratchBytes(p kernels.Params) int64
+	launch(p kernels.Params, buf bwdBuffers, stream cu.Stream) error
+}
+
+// registry holds the loaded modules and, for every choice that choose can
+// return for this backend, its kernels. It is used on the worker's thread.
+type registry struct {
+	dev  Capability
+	fam  Family
+	prec Precision
+
+	mod, hopper cu.Module // hopper: the sm_90a module, loaded when a choice needs it
+	fwd         map[choice]forwardKernel
+	bwd         map[choice]backwardKernel
+	dotDoO      map[int]cu.Function // by element size: D = rowsum(dO∘O)
+	// round rounds float32 device memory in place to prec (TF32, BF16,
+	// FP16): dO always, and the operands of a rounded CUDA-core backward.
+	round cu.Function
+}
+
+// loadRegistry loads the modules and the kernels of every choice for a
+// backend of precision prec and family fam on a device of capability dev.
+// It runs on the worker's thread with the context current.
+func loadRegistry(dev Capability, fam Family, prec Precision, kernelDir string) (r *registry, err error) {
+	r = &registry{dev: dev, fam: fam, prec: prec, fwd: map[choice]forwardKernel{}, bwd: map[choice]backwardKernel{},
+		dotDoO: map[int]cu.Function{}}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, r.release())
+		}
+	}()
+	image := "flash_sm80.ptx"
+	if dev.Major >= 9 {
+		image = "flash_sm90.ptx"
+	}
+	if r.mod, err = loadModule(kernelDir, image); err != nil {
+		return nil, err
+	}
+	for _, elem := range []int{4, 8} {
+		if r.dotDoO[elem], err = function(r.mod, "flash_bwd_dot_do_o_"+typeName(elem)); err != nil {
+			return nil, err
+		}
+	}
+	if prec != FP32 {
+		if r.round, err = function(r.mod, "flash_round_"+prec.String()); err != nil {
+			return nil, err
+		}
+	}
+	for _, f64 := range []bool{false, true} {
+		for _, dp := range headDims {
+			for _, dir := range []direction{forwardDir, backwardDir} {
+				c, err := choose(dev, fam, request{prec: prec, f64: f64, d: dp, dir: dir})
+				if err != nil {
+					continue // calls with this head dimension get the error
+				}
+				if err := r.load(c, kernelDir); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return r, nil
+}
+
+// load looks up the kernels of c.
+func (r *registry) load(c choice, kernelDir string) (err error) {
+	mod := r.mod
+	if c.kind == kindWGMMA {
+		if r.hopper == (cu.Module{}) {
+			if r.hopper, err = loadModule(kernelDir, "flash_sm90a.ptx"); err != nil {
+				return err
+			}
+		}
+		mod = r.hopper
+	}
+	switch {
+	case c.dir == forwardDir && c.kind == kindSIMT:
+		r.fwd[c], err = loadSimtForward(mod, c, r.dev.MaxSmem)
+	case c.dir == forwardDir && c.kind == kindMMA:
+		r.fwd[c], err = loadMmaForward(mod, c, r.dev.MaxSmem)
+	case c.dir == forwardDir:
+		r.fwd[c], err = loadWgmmaForward(mod, c, r.dev.MaxSmem)
+	case c.kind == kindSIMT:
+		r.bwd[c], err = loadSimtBackward(mod, c, r.dev.MaxSmem)
+	case c.kind == kindMMA:
+		r.bwd[c], err = loadMmaBackward(mod, c, r.dev.MaxSmem)
+	default:
+		r.bwd[c], err = loadWgmmaBackward(mod, c, r.dev.MaxSmem)
+	}
+	return err
+}
+
+// choose is the package's choose for this backend.
+func (r *registry) choose(f64 bool, d int, dir direction) (choice, error) {
+	return choose(r.dev, r.fam, request{prec: r.prec, f64: f64, d: d, dir: dir})
+}
+
+// forward returns the forward kernel for a call on elements of elem bytes
+// at head dimension d.
+func (r *registry) forward(elem, d int) (forwardKernel, error) {
+	c, err := r.choose(elem == 8, d, forwardDir)
+	if err != nil {
+		return nil, err
+	}
+	return r.fwd[c], nil
+}
+
+// backward returns the backward kernel and its choice.
+func (r *registry) backward(elem, d int) (backwardKernel, choice, error) {
+	c, err := r.choose(elem == 8, d, backwardDir)
+	if err != nil {
+		return nil, c, err
+	}
+	return r.bwd[c], c, nil
+}
+
+// release unloads the modules.
+func (r *registry) release() error {
+	var errs []error
+	for _, m := range []*cu.Module{&r.mod, &r.hopper} {
+		if *m != (cu.Module{}) {
+			errs = append(errs, m.Unload())
+			*m = cu.Module{}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// loadModule loads the PTX file name, embedded or from dir.
+func loadModule(dir, name string) (cu.Module, error) {
+	var b []byte
+	var err error
+	if dir == "" {
+		b, err = embeddedPTX.ReadFile("ptx/" + name)
+	} else {
+		b, err = os.ReadFile(filepath.Join(dir, name))
+	}
+	if err != nil {
+		return cu.Module{}, fmt.Errorf("cudakernels: kernels: %w", err)
+	}
+	m, err := cu.LoadData(string(b))
+	if err != nil {
+		return cu.Module{}, fmt.Errorf("cudakernels: loading module %s: %w", name, err)
+	}
+	return m, nil
+}

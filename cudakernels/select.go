@@ -1,0 +1,203 @@
+package cudakernels
+
+import (
+	"fmt"
+
+	"github.com/gorgonia-flash/flashattention/kernels"
+)
+
+// Kernel selection is one pure function, choose: from what the device is
+// (Capability), what the backend was asked for (precision, family) and what
+// a call needs (element type, head dimension, direction) it returns the
+// kernel family and its launch shape, or the error a call gets. The loader
+// (registry_gpu.go) looks up the kernels of every choice it can return, and
+// each call asks again; select_test.go covers the whole table on the CPU.
+
+// Capability is what selection needs to know of a device.
+type Capability struct {
+	Major, Minor int
+	MaxSmem      int // dynamic shared memory one block may opt into, in bytes
+}
+
+// hopper reports whether sm_90a code runs on the device: on compute
+// capability 9.0 and nothing else.
+func (c Capability) hopper() bool { return c.Major == 9 && c.Minor == 0 }
+
+type direction int
+
+const (
+	forwardDir direction = iota
+	backwardDir
+)
+
+func (d direction) String() string {
+	if d == backwardDir {
+		return "bwd"
+	}
+	return "fwd"
+}
+
+// kernelKind is the family a choice runs on: the CUDA cores (csrc/*_simt),
+// mma.sync (FamilySM80, csrc/*_mma) or wgmma (FamilySM90, csrc/*_wgmma).
+type kernelKind int
+
+const (
+	kindSIMT kernelKind = iota
+	kindMMA
+	kindWGMMA
+)
+
+func (k kernelKind) String() string {
+	switch k {
+	case kindMMA:
+		return "mma"
+	case kindWGMMA:
+		return "wgmma"
+	}
+	return "simt"
+}
+
+// request is what one call needs.
+type request struct {
+	prec Precision // the backend's precision (for float32 calls)
+	f64  bool      // a float64 call: always CUDA cores in float64
+	d    int       // head dimension
+	dir  direction
+}
+
+// choice is a kernel family with its launch shape. It is comparable, and the
+// registry keys loaded kernels by it.
+type choice struct {
+	kind kernelKind
+	dir  direction
+	// prec is the operand precision of the tensor-core kernels, and for a
+	// CUDA-core backward with rounded set, the precision q, k, v and dO are
+	// rounded to first (as the forward rounded them); FP32 otherwise.
+	prec    Precision
+	rounded bool
+	elem    int // bytes of the caller's elements: 4, or 8 for float64
+	dp      int // compiled (padded) head dimension
+	// rows is a block's query rows (forward, dQ) and keys (dK/dV); step is
+	// the key tile of the forward or the rows the backward kernels loop
+	// over. threads is the block size.
+	rows, step, threads int
+	// smem is the dynamic shared memory of the forward or of the dK/dV
+	// kernel, smemDQ of the dQ kernel.
+	smem, smemDQ int
+}
+
+// checkDevice fails for a device no kernel runs on, or a family it cannot
+// run; NewBackend returns its error.
+func checkDevice(c Capability, fam Family) error {
+	if c.Major < 8 {
+		return fmt.Errorf("%w: compute capability %d.x, kernels need 8.0 or newer", ErrUnsupported, c.Major)
+	}
+	if fam == FamilySM90 && !c.hopper() {
+		return fmt.Errorf("%w: kernel family sm90 needs compute capability 9.0, device has %d.%d", ErrUnsupported, c.Major, c.Minor)
+	}
+	return nil
+}
+
+// choose returns the kernel for r on a device c (checkDevice(c, fam) passed)
+// of a backend of family fam, or an error wrapping ErrUnsupported (and
+// kernels.ErrInvalidParams for a head dimension above 256).
+//
+//   - float64 calls, and FP32: CUDA cores.
+//   - TF32, BF16, FP16 forward: wgmma where the device is Hopper, fam is not
+//     FamilySM80 and it is built (wgmmaBuilt), else mma.sync; if that
+//     kernel does not fit the device's shared memory, calls with this head
+//     dimension fail (no fallback).
+//   - their backward: fails where the forward does; else wgmma as above
+//     (wgmmaBwdBuilt, and fitting), else mma.sync (BF16 and FP16 up to
+//     mmaBwdMaxDim, fitting), else CUDA cores on rounded operands.
+func choose(c Capability, fam Family, r request) (choice, error) {
+	dp, err := paddedDim(r.d)
+	if err != nil {
+		return choice{}, err
+	}
+	if r.f64 || r.prec == FP32 {
+		return simtChoice(r.dir, r.f64, dp, FP32), nil
+	}
+	useHopper := c.hopper() && fam != FamilySM80
+	fwd := mmaForwardChoice(r.prec, dp)
+	if useHopper && wgmmaBuilt(r.prec, dp) {
+		fwd = wgmmaForwardChoice(r.prec, dp)
+	}
+	if fwd.smem > c.MaxSmem {
+		return choice{}, fmt.Errorf("%w: %v forward at head dimension %d needs %d bytes of shared memory, the device allows %d",
+			ErrUnsupported, fwd.kind, dp, fwd.smem, c.MaxSmem)
+	}
+	if r.dir == forwardDir {
+		return fwd, nil
+	}
+	if useHopper && wgmmaBwdBuilt(r.prec, dp) {
+		if b := wgmmaBackwardChoice(r.prec, dp); max(b.smem, b.smemDQ) <= c.MaxSmem {
+			return b, nil
+		}
+	}
+	if r.prec != TF32 && dp <= mmaBwdMaxDim {
+		if b := mmaBackwardChoice(r.prec, dp); b.smem <= c.MaxSmem {
+			return b, nil
+		}
+	}
+	return simtChoice(backwardDir, false, dp, r.prec), nil
+}
+
+// simtChoice is the CUDA-core kernel of one direction; rounding names the
+// precision a float32 backward rounds its operands to (FP32: none).
+func simtChoice(dir direction, f64 bool, dp int, rounding Precision) choice {
+	elem := 4
+	if f64 {
+		elem = 8
+	}
+	tile := simtTile(elem, dp)
+	smem := simtFwdSmem(elem, dp, tile)
+	if dir == backwardDir {
+		smem = simtBwdSmem(elem, dp, tile)
+	}
+	ch := choice{kind: kindSIMT, dir: dir, prec: FP32, elem: elem, dp: dp, rows: tile, step: tile, threads: tile * 8, smem: smem}
+	if dir == backwardDir {
+		ch.smemDQ = smem
+		if rounding != FP32 {
+			ch.prec, ch.rounded = rounding, true
+		}
+	}
+	return ch
+}
+
+func mmaForwardChoice(prec Precision, dp int) choice {
+	return choice{kind: kindMMA, dir: forwardDir, prec: prec, elem: 4, dp: dp, rows: mmaFwdRows(dp),
+		step: mmaFwdBK(prec, dp), threads: mmaThreads, smem: mmaFwdSmem(prec, dp)}
+}
+
+func mmaBackwardChoice(prec Precision, dp int) choice {
+	return choice{kind: kindMMA, dir: backwardDir, prec: prec, elem: 4, dp: dp, rows: mmaBwdRows,
+		step: mmaBwdStep, threads: mmaBwdThreads, smem: mmaBwdSmem(dp), smemDQ: mmaBwdSmem(dp)}
+}
+
+func wgmmaForwardChoice(prec Precision, dp int) choice {
+	return choice{kind: kindWGMMA, dir: forwardDir, prec: prec, elem: 4, dp: dp, rows: wgmmaRows,
+		step: wgmmaFwdBK(prec, dp), threads: wgmmaThreads, smem: wgmmaFwdSmem(prec, dp)}
+}
+
+func wgmmaBackwardChoice(prec Precision, dp int) choice {
+	step, _ := wgmmaBwdShape(prec, dp)
+	dkdv, dq := wgmmaBwdSmem(prec, dp)
+	return choice{kind: kindWGMMA, dir: backwardDir, prec: prec, elem: 4, dp: dp, rows: wgmmaBwdBlock,
+		step: step, threads: wgmmaBwdThreads, smem: dkdv, smemDQ: dq}
+}
+
+// headDims are the head dimensions kernels are compiled for. A problem's D is
+// padded up to the next one inside the kernel (zero columns add nothing to
+// dot products and are not written back).
+var headDims = []int{32, 64, 128, 256}
+
+// paddedDim returns the compiled head dimension that serves d.
+func paddedDim(d int) (int, error) {
+	for _, dp := range headDims {
+		if d <= dp {
+			return dp, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: %w: head dimension %d, at most %d", kernels.ErrInvalidParams, ErrUnsupported, d, headDims[len(headDims)-1])
+}

@@ -1,0 +1,150 @@
+package cudakernels
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/gorgonia-flash/flashattention/kernels"
+)
+
+// Devices as the driver reports them (opt-in shared memory per block).
+var (
+	h200  = Capability{Major: 9, Minor: 0, MaxSmem: 232448}
+	a100  = Capability{Major: 8, Minor: 0, MaxSmem: 166912}
+	ada   = Capability{Major: 8, Minor: 9, MaxSmem: 101376}
+	sm100 = Capability{Major: 10, Minor: 0, MaxSmem: 232448}
+	// tiny fits the mma.sync forward at D = 32 (30720 bytes) but not its
+	// backward (31744).
+	tiny = Capability{Major: 8, Minor: 6, MaxSmem: 31000}
+)
+
+// TestChoose pins the kernel each request gets, with every fallback.
+func TestChoose(t *testing.T) {
+	fwd, bwd := forwardDir, backwardDir
+	cases := []struct {
+		name    string
+		dev     Capability
+		fam     Family
+		prec    Precision
+		f64     bool
+		d       int
+		dir     direction
+		kind    kernelKind
+		dp      int
+		rows    int
+		step    int
+		rounded bool
+		err     error
+	}{
+		{"fp32 on CUDA cores", h200, FamilyAuto, FP32, false, 128, fwd, kindSIMT, 128, 32, 32, false, nil},
+		{"float64 tile 16 at 256", h200, FamilyAuto, BF16, true, 256, fwd, kindSIMT, 256, 16, 16, false, nil},
+		{"bf16 hopper", h200, FamilyAuto, BF16, false, 128, fwd, kindWGMMA, 128, 128, 128, false, nil},
+		{"bf16 hopper sm90 forced", h200, FamilySM90, BF16, false, 64, fwd, kindWGMMA, 64, 128, 128, false, nil},
+		{"bf16 D≤32 not built for sm90", h200, FamilyAuto, BF16, false, 32, fwd, kindMMA, 32, 128, 64, false, nil},
+		{"bf16 D=200 padded", h200, FamilyAuto, BF16, false, 200, fwd, kindWGMMA, 256, 128, 64, false, nil},
+		{"tf32 D=256 not built for sm90", h200, FamilyAuto, TF32, false, 256, fwd, kindMMA, 256, 64, 32, false, nil},
+		{"tf32 hopper", h200, FamilyAuto, TF32, false, 64, fwd, kindWGMMA, 64, 128, 64, false, nil},
+		{"sm80 family on hopper", h200, FamilySM80, BF16, false, 128, fwd, kindMMA, 128, 128, 64, false, nil},
+		{"a100 bf16", a100, FamilyAuto, BF16, false, 128, fwd, kindMMA, 128, 128, 64, false, nil},
+		{"a100 tf32 key tile 32", a100, FamilyAuto, TF32, false, 96, fwd, kindMMA, 128, 128, 32, false, nil},
+		{"sm100 is not sm_90a", sm100, FamilyAuto, FP16, false, 128, fwd, kindMMA, 128, 128, 64, false, nil},
+		{"ada bf16 D=256 does not fit", ada, FamilyAuto, BF16, false, 256, fwd, 0, 0, 0, 0, false, ErrUnsupported},
+		{"D above 256", h200, FamilyAuto, BF16, false, 257, fwd, 0, 0, 0, 0, false, kernels.ErrInvalidParams},
+
+		{"bwd bf16 hopper", h200, FamilyAuto, BF16, false, 128, bwd, kindWGMMA, 128, 128, 64, false, nil},
+		{"bwd tf32 hopper steps of 32", h200, FamilyAuto, TF32, false, 128, bwd, kindWGMMA, 128, 128, 32, false, nil},
+		{"bwd fp16 D=96 hopper", h200, FamilyAuto, FP16, false, 96, bwd, kindWGMMA, 128, 128, 64, false, nil},
+		{"bwd bf16 D=256 on rounded CUDA cores", h200, FamilyAuto, BF16, false, 256, bwd, kindSIMT, 256, 32, 32, true, nil},
+		{"bwd bf16 D≤32 mma", h200, FamilyAuto, BF16, false, 32, bwd, kindMMA, 32, 64, 64, false, nil},
+		{"bwd tf32 D≤32 rounded", h200, FamilyAuto, TF32, false, 32, bwd, kindSIMT, 32, 32, 32, true, nil},
+		{"bwd sm80 family bf16", h200, FamilySM80, BF16, false, 128, bwd, kindMMA, 128, 64, 64, false, nil},
+		{"bwd sm80 family tf32 has no mma", h200, FamilySM80, TF32, false, 64, bwd, kindSIMT, 64, 32, 32, true, nil},
+		{"bwd a100 fp16", a100, FamilyAuto, FP16, false, 64, bwd, kindMMA, 64, 64, 64, false, nil},
+		{"bwd fp32", h200, FamilyAuto, FP32, false, 64, bwd, kindSIMT, 64, 32, 32, false, nil},
+		{"bwd float64 on a bf16 backend", h200, FamilyAuto, BF16, true, 64, bwd, kindSIMT, 64, 32, 32, false, nil},
+		{"bwd mma too large falls back", tiny, FamilyAuto, BF16, false, 32, bwd, kindSIMT, 32, 32, 32, true, nil},
+		{"bwd fails where the forward does", ada, FamilyAuto, BF16, false, 256, bwd, 0, 0, 0, 0, false, ErrUnsupported},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := choose(tc.dev, tc.fam, request{prec: tc.prec, f64: tc.f64, d: tc.d, dir: tc.dir})
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) {
+					t.Fatalf("error %v, want %v", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := [...]any{c.kind, c.dp, c.rows, c.step, c.rounded}
+			want := [...]any{tc.kind, tc.dp, tc.rows, tc.step, tc.rounded}
+			if got != want {
+				t.Errorf("kind, dp, rows, step, rounded = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestChooseInvariants sweeps every device, family, precision, element type,
+// head dimension and direction for what must hold everywhere.
+func TestChooseInvariants(t *testing.T) {
+	for _, dev := range []Capability{h200, a100, ada, sm100, tiny} {
+		for _, fam := range []Family{FamilyAuto, FamilySM80, FamilySM90} {
+			if checkDevice(dev, fam) != nil {
+				continue
+			}
+			for _, prec := range []Precision{FP32, TF32, BF16, FP16} {
+				for _, f64 := range []bool{false, true} {
+					for _, d := range []int{1, 8, 32, 33, 64, 96, 128, 200, 256} {
+						name := fmt.Sprintf("%d.%d/%v/%v/f64=%v/D%d", dev.Major, dev.Minor, fam, prec, f64, d)
+						cf, errF := choose(dev, fam, request{prec: prec, f64: f64, d: d, dir: forwardDir})
+						cb, errB := choose(dev, fam, request{prec: prec, f64: f64, d: d, dir: backwardDir})
+						if (errF != nil) != (errB != nil) {
+							t.Errorf("%s: forward error %v, backward error %v", name, errF, errB)
+						}
+						if errF != nil {
+							continue
+						}
+						for _, c := range []choice{cf, cb} {
+							switch {
+							case c.dp < d || c.dp != cf.dp:
+								t.Errorf("%s %v: dp %d", name, c.dir, c.dp)
+							case (f64 || prec == FP32) && (c.kind != kindSIMT || c.rounded):
+								t.Errorf("%s %v: %v rounded=%v, want plain CUDA cores", name, c.dir, c.kind, c.rounded)
+							case c.kind == kindWGMMA && (!dev.hopper() || fam == FamilySM80):
+								t.Errorf("%s %v: wgmma on this device or family", name, c.dir)
+							case c.kind != kindSIMT && max(c.smem, c.smemDQ) > dev.MaxSmem:
+								t.Errorf("%s %v: %d bytes of shared memory", name, c.dir, c.smem)
+							case c.rounded && c.prec != prec:
+								t.Errorf("%s: rounds to %v", name, c.prec)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestCheckDevice(t *testing.T) {
+	for _, tc := range []struct {
+		dev Capability
+		fam Family
+		ok  bool
+	}{
+		{Capability{Major: 7, Minor: 5}, FamilyAuto, false},
+		{a100, FamilyAuto, true},
+		{a100, FamilySM90, false},
+		{ada, FamilySM90, false},
+		{sm100, FamilySM90, false},
+		{h200, FamilySM90, true},
+		{h200, FamilySM80, true},
+	} {
+		err := checkDevice(tc.dev, tc.fam)
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrUnsupported)) {
+			t.Errorf("checkDevice(%+v, %v) = %v", tc.dev, tc.fam, err)
+		}
+	}
+}

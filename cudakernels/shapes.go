@@ -1,0 +1,173 @@
+package cudakernels
+
+// Launch shapes and shared-memory layouts of every kernel family, mirroring
+// the constants of csrc/ (each function names its C counterpart). The kernels
+// trap (require_launch) when launched with another block size or less shared
+// memory than their layout needs, so a mismatch fails loudly.
+
+// The CUDA-core family (csrc/simt_tile.cuh, fwd_simt.cuh, bwd_simt.cuh).
+
+// simtTile mirrors the tile sizes instantiated in csrc/flash.cu: 32 rows,
+// 16 for float64 at dp = 256.
+func simtTile(elemSize, dp int) int {
+	if elemSize == 8 && dp == 256 {
+		return 16
+	}
+	return 32
+}
+
+// simtFwdSmem and simtBwdSmem are fwd_smem_elems and bwd_smem_elems in
+// bytes.
+func simtFwdSmem(elemSize, dp, tile int) int {
+	return elemSize * (3*tile*(dp+1) + tile*(tile+1))
+}
+
+func simtBwdSmem(elemSize, dp, tile int) int {
+	return elemSize * (4*tile*(dp+1) + 2*tile*(tile+1) + 2*tile)
+}
+
+// The mma.sync family (csrc/fwd_mma.cuh, bwd_mma.cuh).
+
+// mmaThreads is kFwdThreads: 4 warps.
+const mmaThreads = 128
+
+// mmaFwdRows is fwd_bq, a forward block's query rows: two m16 tiles per
+// warp up to dp = 128, one at 256 (fwd_mt).
+func mmaFwdRows(dp int) int {
+	if dp > 128 {
+		return 64
+	}
+	return 128
+}
+
+// elemBytes is the size of one converted operand element in precision prec.
+func elemBytes(prec Precision) int {
+	if prec == TF32 {
+		return 4
+	}
+	return 2
+}
+
+// mmaFwdBK is fwd_bk: key tiles of 64, 32 for TF32 above dp = 64.
+func mmaFwdBK(prec Precision, dp int) int {
+	if elemBytes(prec) == 4 && dp > 64 {
+		return 32
+	}
+	return 64
+}
+
+// mmaFwdSmem is fwd_smem_bytes: Q and two K tiles with rows of dp elements
+// padded by 16 bytes, and two V tiles, the same or, for TF32, transposed
+// ([dp, BK] padded by 16 bytes).
+func mmaFwdSmem(prec Precision, dp int) int {
+	eb, bk := elemBytes(prec), mmaFwdBK(prec, dp)
+	pad := 16 / eb
+	vTile := bk * (dp + pad)
+	if prec == TF32 {
+		vTile = dp * (bk + pad)
+	}
+	return ((mmaFwdRows(dp)+2*bk)*(dp+pad) + 2*vTile) * eb
+}
+
+// transposedKeys is the row length of TF32's transposed V: nk rounded up to
+// the 8 keys its permutation works on.
+func transposedKeys(nk int) int64 { return (int64(nk) + 7) / 8 * 8 }
+
+// The mma.sync backward: kBwdThreads threads, kBwdBK = 64 keys per dK/dV
+// block and kBwdBQ = 64 queries per dQ block, each looping over tiles of
+// kBwdStep = 64 rows.
+const (
+	mmaBwdThreads = 128
+	mmaBwdRows    = 64
+	mmaBwdStep    = 64
+	// mmaBwdMaxDim is the largest padded head dimension csrc/flash.cu
+	// builds the backward for: at 256 its dK and dV accumulators would not
+	// fit the registers of this block shape.
+	mmaBwdMaxDim = 128
+)
+
+// mmaBwdSmem is the larger of bwd_dkdv_smem_bytes and bwd_dq_smem_bytes:
+// two fixed and four streamed tiles of 16-bit rows padded to dp + 8, plus
+// the streamed LSE and D of the dK/dV kernel.
+func mmaBwdSmem(dp int) int {
+	return (2*mmaBwdRows+4*mmaBwdStep)*(dp+8)*2 + 4*mmaBwdStep*4
+}
+
+// The wgmma family (csrc/fwd_wgmma.cuh, bwd_wgmma.cuh, sm90.cuh).
+
+// The forward: blocks of two warpgroups (kFwdThreads) own kFwdRows query
+// rows, 64 each (kQTileRows, the rows of a Q image tile).
+const (
+	wgmmaThreads   = 256
+	wgmmaRows      = 128
+	wgmmaQTileRows = 64
+	// Blocks of flash_to_image_vt take 64 keys × 32 columns.
+	wgmmaVtKeys, wgmmaVtCols = 64, 32
+)
+
+// wgmmaBuilt reports whether csrc/hopper.cu instantiates the forward for
+// precision prec and padded head dimension dp.
+func wgmmaBuilt(prec Precision, dp int) bool {
+	switch prec {
+	case BF16, FP16:
+		return dp == 64 || dp == 128 || dp == 256
+	case TF32:
+		return dp == 64 || dp == 128
+	}
+	return false
+}
+
+// wgmmaFwdBK is fwd_bk: 64 keys for 32-bit operands or dp = 256, else 128.
+func wgmmaFwdBK(prec Precision, dp int) int {
+	if elemBytes(prec) == 4 || dp > 128 {
+		return 64
+	}
+	return 128
+}
+
+// wgmmaFwdSmem is fwd_smem_bytes: alignment slack, Q, two stages of K and
+// Vᵀ, five mbarriers.
+func wgmmaFwdSmem(prec Precision, dp int) int {
+	eb := elemBytes(prec)
+	return 1024 + wgmmaRows*dp*eb + 4*wgmmaFwdBK(prec, dp)*dp*eb + 5*8
+}
+
+// The backward: blocks of two warpgroups (kBwdThreads) own kBwdBlock keys
+// (dK, dV) or queries (dQ), 64 per warpgroup; images are in tiles of
+// kBwdTile rows, padded to a multiple of kBwdPad rows.
+const (
+	wgmmaBwdThreads = 256
+	wgmmaBwdTile    = 64
+	wgmmaBwdBlock   = 128
+	wgmmaBwdPad     = 128
+)
+
+// wgmmaBwdBuilt reports whether csrc/hopper.cu instantiates the backward
+// for prec and dp: up to 128 columns, where K, V and two stages of four
+// streamed operands still fit shared memory.
+func wgmmaBwdBuilt(prec Precision, dp int) bool {
+	switch prec {
+	case BF16, FP16, TF32:
+		return dp == 64 || dp == 128
+	}
+	return false
+}
+
+// wgmmaBwdShape is bwd_step and bwd_tstages: for TF32 above 64 columns,
+// steps of 32 rows and one stage of Qᵀ and dOᵀ; else 64 and two.
+func wgmmaBwdShape(prec Precision, dp int) (step, tstages int) {
+	if elemBytes(prec) == 4 && dp > 64 {
+		return 32, 1
+	}
+	return 64, 2
+}
+
+// wgmmaBwdSmem is bwd_dkdv_smem_bytes and bwd_dq_smem_bytes.
+func wgmmaBwdSmem(prec Precision, dp int) (dkdv, dq int) {
+	step, tstages := wgmmaBwdShape(prec, dp)
+	row := dp * elemBytes(prec)
+	fixed, streamed := 2*wgmmaBwdBlock*row, step*row
+	return 1024 + fixed + 2*(2+tstages)*streamed + 4*step*4 + 7*8, 1024 + fixed + 6*streamed + 5*8
+}
+
+func roundUp(n, m int64) int64 { return (n + m - 1) / m * m }
