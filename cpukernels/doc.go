@@ -11,7 +11,23 @@
 // maximum m and row sum l, rescales the output accumulator by exp(m_old −
 // m_new) and adds P·V_j. Under a causal mask the loop stops at the last key
 // block any row of the unit can see. At the end O = acc / l and LSE = m +
-// log l; a row that saw no key keeps l = 0 and gets O = 0, LSE = +Inf.
+// log l; a row that sees no key by the mask gets O = 0, LSE = +Inf.
+//
+// # NaN and infinities
+//
+// The results follow the rules of the kernels package doc. The running
+// maximum skips NaN scores, whose exponentials then make l, and so O and
+// LSE, NaN. While a row has no finite maximum (its scores so far are −Inf
+// or NaN, or one is +Inf) online softmax has no finite shift, and the row
+// is kept apart: a NaN makes l NaN, +Inf poisons acc and l, and scores
+// that stay −Inf end as acc = l = 0, O = 0·∞ = NaN, LSE = −Inf.
+//
+// A causal tile cut by the mask holds probabilities of exactly 0 for the
+// pairs the mask hides, and a blocked product would still turn 0·Inf or
+// 0·NaN from a hidden operand into NaN. Such a tile is first scanned (V in
+// the forward; K, Q and dO in the backward) and, only if it holds a
+// non-finite value, its products run row by row over the visible pairs.
+// Finite inputs, the normal case, never take that path.
 //
 // # Backward
 //
@@ -38,7 +54,18 @@
 // # Memory
 //
 // Per call: one transposed copy of K (forward); transposed copies of Q and
-// dO and up to maxKeyChunks dQᵀ buffers (backward); per worker, a few tiles
-// of at most Br×Bc and Bc×(D+1) elements. Nothing of size Nq×Nk is
-// allocated.
+// dO, each with one extra row, and up to maxKeyChunks dQᵀ buffers
+// (backward); per worker, a few tiles of at most Br×Bc and Bc×(D+1)
+// elements. Every packed block is stored with its actual number of rows or
+// keys as its stride, never padded to Br or Bc, so the total is a bounded
+// multiple of the data (under twice the bytes of all nine tensors, plus the
+// tiles) for any shape, however many heads of short sequences. Nothing of
+// size Nq×Nk is allocated.
+//
+// Before allocating, Forward and Backward ask internal/hostmem whether that
+// memory can still exist (the Go memory limit, the cgroup limit,
+// MemAvailable), and return an error wrapping kernels.ErrOutOfMemory if it
+// cannot, instead of letting the runtime end the process. This is a
+// pre-check, not a guarantee: memory taken by others meanwhile can still
+// make an allocation fail.
 package cpukernels

@@ -9,8 +9,9 @@ type Float interface{ ~float32 | ~float64 }
 // overwrites dq, dk and dv. Neither may allocate anything of size Nq×Nk, and
 // neither may modify its inputs. Slices follow the shapes in the package
 // documentation. For the same inputs a backend returns bit-identical results
-// from one call to the next. Errors wrap ErrInvalidParams for bad arguments;
-// hardware failures (no device, out of memory) return other errors.
+// from one call to the next. Errors wrap ErrInvalidParams for bad arguments
+// and ErrOutOfMemory when the memory a call needs cannot be had; other
+// hardware failures (no device) return other errors.
 type Backend interface {
 	Name() string
 	Forward32(p Params, q, k, v, o, lse []float32) error

@@ -30,7 +30,32 @@
 // A causal mask is bottom-right aligned, as in FlashAttention ≥ 2.1: query
 // row i sees key j if and only if j ≤ i + (Nk − Nq). When Nq > Nk the first
 // Nq − Nk rows see no key at all. Such a row has LSE = +Inf, output 0 and
-// gradient 0, never NaN; a backend must not divide by a zero row sum.
+// gradient 0 (its dQ row is 0 and it adds nothing to dK or dV), never NaN,
+// whatever q, k, v and do hold; a backend must not divide by a zero row sum.
+// Whether a row is such a row is decided by the mask alone
+// (Params.VisibleKeys(i) == 0), never from a row sum of 0 or a maximum of
+// −Inf, which other rows can reach too.
+//
+// A key a row does not see never influences that row, even when it holds
+// NaN or ±Inf: masked probabilities are exactly 0, and a backend must not
+// let 0·Inf or 0·NaN in a blocked product carry a masked key's values into
+// a row, or a row's values into a masked key's gradients.
+//
+// Every other row follows IEEE arithmetic on the formulas above, as the
+// naive computation does, with LSE the value of log Σ_j exp(S_ij) over the
+// visible keys:
+//
+//   - a NaN among the row's scores (a NaN in its q, or in a key it sees)
+//     gives O = NaN and LSE = NaN for the row;
+//   - a +Inf score (and no NaN) gives O = NaN (∞/∞) and LSE = +Inf;
+//   - scores that are all −Inf give O = NaN (0/0) and LSE = −Inf;
+//   - a ±Inf in a value v_j reaches the columns of O it multiplies, as
+//     Σ_j P_ij·v_j does in IEEE arithmetic.
+//
+// Gradients follow the backward formulas from the saved LSE in the same
+// way: a row whose O or LSE is NaN gets a NaN dQ row and spreads NaN into
+// dK and dV of every key it sees. Only the pattern of NaN and ±Inf is part
+// of the contract; finite elements are compared with the usual tolerances.
 //
 // # Saved state
 //

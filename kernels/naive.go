@@ -28,6 +28,8 @@ func NaiveForward[T Float](p Params, q, k, v, o, lse []T) error {
 				continue
 			}
 			qi := qh[i*p.D : (i+1)*p.D]
+			// The built-in max returns NaN when either operand is NaN, so a
+			// NaN score makes m, and through it l, O and LSE, NaN.
 			m := T(math.Inf(-1))
 			for j := range n {
 				s[j] = scale * dot(qi, kh[j*p.D:(j+1)*p.D])
@@ -44,7 +46,12 @@ func NaiveForward[T Float](p Params, q, k, v, o, lse []T) error {
 					oi[d] += pj * vd
 				}
 			}
+			// With m = ±Inf, exp(S − m) is NaN at the scores equal to m, so
+			// l and O are NaN (∞/∞ or 0/0), but log Σ exp(S) is m itself.
 			lh[i] = m + T(math.Log(float64(l)))
+			if math.IsInf(float64(m), 0) {
+				lh[i] = m
+			}
 		}
 	}
 	return nil

@@ -23,6 +23,11 @@ const MaxElements = math.MaxInt32
 // ErrInvalidParams is wrapped by every error Validate returns.
 var ErrInvalidParams = errors.New("invalid attention parameters")
 
+// ErrOutOfMemory is wrapped by the errors a backend returns when the memory
+// a call needs (host or device) cannot be had. The call then has written
+// nothing, and the process goes on.
+var ErrOutOfMemory = errors.New("out of memory")
+
 // Validate reports the first problem that makes p unusable.
 func (p Params) Validate() error {
 	dims := []struct {

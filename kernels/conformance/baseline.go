@@ -63,6 +63,9 @@ func naive32(p kernels.Params, prec kernels.Precision, q, k, v, do []float32) re
 				pr[j] = out(pr[j] / l)
 			}
 			r.lse[bh*p.Nq+i] = m + float32(math.Log(float64(l)))
+			if math.IsInf(float64(m), 0) { // as in kernels.NaiveForward
+				r.lse[bh*p.Nq+i] = m
+			}
 			oi := row(r.o, qOff, i)
 			for j := range n {
 				for d, x := range row(vr, kOff, j) {

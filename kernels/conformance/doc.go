@@ -11,6 +11,12 @@
 //     causal on and off, Nq = Nk and Nq ≠ Nk both ways.
 //   - Rows that see no key (causal, Nq > Nk): output, LSE and gradients are
 //     0, +Inf and 0, never NaN.
+//   - NaN and ±Inf in the inputs (a query row, keys, values, dO; with and
+//     without a causal mask, and with rows that see no key): the pattern of
+//     NaN and ±Inf in O, LSE, dQ, dK and dV must equal the float64
+//     reference's exactly, in every precision, and finite elements meet the
+//     tolerances below. Rows that see no key stay 0, +Inf and 0 whatever
+//     the other rows hold. The rules are in the kernels package doc.
 //   - Determinism: two calls give bit-identical results.
 //   - Inputs are not modified, and bad slice lengths give an error.
 //

@@ -55,7 +55,7 @@ func ReportErrors(t *testing.T, b kernels.Backend, prec kernels.Precision) {
 	base := checks(p, prec != kernels.FP32, naive32(p, prec, pr.q, pr.k, pr.v, pr.do), want, q, k, v, do)
 	for i, c := range checks(p, prec != kernels.FP32, got, want, q, k, v, do) {
 		e, _ := maxAbsErr(c.got, c.want)
-		n, _ := maxAbsErr(base[i].got, c.want)
+		n := finiteErr(base[i].got, c.want)
 		t.Logf("%v %s: max error / max|ref| = %.2e (naive %v: %.2e)", prec, c.name, e/maxAbs(c.want), prec, n/maxAbs(c.want))
 	}
 }
@@ -65,6 +65,7 @@ func run(t *testing.T, b kernels.Backend, prec kernels.Precision) {
 	t.Run("sweep", func(t *testing.T) { testSweep(t, b, prec) })
 	t.Run("sharp-softmax", func(t *testing.T) { testSharpSoftmax(t, b, prec) })
 	t.Run("rows-without-keys", func(t *testing.T) { testRowsWithoutKeys(t, b) })
+	t.Run("non-finite", func(t *testing.T) { testNonFinite(t, b, prec) })
 	t.Run("determinism", func(t *testing.T) { testDeterminism(t, b) })
 	t.Run("bad-arguments", func(t *testing.T) { testBadArguments(t, b) })
 }
@@ -134,8 +135,10 @@ func runPass[T kernels.Float](t *testing.T, b kernels.Backend, p kernels.Params,
 	if err := backward(p, q, k, v, r.o, r.lse, do, r.dq, r.dk, r.dv); err != nil {
 		t.Fatalf("%s backward (%T, %+v): %v", b.Name(), q, p, err)
 	}
+	// NaN ≠ NaN, so equality is that of every element or of both NaN.
+	same := func(a, b T) bool { return a == b || (a != a && b != b) }
 	for i, x := range [][]T{q, k, v, do} {
-		if !slices.Equal(x, in[i]) {
+		if !slices.EqualFunc(x, in[i], same) {
 			t.Fatalf("%s modified input %d", b.Name(), i)
 		}
 	}
@@ -164,7 +167,7 @@ func check32(t *testing.T, b kernels.Backend, p kernels.Params, prec kernels.Pre
 	baseChecks := checks(p, prec != kernels.FP32, base, want, q64, k64, v64, do64)
 	unit := roundingUnit(prec)
 	for i, c := range checks(p, prec != kernels.FP32, got, want, q64, k64, v64, do64) {
-		naiveErr, _ := maxAbsErr(baseChecks[i].got, c.want)
+		naiveErr := finiteErr(baseChecks[i].got, c.want)
 		bound := 2*naiveErr + 2*unit*max(maxAbs(c.want), c.floor)
 		if e, at := maxAbsErr(c.got, c.want); !(e <= bound) {
 			t.Errorf("%v %s: error %.3g > bound %.3g (naive %v error %.3g; got %v, want %v)",

@@ -1,0 +1,81 @@
+package cpukernels_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"runtime/debug"
+	"testing"
+
+	"github.com/gorgonia-flash/flashattention/cpukernels"
+	"github.com/gorgonia-flash/flashattention/kernels"
+)
+
+// TestMemoryProportionalToData measures the bytes forward+backward allocate
+// (TotalAlloc, which counts every allocation whether or not it was collected)
+// and requires at most twice the bytes of q, k, v, o, lse, do, dq, dk and dv
+// plus 512 KiB per worker.
+//
+// The bound: the forward allocates Kᵀ (one K); the backward (scale·Q)ᵀ and
+// dOᵀ with a row for −LSE and −D (two Q, (D+1)/D each) and one dQᵀ per key
+// chunk (at most four Q). That is at most 7·Q·(D+1)/D + K against the data's
+// 4·Q + 4·K, under twice the data. The tiles of one worker are under 300
+// KiB at D = 64 in float32. Shapes with many short sequences used to pad
+// every head to 128 keys and 64 rows: [65536,1,1,64] allocated 5.4 GB for
+// 128 MiB of data.
+func TestMemoryProportionalToData(t *testing.T) {
+	const workers = 4
+	for _, s := range [][4]int{{65536, 1, 1, 64}, {64, 4, 1, 64}, {1, 1, 4096, 64}, {3, 5, 70, 64}} {
+		p := kernels.Params{B: s[0], H: s[1], Nq: s[2], Nk: s[2], D: s[3], Scale: 0.125, Causal: true}
+		t.Run(fmt.Sprintf("%v", s), func(t *testing.T) {
+			x := newTensors[float32](p, 3)
+			b := cpukernels.Backend{Workers: workers}
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			if err := b.Forward32(p, x.q, x.k, x.v, x.o, x.lse); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Backward32(p, x.q, x.k, x.v, x.o, x.lse, x.do, x.dq, x.dk, x.dv); err != nil {
+				t.Fatal(err)
+			}
+			runtime.ReadMemStats(&after)
+			data := 4 * (4*p.QLen() + 4*p.KLen() + p.LSELen())
+			got := after.TotalAlloc - before.TotalAlloc
+			bound := uint64(2*data + workers*512<<10)
+			t.Logf("allocated %d bytes for %d bytes of data (bound %d)", got, data, bound)
+			if got > bound {
+				t.Errorf("allocated %d bytes, more than %d (twice the %d bytes of data plus 512 KiB per worker)", got, bound, data)
+			}
+		})
+	}
+}
+
+// TestOutOfMemoryIsAnError lowers the Go memory limit below what a problem's
+// scratch needs: Forward and Backward must return an error wrapping
+// kernels.ErrOutOfMemory instead of allocating, and write nothing.
+func TestOutOfMemoryIsAnError(t *testing.T) {
+	p := kernels.Params{B: 4096, H: 2, Nq: 8, Nk: 8, D: 64, Scale: 0.125}
+	x := newTensors[float32](p, 4)
+	x.o[0], x.dq[0] = 42, 42
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	old := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(old) })
+	// The scratch of either pass is at least one K (16 MiB); leave 4 MiB.
+	debug.SetMemoryLimit(int64(ms.Sys) + 4<<20)
+	b := cpukernels.Backend{}
+	if err := b.Forward32(p, x.q, x.k, x.v, x.o, x.lse); !errors.Is(err, kernels.ErrOutOfMemory) {
+		t.Errorf("Forward32: got %v, want an error wrapping kernels.ErrOutOfMemory", err)
+	}
+	if err := b.Backward32(p, x.q, x.k, x.v, x.o, x.lse, x.do, x.dq, x.dk, x.dv); !errors.Is(err, kernels.ErrOutOfMemory) {
+		t.Errorf("Backward32: got %v, want an error wrapping kernels.ErrOutOfMemory", err)
+	}
+	if x.o[0] != 42 || x.dq[0] != 42 {
+		t.Error("a call that failed for lack of memory wrote its outputs")
+	}
+	debug.SetMemoryLimit(math.MaxInt64)
+	if err := b.Forward32(p, x.q, x.k, x.v, x.o, x.lse); err != nil {
+		t.Errorf("Forward32 without a memory limit: %v", err)
+	}
+}
