@@ -6,6 +6,7 @@ import (
 	"math"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"testing"
 
 	"github.com/gorgonia-flash/flashattention/cpukernels"
@@ -58,12 +59,16 @@ func TestOutOfMemoryIsAnError(t *testing.T) {
 	p := kernels.Params{B: 4096, H: 2, Nq: 8, Nk: 8, D: 64, Scale: 0.125}
 	x := newTensors[float32](p, 4)
 	x.o[0], x.dq[0] = 42, 42
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
 	old := debug.SetMemoryLimit(-1)
 	t.Cleanup(func() { debug.SetMemoryLimit(old) })
-	// The scratch of either pass is at least one K (16 MiB); leave 4 MiB.
-	debug.SetMemoryLimit(int64(ms.Sys) + 4<<20)
+	// The scratch of either pass is at least one K (16 MiB); leave 4 MiB
+	// above what the runtime counts against its limit (mapped memory less
+	// released heap), after releasing all it can so that no collection
+	// triggered by the low limit frees much more.
+	debug.FreeOSMemory()
+	s := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+	metrics.Read(s)
+	debug.SetMemoryLimit(int64(s[0].Value.Uint64()-s[1].Value.Uint64()) + 4<<20)
 	b := cpukernels.Backend{}
 	if err := b.Forward32(p, x.q, x.k, x.v, x.o, x.lse); !errors.Is(err, kernels.ErrOutOfMemory) {
 		t.Errorf("Forward32: got %v, want an error wrapping kernels.ErrOutOfMemory", err)
