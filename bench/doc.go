@@ -28,8 +28,9 @@
 // and PyTorch's SDPA (efficient fp32, FlashAttention 2 and cuDNN bf16) on
 // the same shapes, in one command, and prints one table:
 //
+//	eval "$(.ci/cuda-sdk.sh)"   # cuda.h and a libcuda stub, where no CUDA toolkit is installed
 //	go test -c -tags flashgpu -o .gpu/bench.test ./bench
-//	python3 bench/gpu_side_by_side.py .gpu/bench.test --out side_by_side.md
+//	python3 bench/gpu_side_by_side.py .gpu/bench.test --out side_by_side.md   # on the GPU machine
 //
 // The command in bench/sweep (go run ./bench/sweep) sweeps the sequence
 // length for the example transformer, naive against flash, one child

@@ -18,8 +18,9 @@ import (
 type options struct {
 	ns        []int
 	impls     []model.Attention
-	device    string
-	flashOpts []op.Option
+	device    op.Device
+	precision kernels.Precision
+	flashOpts []op.Option // from -device and -precision
 	shape     shape
 	memLimit  int64 // bytes of address space per child
 	timeout   time.Duration
@@ -47,14 +48,14 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	ns := fs.String("n", "256,512,1024,2048,4096,8192,16384", "comma-separated sequence lengths")
 	impls := fs.String("impl", "naive,flash", "comma-separated attention paths: naive, flash")
-	fs.StringVar(&o.device, "device", "cpu", "cpu, or gpu in a binary built with -tags flashgpu (flash only)")
+	device := fs.String("device", "cpu", "cpu, or gpu in a binary built with -tags flashgpu (flash only)")
 	precision := fs.String("precision", "fp32", "float32 arithmetic of flash attention on the GPU: fp32, tf32, bf16 or fp16")
 	fs.IntVar(&o.shape.Batch, "batch", 1, "sequences per training step")
 	fs.IntVar(&o.shape.Layers, "layers", 1, "transformer blocks")
 	fs.IntVar(&o.shape.Heads, "heads", 2, "attention heads")
 	fs.IntVar(&o.shape.Dim, "dim", 64, "model width")
 	fs.IntVar(&o.shape.Vocab, "vocab", 64, "vocabulary size of the synthetic tokens")
-	memLimit := fs.String("mem-limit", "12GiB", "memory limit of each child (e.g. 8GiB, 512MiB); its address space gets 2GiB more for the Go runtime")
+	memLimit := fs.String("mem-limit", "12GiB", "memory limit of each child (e.g. 8GiB, 512MiB); its address space gets 2GiB more for the Go runtime (on the GPU give 20GiB: the CUDA driver reserves address space)")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "wall-clock limit of each child")
 	fs.StringVar(&o.out, "out", "bench/sweep/out", "output directory")
 	fs.BoolVar(&o.verbose, "v", false, "pass the children's stderr through")
@@ -77,12 +78,14 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		}
 		o.impls = append(o.impls, a)
 	}
-	prec, err := kernels.ParsePrecision(*precision)
-	if err != nil {
+	if o.device, err = model.ParseDevice(*device); err != nil {
+		return nil, fmt.Errorf("-device: %w", err)
+	}
+	if o.precision, err = kernels.ParsePrecision(*precision); err != nil {
 		return nil, fmt.Errorf("-precision: %w", err)
 	}
-	if o.flashOpts, err = model.DeviceOptions(o.device, prec); err != nil {
-		return nil, fmt.Errorf("-device: %w", err)
+	if o.flashOpts, err = model.DeviceOptions(o.device, o.precision); err != nil {
+		return nil, fmt.Errorf("-precision: %w", err)
 	}
 	if o.memLimit, err = parseBytes(*memLimit); err != nil {
 		return nil, fmt.Errorf("-mem-limit: %w", err)

@@ -24,6 +24,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/gorgonia-flash/flashattention/examples/transformer/model"
+	"github.com/gorgonia-flash/flashattention/op"
 )
 
 func main() {
@@ -39,13 +42,24 @@ func main() {
 }
 
 // run is the whole command; args exclude the program name.
-func run(args []string, stdout, stderr io.Writer) error {
+func run(args []string, stdout, stderr io.Writer) (err error) {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
+	// On the GPU, op.Attention opens a backend shared by the process's
+	// graphs; it holds device memory until closed.
+	defer func() {
+		if cerr := op.CloseGPU(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("closing the GPU: %w", cerr))
+		}
+	}()
 	if o.child {
 		return runChild(o, stdout)
+	}
+	// Fail here, once, rather than in every child.
+	if err := model.CheckDevice(o.flashOpts...); err != nil {
+		return fmt.Errorf("-device=%v: %w", o.device, err)
 	}
 	return sweep(o, stdout, stderr)
 }

@@ -43,11 +43,15 @@ func (r results) axes() (ns []int, impls []model.Attention) {
 func markdown(r results) string {
 	var sb strings.Builder
 	s := r.Shape
+	device := r.Device
+	if r.Precision != "" {
+		device += " (" + r.Precision + ")"
+	}
 	fmt.Fprintf(&sb, "Causal self-attention, float32, device %s. Model: batch %d, %d layer(s), %d heads, dim %d (head dim %d), vocab %d. "+
 		"Each point ran in its own process, limited to %s of address space; peak memory is that process's maximum RSS. "+
 		"\"Step\" is one training step of the whole model (forward, backward, Adam); \"op alone\" is attention on [B, H, N, D], "+
 		"forward and forward+backward, with GFLOP/s counted as 4·B·H·N²·D/2 forward and 2.5× that backward.\n\n",
-		r.Device, s.Batch, s.Layers, s.Heads, s.Dim, s.Dim/s.Heads, s.Vocab, mib(r.MemLimit))
+		device, s.Batch, s.Layers, s.Heads, s.Dim, s.Dim/s.Heads, s.Vocab, mib(r.MemLimit))
 	sb.WriteString("| N | attention | step peak RSS | step time | step tok/s | op peak RSS | op fwd | op fwd+bwd | op fwd+bwd GFLOP/s |\n")
 	sb.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	ns, impls := r.axes()

@@ -41,10 +41,11 @@ type point struct {
 
 // results is what results.json holds.
 type results struct {
-	Device   string
-	Shape    shape
-	MemLimit int64
-	Points   []point
+	Device    string
+	Precision string `json:",omitempty"` // of flash attention's float32 on the GPU; results before it was recorded lack it
+	Shape     shape
+	MemLimit  int64
+	Points    []point
 }
 
 func sweep(o *options, stdout, stderr io.Writer) error {
@@ -55,9 +56,9 @@ func sweep(o *options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("finding this program to re-run it: %w", err)
 	}
-	res := results{Device: o.device, Shape: o.shape, MemLimit: o.memLimit}
-	fmt.Fprintf(stdout, "model: batch %d, %d layers, %d heads, dim %d, vocab %d, float32, %s; each child limited to %s\n",
-		o.shape.Batch, o.shape.Layers, o.shape.Heads, o.shape.Dim, o.shape.Vocab, o.device, mib(o.memLimit))
+	res := results{Device: o.device.String(), Precision: o.precision.String(), Shape: o.shape, MemLimit: o.memLimit}
+	fmt.Fprintf(stdout, "model: batch %d, %d layers, %d heads, dim %d, vocab %d, float32, %v (%v); each child limited to %s\n",
+		o.shape.Batch, o.shape.Layers, o.shape.Heads, o.shape.Dim, o.shape.Vocab, o.device, o.precision, mib(o.memLimit))
 	failedAt := map[string]int{} // impl/kind → smallest N that ran out of memory
 	for _, n := range o.ns {
 		for _, impl := range o.impls {
@@ -95,14 +96,20 @@ func sweep(o *options, stdout, stderr io.Writer) error {
 }
 
 // measure runs one point in a child process and classifies how it ended.
+// childArgs are the flags of the child that measures one point: the
+// parent's model, device and precision, and one N and implementation.
+func (o *options) childArgs(n int, impl model.Attention, kind string) []string {
+	return []string{"-child", "-child-kind", kind, "-n", strconv.Itoa(n), "-impl", string(impl),
+		"-device", o.device.String(), "-precision", o.precision.String(),
+		"-batch", strconv.Itoa(o.shape.Batch), "-layers", strconv.Itoa(o.shape.Layers), "-heads", strconv.Itoa(o.shape.Heads),
+		"-dim", strconv.Itoa(o.shape.Dim), "-vocab", strconv.Itoa(o.shape.Vocab), "-mem-limit", strconv.FormatInt(o.memLimit, 10) + "B"}
+}
+
 func measure(self string, o *options, n int, impl model.Attention, kind string, stderr io.Writer) point {
 	p := point{N: n, Impl: impl, Kind: kind}
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
-	args := []string{"-child", "-child-kind", kind, "-n", strconv.Itoa(n), "-impl", string(impl), "-device", o.device,
-		"-batch", strconv.Itoa(o.shape.Batch), "-layers", strconv.Itoa(o.shape.Layers), "-heads", strconv.Itoa(o.shape.Heads),
-		"-dim", strconv.Itoa(o.shape.Dim), "-vocab", strconv.Itoa(o.shape.Vocab), "-mem-limit", strconv.FormatInt(o.memLimit, 10) + "B"}
-	cmd := exec.CommandContext(ctx, self, args...)
+	cmd := exec.CommandContext(ctx, self, o.childArgs(n, impl, kind)...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &errOut

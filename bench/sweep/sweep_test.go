@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gorgonia-flash/flashattention/examples/transformer/model"
 )
 
 // TestMain lets the sweep re-execute the test binary as its child: a child's
@@ -38,6 +40,9 @@ func TestSweepSmall(t *testing.T) {
 	}
 	if err := json.Unmarshal(data, &res); err != nil {
 		t.Fatal(err)
+	}
+	if res.Device != "cpu" || res.Precision != "fp32" {
+		t.Errorf("results.json records device %q, precision %q; want cpu, fp32", res.Device, res.Precision)
 	}
 	if len(res.Points) != 8 {
 		t.Fatalf("got %d points, want 2 N × 2 impl × 2 kinds", len(res.Points))
@@ -127,5 +132,32 @@ func TestMarkdownOrder(t *testing.T) {
 		if !strings.HasPrefix(rows[i+1], w) {
 			t.Errorf("row %d = %q, want prefix %q", i, rows[i+1], w)
 		}
+	}
+}
+
+// TestChildArgs: a child measures the parent's model on the parent's device
+// in the parent's precision.
+func TestChildArgs(t *testing.T) {
+	parent, err := parseFlags([]string{"-device", "gpu", "-precision", "bf16", "-dim", "32", "-heads", "4", "-batch", "2", "-mem-limit", "3GiB"}, new(bytes.Buffer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := parseFlags(parent.childArgs(512, model.AttentionFlash, kindOp), new(bytes.Buffer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !child.child || child.childKind != kindOp || !slices.Equal(child.ns, []int{512}) || !slices.Equal(child.impls, []model.Attention{model.AttentionFlash}) {
+		t.Errorf("child measures %v %v %s, want N = 512, flash, op", child.ns, child.impls, child.childKind)
+	}
+	if child.device != parent.device || child.precision != parent.precision || child.shape != parent.shape || child.memLimit != parent.memLimit {
+		t.Errorf("child: %v, %v, %+v, %d bytes; parent: %v, %v, %+v, %d bytes", child.device, child.precision, child.shape, child.memLimit,
+			parent.device, parent.precision, parent.shape, parent.memLimit)
+	}
+}
+
+func TestPrecisionOnCPU(t *testing.T) {
+	_, err := parseFlags([]string{"-precision", "tf32"}, new(bytes.Buffer))
+	if err == nil || !strings.HasPrefix(err.Error(), "-precision: tf32 needs the GPU") {
+		t.Errorf("got %v, want an error naming -precision", err)
 	}
 }

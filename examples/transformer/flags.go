@@ -21,13 +21,12 @@ type options struct {
 	archSet     map[string]bool // architecture flags given explicitly
 	steps       int
 	batch       int
-	lr          float64
-	warmup      int     // steps of linear learning-rate warmup
-	lrFloor     float64 // final learning rate as a fraction of lr
-	clip        float64 // maximum global gradient norm; 0: no clipping
+	schedule    model.Schedule  // from -lr, -warmup, -lr-floor and -lr-steps
+	scheduleSet map[string]bool // schedule flags given explicitly
+	clip        float64         // maximum global gradient norm; 0: no clipping
 	attention   model.Attention
-	device      string
-	flashOpts   []op.Option // from -device
+	device      op.Device
+	flashOpts   []op.Option // from -device and -precision
 	seed        uint64
 	out         string
 	resume      string
@@ -56,16 +55,17 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	dtype := fs.String("dtype", "float32", "float32 or float64")
 	fs.IntVar(&o.steps, "steps", 800, "optimiser steps to run (added to a resumed checkpoint's)")
 	fs.IntVar(&o.batch, "batch", 32, "sequences per step")
-	fs.Float64Var(&o.lr, "lr", 5e-3, "peak Adam learning rate")
-	fs.IntVar(&o.warmup, "warmup", 100, "steps over which the learning rate rises linearly to -lr")
-	fs.Float64Var(&o.lrFloor, "lr-floor", 0.1, "final learning rate as a fraction of -lr, reached by a cosine decay after the warmup (1: constant)")
+	fs.Float64Var(&o.schedule.Peak, "lr", 5e-3, "peak Adam learning rate")
+	fs.IntVar(&o.schedule.Warmup, "warmup", 100, "steps over which the learning rate rises linearly to -lr")
+	fs.Float64Var(&o.schedule.Floor, "lr-floor", 0.1, "final learning rate as a fraction of -lr, reached by a cosine decay after the warmup (1: constant)")
+	fs.IntVar(&o.schedule.Steps, "lr-steps", 0, "step, counted from the start of training, at which the decay reaches -lr-floor; the rate stays there after it (0: the last step of this run)")
 	fs.Float64Var(&o.clip, "clip", 1, "largest global L2 norm of the gradients; larger ones are scaled down (0: no clipping)")
 	attention := fs.String("attention", "flash", "attention path: flash or naive")
-	fs.StringVar(&o.device, "device", "cpu", "cpu, or gpu in a binary built with -tags flashgpu")
+	device := fs.String("device", "cpu", "cpu, or gpu in a binary built with -tags flashgpu")
 	precision := fs.String("precision", "fp32", "float32 arithmetic of flash attention on the GPU: fp32, tf32, bf16 or fp16")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed for initialisation, batches and sampling")
 	fs.StringVar(&o.out, "out", "examples/transformer/out", "output directory")
-	fs.StringVar(&o.resume, "resume", "", "checkpoint to continue from; its architecture wins")
+	fs.StringVar(&o.resume, "resume", "", "checkpoint to continue from, with its optimiser state and learning-rate schedule (schedule flags given here replace the latter); its architecture wins")
 	fs.StringVar(&o.data, "data", defaultData, "training text (UTF-8)")
 	fs.Float64Var(&o.valFraction, "val", 0.1, "held-out fraction of the text, taken from its end")
 	fs.IntVar(&o.evalEvery, "eval-every", 50, "steps between validation losses and checkpoints")
@@ -73,7 +73,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.sampleLen, "sample", 400, "characters to sample at the end (0: none)")
 	fs.Float64Var(&o.temperature, "temperature", 0.8, "sampling temperature")
 	fs.StringVar(&o.prompt, "prompt", "\n", "text the sample starts from")
-	fs.BoolVar(&o.progress, "progress", true, "show a progress bar on stderr")
+	fs.BoolVar(&o.progress, "progress", true, "report progress on stderr: a bar on a terminal, else a line every -eval-every steps")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
@@ -83,11 +83,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	o.archSet = map[string]bool{}
+	o.archSet, o.scheduleSet = map[string]bool{}, map[string]bool{}
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
 		case "seq", "layers", "heads", "dim", "dtype":
 			o.archSet[f.Name] = true
+		case "lr", "warmup", "lr-floor", "lr-steps":
+			o.scheduleSet[f.Name] = true
 		}
 	})
 	o.arch.Dtype = *dtype
@@ -95,15 +97,18 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.attention, err = model.ParseAttention(*attention); err != nil {
 		return nil, fmt.Errorf("%w: -attention: %w", errUsage, err)
 	}
+	if o.device, err = model.ParseDevice(*device); err != nil {
+		return nil, fmt.Errorf("%w: -device: %w", errUsage, err)
+	}
 	prec, err := kernels.ParsePrecision(*precision)
 	if err != nil {
 		return nil, fmt.Errorf("%w: -precision: %w", errUsage, err)
 	}
 	if o.flashOpts, err = model.DeviceOptions(o.device, prec); err != nil {
-		return nil, fmt.Errorf("%w: -device: %w", errUsage, err)
+		return nil, fmt.Errorf("%w: -precision: %w", errUsage, err)
 	}
-	if o.device != "cpu" && o.attention == model.AttentionNaive {
-		return nil, fmt.Errorf("%w: -attention=naive runs on the CPU only (Gorgonia's own ops), not on -device=%s", errUsage, o.device)
+	if o.device != op.CPU && o.attention == model.AttentionNaive {
+		return nil, fmt.Errorf("%w: -attention=naive runs on the CPU only (Gorgonia's own ops), not on -device=%v", errUsage, o.device)
 	}
 	checks := []struct {
 		ok  bool
@@ -111,15 +116,17 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}{
 		{o.steps >= 0, fmt.Sprintf("-steps = %d, must not be negative", o.steps)},
 		{o.batch >= 1, fmt.Sprintf("-batch = %d, must be at least 1", o.batch)},
-		{o.lr > 0 && !math.IsInf(o.lr, 0), fmt.Sprintf("-lr = %v, must be positive and finite", o.lr)},
-		{o.warmup >= 0, fmt.Sprintf("-warmup = %d, must not be negative", o.warmup)},
-		{o.lrFloor >= 0 && o.lrFloor <= 1, fmt.Sprintf("-lr-floor = %v, must be between 0 and 1", o.lrFloor)},
+		{o.schedule.Peak > 0 && !math.IsInf(o.schedule.Peak, 0), fmt.Sprintf("-lr = %v, must be positive and finite", o.schedule.Peak)},
+		{o.schedule.Warmup >= 0, fmt.Sprintf("-warmup = %d, must not be negative", o.schedule.Warmup)},
+		{o.schedule.Floor >= 0 && o.schedule.Floor <= 1, fmt.Sprintf("-lr-floor = %v, must be between 0 and 1", o.schedule.Floor)},
+		{o.schedule.Steps >= 0, fmt.Sprintf("-lr-steps = %d, must not be negative", o.schedule.Steps)},
 		{o.clip >= 0 && !math.IsInf(o.clip, 0), fmt.Sprintf("-clip = %v, must not be negative", o.clip)},
 		{o.valFraction > 0 && o.valFraction < 1, fmt.Sprintf("-val = %v, must be between 0 and 1", o.valFraction)},
 		{o.evalEvery >= 1, fmt.Sprintf("-eval-every = %d, must be at least 1", o.evalEvery)},
 		{o.evalBatches >= 1, fmt.Sprintf("-eval-batches = %d, must be at least 1", o.evalBatches)},
 		{o.sampleLen >= 0, fmt.Sprintf("-sample = %d, must not be negative", o.sampleLen)},
-		{o.temperature > 0, fmt.Sprintf("-temperature = %v, must be positive", o.temperature)},
+		{o.temperature > 0 && !math.IsInf(o.temperature, 0), fmt.Sprintf("-temperature = %v, must be positive and finite", o.temperature)},
+		{o.prompt != "" || o.sampleLen == 0, "-prompt must not be empty"},
 		{o.out != "", "-out must not be empty"},
 	}
 	for _, c := range checks {
@@ -136,21 +143,4 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		}
 	}
 	return o, nil
-}
-
-// learningRate is the rate for the i-th step (from 0) of this run's o.steps:
-// a linear warmup over o.warmup steps to o.lr, then a cosine decay to
-// o.lr·o.lrFloor at the last step. A resumed run warms up again, as its Adam
-// moments start from zero again too.
-func (o *options) learningRate(i int) float64 {
-	if i < o.warmup {
-		return o.lr * float64(i+1) / float64(o.warmup)
-	}
-	decay := o.steps - o.warmup - 1
-	if decay <= 0 {
-		return o.lr
-	}
-	progress := float64(i-o.warmup) / float64(decay)
-	floor := o.lr * o.lrFloor
-	return floor + (o.lr-floor)*0.5*(1+math.Cos(math.Pi*progress))
 }

@@ -8,7 +8,8 @@
 //	go run ./examples/transformer -attention=naive    # same model, naive attention
 //	go run ./examples/transformer -resume examples/transformer/out/checkpoint.gob -steps 200
 //
-// It writes into -out: checkpoint.gob (loadable with -resume), loss.png
+// It writes into -out: checkpoint.gob (loadable with -resume: it holds the
+// optimiser's state too, so training continues where it stopped), loss.png
 // (training and validation loss) and sample.txt, and prints the sample.
 package main
 
@@ -18,6 +19,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/gorgonia-flash/flashattention/examples/transformer/model"
+	"github.com/gorgonia-flash/flashattention/op"
 )
 
 func main() {
@@ -36,10 +40,20 @@ func main() {
 }
 
 // run is the whole command; args exclude the program name.
-func run(args []string, stdout, stderr io.Writer) error {
+func run(args []string, stdout, stderr io.Writer) (err error) {
 	opts, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
+	}
+	// On the GPU, op.Attention opens a backend shared by all our graphs;
+	// it holds device memory until closed.
+	defer func() {
+		if cerr := op.CloseGPU(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("closing the GPU: %w", cerr))
+		}
+	}()
+	if err := model.CheckDevice(opts.flashOpts...); err != nil {
+		return fmt.Errorf("%w: -device=%v: %w", errUsage, opts.device, err)
 	}
 	return train(opts, stdout, stderr)
 }

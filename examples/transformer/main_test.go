@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"errors"
-	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gorgonia-flash/flashattention/examples/transformer/model"
 )
 
 const testData = "../../testdata/corpus/tinyshakespeare_head.txt"
@@ -28,13 +30,16 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"-attention=fast"}, `unknown attention "fast"`},
 		{[]string{"-device=tpu"}, `unknown device "tpu"`},
 		{[]string{"-precision=fp64"}, `precision "fp64"`},
-		{[]string{"-precision=bf16"}, "needs the GPU"},
+		{[]string{"-precision=bf16"}, "-precision: bf16 needs the GPU"},
 		{[]string{"-dim", "30", "-heads", "4"}, "not a multiple of heads"},
 		{[]string{"-steps", "-1"}, "-steps = -1"},
 		{[]string{"-batch", "0"}, "-batch = 0"},
 		{[]string{"-lr", "0"}, "-lr = 0"},
 		{[]string{"-warmup", "-1"}, "-warmup = -1"},
 		{[]string{"-lr-floor", "2"}, "-lr-floor = 2"},
+		{[]string{"-lr-steps", "-1"}, "-lr-steps = -1"},
+		{[]string{"-temperature", "Inf"}, "-temperature = +Inf"},
+		{[]string{"-prompt", ""}, "-prompt must not be empty"},
 		{[]string{"-clip", "-1"}, "-clip = -1"},
 		{[]string{"-val", "1"}, "-val = 1"},
 		{[]string{"-seq", "0"}, "seq = 0"},
@@ -70,8 +75,10 @@ func TestRunAndResume(t *testing.T) {
 			t.Errorf("%s was not written: %v", f, err)
 		}
 	}
-	if !strings.Contains(stdout.String(), "step 4:") || !strings.Contains(stdout.String(), "--- sample") {
-		t.Errorf("unexpected output:\n%s", stdout.String())
+	for _, want := range []string{"step 4:", "--- sample", "wrote checkpoint.gob, loss.png and sample.txt in " + out} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("output does not say %q:\n%s", want, stdout.String())
+		}
 	}
 
 	ck := filepath.Join(out, checkpointFile)
@@ -89,28 +96,80 @@ func TestRunAndResume(t *testing.T) {
 	}
 }
 
-func TestLearningRate(t *testing.T) {
-	o := &options{lr: 1e-2, warmup: 10, lrFloor: 0.1, steps: 111}
-	for _, tc := range []struct {
-		i    int
-		want float64
-	}{
-		{0, 1e-3},    // first warmup step
-		{9, 1e-2},    // warmup reaches the peak
-		{60, 5.5e-3}, // half way down the cosine
-		{110, 1e-3},  // the floor at the last step
-	} {
-		if got := o.learningRate(tc.i); math.Abs(got-tc.want) > 1e-12 {
-			t.Errorf("step %d: learning rate %v, want %v", tc.i, got, tc.want)
+// TestResumeContinuesTraining: 4 steps, then 2 more resumed from the
+// checkpoint, end with the same parameters and optimiser state, bit for
+// bit, as 6 steps in one run: the Adam moments, the step counter and the
+// learning-rate schedule (here past its warm-up, into the decay) carry over,
+// and the batches depend only on the seed and the step.
+func TestResumeContinuesTraining(t *testing.T) {
+	sched := []string{"-warmup", "2", "-lr", "1e-2", "-sample", "0"}
+	whole, split := t.TempDir(), t.TempDir()
+	if err := run(tiny(whole, append(sched, "-steps", "6")...), new(bytes.Buffer), new(bytes.Buffer)); err != nil {
+		t.Fatal(err)
+	}
+	// The first part is told where the schedule ends, as a run of 6 is.
+	if err := run(tiny(split, append(sched, "-steps", "4", "-lr-steps", "6")...), new(bytes.Buffer), new(bytes.Buffer)); err != nil {
+		t.Fatal(err)
+	}
+	var stdout bytes.Buffer
+	if err := run(tiny(split, "-steps", "2", "-sample", "0", "-resume", filepath.Join(split, checkpointFile)), &stdout, new(bytes.Buffer)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stdout.String(), "at step 4 (optimiser state and learning-rate schedule restored)") {
+		t.Errorf("resumed run does not say what it restored:\n%s", stdout.String())
+	}
+	want, got := loadCheckpoint(t, whole), loadCheckpoint(t, split)
+	if got.Adam.Steps != 6 || got.Schedule != want.Schedule {
+		t.Errorf("resumed: step %d, schedule %+v; uninterrupted: step %d, schedule %+v",
+			got.Adam.Steps, got.Schedule, want.Adam.Steps, want.Schedule)
+	}
+	for i, p := range want.Params {
+		if !slices.Equal(got.Params[i].F32, p.F32) {
+			t.Errorf("parameter %s differs between the resumed and the uninterrupted run", p.Name)
+		}
+		if !slices.Equal(got.Adam.M[i], want.Adam.M[i]) || !slices.Equal(got.Adam.V[i], want.Adam.V[i]) {
+			t.Errorf("Adam moments of %s differ between the resumed and the uninterrupted run", p.Name)
 		}
 	}
-	for i := 1; i < o.steps; i++ {
-		if a, b := o.learningRate(i-1), o.learningRate(i); (i < o.warmup && b <= a) || (i > o.warmup && b > a) {
-			t.Errorf("steps %d → %d: learning rate %v → %v is not warmup-then-decay", i-1, i, a, b)
-		}
+}
+
+func loadCheckpoint(t *testing.T, dir string) *model.Checkpoint {
+	t.Helper()
+	ck, err := model.LoadFile(filepath.Join(dir, checkpointFile))
+	if err != nil {
+		t.Fatal(err)
 	}
-	o.lrFloor = 1
-	if got := o.learningRate(80); got != o.lr {
-		t.Errorf("-lr-floor 1: learning rate %v, want the constant %v", got, o.lr)
+	return ck
+}
+
+// TestPromptCheckedBeforeTraining: a prompt the corpus's vocabulary cannot
+// encode is a usage error before the first step, not after the last.
+func TestPromptCheckedBeforeTraining(t *testing.T) {
+	out := t.TempDir()
+	var stdout bytes.Buffer
+	err := run(tiny(out, "-steps", "2", "-prompt", "€"), &stdout, new(bytes.Buffer))
+	if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "-prompt") {
+		t.Fatalf("got %v, want a usage error naming -prompt", err)
+	}
+	if _, err := os.Stat(filepath.Join(out, checkpointFile)); err == nil || strings.Contains(stdout.String(), "step 2:") {
+		t.Errorf("the model trained before the prompt was checked:\n%s", stdout.String())
+	}
+}
+
+// TestProgressInALog: progress written to a file or pipe (here a buffer)
+// comes as plain lines, never the bar's carriage-return redraws.
+func TestProgressInALog(t *testing.T) {
+	var stderr bytes.Buffer
+	if err := run(tiny(t.TempDir(), "-steps", "4", "-progress=true"), new(bytes.Buffer), &stderr); err != nil {
+		t.Fatal(err)
+	}
+	log := stderr.String()
+	if strings.Contains(log, "\r") {
+		t.Errorf("progress in a log contains carriage returns: %q", log)
+	}
+	for _, want := range []string{"step 2/4  loss ", "step 4/4  loss "} {
+		if !strings.Contains(log, want) {
+			t.Errorf("progress log does not have %q:\n%s", want, log)
+		}
 	}
 }

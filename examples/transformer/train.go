@@ -8,10 +8,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
-
-	"github.com/schollz/progressbar/v3"
-	G "gorgonia.org/gorgonia"
 
 	"github.com/gorgonia-flash/flashattention/examples/transformer/model"
 )
@@ -23,8 +21,20 @@ const (
 	sampleFile     = "sample.txt"
 )
 
-// adamBeta2 is the decay of Adam's second-moment average.
-const adamBeta2 = 0.99
+// Adam's constants. β₂ = 0.99 rather than the usual 0.999: with batches
+// this small, the slower second moment let loss spikes through at the
+// default rate (seen at 3e-3).
+const (
+	adamBeta1 = 0.9
+	adamBeta2 = 0.99
+	adamEps   = 1e-8
+)
+
+// batchStream marks the random streams of the training batches, one per
+// step (rand.NewPCG(seed, batchStream|step)), apart from the fixed streams
+// of validation and sampling. The batches of a step depend only on the seed
+// and the step, so a resumed run draws what the uninterrupted run would.
+const batchStream = 1 << 63
 
 // setup loads or creates the model and encodes the corpus with its vocabulary.
 func setup(o *options) (*model.Model, *model.Vocab, *model.Checkpoint, []int, error) {
@@ -76,6 +86,13 @@ func train(o *options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Checked before training, not after it: the vocabulary is known now.
+	var prompt []int
+	if o.sampleLen > 0 {
+		if prompt, err = vocab.Encode(o.prompt); err != nil {
+			return fmt.Errorf("%w: -prompt: %w", errUsage, err)
+		}
+	}
 	cfg := m.Config
 	trainToks, valToks := model.Split(tokens, o.valFraction)
 	if len(valToks) < cfg.Seq+1 || len(trainToks) < cfg.Seq+1 {
@@ -84,7 +101,7 @@ func train(o *options, stdout, stderr io.Writer) error {
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "model: %d layers, %d heads, dim %d, seq %d, vocab %d, %d parameters, %s, %s attention on %s\n",
+	fmt.Fprintf(stdout, "model: %d layers, %d heads, dim %d, seq %d, vocab %d, %d parameters, %s, %s attention on %v\n",
 		cfg.Layers, cfg.Heads, cfg.Dim, cfg.Seq, cfg.Vocab, m.NumParams(), cfg.Dtype, o.attention, o.device)
 	fmt.Fprintf(stdout, "data: %s, %d train / %d validation characters\n", o.data, len(trainToks), len(valToks))
 
@@ -118,14 +135,20 @@ func train(o *options, stdout, stderr io.Writer) error {
 		return sum / float64(len(valBatches)), nil
 	}
 
-	step0 := 0
+	solver := &model.Adam{Beta1: adamBeta1, Beta2: adamBeta2, Eps: adamEps}
+	sched := o.schedule
 	var history []model.LossPoint
 	if ck != nil {
-		step0, history = ck.Step, ck.History
-		fmt.Fprintf(stdout, "resumed from %s at step %d (Adam moments restart)\n", o.resume, step0)
+		solver.AdamState, history = ck.Adam, ck.History
+		sched = resumedSchedule(ck.Schedule, o)
+		fmt.Fprintf(stdout, "resumed from %s at step %d (optimiser state and learning-rate schedule restored)\n", o.resume, solver.Steps)
 	}
-	save := func(step int) error {
-		return m.Snapshot(vocab, step, history).SaveFile(filepath.Join(o.out, checkpointFile))
+	step0 := solver.Steps
+	if sched.Steps == 0 {
+		sched.Steps = step0 + o.steps
+	}
+	save := func() error {
+		return m.Snapshot(vocab, sched, solver.AdamState, history).SaveFile(filepath.Join(o.out, checkpointFile))
 	}
 	if ck == nil {
 		v, err := validate()
@@ -135,26 +158,14 @@ func train(o *options, stdout, stderr io.Writer) error {
 		history = append(history, model.LossPoint{Step: 0, Train: math.NaN(), Val: v})
 	}
 
-	// β₂ = 0.99 rather than 0.999: with batches this small, the slower second
-	// moment let loss spikes through at the default rate (seen at 3e-3).
-	// The learning rate is set before every step (learningRate).
-	solver := G.NewAdamSolver(G.WithLearnRate(o.lr), G.WithBeta2(adamBeta2))
-	rng := rand.New(rand.NewPCG(o.seed, uint64(step0)))
-	bar := progressbar.NewOptions(o.steps,
-		progressbar.OptionSetWriter(stderr),
-		progressbar.OptionSetVisibility(o.progress),
-		progressbar.OptionSetWidth(25),
-		progressbar.OptionShowCount(),
-		progressbar.OptionSetPredictTime(true),
-		progressbar.OptionThrottle(200*time.Millisecond),
-		progressbar.OptionShowElapsedTimeOnFinish(),
-	)
+	prog := newProgress(stderr, o.progress, step0, o.steps, o.evalEvery)
 	tokPerStep := o.batch * cfg.Seq
 	start := time.Now()
 	lastVal := history[len(history)-1].Val
 	var firstLoss, lastLoss float64
 	for i := range o.steps {
 		step := step0 + i + 1
+		rng := rand.New(rand.NewPCG(o.seed, batchStream|uint64(step)))
 		in, tg, err := model.Batch(trainToks, o.batch, cfg.Seq, rng)
 		if err != nil {
 			return err
@@ -169,7 +180,7 @@ func train(o *options, stdout, stderr io.Writer) error {
 		if _, err := trainG.ClipGradNorm(o.clip); err != nil {
 			return fmt.Errorf("step %d: %w", step, err)
 		}
-		G.WithLearnRate(o.learningRate(i))(solver)
+		solver.LR = sched.Rate(step - 1)
 		if err := trainG.Step(solver); err != nil {
 			return fmt.Errorf("step %d: optimiser: %w", step, err)
 		}
@@ -186,48 +197,72 @@ func train(o *options, stdout, stderr io.Writer) error {
 		}
 		history = append(history, point)
 		if (i+1)%o.evalEvery == 0 {
-			if err := save(step); err != nil {
+			if err := save(); err != nil {
 				return fmt.Errorf("saving the checkpoint: %w", err)
 			}
 		}
 		tps := float64((i+1)*tokPerStep) / time.Since(start).Seconds()
-		bar.Describe(fmt.Sprintf("loss %.3f  val %.3f  %.0f tok/s", loss, lastVal, tps))
-		if err := bar.Add(1); err != nil {
+		if err := prog.update(i, loss, lastVal, solver.LR, tps); err != nil {
 			return err
 		}
 	}
 	elapsed := time.Since(start)
-	if err := bar.Finish(); err != nil {
+	if err := prog.finish(); err != nil {
 		return err
 	}
-	fmt.Fprintln(stderr)
-	step := step0 + o.steps
-	if err := save(step); err != nil {
+	if err := save(); err != nil {
 		return fmt.Errorf("saving the checkpoint: %w", err)
 	}
 	if o.steps > 0 {
 		fmt.Fprintf(stdout, "step %d: train loss %.4f (first step %.4f), val loss %.4f, %.0f tok/s, %s\n",
-			step, lastLoss, firstLoss, lastVal, float64(o.steps*tokPerStep)/elapsed.Seconds(), elapsed.Round(time.Second))
+			solver.Steps, lastLoss, firstLoss, lastVal, float64(o.steps*tokPerStep)/elapsed.Seconds(), elapsed.Round(time.Second))
 	}
+	written := []string{checkpointFile}
 	var errs []error
 	if err := writeLossPlot(filepath.Join(o.out, lossPlotFile), history); err != nil {
 		errs = append(errs, fmt.Errorf("loss plot: %w", err))
+	} else {
+		written = append(written, lossPlotFile)
 	}
-	fmt.Fprintf(stdout, "wrote %s and %s in %s\n", checkpointFile, lossPlotFile, o.out)
 	if o.sampleLen > 0 {
-		if err := sample(m, vocab, o, stdout); err != nil {
+		if err := sample(m, vocab, prompt, o, stdout); err != nil {
 			errs = append(errs, fmt.Errorf("sampling: %w", err))
+		} else {
+			written = append(written, sampleFile)
 		}
 	}
+	fmt.Fprintf(stdout, "wrote %s in %s\n", joinAnd(written), o.out)
 	return errors.Join(errs...)
 }
 
-// sample prints and saves -sample characters continuing -prompt.
-func sample(m *model.Model, vocab *model.Vocab, o *options, stdout io.Writer) error {
-	prompt, err := vocab.Encode(o.prompt)
-	if err != nil {
-		return fmt.Errorf("-prompt: %w", err)
+// resumedSchedule is the checkpoint's learning-rate schedule with the
+// schedule flags given on this command line in place of its values.
+func resumedSchedule(s model.Schedule, o *options) model.Schedule {
+	for name := range o.scheduleSet {
+		switch name {
+		case "lr":
+			s.Peak = o.schedule.Peak
+		case "warmup":
+			s.Warmup = o.schedule.Warmup
+		case "lr-floor":
+			s.Floor = o.schedule.Floor
+		case "lr-steps":
+			s.Steps = o.schedule.Steps
+		}
 	}
+	return s
+}
+
+// joinAnd lists names as "a", "a and b" or "a, b and c".
+func joinAnd(names []string) string {
+	if len(names) == 1 {
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
+// sample prints and saves -sample characters continuing prompt.
+func sample(m *model.Model, vocab *model.Vocab, prompt []int, o *options, stdout io.Writer) error {
 	s, err := m.NewSampler(o.attention, o.flashOpts...)
 	if err != nil {
 		return err

@@ -9,19 +9,22 @@ import (
 	"slices"
 )
 
-// checkpointVersion changes whenever the gob layout below does.
-const checkpointVersion = 1
+// checkpointVersion changes whenever the gob layout below does. Version 1
+// had no Schedule and no Adam state; Restore refuses it rather than resume
+// with fresh moments and a restarted warm-up, which set training back.
+const checkpointVersion = 2
 
-// Checkpoint is everything needed to rebuild a trained model and continue
-// its loss curve. Optimiser moments are not saved: a resumed run restarts
-// Adam's averages (its bias correction makes the first steps cautious).
+// Checkpoint is everything needed to continue training where it stopped:
+// the model, its vocabulary, the optimiser's state and learning-rate
+// schedule, and the loss curve so far.
 type Checkpoint struct {
-	Version int
-	Config  Config
-	Vocab   string // Vocab.String()
-	Step    int    // optimiser steps taken so far
-	History []LossPoint
-	Params  []SavedParam
+	Version  int
+	Config   Config
+	Vocab    string // Vocab.String()
+	Schedule Schedule
+	Adam     AdamState // Adam.Steps is the number of optimiser steps taken
+	History  []LossPoint
+	Params   []SavedParam
 }
 
 // LossPoint is one point of the loss curve. Val is NaN where no validation
@@ -39,9 +42,14 @@ type SavedParam struct {
 	F64   []float64
 }
 
-// Snapshot copies the model's current parameters into a Checkpoint.
-func (m *Model) Snapshot(v *Vocab, step int, history []LossPoint) *Checkpoint {
-	ck := &Checkpoint{Version: checkpointVersion, Config: m.Config, Vocab: v.String(), Step: step, History: slices.Clone(history)}
+// Snapshot copies the model's current parameters and the training state
+// into a Checkpoint.
+func (m *Model) Snapshot(v *Vocab, sched Schedule, adam AdamState, history []LossPoint) *Checkpoint {
+	ck := &Checkpoint{
+		Version: checkpointVersion, Config: m.Config, Vocab: v.String(), Schedule: sched,
+		Adam:    AdamState{Steps: adam.Steps, M: cloneAll(adam.M), V: cloneAll(adam.V)},
+		History: slices.Clone(history),
+	}
 	for _, p := range m.params {
 		sp := SavedParam{Name: p.name, Shape: slices.Clone([]int(p.t.Shape()))}
 		switch d := p.t.Data().(type) {
@@ -55,8 +63,24 @@ func (m *Model) Snapshot(v *Vocab, step int, history []LossPoint) *Checkpoint {
 	return ck
 }
 
-// Restore builds the model and vocabulary a Checkpoint describes.
+func cloneAll(s [][]float64) [][]float64 {
+	if s == nil {
+		return nil
+	}
+	out := make([][]float64, len(s))
+	for i := range s {
+		out[i] = slices.Clone(s[i])
+	}
+	return out
+}
+
+// Restore builds the model and vocabulary a Checkpoint describes, and checks
+// that its Adam state fits the model's parameters.
 func (ck *Checkpoint) Restore() (*Model, *Vocab, error) {
+	if ck.Version < checkpointVersion {
+		return nil, nil, fmt.Errorf("checkpoint version %d predates saved optimiser state (version %d); "+
+			"resuming it would restart Adam and the learning-rate warm-up, so train afresh instead", ck.Version, checkpointVersion)
+	}
 	if ck.Version != checkpointVersion {
 		return nil, nil, fmt.Errorf("checkpoint version %d, this program reads version %d", ck.Version, checkpointVersion)
 	}
@@ -87,7 +111,31 @@ func (ck *Checkpoint) Restore() (*Model, *Vocab, error) {
 			return nil, nil, fmt.Errorf("checkpoint parameter %s holds %d values of %s, want %d", sp.Name, n, p.t.Dtype(), p.t.Shape().TotalSize())
 		}
 	}
+	if err := ck.checkAdam(m); err != nil {
+		return nil, nil, err
+	}
 	return m, v, nil
+}
+
+// checkAdam reports an Adam state that Adam.Step would reject later, in the
+// middle of training.
+func (ck *Checkpoint) checkAdam(m *Model) error {
+	a := ck.Adam
+	if a.Steps < 0 || (a.Steps == 0) != (a.M == nil) {
+		return fmt.Errorf("checkpoint has %d optimiser steps and moments for %d parameters", a.Steps, len(a.M))
+	}
+	if a.M == nil {
+		return nil
+	}
+	if len(a.M) != len(m.params) || len(a.V) != len(m.params) {
+		return fmt.Errorf("checkpoint has Adam moments for %d and %d parameters, the model %d", len(a.M), len(a.V), len(m.params))
+	}
+	for i, p := range m.params {
+		if n := p.t.Shape().TotalSize(); len(a.M[i]) != n || len(a.V[i]) != n {
+			return fmt.Errorf("checkpoint Adam moments of %s hold %d and %d values, want %d", p.name, len(a.M[i]), len(a.V[i]), n)
+		}
+	}
+	return nil
 }
 
 // Encode writes the checkpoint with encoding/gob.

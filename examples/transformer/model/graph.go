@@ -158,8 +158,8 @@ func (gr *Graph) Run(inputs, targets [][]int) (float64, error) {
 
 // zeroGrads clears the parameter gradients. The TapeMachine adds each run's
 // gradients into the parameters' bound dual values, and vm.Reset does not
-// clear them; Adam does after a step, but Run must not rely on a step having
-// happened.
+// clear them; Gorgonia's solvers do after a step, but Run must not rely on
+// a step having happened, nor on which solver made it.
 func (gr *Graph) zeroGrads() error {
 	if gr.grads == nil {
 		return nil

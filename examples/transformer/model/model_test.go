@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
@@ -158,7 +160,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	solver := G.NewAdamSolver(G.WithLearnRate(1e-2))
+	solver := &Adam{LR: 1e-2, Beta1: 0.9, Beta2: 0.99, Eps: 1e-8}
 	rng := rand.New(rand.NewPCG(11, 11))
 	for range 3 {
 		in, tg, err := Batch(toks, 4, cfg.Seq, rng)
@@ -173,8 +175,9 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		}
 	}
 	history := []LossPoint{{Step: 3, Train: 3.5, Val: math.NaN()}}
+	sched := Schedule{Peak: 1e-2, Warmup: 2, Floor: 0.1, Steps: 10}
 	var buf bytes.Buffer
-	if err := m.Snapshot(v, 3, history).Encode(&buf); err != nil {
+	if err := m.Snapshot(v, sched, solver.AdamState, history).Encode(&buf); err != nil {
 		t.Fatal(err)
 	}
 	ck, err := ReadCheckpoint(&buf)
@@ -185,8 +188,13 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v2.String() != v.String() || ck.Step != 3 || len(ck.History) != 1 || m2.Config != cfg {
-		t.Errorf("restored vocab %q, step %d, history %v, config %+v", v2, ck.Step, ck.History, m2.Config)
+	if v2.String() != v.String() || ck.Adam.Steps != 3 || len(ck.History) != 1 || m2.Config != cfg || ck.Schedule != sched {
+		t.Errorf("restored vocab %q, step %d, history %v, config %+v, schedule %+v", v2, ck.Adam.Steps, ck.History, m2.Config, ck.Schedule)
+	}
+	for i := range solver.M {
+		if !slices.Equal(ck.Adam.M[i], solver.M[i]) || !slices.Equal(ck.Adam.V[i], solver.V[i]) {
+			t.Fatalf("Adam moments of parameter %d changed in the round trip", i)
+		}
 	}
 	in, tg, err := Batch(toks, 2, cfg.Seq, rng)
 	if err != nil {
@@ -215,14 +223,41 @@ func TestRestoreRejectsMismatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ck := m.Snapshot(NewVocab("abc"), 0, nil)
+	ck := m.Snapshot(NewVocab("abc"), Schedule{}, AdamState{}, nil)
 	ck.Params[2].Shape = []int{5, 4}
 	if _, _, err := ck.Restore(); err == nil {
 		t.Error("Restore accepted a parameter of the wrong shape")
 	}
-	ck = m.Snapshot(NewVocab("ab"), 0, nil)
+	ck = m.Snapshot(NewVocab("ab"), Schedule{}, AdamState{}, nil)
 	if _, _, err := ck.Restore(); err == nil {
 		t.Error("Restore accepted a vocabulary of the wrong size")
+	}
+	ck = m.Snapshot(NewVocab("abc"), Schedule{}, AdamState{Steps: 1, M: [][]float64{{0}}, V: [][]float64{{0}}}, nil)
+	if _, _, err := ck.Restore(); err == nil {
+		t.Error("Restore accepted Adam moments of the wrong shape")
+	}
+}
+
+// TestRestoreRejectsVersion1: a checkpoint written before the optimiser
+// state was saved is refused with a message that says why, rather than
+// resumed with fresh moments.
+func TestRestoreRejectsVersion1(t *testing.T) {
+	m, err := New(Config{Vocab: 3, Seq: 4, Layers: 1, Heads: 1, Dim: 4, Dtype: "float64"}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck := m.Snapshot(NewVocab("abc"), Schedule{}, AdamState{}, nil)
+	ck.Version = 1
+	var buf bytes.Buffer
+	if err := ck.Encode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if ck, err = ReadCheckpoint(&buf); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = ck.Restore()
+	if err == nil || !strings.Contains(err.Error(), "version 1 predates saved optimiser state") {
+		t.Errorf("version 1: got %v, want an error saying it has no optimiser state", err)
 	}
 }
 
