@@ -225,15 +225,17 @@ __device__ void dkdv_1colblock(const Params& p) {
     // Only tiles where the first query misses some of the block's keys need
     // the causal mask.
     const bool masked = causal && visible_keys(q0, nq, nk, causal) < k0 + kBwdBK;
+    with_mask(masked, [&](auto kMasked) {
 #pragma unroll
-    for (int j = 0; j < kNS; ++j)
+      for (int j = 0; j < kNS; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = 8 * j + 2 * t + (e & 1);
-        float p = exp2f(s[j][e] * scale_log2 - lt[col] * kLog2e);
-        if (masked && key0 + 8 * (e >> 1) >= visible_keys(q0 + col, nq, nk, causal)) p = 0.f;
-        s[j][e] = p;
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int col = 8 * j + 2 * t + (e & 1);
+          float p = exp2f(s[j][e] * scale_log2 - lt[col] * kLog2e);
+          if (kMasked && key0 + 8 * (e >> 1) >= visible_keys(q0 + col, nq, nk, true)) p = 0.f;
+          s[j][e] = p;
+        }
+    });
     mma_pb<E, DP, kNS>(acc_dv, s, dot + bt_off<DP>(lane));
 
     float dp[kNS][4];
@@ -291,8 +293,10 @@ __device__ void dq_1rowblock(const Params& p) {
     const long long row = q0 + warp * 16 + g + 8 * h;
     const bool ok = row < nq;
     vis[h] = ok ? visible_keys(row, nq, nk, causal) : 0;
-    lse2[h] = ok ? static_cast<const float*>(p.lse)[bh * nq + row] * kLog2e : Math<float>::inf();
-    dr[h] = ok ? static_cast<const float*>(p.delta)[bh * nq + row] : 0.f;
+    // __ldg: read-only for the whole kernel, which nvcc cannot prove
+    // when the pointers come from p (it did from __restrict__ arguments).
+    lse2[h] = ok ? __ldg(static_cast<const float*>(p.lse) + bh * nq + row) * kLog2e : Math<float>::inf();
+    dr[h] = ok ? __ldg(static_cast<const float*>(p.delta) + bh * nq + row) : 0.f;
   }
   const long long vis_min = vis[0] < vis[1] ? vis[0] : vis[1];
   const long long kv_end = visible_keys((q0 + kBwdBQ < nq ? q0 + kBwdBQ : nq) - 1, nq, nk, causal);

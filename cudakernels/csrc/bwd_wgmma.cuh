@@ -302,15 +302,17 @@ __device__ void dkdv_colblock(const Params& p) {
     // Only steps where the first query misses some of the block's keys need
     // the causal mask.
     const bool masked = causal && visible_keys(q0, nq, nk, causal) < k0 + kBwdBlock;
+    with_mask(masked, [&](auto kMasked) {
 #pragma unroll
-    for (int j = 0; j < kNS; ++j)
+      for (int j = 0; j < kNS; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = 8 * j + 2 * t + (e & 1);
-        float p = exp2f(s[j][e] * scale_log2 - lt[col]);
-        if (masked && key0 + 8 * (e >> 1) >= visible_keys(q0 + col, nq, nk, causal)) p = 0.f;
-        s[j][e] = p;
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int col = 8 * j + 2 * t + (e & 1);
+          float p = exp2f(s[j][e] * scale_log2 - lt[col]);
+          if (kMasked && key0 + 8 * (e >> 1) >= visible_keys(q0 + col, nq, nk, true)) p = 0.f;
+          s[j][e] = p;
+        }
+    });
     uint32_t pf[STEP / E::kK][4];
     to_frags<E>(pf, s);
     mbar_wait(tfull(ts), (i / TST) & 1);
@@ -390,8 +392,10 @@ __device__ void dq_rowblock(const Params& p) {
   for (int h = 0; h < 2; ++h) {
     const long long row = row0 + 8 * h;
     vis[h] = row < nq ? visible_keys(row, nq, nk, causal) : 0;
-    l2[h] = lse2[bh * nq_pad + row];
-    dr[h] = dpad[bh * nq_pad + row];
+    // __ldg: read-only for the whole kernel, which nvcc cannot prove
+    // when the pointers come from p (it did from __restrict__ arguments).
+    l2[h] = __ldg(lse2 + bh * nq_pad + row);
+    dr[h] = __ldg(dpad + bh * nq_pad + row);
   }
   const long long vis_min = vis[0] < vis[1] ? vis[0] : vis[1];
   const long long kv_end = visible_keys((q0 + kBwdBlock < nq ? q0 + kBwdBlock : nq) - 1, nq, nk, causal);
