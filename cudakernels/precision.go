@@ -2,6 +2,7 @@ package cudakernels
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/gorgonia-flash/flashattention/kernels"
 )
@@ -28,7 +29,8 @@ var (
 	// serve (a head dimension, precision or device it has no kernel for).
 	// For a head dimension it comes together with kernels.ErrInvalidParams.
 	ErrUnsupported = errors.New("cudakernels: unsupported")
-	// ErrOutOfMemory is wrapped when a device allocation fails for lack of
-	// memory.
-	ErrOutOfMemory = errors.New("cudakernels: out of device memory")
+	// ErrOutOfMemory is wrapped when a device (or page-locked host)
+	// allocation fails for lack of memory. It wraps kernels.ErrOutOfMemory,
+	// so callers can test for either.
+	ErrOutOfMemory = fmt.Errorf("cudakernels: out of device memory: %w", kernels.ErrOutOfMemory)
 )

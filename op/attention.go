@@ -15,6 +15,13 @@ import (
 // rejects. It is kernels.ErrInvalidParams, which backends wrap too.
 var ErrInvalidInput = kernels.ErrInvalidParams
 
+// ErrOutOfMemory is wrapped by the error a run returns when its results or
+// work space cannot be allocated: host memory checked before allocating
+// (the Go memory limit, the cgroup limit and the memory the system has
+// available), or device memory on the GPU. It is kernels.ErrOutOfMemory,
+// which cudakernels.ErrOutOfMemory wraps too.
+var ErrOutOfMemory = kernels.ErrOutOfMemory
+
 // Cause returns the op's own error from an error that a Gorgonia VM
 // returned while running the graph, so that errors.Is and errors.As see the
 // op's sentinels (cudakernels.ErrOutOfMemory, ErrInvalidInput, …). Gorgonia

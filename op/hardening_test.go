@@ -3,6 +3,8 @@ package op_test
 import (
 	"errors"
 	"math"
+	"runtime/debug"
+	"runtime/metrics"
 	"testing"
 
 	"github.com/gorgonia-flash/flashattention/kernels"
@@ -191,4 +193,30 @@ func maxRelErr(a, b []float64) float64 {
 		m = max(m, math.Abs(b[i]))
 	}
 	return e / max(m, 1e-300)
+}
+
+// TestOutOfMemoryIsAnError runs attention under a Go memory limit too low
+// for its result: the run must fail with an error wrapping ErrOutOfMemory
+// (checked before allocating), and the process go on.
+func TestOutOfMemoryIsAnError(t *testing.T) {
+	const n, d = 8192, 64 // q is 4 MiB of float64
+	g := gorgonia.NewGraph()
+	val := tensor.New(tensor.WithShape(1, 1, n, d), tensor.WithBacking(make([]float64, n*d)))
+	q := gorgonia.NewTensor(g, tensor.Float64, 4, gorgonia.WithShape(1, 1, n, d), gorgonia.WithName("q"), gorgonia.WithValue(val))
+	if _, err := op.Attention(q, q, q); err != nil {
+		t.Fatal(err)
+	}
+	m := gorgonia.NewTapeMachine(g)
+	defer m.Close()
+
+	// A limit 1 MiB above what the runtime holds now leaves no room for a
+	// 4 MiB output.
+	s := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+	metrics.Read(s)
+	held := int64(s[0].Value.Uint64()) - int64(s[1].Value.Uint64())
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(held + 1<<20))
+	err := m.RunAll()
+	if !errors.Is(op.Cause(err), op.ErrOutOfMemory) {
+		t.Fatalf("RunAll under a tight memory limit: %v, want an error wrapping ErrOutOfMemory", err)
+	}
 }
