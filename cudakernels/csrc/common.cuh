@@ -139,18 +139,21 @@ __device__ __forceinline__ void finish_row(const Params& p, long long bh, long l
   const int t = threadIdx.x % 4;
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
-  if (row >= p.nq) return;
+  // p's fields into registers first: p lives in parameter space, which the
+  // stores to O could alias as far as nvcc knows, so reading p.dim in the
+  // column loop reloaded it per column.
+  const long long nq = p.nq, dim = p.dim;
+  if (row >= nq) return;
   const float inv = any_key ? 1.f / l : 0.f;
   float* orow = head_of(static_cast<float*>(p.o), bh, p.h, p.o_batch_stride, p.o_head_stride) + row * p.o_row_stride;
+  float* lse = static_cast<float*>(p.lse);
 #pragma unroll
   for (int n = 0; n < NO; ++n) {
     const int col = n * 8 + 2 * t;
-    if (col < p.dim) orow[col] = acc[n][2 * half] * inv;
-    if (col + 1 < p.dim) orow[col + 1] = acc[n][2 * half + 1] * inv;
+    if (col < dim) orow[col] = acc[n][2 * half] * inv;
+    if (col + 1 < dim) orow[col + 1] = acc[n][2 * half + 1] * inv;
   }
-  if (t == 0)
-    static_cast<float*>(p.lse)[bh * p.nq + row] =
-        any_key ? (m + log2f(l)) * 0.6931471805599453f : Math<float>::inf();
+  if (t == 0) lse[bh * nq + row] = any_key ? (m + log2f(l)) * 0.6931471805599453f : Math<float>::inf();
 }
 
 // require_launch traps when the host launched a kernel with another block size

@@ -105,14 +105,15 @@ __device__ void fwd_rowblock(const Params& p) {
     for (int s = 0; s < 2 && s < n_tiles; ++s) load_kv(s, s);
   }
 
-  // Rows of this thread: g and g + 8 of its warp's 16.
+  // Rows of this thread: g and g + 8 of its warp's 16, and the keys each
+  // sees (none past nq), counted once here: the loop then compares key
+  // indices with registers instead of redoing the causal clamp per tile.
   auto row_of = [&](int r) { return q0 + wg * 64 + warp * 16 + g + 8 * r; };
-  auto vis_of = [&](int r) {
-    const long long row = row_of(r);
-    return row < nq ? visible_keys(row, nq, nk, causal) : 0;
-  };
-  // The fewest keys either row sees (a row past nq sees none).
-  const long long n_vis_min = row_of(1) >= nq ? 0 : vis_of(0);
+  long long vis[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) vis[r] = row_of(r) < nq ? visible_keys(row_of(r), nq, nk, causal) : 0;
+  // Tiles wholly below the fewest keys either row sees need no mask.
+  const int n_unmasked = static_cast<int>((vis[0] < vis[1] ? vis[0] : vis[1]) / BK);
 
   const float scale_log2 = static_cast<float>(p.scale) * 1.4426950408889634f;
   float m[2] = {-kInf, -kInf}, l[2] = {0.f, 0.f};  // l: this thread's partial sums
@@ -141,21 +142,15 @@ __device__ void fwd_rowblock(const Params& p) {
 
     // Online softmax in log2 units, as in fwd_mma.cuh: element e of tile j
     // is row e/2, key k0 + 8j + 2t + (e & 1).
+    with_mask(it >= n_unmasked, [&](auto kMasked) {
 #pragma unroll
-    for (int j = 0; j < kNS; ++j)
+      for (int j = 0; j < kNS; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[j][e] *= scale_log2;
-    if (k0 + BK > n_vis_min) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const long long nv = vis_of(r);
-#pragma unroll
-        for (int j = 0; j < kNS; ++j)
-#pragma unroll
-          for (int c = 0; c < 2; ++c)
-            if (k0 + j * 8 + 2 * t + c >= nv) s[j][2 * r + c] = -kInf;
-      }
-    }
+        for (int e = 0; e < 4; ++e) {
+          s[j][e] *= scale_log2;
+          if (kMasked && k0 + j * 8 + 2 * t + (e & 1) >= vis[e / 2]) s[j][e] = -kInf;
+        }
+    });
     float ref[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -206,7 +201,7 @@ __device__ void fwd_rowblock(const Params& p) {
 
   // Epilogue: O = acc / l and LSE, row by row.
 #pragma unroll
-  for (int r = 0; r < 2; ++r) finish_row(p, bh, row_of(r), vis_of(r) > 0, acc, r, m[r], l[r]);
+  for (int r = 0; r < 2; ++r) finish_row(p, bh, row_of(r), vis[r] > 0, acc, r, m[r], l[r]);
 }
 
 }  // namespace sm90
