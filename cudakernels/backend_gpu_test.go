@@ -45,7 +45,7 @@ func newTestBackend(t testing.TB, opts ...Option) *Backend {
 }
 
 func TestConformanceFP32(t *testing.T) {
-	conformance.Run(t, newTestBackend(t), FP32)
+	conformance.Run(t, newTestBackend(t), FP32, conformance.MaskedNaNMayPropagate())
 }
 
 func randn[T kernels.Float](rng *rand.Rand, n int) []T {

@@ -29,21 +29,18 @@
 //
 // A causal mask is bottom-right aligned, as in FlashAttention ≥ 2.1: query
 // row i sees key j if and only if j ≤ i + (Nk − Nq). When Nq > Nk the first
-// Nq − Nk rows see no key at all. Such a row has LSE = +Inf, output 0 and
-// gradient 0 (its dQ row is 0 and it adds nothing to dK or dV), never NaN,
-// whatever q, k, v and do hold; a backend must not divide by a zero row sum.
-// Whether a row is such a row is decided by the mask alone
-// (Params.VisibleKeys(i) == 0), never from a row sum of 0 or a maximum of
-// −Inf, which other rows can reach too.
+// Nq − Nk rows see no key at all. Such a row has LSE = +Inf and output 0,
+// never NaN, whatever q, k, v and do hold; with finite inputs its gradient
+// is 0 too (its dQ row is 0 and it adds nothing to dK or dV). A backend
+// must not divide by a zero row sum. Whether a row is such a row is decided
+// by the mask alone (Params.VisibleKeys(i) == 0), never from a row sum of 0
+// or a maximum of −Inf, which other rows can reach too.
 //
-// A key a row does not see never influences that row, even when it holds
-// NaN or ±Inf: masked probabilities are exactly 0, and a backend must not
-// let 0·Inf or 0·NaN in a blocked product carry a masked key's values into
-// a row, or a row's values into a masked key's gradients.
+// # NaN and infinities
 //
-// Every other row follows IEEE arithmetic on the formulas above, as the
-// naive computation does, with LSE the value of log Σ_j exp(S_ij) over the
-// visible keys:
+// NaN never becomes a number. Every row that sees a key follows IEEE
+// arithmetic on the formulas above, as the naive computation does, with
+// LSE the value of log Σ_j exp(S_ij) over the visible keys:
 //
 //   - a NaN among the row's scores (a NaN in its q, or in a key it sees)
 //     gives O = NaN and LSE = NaN for the row;
@@ -54,8 +51,21 @@
 //
 // Gradients follow the backward formulas from the saved LSE in the same
 // way: a row whose O or LSE is NaN gets a NaN dQ row and spreads NaN into
-// dK and dV of every key it sees. Only the pattern of NaN and ±Inf is part
-// of the contract; finite elements are compared with the usual tolerances.
+// dK and dV of every key it sees. The contract is the pattern: where the
+// naive float64 computation gives NaN, a backend gives NaN; where it gives
+// ±Inf, the same infinity or NaN (an infinity that meets another inside a
+// blocked sum, ∞ − ∞, becomes NaN); finite elements are compared with the
+// usual tolerances.
+//
+// The naive computation never touches a masked (row, key) pair. The CPU
+// backend keeps that too: a masked key's NaN or ±Inf never reaches the row,
+// and a row's never reaches a key it does not see. Tiled GPU kernels do not:
+// they multiply the zero probabilities of a tile that the causal mask cuts
+// with every key, value and row of the tile, and 0·NaN = 0·Inf = NaN. With
+// non-finite inputs under a causal mask they may therefore give NaN where
+// the naive result is finite (never the reverse), as FlashAttention does;
+// conformance.MaskedNaNMayPropagate states this exception in the suite.
+// Rows that see no key still get O = 0 and LSE = +Inf there.
 //
 // # Saved state
 //
