@@ -6,7 +6,7 @@
 //
 // The GPU code builds only with the tag flashgpu (not Gorgonia's cuda tag):
 //
-//	eval "$(../shared/tools/cuda-sdk.sh)"   # cuda.h and a libcuda stub for cgo
+//	eval "$(.ci/cuda-sdk.sh)"   # cuda.h and a libcuda stub for cgo
 //	go test -c -tags flashgpu -o .gpu/cudakernels.test ./cudakernels
 //
 // Without the tag the package holds only Precision, its errors and the
@@ -34,7 +34,12 @@
 // kernels.NaiveForward does: a NaN score makes the row's output and LSE NaN,
 // and a row whose visible scores are all −Inf gets O = NaN (0/0) and
 // LSE = −Inf. The backward recomputes P = exp(S − LSE), so such rows give NaN
-// gradients. Each call copies its host slices to the
+// gradients. One exception to the naive pattern, allowed by package
+// kernels: under a causal mask, a NaN or ±Inf input inside a tile that the
+// mask cuts meets the tile's masked probabilities, 0, in the tensor-core
+// (and CUDA-core) products, so NaN can appear where the naive result is
+// finite; rows that see no key still get O = 0 and LSE = +Inf. Each call
+// copies its host slices to the
 // device, runs the kernels and copies the results back; nothing of size
 // Nq×Nk is allocated. The copies go through page-locked staging memory on two
 // streams, in chunks of (batch, head) pairs, so that one chunk's copies
