@@ -48,11 +48,7 @@ func (b *mmaBackward) scratchBytes(p kernels.Params) int64 { return b.carve(p, 0
 // launch converts Q, K, V and dO into buf.scratch, then enqueues the dK/dV
 // and the dQ kernels. buf.delta must already hold D.
 func (b *mmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Stream) error {
-	gridK, err := gridFor(p, p.Nk, b.c.rows)
-	if err != nil {
-		return err
-	}
-	gridQ, err := gridFor(p, p.Nq, b.c.rows)
+	gridK, gridQ, err := backwardGrids(p, b.c.rows)
 	if err != nil {
 		return err
 	}

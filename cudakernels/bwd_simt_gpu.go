@@ -35,11 +35,7 @@ func loadSimtBackward(mod cu.Module, c choice, maxSmem int) (*simtBackward, erro
 func (b *simtBackward) scratchBytes(kernels.Params) int64 { return 0 }
 
 func (b *simtBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Stream) error {
-	gridK, err := gridFor(p, p.Nk, b.c.rows)
-	if err != nil {
-		return err
-	}
-	gridQ, err := gridFor(p, p.Nq, b.c.rows)
+	gridK, gridQ, err := backwardGrids(p, b.c.rows)
 	if err != nil {
 		return err
 	}

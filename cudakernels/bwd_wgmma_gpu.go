@@ -68,11 +68,7 @@ func (b *wgmmaBackward) scratchBytes(p kernels.Params) int64 {
 // launch converts the inputs into images in buf.scratch, then enqueues the
 // dK/dV and the dQ kernels. buf.delta must already hold D.
 func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Stream) error {
-	gridK, err := gridFor(p, p.Nk, b.c.rows)
-	if err != nil {
-		return err
-	}
-	gridQ, err := gridFor(p, p.Nq, b.c.rows)
+	gridK, gridQ, err := backwardGrids(p, b.c.rows)
 	if err != nil {
 		return err
 	}

@@ -76,6 +76,16 @@ func gridFor(p kernels.Params, rows, tile int) (int, error) {
 	return int(n), nil
 }
 
+// backwardGrids returns the grids of a backward's two kernels: blocks of
+// rows keys for dK and dV, blocks of rows queries for dQ.
+func backwardGrids(p kernels.Params, rows int) (gridK, gridQ int, err error) {
+	if gridK, err = gridFor(p, p.Nk, rows); err != nil {
+		return 0, 0, err
+	}
+	gridQ, err = gridFor(p, p.Nq, rows)
+	return gridK, gridQ, err
+}
+
 // lookup finds name in mod and allows it smem bytes of dynamic shared
 // memory.
 func lookup(mod cu.Module, name string, smem, maxSmem int) (cu.Function, error) {
