@@ -14,17 +14,23 @@ namespace simt {
 
 // dot_do_o computes D_i = Σ_d dO_id·O_id, one thread per query row of the
 // b·h·nq rows, with the fma chain the other kernels use for dP = dO·V (see
-// simt_tile.cuh).
+// simt_tile.cuh). The sizes are read once and the row split in 32 bits (a
+// tensor has at most kernels.MaxElements < 2³¹ elements, so b·h·nq fits);
+// O and dO are read through the read-only path (__ldg), as the loads of
+// restrict-qualified arguments were before Params: each thread walks its
+// own row, so a warp's loads are 32 rows apart and gain from that cache.
 template <typename T>
 __device__ void dot_do_o(const Params& p) {
+  const long long rows = p.b * p.h * p.nq, dim = p.dim;
   const long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (row >= p.b * p.h * p.nq) return;
-  const long long bh = row / p.nq, i = row % p.nq;
+  if (row >= rows) return;
+  const unsigned nq = static_cast<unsigned>(p.nq);
+  const unsigned bh = static_cast<unsigned>(row) / nq, i = static_cast<unsigned>(row) - bh * nq;
   const T* o = head_of(static_cast<const T*>(p.o), bh, p.h, p.o_batch_stride, p.o_head_stride) + i * p.o_row_stride;
   const T* dout =
       head_of(static_cast<const T*>(p.dout), bh, p.h, p.dout_batch_stride, p.dout_head_stride) + i * p.dout_row_stride;
   T acc = T(0);
-  for (long long d = 0; d < p.dim; ++d) acc = Math<T>::fma(dout[d], o[d], acc);
+  for (long long d = 0; d < dim; ++d) acc = Math<T>::fma(__ldg(dout + d), __ldg(o + d), acc);
   static_cast<T*>(p.delta)[row] = acc;
 }
 
