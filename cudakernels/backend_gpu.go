@@ -232,7 +232,8 @@ func forward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse []T,
 		tq, tk, tv := staged[T]{host: q, per: p.Nq * p.D}, staged[T]{host: k, per: p.Nk * p.D}, staged[T]{host: v, per: p.Nk * p.D}
 		to, tl := staged[T]{host: o, per: p.Nq * p.D}, staged[T]{host: lse, per: p.Nq}
 		all := []*staged[T]{&tq, &tk, &tv, &to, &tl}
-		hc := b.xfer.chunkHeads(bh, headBytes(all))
+		hb := headBytes(all)
+		hc := capScratch(b.xfer.chunkHeads(bh, hb), f.scratchBytes(chunkParams(p, 1)), hb)
 		sb := f.scratchBytes(chunkParams(p, hc))
 		var scratch [slots]cu.DevicePtr
 		parts := []part{{&scratch[0], sb}, {&scratch[1], sb}}
@@ -300,7 +301,12 @@ func backward[T kernels.Float](b *Backend, p kernels.Params, st *deviceState, q,
 		}
 		out := []*staged[T]{&tdq, &tdk, &tdv}
 		slotted := append(append(append([]*staged[T](nil), in...), &tdelta), out...)
-		hc := b.xfer.chunkHeads(bh, headBytes(append(append([]*staged[T](nil), in...), out...)))
+		hb := headBytes(append(append([]*staged[T](nil), in...), out...))
+		perHead, err := backwardScratchBytes[T](b, chunkParams(p, 1))
+		if err != nil {
+			return err
+		}
+		hc := capScratch(b.xfer.chunkHeads(bh, hb), perHead, hb)
 		sb, err := backwardScratchBytes[T](b, chunkParams(p, hc))
 		if err != nil {
 			return err
