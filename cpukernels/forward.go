@@ -14,10 +14,13 @@ type forwardScratch[T kernels.Float] struct {
 	acc []T // Br×D: unnormalised output
 	m   []T // Br: running row maximum
 	l   []T // Br: running row sum of exp(S − m)
+	tmp []T // Bc: the softcap's exponentials
 }
 
 // forwardScratchLen is the number of elements of one forwardScratch.
-func forwardScratchLen(d int) int { return 2*blockRows*d + blockRows*blockCols + 2*blockRows }
+func forwardScratchLen(d int) int {
+	return 2*blockRows*d + blockRows*blockCols + 2*blockRows + blockCols
+}
 
 func newForwardScratch[T kernels.Float](d int) *forwardScratch[T] {
 	return &forwardScratch[T]{
@@ -26,6 +29,7 @@ func newForwardScratch[T kernels.Float](d int) *forwardScratch[T] {
 		acc: make([]T, blockRows*d),
 		m:   make([]T, blockRows),
 		l:   make([]T, blockRows),
+		tmp: make([]T, blockCols),
 	}
 }
 
@@ -33,7 +37,7 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 	if err := kernels.CheckForward(p, q, k, v, o, lse); err != nil {
 		return err
 	}
-	heads := p.B * p.H
+	heads, kvHeads := p.B*p.H, p.B*p.KVHeads()
 	kBlocks := ceilDiv(p.Nk, blockCols)
 	qBlocks := ceilDiv(p.Nq, blockRows)
 	nScratch := max(1, min(workers, heads*qBlocks))
@@ -49,7 +53,7 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 	// however short the sequences: padding every head to Bc keys would
 	// multiply it by Bc when Nk = 1.
 	kt := make([]T, p.KLen())
-	parallelFor(workers, heads*kBlocks, func(_, unit int) {
+	parallelFor(workers, kvHeads*kBlocks, func(_, unit int) {
 		bh, kb := unit/kBlocks, unit%kBlocks
 		at := (bh*p.Nk + kb*blockCols) * p.D
 		w := min(blockCols, p.Nk-kb*blockCols)
@@ -65,18 +69,20 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 		bh, qb := unit/qBlocks, unit%qBlocks
 		row0 := qb * blockRows
 		rows := min(blockRows, p.Nq-row0)
-		qOff, kOff := (bh*p.Nq+row0)*p.D, bh*p.Nk*p.D
-		forwardRowBlock(ops, scratch[w], p, row0, rows,
+		// Query heads of a group read their key head where it is: K and V
+		// are never repeated.
+		qOff, kOff := (bh*p.Nq+row0)*p.D, p.KVHead(bh)*p.Nk*p.D
+		forwardRowBlock(ops, scratch[w], p, bh%p.H, row0, rows,
 			q[qOff:qOff+rows*p.D], kt[kOff:kOff+p.Nk*p.D], v[kOff:kOff+p.Nk*p.D],
 			o[qOff:qOff+rows*p.D], lse[bh*p.Nq+row0:bh*p.Nq+row0+rows])
 	})
 	return nil
 }
 
-// forwardRowBlock computes rows [row0, row0+rows) of one head: q and o hold
-// those rows, kt is the head's Kᵀ by key blocks (D×w each) and v its V
-// (Nk×D).
-func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p kernels.Params, row0, rows int, q, kt, v, o, lse []T) {
+// forwardRowBlock computes rows [row0, row0+rows) of query head h (of H):
+// q and o hold those rows, kt is its key head's Kᵀ by key blocks (D×w
+// each) and v its V (Nk×D).
+func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p kernels.Params, h, row0, rows int, q, kt, v, o, lse []T) {
 	d := p.D
 	scale := T(p.Scale)
 	copy(sc.qs, q)
@@ -86,9 +92,13 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p k
 	for r := range rows {
 		sc.m[r], sc.l[r] = negInf, 0
 	}
-	// Rows see keys in increasing order, so the last row bounds the loop.
-	keys := p.VisibleKeys(row0 + rows - 1)
-	for col0 := 0; col0 < keys; col0 += blockCols {
+	// Each row sees a contiguous key range whose bounds grow with the row,
+	// so the first row's start and the last row's end bound the key blocks
+	// the unit visits: a window of w keys costs about w + Br + Bc keys per
+	// row, not Nk.
+	first, _ := p.KeyRange(row0)
+	_, keys := p.KeyRange(row0 + rows - 1)
+	for col0 := first / blockCols * blockCols; col0 < keys; col0 += blockCols {
 		cols := min(blockCols, keys-col0)
 		s := sc.s[:rows*blockCols]
 		for r := range rows {
@@ -96,26 +106,32 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p k
 		}
 		// S = (scale·Q)·Kᵀ for this key block.
 		ops.gemm(rows, cols, d, sc.qs, d, kt[col0*d:], min(blockCols, p.Nk-col0), s, blockCols)
+		cut := false
 		for r := range rows {
 			sr := s[r*blockCols : r*blockCols+cols]
-			// Keys past the row's causal limit are masked; only the last
-			// blocks of a causal row are ever cut. Their probabilities are
-			// exactly 0, whatever their scores (even NaN) were.
-			seen := min(cols, max(0, p.VisibleKeys(row0+r)-col0))
-			clear(sr[seen:])
-			if seen > 0 {
-				onlineSoftmax(ops, sc, r, sr[:seen], d)
+			// Keys outside the row's range are masked. Their probabilities
+			// are exactly 0, whatever their scores (even NaN) were.
+			lo, hi := p.KeyRange(row0 + r)
+			from, to := clampRange(lo, hi, col0, cols)
+			cut = cut || from > 0 || to < cols
+			clear(sr[:from])
+			clear(sr[to:])
+			if from == to {
+				continue
 			}
+			modifyScores(ops, sc.tmp, p, h, row0+r, col0+from, sr[from:to])
+			onlineSoftmax(ops, sc, r, sr[from:to], d)
 		}
 		// acc += P·V for this key block.
 		vb := v[col0*d : (col0+cols)*d]
-		if p.Causal && col0+cols-1 > row0+p.Nk-p.Nq && !allFinite(vb) {
-			// The first rows do not see the last keys of this block, and a
-			// masked P of 0 times an infinite or NaN value would still be
-			// NaN: each row takes only the keys it sees.
+		if cut && !allFinite(vb) {
+			// Some rows do not see some keys of this block, and a masked P
+			// of 0 times an infinite or NaN value would still be NaN: each
+			// row takes only the keys it sees.
 			for r := range rows {
-				if seen := min(cols, max(0, p.VisibleKeys(row0+r)-col0)); seen > 0 {
-					ops.gemm(1, d, seen, s[r*blockCols:], blockCols, vb, d, sc.acc[r*d:], d)
+				lo, hi := p.KeyRange(row0 + r)
+				if from, to := clampRange(lo, hi, col0, cols); to > from {
+					ops.gemm(1, d, to-from, s[r*blockCols+from:], blockCols, vb[from*d:], d, sc.acc[r*d:], d)
 				}
 			}
 			continue
@@ -138,6 +154,17 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p k
 			or[i] = x * inv
 		}
 		lse[r] = sc.m[r] + T(math.Log(float64(sc.l[r])))
+	}
+}
+
+// modifyScores applies the softcap and ALiBi of p, in that order, to the
+// scaled scores s of row i of query head h against keys j0, j0+1, ….
+func modifyScores[T kernels.Float](ops mathOps[T], tmp []T, p kernels.Params, h, i, j0 int, s []T) {
+	if p.Softcap != 0 {
+		softcapScores(ops, s, T(p.Softcap), tmp, nil)
+	}
+	if p.ALiBi != nil {
+		alibiRow(s, T(p.ALiBi[h]), i+p.Nk-p.Nq, j0)
 	}
 }
 
