@@ -66,6 +66,7 @@ type queryHead[T kernels.Float] struct {
 	h             int
 	q, do, lse    []T
 	qsT, doT, dqT []T
+	finite        []bool // per query block: Q and dO hold no NaN or ±Inf
 }
 
 func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, do, dq, dk, dv []T) error {
@@ -81,6 +82,9 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 		return err
 	}
 	qsT, doT := make([]T, aug), make([]T, aug)
+	// Whether each query block's Q and dO are finite, asked by every tile
+	// the masks cut (most tiles of a narrow window), is found once here.
+	rowsFinite := make([]bool, heads*qBlocks)
 	scale := T(p.Scale)
 	parallelFor(workers, heads*qBlocks, func(_, unit int) {
 		bh, qb := unit/qBlocks, unit%qBlocks
@@ -91,6 +95,7 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 		qs, dot := qsT[packed:packed+da*rows], doT[packed:packed+da*rows]
 		transpose(rows, d, q[at:], d, qs, rows)
 		transpose(rows, d, do[at:], d, dot, rows)
+		rowsFinite[unit] = allFinite(q[at:at+rows*d]) && allFinite(do[at:at+rows*d])
 		for i := range d * rows {
 			qs[i] *= scale
 		}
@@ -136,9 +141,10 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 			qOff := bh * p.Nq * d
 			qhs[x] = queryHead[T]{
 				h: bh % p.H, q: q[qOff : qOff+p.Nq*d], do: do[qOff : qOff+p.Nq*d], lse: lse[bh*p.Nq : (bh+1)*p.Nq],
-				qsT: qsT[bh*p.Nq*da : (bh+1)*p.Nq*da],
-				doT: doT[bh*p.Nq*da : (bh+1)*p.Nq*da],
-				dqT: dqT[c][qOff : qOff+p.Nq*d],
+				qsT:    qsT[bh*p.Nq*da : (bh+1)*p.Nq*da],
+				doT:    doT[bh*p.Nq*da : (bh+1)*p.Nq*da],
+				dqT:    dqT[c][qOff : qOff+p.Nq*d],
+				finite: rowsFinite[bh*qBlocks : (bh+1)*qBlocks],
 			}
 		}
 		for kb := c * perChunk; kb < min(kBlocks, (c+1)*perChunk); kb++ {
@@ -192,7 +198,7 @@ func backwardKeyBlock[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p
 					}
 				}
 				qi, doi := qh.q[row0*d:(row0+rows)*d], qh.do[row0*d:(row0+rows)*d]
-				if keysFinite == 0 || !allFinite(qi) || !allFinite(doi) {
+				if keysFinite == 0 || !qh.finite[row0/blockRows] {
 					// A masked P or dS of 0 times an infinite or NaN operand
 					// would still be NaN, so each product takes only the
 					// visible pairs.

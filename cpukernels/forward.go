@@ -53,11 +53,15 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 	// however short the sequences: padding every head to Bc keys would
 	// multiply it by Bc when Nk = 1.
 	kt := make([]T, p.KLen())
+	// Whether each key block's V is finite, asked by every tile the masks
+	// cut (most tiles of a narrow window), is found once here.
+	vFinite := make([]bool, kvHeads*kBlocks)
 	parallelFor(workers, kvHeads*kBlocks, func(_, unit int) {
 		bh, kb := unit/kBlocks, unit%kBlocks
 		at := (bh*p.Nk + kb*blockCols) * p.D
 		w := min(blockCols, p.Nk-kb*blockCols)
 		transpose(w, p.D, k[at:], p.D, kt[at:], w)
+		vFinite[unit] = allFinite(v[at : at+w*p.D])
 	})
 
 	scratch := make([]*forwardScratch[T], nScratch)
@@ -71,8 +75,9 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 		rows := min(blockRows, p.Nq-row0)
 		// Query heads of a group read their key head where it is: K and V
 		// are never repeated.
-		qOff, kOff := (bh*p.Nq+row0)*p.D, p.KVHead(bh)*p.Nk*p.D
-		forwardRowBlock(ops, scratch[w], p, bh%p.H, row0, rows,
+		kvh := p.KVHead(bh)
+		qOff, kOff := (bh*p.Nq+row0)*p.D, kvh*p.Nk*p.D
+		forwardRowBlock(ops, scratch[w], p, bh%p.H, row0, rows, vFinite[kvh*kBlocks:(kvh+1)*kBlocks],
 			q[qOff:qOff+rows*p.D], kt[kOff:kOff+p.Nk*p.D], v[kOff:kOff+p.Nk*p.D],
 			o[qOff:qOff+rows*p.D], lse[bh*p.Nq+row0:bh*p.Nq+row0+rows])
 	})
@@ -81,8 +86,9 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 
 // forwardRowBlock computes rows [row0, row0+rows) of query head h (of H):
 // q and o hold those rows, kt is its key head's Kᵀ by key blocks (D×w
-// each) and v its V (Nk×D).
-func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p kernels.Params, h, row0, rows int, q, kt, v, o, lse []T) {
+// each) and v its V (Nk×D), vFinite whether each of its key blocks of V is
+// finite.
+func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p kernels.Params, h, row0, rows int, vFinite []bool, q, kt, v, o, lse []T) {
 	d := p.D
 	scale := T(p.Scale)
 	copy(sc.qs, q)
@@ -99,38 +105,42 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p k
 	first, _ := p.KeyRange(row0)
 	_, keys := p.KeyRange(row0 + rows - 1)
 	for col0 := first / blockCols * blockCols; col0 < keys; col0 += blockCols {
-		cols := min(blockCols, keys-col0)
+		// The tile covers keys [c0, c0+cols): the block, less the keys no
+		// row of the unit sees at its ends, so that a window that starts
+		// inside a block does not pay for the whole block.
+		c0 := max(col0, first)
+		cols := min(col0+blockCols, keys) - c0
 		s := sc.s[:rows*blockCols]
 		for r := range rows {
 			clear(s[r*blockCols : r*blockCols+cols])
 		}
 		// S = (scale·Q)·Kᵀ for this key block.
-		ops.gemm(rows, cols, d, sc.qs, d, kt[col0*d:], min(blockCols, p.Nk-col0), s, blockCols)
+		ops.gemm(rows, cols, d, sc.qs, d, kt[col0*d+c0-col0:], min(blockCols, p.Nk-col0), s, blockCols)
 		cut := false
 		for r := range rows {
 			sr := s[r*blockCols : r*blockCols+cols]
 			// Keys outside the row's range are masked. Their probabilities
 			// are exactly 0, whatever their scores (even NaN) were.
 			lo, hi := p.KeyRange(row0 + r)
-			from, to := clampRange(lo, hi, col0, cols)
+			from, to := clampRange(lo, hi, c0, cols)
 			cut = cut || from > 0 || to < cols
 			clear(sr[:from])
 			clear(sr[to:])
 			if from == to {
 				continue
 			}
-			modifyScores(ops, sc.tmp, p, h, row0+r, col0+from, sr[from:to])
+			modifyScores(ops, sc.tmp, p, h, row0+r, c0+from, sr[from:to])
 			onlineSoftmax(ops, sc, r, sr[from:to], d)
 		}
 		// acc += P·V for this key block.
-		vb := v[col0*d : (col0+cols)*d]
-		if cut && !allFinite(vb) {
+		vb := v[c0*d : (c0+cols)*d]
+		if cut && !vFinite[col0/blockCols] {
 			// Some rows do not see some keys of this block, and a masked P
 			// of 0 times an infinite or NaN value would still be NaN: each
 			// row takes only the keys it sees.
 			for r := range rows {
 				lo, hi := p.KeyRange(row0 + r)
-				if from, to := clampRange(lo, hi, col0, cols); to > from {
+				if from, to := clampRange(lo, hi, c0, cols); to > from {
 					ops.gemm(1, d, to-from, s[r*blockCols+from:], blockCols, vb[from*d:], d, sc.acc[r*d:], d)
 				}
 			}
