@@ -36,12 +36,13 @@ type backwardScratch[T kernels.Float] struct {
 	dst    []T // Bc×Br: dPᵀ − D, then scale·dSᵀ
 	dk, dv []T // Bc×D: accumulators for the key block
 	tmp    []T // Br: the softcap's exponentials
+	tab    []T // Br+Bc: the tile's ALiBi terms (alibiTable)
 	grad   []T // Br: the softcap's derivative along one key's rows
 }
 
 // backwardScratchLen is the number of elements of one backwardScratch.
 func backwardScratchLen(d int) int {
-	return 2*blockCols*(d+1) + d*blockCols + 2*blockCols*blockRows + 2*blockCols*d + 2*blockRows
+	return 2*blockCols*(d+1) + d*blockCols + 2*blockCols*blockRows + 2*blockCols*d + 3*blockRows + blockCols
 }
 
 func newBackwardScratch[T kernels.Float](d int) *backwardScratch[T] {
@@ -50,7 +51,7 @@ func newBackwardScratch[T kernels.Float](d int) *backwardScratch[T] {
 		kt: make([]T, d*blockCols),
 		pt: make([]T, blockCols*blockRows), dst: make([]T, blockCols*blockRows),
 		dk: make([]T, blockCols*d), dv: make([]T, blockCols*d),
-		tmp: make([]T, blockRows), grad: make([]T, blockRows),
+		tmp: make([]T, blockRows), grad: make([]T, blockRows), tab: make([]T, blockRows+blockCols),
 	}
 }
 
@@ -228,6 +229,12 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p ker
 	// Sᵀ − LSE (Sᵀ with a softcap) and dPᵀ − D, one row per key.
 	ops.gemm(cols, rows, da, sc.ka, da, qsT, rows, pt, blockRows)
 	ops.gemm(cols, rows, da, sc.va, da, doT, rows, dst, blockRows)
+	// Key col0+c, row row0+r reads the ALiBi term tab[r + cols−1−c]: its
+	// a − j is row0+r+Nk−Nq − (col0+c).
+	var tab []T
+	if p.ALiBi != nil {
+		tab = alibiTable(sc.tab, T(p.ALiBi[qh.h]), col0+cols-1-row0-p.Nk+p.Nq, rows+cols-1)
+	}
 	cut := false
 	for c := range cols {
 		j := col0 + c
@@ -251,13 +258,8 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p ker
 				vis[r] -= qh.lse[row0+from+r]
 			}
 		}
-		if p.ALiBi != nil {
-			// ALiBi along a key's rows: a = row + Nk − Nq moves with the row.
-			slope := T(p.ALiBi[qh.h])
-			for r := range vis {
-				a := row0 + from + r + p.Nk - p.Nq
-				vis[r] -= slope * T(max(a-j, j-a))
-			}
+		if tab != nil {
+			subtract(vis, tab[cols-1-c+from:])
 		}
 		ops.expShift(vis, 0) // P = exp(S − LSE)
 		// scale·dS = scale·P∘(dP − D), scale folded in once here rather

@@ -15,11 +15,12 @@ type forwardScratch[T kernels.Float] struct {
 	m   []T // Br: running row maximum
 	l   []T // Br: running row sum of exp(S − m)
 	tmp []T // Bc: the softcap's exponentials
+	tab []T // Br+Bc: the tile's ALiBi terms (alibiTable)
 }
 
 // forwardScratchLen is the number of elements of one forwardScratch.
 func forwardScratchLen(d int) int {
-	return 2*blockRows*d + blockRows*blockCols + 2*blockRows + blockCols
+	return 2*blockRows*d + blockRows*blockCols + 3*blockRows + 2*blockCols
 }
 
 func newForwardScratch[T kernels.Float](d int) *forwardScratch[T] {
@@ -30,6 +31,7 @@ func newForwardScratch[T kernels.Float](d int) *forwardScratch[T] {
 		m:   make([]T, blockRows),
 		l:   make([]T, blockRows),
 		tmp: make([]T, blockCols),
+		tab: make([]T, blockRows+blockCols),
 	}
 }
 
@@ -84,7 +86,9 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 	return nil
 }
 
-// forwardRowBlock computes rows [row0, row0+rows) of query head h (of H):
+// forwardRowBlock computes rows [row0, row0+rows) of query head h (of H),
+// whose scores it softcaps and lowers by ALiBi (in that order) before the
+// online softmax:
 // q and o hold those rows, kt is its key head's Kᵀ by key blocks (D×w
 // each) and v its V (Nk×D), vFinite whether each of its key blocks of V is
 // finite.
@@ -116,6 +120,12 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p k
 		}
 		// S = (scale·Q)·Kᵀ for this key block.
 		ops.gemm(rows, cols, d, sc.qs, d, kt[col0*d+c0-col0:], min(blockCols, p.Nk-col0), s, blockCols)
+		// Row r, key c0+x reads the ALiBi term tab[x + rows−1−r]: its
+		// a − j is row0+r+Nk−Nq − (c0+x).
+		var tab []T
+		if p.ALiBi != nil {
+			tab = alibiTable(sc.tab, T(p.ALiBi[h]), row0+p.Nk-p.Nq-c0+rows-1, rows+cols-1)
+		}
 		cut := false
 		for r := range rows {
 			sr := s[r*blockCols : r*blockCols+cols]
@@ -129,7 +139,12 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p k
 			if from == to {
 				continue
 			}
-			modifyScores(ops, sc.tmp, p, h, row0+r, c0+from, sr[from:to])
+			if p.Softcap != 0 {
+				softcapScores(ops, sr[from:to], T(p.Softcap), sc.tmp, nil)
+			}
+			if tab != nil {
+				subtract(sr[from:to], tab[rows-1-r+from:])
+			}
 			onlineSoftmax(ops, sc, r, sr[from:to], d)
 		}
 		// acc += P·V for this key block.
@@ -164,17 +179,6 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p k
 			or[i] = x * inv
 		}
 		lse[r] = sc.m[r] + T(math.Log(float64(sc.l[r])))
-	}
-}
-
-// modifyScores applies the softcap and ALiBi of p, in that order, to the
-// scaled scores s of row i of query head h against keys j0, j0+1, ….
-func modifyScores[T kernels.Float](ops mathOps[T], tmp []T, p kernels.Params, h, i, j0 int, s []T) {
-	if p.Softcap != 0 {
-		softcapScores(ops, s, T(p.Softcap), tmp, nil)
-	}
-	if p.ALiBi != nil {
-		alibiRow(s, T(p.ALiBi[h]), i+p.Nk-p.Nq, j0)
 	}
 }
 

@@ -37,14 +37,23 @@ func softcapScores[T kernels.Float](ops mathOps[T], s []T, c T, tmp, grad []T) {
 	}
 }
 
-// alibiRow subtracts slope·|a − j| from the scores s of keys j = j0, j0+1, …
-// of one row whose aligned position is a.
-func alibiRow[T kernels.Float](s []T, slope T, a, j0 int) {
-	for x := range s {
-		d := a - j0 - x
-		if d < 0 {
-			d = -d
-		}
-		s[x] -= slope * T(d)
+// alibiTable fills tab[u] = slope·|d0 − u| for u in [0, n). A tile's ALiBi
+// term slope·|a − j| depends only on a − j, which is constant along the
+// tile's diagonals, so one table of rows + cols − 1 entries serves the
+// whole tile: each row (or each key's column) subtracts a contiguous slice
+// of it, with no per-score absolute value or conversion.
+func alibiTable[T kernels.Float](tab []T, slope T, d0, n int) []T {
+	tab = tab[:n]
+	for u := range tab {
+		tab[u] = slope * T(max(d0-u, u-d0))
+	}
+	return tab
+}
+
+// subtract sets s[i] −= t[i].
+func subtract[T kernels.Float](s, t []T) {
+	t = t[:len(s)]
+	for i := range s {
+		s[i] -= t[i]
 	}
 }
