@@ -30,19 +30,19 @@ func keyChunks(p kernels.Params) int {
 
 // backwardScratch is one worker's tiles; nothing in it depends on N.
 type backwardScratch[T kernels.Float] struct {
-	ka, va []T // Bc×(D+1): K_j and V_j with a column of ones
-	kt     []T // D×Bc: K_jᵀ
-	pt     []T // Bc×Br: Sᵀ − LSE, then Pᵀ
-	dst    []T // Bc×Br: dPᵀ − D, then scale·dSᵀ
-	dk, dv []T // Bc×D: accumulators for the key block
-	tmp    []T // Br: the softcap's exponentials
-	tab    []T // Br+Bc: the tile's ALiBi terms (alibiTable)
-	grad   []T // Br: the softcap's derivative along one key's rows
+	ka, va []T       // Bc×(D+1): K_j and V_j with a column of ones
+	kt     []T       // D×Bc: K_jᵀ
+	pt     []T       // Bc×Br: Sᵀ − LSE, then Pᵀ
+	dst    []T       // Bc×Br: dPᵀ − D, then scale·dSᵀ
+	dk, dv []T       // Bc×D: accumulators for the key block
+	tmp    []float64 // Br: the softcap's exponentials, in float64 (softcapScores)
+	tab    []T       // Br+Bc: the tile's ALiBi terms (alibiTable)
+	grad   []T       // Br: the softcap's derivative along one key's rows
 }
 
 // backwardScratchLen is the number of elements of one backwardScratch.
 func backwardScratchLen(d int) int {
-	return 2*blockCols*(d+1) + d*blockCols + 2*blockCols*blockRows + 2*blockCols*d + 3*blockRows + blockCols
+	return 2*blockCols*(d+1) + d*blockCols + 2*blockCols*blockRows + 2*blockCols*d + 4*blockRows + blockCols // tmp counted as 2·Br: float64 in a float32 call
 }
 
 func newBackwardScratch[T kernels.Float](d int) *backwardScratch[T] {
@@ -51,7 +51,7 @@ func newBackwardScratch[T kernels.Float](d int) *backwardScratch[T] {
 		kt: make([]T, d*blockCols),
 		pt: make([]T, blockCols*blockRows), dst: make([]T, blockCols*blockRows),
 		dk: make([]T, blockCols*d), dv: make([]T, blockCols*d),
-		tmp: make([]T, blockRows), grad: make([]T, blockRows), tab: make([]T, blockRows+blockCols),
+		tmp: make([]float64, blockRows), grad: make([]T, blockRows), tab: make([]T, blockRows+blockCols),
 	}
 }
 
@@ -253,7 +253,7 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p ker
 		var grad []T
 		if p.Softcap != 0 {
 			grad = sc.grad[:len(vis)]
-			softcapScores(ops, vis, T(p.Softcap), sc.tmp, grad)
+			softcapScores(vis, T(p.Softcap), sc.tmp, grad)
 			for r := range vis {
 				vis[r] -= qh.lse[row0+from+r]
 			}

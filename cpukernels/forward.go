@@ -9,18 +9,18 @@ import (
 
 // forwardScratch is one worker's tiles; nothing in it depends on N.
 type forwardScratch[T kernels.Float] struct {
-	qs  []T // Br×D: the query tile pre-multiplied by scale
-	s   []T // Br×Bc: scores, then probabilities
-	acc []T // Br×D: unnormalised output
-	m   []T // Br: running row maximum
-	l   []T // Br: running row sum of exp(S − m)
-	tmp []T // Bc: the softcap's exponentials
-	tab []T // Br+Bc: the tile's ALiBi terms (alibiTable)
+	qs  []T       // Br×D: the query tile pre-multiplied by scale
+	s   []T       // Br×Bc: scores, then probabilities
+	acc []T       // Br×D: unnormalised output
+	m   []T       // Br: running row maximum
+	l   []T       // Br: running row sum of exp(S − m)
+	tmp []float64 // Bc: the softcap's exponentials, in float64 (softcapScores)
+	tab []T       // Br+Bc: the tile's ALiBi terms (alibiTable)
 }
 
 // forwardScratchLen is the number of elements of one forwardScratch.
 func forwardScratchLen(d int) int {
-	return 2*blockRows*d + blockRows*blockCols + 3*blockRows + 2*blockCols
+	return 2*blockRows*d + blockRows*blockCols + 3*blockRows + 3*blockCols // tmp counted as 2·Bc: float64 in a float32 call
 }
 
 func newForwardScratch[T kernels.Float](d int) *forwardScratch[T] {
@@ -30,7 +30,7 @@ func newForwardScratch[T kernels.Float](d int) *forwardScratch[T] {
 		acc: make([]T, blockRows*d),
 		m:   make([]T, blockRows),
 		l:   make([]T, blockRows),
-		tmp: make([]T, blockCols),
+		tmp: make([]float64, blockCols),
 		tab: make([]T, blockRows+blockCols),
 	}
 }
@@ -140,7 +140,7 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p k
 				continue
 			}
 			if p.Softcap != 0 {
-				softcapScores(ops, sr[from:to], T(p.Softcap), sc.tmp, nil)
+				softcapScores(sr[from:to], T(p.Softcap), sc.tmp, nil)
 			}
 			if tab != nil {
 				subtract(sr[from:to], tab[rows-1-r+from:])

@@ -1,6 +1,7 @@
 package cpukernels
 
 import (
+	"github.com/gorgonia-flash/flashattention/internal/simd"
 	"github.com/gorgonia-flash/flashattention/kernels"
 )
 
@@ -13,27 +14,35 @@ func clampRange(lo, hi, base, n int) (from, to int) {
 }
 
 // softcapScores replaces each s[i] by c·tanh(s[i]/c) and, when grad is not
-// nil, stores 1 − tanh² (the derivative) in grad[i]. tanh is computed as
-// 1 − 2/(1 + e) with e = exp(2s/c) through the vectorised exponential,
-// with no branch on the sign (a branch per score, taken at random, cost
-// more than the arithmetic): an e that overflows to +Inf gives exactly 1,
-// and e = 0 gives −1, as tanh(±∞) = ±1; NaN stays NaN. tmp is scratch of
-// len(s).
-func softcapScores[T kernels.Float](ops mathOps[T], s []T, c T, tmp, grad []T) {
-	tmp = tmp[:len(s)]
-	copy(tmp, s)
-	ops.scale(tmp, 2/c)
-	ops.expShift(tmp, 0)
+// nil, stores 1 − tanh² (the derivative) in grad[i]. w is float64 scratch
+// of len(s).
+//
+// tanh(x) is 1 − 2/(1 + e) with e = exp(2x), through the vectorised
+// exponential and with no branch on the sign (a branch per score, taken at
+// random, cost more than the arithmetic): an e that overflows to +Inf
+// gives exactly 1, e = 0 gives −1, as tanh(±∞) = ±1, and NaN stays NaN.
+// That form has an absolute error of a few rounding units, so c·tanh(s/c)
+// errs by a few units of c rather than of the result; in float32 that was
+// four times the error of a naive float32 computation on the softcap
+// golden case. So it is computed in float64 whatever T is, and rounded
+// once at the end.
+func softcapScores[T kernels.Float](s []T, c T, w []float64, grad []T) {
+	w = w[:len(s)]
+	c64 := float64(c)
+	for i, x := range s {
+		w[i] = float64(x) * (2 / c64)
+	}
+	simd.ExpShift64(w, 0)
 	if grad == nil {
-		for i, e := range tmp {
-			s[i] = c * (1 - 2/(1+e))
+		for i, e := range w {
+			s[i] = T(c64 * (1 - 2/(1+e)))
 		}
 		return
 	}
 	grad = grad[:len(s)]
-	for i, e := range tmp {
+	for i, e := range w {
 		t := 1 - 2/(1+e)
-		s[i], grad[i] = c*t, 1-t*t
+		s[i], grad[i] = T(c64*t), T(1-t*t)
 	}
 }
 
