@@ -12,6 +12,9 @@ import (
 // ALiBi), so that a caller gets an error wrapping ErrUnsupported rather
 // than plain attention's result for another problem.
 func checkPlain(p kernels.Params) error {
+	if p.IsPlain() {
+		return nil
+	}
 	var used []string
 	if p.KVHeads() != p.H {
 		used = append(used, fmt.Sprintf("grouped-query attention (Hkv = %d, H = %d)", p.KVHeads(), p.H))
@@ -24,9 +27,6 @@ func checkPlain(p kernels.Params) error {
 	}
 	if p.ALiBi != nil {
 		used = append(used, "ALiBi")
-	}
-	if len(used) == 0 {
-		return nil
 	}
 	return fmt.Errorf("%w: %s: not yet on the GPU; run it on the CPU backend", ErrUnsupported, strings.Join(used, ", "))
 }

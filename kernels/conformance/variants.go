@@ -17,10 +17,12 @@ func alibiSlopes(h int) []float64 {
 }
 
 // variantCase is one problem of the variant sweep; qGain multiplies the
-// random queries, to make scores large where the softcap must bite.
+// random queries, to make scores large where the softcap must bite, and
+// plant, when set, puts NaN or ±Inf into the inputs.
 type variantCase struct {
 	p     kernels.Params
 	qGain float32
+	plant func(pr problem)
 }
 
 // variantParams lists the variant sweep: odd sizes with Nq = Nk and Nq ≠ Nk
@@ -44,7 +46,7 @@ func variantParams(short bool) []variantCase {
 				if n[0] > 255 || n[1] > 517 {
 					p.B = 1
 				}
-				cs = append(cs, variantCase{p, gain})
+				cs = append(cs, variantCase{p: p, qGain: gain})
 			}
 		}
 	}
@@ -60,6 +62,29 @@ func variantParams(short bool) []variantCase {
 	add(kernels.Params{B: 2, H: 4, D: 40, ALiBi: alibiSlopes(4)}, 1)
 	add(kernels.Params{B: 2, H: 4, Hkv: 2, D: 40, Window: kernels.Window{On: true, Left: 70, Right: 9},
 		Softcap: 5, ALiBi: alibiSlopes(4)}, 3)
+	return append(cs, nonFiniteVariants()...)
+}
+
+// nonFiniteVariants plant NaN and ±Inf where a window (and GQA) cut the
+// tiles: a NaN key and an infinite value that only some rows of a tile
+// see, and a NaN query row whose NaN must reach only the keys in its
+// window. The pattern of NaN and ±Inf must be the reference's exactly, as
+// in the plain non-finite cases (a backend that claims the variants makes
+// no MaskedNaNMayPropagate exception for them).
+func nonFiniteVariants() []variantCase {
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	var cs []variantCase
+	for _, causal := range []bool{false, true} {
+		p := kernels.Params{B: 1, H: 4, Hkv: 2, Nq: 300, Nk: 260, D: 32, Scale: 0.2, Causal: causal,
+			Window: kernels.Window{On: true, Left: 40, Right: 70}}
+		cs = append(cs, variantCase{p: p, qGain: 1, plant: func(pr problem) {
+			d := pr.p.D
+			pr.k[(0*pr.p.Nk+150)*d+3] = nan // key head 0, key 150
+			pr.v[(1*pr.p.Nk+20)*d+5] = inf  // key head 1, key 20
+			pr.q[(2*pr.p.Nq+200)*d+1] = nan // query head 2, row 200
+			pr.do[(3*pr.p.Nq+10)*d] = -inf  // query head 3, row 10: no key when causal
+		}})
+	}
 	return cs
 }
 
@@ -73,6 +98,9 @@ func testVariants(t *testing.T, b kernels.Backend, prec kernels.Precision, o opt
 			pr := randomProblem(c.p, uint64(2000+i))
 			for j := range pr.q {
 				pr.q[j] *= c.qGain
+			}
+			if c.plant != nil {
+				c.plant(pr)
 			}
 			checkProblem(t, b, prec, pr)
 		})
