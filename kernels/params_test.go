@@ -76,3 +76,73 @@ func TestParsePrecision(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyRangeMatchesMask compares KeyRange and QueryRange with the mask of
+// the package documentation, pair by pair, for windows that are one-sided,
+// empty for some rows, and combined with the causal mask.
+func TestKeyRangeMatchesMask(t *testing.T) {
+	windows := []Window{{}, {On: true, Left: 0, Right: 0}, {On: true, Left: 3, Right: -1},
+		{On: true, Left: -1, Right: 2}, {On: true, Left: 4, Right: 1}, {On: true, Left: -1, Right: -1}}
+	for _, w := range windows {
+		for _, causal := range []bool{false, true} {
+			for _, n := range [][2]int{{7, 7}, {3, 9}, {9, 3}} {
+				p := Params{Nq: n[0], Nk: n[1], Causal: causal, Window: w}
+				for i := range p.Nq {
+					lo, hi := p.KeyRange(i)
+					a := i + p.Nk - p.Nq
+					for j := range p.Nk {
+						want := (!causal || j <= a) &&
+							(!w.On || w.Left < 0 || j >= a-w.Left) && (!w.On || w.Right < 0 || j <= a+w.Right)
+						if got := lo <= j && j < hi; got != want {
+							t.Fatalf("%+v: row %d key %d: KeyRange [%d, %d), visible %v", p, i, j, lo, hi, want)
+						}
+						qlo, qhi := p.QueryRange(j)
+						if got := qlo <= i && i < qhi; got != want {
+							t.Fatalf("%+v: key %d row %d: QueryRange [%d, %d), visible %v", p, j, i, qlo, qhi, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestValidateVariants(t *testing.T) {
+	good := Params{B: 1, H: 4, Nq: 3, Nk: 4, D: 8, Scale: 0.5, Hkv: 2,
+		Window: Window{On: true, Left: -1, Right: 0}, Softcap: 20, ALiBi: []float64{1, 2, 3, 4}}
+	if err := good.Validate(); err != nil {
+		t.Fatalf("valid params: %v", err)
+	}
+	bad := map[string]func(p *Params){
+		"Hkv 3 of 4":          func(p *Params) { p.Hkv = 3 },
+		"Hkv > H":             func(p *Params) { p.Hkv = 8 },
+		"Hkv < 0":             func(p *Params) { p.Hkv = -1 },
+		"left < -1":           func(p *Params) { p.Window.Left = -2 },
+		"right < -1":          func(p *Params) { p.Window.Right = -5 },
+		"bounds of no window": func(p *Params) { p.Window = Window{Left: 3} },
+		"negative softcap":    func(p *Params) { p.Softcap = -1 },
+		"NaN softcap":         func(p *Params) { p.Softcap = math.NaN() },
+		"Inf softcap":         func(p *Params) { p.Softcap = math.Inf(1) },
+		"3 slopes":            func(p *Params) { p.ALiBi = []float64{1, 2, 3} },
+		"NaN slope":           func(p *Params) { p.ALiBi = []float64{1, math.NaN(), 3, 4} },
+		"Inf slope":           func(p *Params) { p.ALiBi = []float64{1, 2, math.Inf(-1), 4} },
+	}
+	for name, mutate := range bad {
+		p := good
+		mutate(&p)
+		if err := p.Validate(); !errors.Is(err, ErrInvalidParams) {
+			t.Errorf("%s: got %v, want an error wrapping ErrInvalidParams", name, err)
+		}
+	}
+	if good.KLen() != 1*2*4*8 {
+		t.Errorf("KLen = %d with Hkv = 2, want %d", good.KLen(), 2*4*8)
+	}
+	for bh, want := range []int{0, 0, 1, 1} {
+		if got := good.KVHead(bh); got != want {
+			t.Errorf("KVHead(%d) = %d, want %d", bh, got, want)
+		}
+	}
+	if !good.Equal(good) || good.Equal(Params{}) || (Params{}).Equal(Params{ALiBi: []float64{}}) {
+		t.Error("Equal does not tell Params apart")
+	}
+}
