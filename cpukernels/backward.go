@@ -35,9 +35,20 @@ type backwardScratch[T kernels.Float] struct {
 	pt     []T       // Bc×Br: Sᵀ − LSE, then Pᵀ
 	dst    []T       // Bc×Br: dPᵀ − D, then scale·dSᵀ
 	dk, dv []T       // Bc×D: accumulators for the key block
-	tmp    []float64 // Br: the softcap's exponentials, in float64 (softcapScores)
-	tab    []T       // Br+Bc: the tile's ALiBi terms (alibiTable)
-	grad   []T       // Br: the softcap's derivative along one key's rows
+	tmp    []float64 // Br: the softcap's exponentials, in float64 (softcapScores); nil without a softcap
+	tab    []T       // Br+Bc: the tile's ALiBi terms (alibiTable); nil without ALiBi
+	grad   []T       // Br: the softcap's derivative along one key's rows; nil without a softcap
+	// The query heads of the unit's key head (H/Hkv of them), reused from
+	// unit to unit: a slice made per unit cost one allocation per head
+	// when B·H is large and N small. Without GQA qhs is one[:], so that
+	// plain attention allocates nothing for it.
+	qhs []queryHead[T]
+	one [1]queryHead[T]
+	// Key c of the block is seen by query rows [qlo[c], qhi[c]):
+	// kernels.Params.QueryRange, asked once per key block rather than by
+	// every cut tile of every query head. Arrays, so that they cost no
+	// allocation.
+	qlo, qhi [blockCols]int
 }
 
 // backwardScratchLen is the number of elements of one backwardScratch.
@@ -45,14 +56,26 @@ func backwardScratchLen(d int) int {
 	return 2*blockCols*(d+1) + d*blockCols + 2*blockCols*blockRows + 2*blockCols*d + 4*blockRows + blockCols // tmp counted as 2·Br: float64 in a float32 call
 }
 
-func newBackwardScratch[T kernels.Float](d int) *backwardScratch[T] {
-	return &backwardScratch[T]{
+func newBackwardScratch[T kernels.Float](p kernels.Params) *backwardScratch[T] {
+	d := p.D
+	sc := &backwardScratch[T]{
 		ka: make([]T, blockCols*(d+1)), va: make([]T, blockCols*(d+1)),
 		kt: make([]T, d*blockCols),
 		pt: make([]T, blockCols*blockRows), dst: make([]T, blockCols*blockRows),
 		dk: make([]T, blockCols*d), dv: make([]T, blockCols*d),
-		tmp: make([]float64, blockRows), grad: make([]T, blockRows), tab: make([]T, blockRows+blockCols),
 	}
+	sc.qhs = sc.one[:]
+	if group := p.H / p.KVHeads(); group > 1 {
+		sc.qhs = make([]queryHead[T], group)
+	}
+	// Plain attention allocates no variant scratch.
+	if p.Softcap != 0 {
+		sc.tmp, sc.grad = make([]float64, blockRows), make([]T, blockRows)
+	}
+	if p.ALiBi != nil {
+		sc.tab = make([]T, blockRows+blockCols)
+	}
+	return sc
 }
 
 // keyHead is one key head's slices of k, v, dk and dv.
@@ -67,7 +90,7 @@ type queryHead[T kernels.Float] struct {
 	h             int
 	q, do, lse    []T
 	qsT, doT, dqT []T
-	finite        []bool // per query block: Q and dO hold no NaN or ±Inf
+	finite        []bool // per query block: Q and dO hold no NaN or ±Inf; nil: not known (blockFinite)
 }
 
 func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, do, dq, dk, dv []T) error {
@@ -83,9 +106,14 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 		return err
 	}
 	qsT, doT := make([]T, aug), make([]T, aug)
-	// Whether each query block's Q and dO are finite, asked by every tile
-	// the masks cut (most tiles of a narrow window), is found once here.
-	rowsFinite := make([]bool, heads*qBlocks)
+	// Under a window, whether each query block's Q and dO are finite,
+	// asked by most of its tiles (the masks cut them), is found once here.
+	// Otherwise nil: without a mask nothing asks, and a causal mask cuts
+	// about one tile per block pair, which asks on the spot.
+	var rowsFinite []bool
+	if p.Window.On {
+		rowsFinite = make([]bool, heads*qBlocks)
+	}
 	scale := T(p.Scale)
 	parallelFor(workers, heads*qBlocks, func(_, unit int) {
 		bh, qb := unit/qBlocks, unit%qBlocks
@@ -96,7 +124,9 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 		qs, dot := qsT[packed:packed+da*rows], doT[packed:packed+da*rows]
 		transpose(rows, d, q[at:], d, qs, rows)
 		transpose(rows, d, do[at:], d, dot, rows)
-		rowsFinite[unit] = allFinite(q[at:at+rows*d]) && allFinite(do[at:at+rows*d])
+		if rowsFinite != nil {
+			rowsFinite[unit] = allFinite(q[at:at+rows*d]) && allFinite(do[at:at+rows*d])
+		}
 		for i := range d * rows {
 			qs[i] *= scale
 		}
@@ -125,7 +155,7 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 	}
 	scratch := make([]*backwardScratch[T], nScratch)
 	for w := range scratch {
-		scratch[w] = newBackwardScratch[T](d)
+		scratch[w] = newBackwardScratch[T](p)
 	}
 	ops := opsFor[T]()
 	// One unit is a chunk of one key head's blocks; it loops over the
@@ -136,16 +166,20 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 		kvh, c := unit/chunks, unit%chunks
 		kOff := kvh * p.Nk * d
 		kh := keyHead[T]{k: k[kOff : kOff+p.Nk*d], v: v[kOff : kOff+p.Nk*d], dk: dk[kOff : kOff+p.Nk*d], dv: dv[kOff : kOff+p.Nk*d]}
-		qhs := make([]queryHead[T], group)
+		qhs := scratch[w].qhs
 		for x := range qhs {
-			bh := kvh/p.KVHeads()*p.H + kvh%p.KVHeads()*group + x
+			// Key head b·Hkv + g is read by query heads b·H + g·group + x,
+			// which is kvh·group + x as H = Hkv·group: no division.
+			bh := kvh*group + x
 			qOff := bh * p.Nq * d
 			qhs[x] = queryHead[T]{
 				h: bh % p.H, q: q[qOff : qOff+p.Nq*d], do: do[qOff : qOff+p.Nq*d], lse: lse[bh*p.Nq : (bh+1)*p.Nq],
-				qsT:    qsT[bh*p.Nq*da : (bh+1)*p.Nq*da],
-				doT:    doT[bh*p.Nq*da : (bh+1)*p.Nq*da],
-				dqT:    dqT[c][qOff : qOff+p.Nq*d],
-				finite: rowsFinite[bh*qBlocks : (bh+1)*qBlocks],
+				qsT: qsT[bh*p.Nq*da : (bh+1)*p.Nq*da],
+				doT: doT[bh*p.Nq*da : (bh+1)*p.Nq*da],
+				dqT: dqT[c][qOff : qOff+p.Nq*d],
+			}
+			if rowsFinite != nil {
+				qhs[x].finite = rowsFinite[bh*qBlocks : (bh+1)*qBlocks]
 			}
 		}
 		for kb := c * perChunk; kb < min(kBlocks, (c+1)*perChunk); kb++ {
@@ -185,10 +219,20 @@ func backwardKeyBlock[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p
 	clear(sc.dv[:cols*d])
 	keysFinite := -1 // unknown until a masked tile asks
 
+	// Without a mask that reaches these keys every key is seen by [0, Nq),
+	// and Params is not asked key by key.
+	firstRow, firstEnd := p.QueryRange(col0)
+	lastStart, endRow := p.QueryRange(col0 + cols - 1)
+	masked := lastStart > 0 || firstEnd < p.Nq
+	for c := range cols {
+		sc.qlo[c], sc.qhi[c] = 0, p.Nq
+		if masked {
+			sc.qlo[c], sc.qhi[c] = p.QueryRange(col0 + c)
+		}
+	}
 	// Only query rows [firstRow, endRow) see any of these keys.
-	firstRow, _ := p.QueryRange(col0)
-	_, endRow := p.QueryRange(col0 + cols - 1)
-	for _, qh := range qhs {
+	for x := range qhs {
+		qh := &qhs[x]
 		for row0 := firstRow / blockRows * blockRows; row0 < endRow; row0 += blockRows {
 			rows := min(blockRows, p.Nq-row0)
 			if backwardTile(ops, sc, p, row0, rows, col0, cols, qh) {
@@ -199,7 +243,7 @@ func backwardKeyBlock[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p
 					}
 				}
 				qi, doi := qh.q[row0*d:(row0+rows)*d], qh.do[row0*d:(row0+rows)*d]
-				if keysFinite == 0 || !qh.finite[row0/blockRows] {
+				if keysFinite == 0 || !blockFinite(qh.finite, row0/blockRows, qi) || !blockFinite(qh.finite, row0/blockRows, doi) {
 					// A masked P or dS of 0 times an infinite or NaN operand
 					// would still be NaN, so each product takes only the
 					// visible pairs.
@@ -218,7 +262,7 @@ func backwardKeyBlock[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p
 // col0+cols) of the key block loaded in sc against rows [row0, row0+rows)
 // of query head qh) into sc.pt and sc.dst, and reports whether the masks
 // cut it: whether some of these rows do not see some of these keys.
-func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p kernels.Params, row0, rows, col0, cols int, qh queryHead[T]) bool {
+func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p kernels.Params, row0, rows, col0, cols int, qh *queryHead[T]) bool {
 	da := p.D + 1
 	scale := T(p.Scale)
 	qsT := qh.qsT[row0*da : (row0+rows)*da]
@@ -235,20 +279,25 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p ker
 	if p.ALiBi != nil {
 		tab = alibiTable(sc.tab, T(p.ALiBi[qh.h]), col0+cols-1-row0-p.Nk+p.Nq, rows+cols-1)
 	}
-	cut := false
+	// The masks cut the tile unless every key is seen by all its rows; the
+	// bounds grow with the key, so the last key's first row and the first
+	// key's end decide it, once per tile rather than once per key. An uncut
+	// tile (every tile without a mask) clamps no key's range.
+	cut := sc.qlo[cols-1] > row0 || sc.qhi[0] < row0+rows
 	for c := range cols {
-		j := col0 + c
 		ptc, dsc := pt[c*blockRows:c*blockRows+rows], dst[c*blockRows:c*blockRows+rows]
-		// Rows outside [from, to) do not see key j; that covers every row
-		// that sees no key at all. Their P and dS are set to exactly 0,
-		// not computed: S − LSE or dP − D may be NaN there.
-		lo, hi := p.QueryRange(j)
-		from, to := clampRange(lo, hi, row0, rows)
-		cut = cut || from > 0 || to < rows
-		clear(ptc[:from])
-		clear(ptc[to:])
-		clear(dsc[:from])
-		clear(dsc[to:])
+		from, to := 0, rows
+		if cut {
+			// Rows outside [from, to) do not see key col0+c; that covers
+			// every row that sees no key at all. Their P and dS are set
+			// to exactly 0, not computed: S − LSE or dP − D may be NaN
+			// there.
+			from, to = clampRange(sc.qlo[c], sc.qhi[c], row0, rows)
+			clear(ptc[:from])
+			clear(ptc[to:])
+			clear(dsc[:from])
+			clear(dsc[to:])
+		}
 		vis, dsv := ptc[from:to], dsc[from:to]
 		var grad []T
 		if p.Softcap != 0 {
@@ -279,7 +328,7 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p ker
 
 // backwardProducts adds one tile's products: dV_j += Pᵀ·dO_i, dK_j +=
 // scale·dSᵀ·Q_i, dQᵀ_i += K_jᵀ·(scale·dSᵀ).
-func backwardProducts[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p kernels.Params, row0, rows, cols int, qh queryHead[T]) {
+func backwardProducts[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p kernels.Params, row0, rows, cols int, qh *queryHead[T]) {
 	d := p.D
 	qi, doi := qh.q[row0*d:(row0+rows)*d], qh.do[row0*d:(row0+rows)*d]
 	ops.gemm(cols, d, rows, sc.pt, blockRows, doi, d, sc.dv, d)
@@ -293,8 +342,7 @@ func backwardProducts[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p
 func backwardMaskedTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p kernels.Params, row0, rows, col0, cols int, qi, doi, dqT []T) {
 	d := p.D
 	for c := range cols {
-		lo, hi := p.QueryRange(col0 + c)
-		if from, to := clampRange(lo, hi, row0, rows); to > from {
+		if from, to := clampRange(sc.qlo[c], sc.qhi[c], row0, rows); to > from {
 			ops.gemm(1, d, to-from, sc.pt[c*blockRows+from:], blockRows, doi[from*d:], d, sc.dv[c*d:], d)
 			ops.gemm(1, d, to-from, sc.dst[c*blockRows+from:], blockRows, qi[from*d:], d, sc.dk[c*d:], d)
 		}

@@ -41,11 +41,14 @@
 //
 // A tile cut by a mask (causal or window) holds probabilities of exactly 0
 // for the pairs the mask hides, and a blocked product would still turn
-// 0·Inf or 0·NaN from a hidden operand into NaN. Whether each block of V
-// (forward) and of K, Q and dO (backward) is finite is found once per call,
-// and a cut tile with a non-finite operand runs its products row by row
-// over the visible pairs. Finite inputs, the normal case, never take that
-// path.
+// 0·Inf or 0·NaN from a hidden operand into NaN. So a cut tile with a
+// non-finite operand runs its products row by row over the visible pairs.
+// Whether a block of V (forward) or of Q and dO (backward) is finite is
+// found once per call under a window, which cuts most tiles; under a causal
+// mask alone, which cuts about one tile per row of tiles, when a cut tile
+// asks; without a mask, which cuts none, never, so that plain attention
+// pays for no scan. K is scanned per key block when a cut tile asks.
+// Finite inputs, the normal case, never take the row-by-row path.
 //
 // # Backward
 //

@@ -14,8 +14,12 @@ type forwardScratch[T kernels.Float] struct {
 	acc []T       // Br×D: unnormalised output
 	m   []T       // Br: running row maximum
 	l   []T       // Br: running row sum of exp(S − m)
-	tmp []float64 // Bc: the softcap's exponentials, in float64 (softcapScores)
-	tab []T       // Br+Bc: the tile's ALiBi terms (alibiTable)
+	tmp []float64 // Bc: the softcap's exponentials, in float64 (softcapScores); nil without a softcap
+	tab []T       // Br+Bc: the tile's ALiBi terms (alibiTable); nil without ALiBi
+	// Row r of the unit sees keys [lo[r], hi[r]): kernels.Params.KeyRange,
+	// asked once per unit rather than by every cut tile and again at the
+	// end. Arrays, so that they cost no allocation.
+	lo, hi [blockRows]int
 }
 
 // forwardScratchLen is the number of elements of one forwardScratch.
@@ -23,16 +27,23 @@ func forwardScratchLen(d int) int {
 	return 2*blockRows*d + blockRows*blockCols + 3*blockRows + 3*blockCols // tmp counted as 2·Bc: float64 in a float32 call
 }
 
-func newForwardScratch[T kernels.Float](d int) *forwardScratch[T] {
-	return &forwardScratch[T]{
+func newForwardScratch[T kernels.Float](p kernels.Params) *forwardScratch[T] {
+	d := p.D
+	sc := &forwardScratch[T]{
 		qs:  make([]T, blockRows*d),
 		s:   make([]T, blockRows*blockCols),
 		acc: make([]T, blockRows*d),
 		m:   make([]T, blockRows),
 		l:   make([]T, blockRows),
-		tmp: make([]float64, blockCols),
-		tab: make([]T, blockRows+blockCols),
 	}
+	// Plain attention allocates no variant scratch.
+	if p.Softcap != 0 {
+		sc.tmp = make([]float64, blockCols)
+	}
+	if p.ALiBi != nil {
+		sc.tab = make([]T, blockRows+blockCols)
+	}
+	return sc
 }
 
 func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T) error {
@@ -55,20 +66,28 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 	// however short the sequences: padding every head to Bc keys would
 	// multiply it by Bc when Nk = 1.
 	kt := make([]T, p.KLen())
-	// Whether each key block's V is finite, asked by every tile the masks
-	// cut (most tiles of a narrow window), is found once here.
-	vFinite := make([]bool, kvHeads*kBlocks)
+	// Under a window, whether each key block's V is finite, asked by most
+	// of its tiles (the masks cut them), is found once here. Otherwise nil:
+	// without a mask no tile is cut and nothing asks, and a causal mask cuts
+	// about one tile per row block, which asks on the spot (blockFinite),
+	// rather than every call paying a pass over all of V.
+	var vFinite []bool
+	if p.Window.On {
+		vFinite = make([]bool, kvHeads*kBlocks)
+	}
 	parallelFor(workers, kvHeads*kBlocks, func(_, unit int) {
 		bh, kb := unit/kBlocks, unit%kBlocks
 		at := (bh*p.Nk + kb*blockCols) * p.D
 		w := min(blockCols, p.Nk-kb*blockCols)
 		transpose(w, p.D, k[at:], p.D, kt[at:], w)
-		vFinite[unit] = allFinite(v[at : at+w*p.D])
+		if vFinite != nil {
+			vFinite[unit] = allFinite(v[at : at+w*p.D])
+		}
 	})
 
 	scratch := make([]*forwardScratch[T], nScratch)
 	for w := range scratch {
-		scratch[w] = newForwardScratch[T](p.D)
+		scratch[w] = newForwardScratch[T](p)
 	}
 	ops := opsFor[T]()
 	parallelFor(workers, heads*qBlocks, func(w, unit int) {
@@ -79,7 +98,11 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 		// are never repeated.
 		kvh := p.KVHead(bh)
 		qOff, kOff := (bh*p.Nq+row0)*p.D, kvh*p.Nk*p.D
-		forwardRowBlock(ops, scratch[w], p, bh%p.H, row0, rows, vFinite[kvh*kBlocks:(kvh+1)*kBlocks],
+		var vf []bool
+		if vFinite != nil {
+			vf = vFinite[kvh*kBlocks : (kvh+1)*kBlocks]
+		}
+		forwardRowBlock(ops, scratch[w], p, bh%p.H, row0, rows, vf,
 			q[qOff:qOff+rows*p.D], kt[kOff:kOff+p.Nk*p.D], v[kOff:kOff+p.Nk*p.D],
 			o[qOff:qOff+rows*p.D], lse[bh*p.Nq+row0:bh*p.Nq+row0+rows])
 	})
@@ -91,7 +114,7 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 // online softmax:
 // q and o hold those rows, kt is its key head's Kᵀ by key blocks (D×w
 // each) and v its V (Nk×D), vFinite whether each of its key blocks of V is
-// finite.
+// finite (nil: not known, see blockFinite).
 func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p kernels.Params, h, row0, rows int, vFinite []bool, q, kt, v, o, lse []T) {
 	d := p.D
 	scale := T(p.Scale)
@@ -106,8 +129,17 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p k
 	// so the first row's start and the last row's end bound the key blocks
 	// the unit visits: a window of w keys costs about w + Br + Bc keys per
 	// row, not Nk.
-	first, _ := p.KeyRange(row0)
-	_, keys := p.KeyRange(row0 + rows - 1)
+	first, firstEnd := p.KeyRange(row0)
+	lastStart, keys := p.KeyRange(row0 + rows - 1)
+	// Without a mask that reaches these rows every row sees [0, Nk), and
+	// Params is not asked row by row.
+	masked := lastStart > 0 || firstEnd < p.Nk
+	for r := range rows {
+		sc.lo[r], sc.hi[r] = 0, p.Nk
+		if masked {
+			sc.lo[r], sc.hi[r] = p.KeyRange(row0 + r)
+		}
+	}
 	for col0 := first / blockCols * blockCols; col0 < keys; col0 += blockCols {
 		// The tile covers keys [c0, c0+cols): the block, less the keys no
 		// row of the unit sees at its ends, so that a window that starts
@@ -126,18 +158,24 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p k
 		if p.ALiBi != nil {
 			tab = alibiTable(sc.tab, T(p.ALiBi[h]), row0+p.Nk-p.Nq-c0+rows-1, rows+cols-1)
 		}
-		cut := false
+		// The masks cut the tile unless every row sees all its keys; the
+		// bounds grow with the row, so the last row's start and the first
+		// row's end decide it, once per tile rather than once per row. An
+		// uncut tile (every tile without a mask) asks no row for its range.
+		cut := lastStart > c0 || firstEnd < c0+cols
 		for r := range rows {
 			sr := s[r*blockCols : r*blockCols+cols]
-			// Keys outside the row's range are masked. Their probabilities
-			// are exactly 0, whatever their scores (even NaN) were.
-			lo, hi := p.KeyRange(row0 + r)
-			from, to := clampRange(lo, hi, c0, cols)
-			cut = cut || from > 0 || to < cols
-			clear(sr[:from])
-			clear(sr[to:])
-			if from == to {
-				continue
+			from, to := 0, cols
+			if cut {
+				// Keys outside the row's range are masked. Their
+				// probabilities are exactly 0, whatever their scores (even
+				// NaN) were.
+				from, to = clampRange(sc.lo[r], sc.hi[r], c0, cols)
+				clear(sr[:from])
+				clear(sr[to:])
+				if from == to {
+					continue
+				}
 			}
 			if p.Softcap != 0 {
 				softcapScores(sr[from:to], T(p.Softcap), sc.tmp, nil)
@@ -149,13 +187,12 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p k
 		}
 		// acc += P·V for this key block.
 		vb := v[c0*d : (c0+cols)*d]
-		if cut && !vFinite[col0/blockCols] {
+		if cut && !blockFinite(vFinite, col0/blockCols, vb) {
 			// Some rows do not see some keys of this block, and a masked P
 			// of 0 times an infinite or NaN value would still be NaN: each
 			// row takes only the keys it sees.
 			for r := range rows {
-				lo, hi := p.KeyRange(row0 + r)
-				if from, to := clampRange(lo, hi, c0, cols); to > from {
+				if from, to := clampRange(sc.lo[r], sc.hi[r], c0, cols); to > from {
 					ops.gemm(1, d, to-from, s[r*blockCols+from:], blockCols, vb[from*d:], d, sc.acc[r*d:], d)
 				}
 			}
@@ -165,7 +202,7 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p k
 	}
 	for r := range rows {
 		or := o[r*d : (r+1)*d]
-		if p.VisibleKeys(row0+r) == 0 {
+		if sc.hi[r] == sc.lo[r] {
 			// Decided by the mask, not by l = 0, which a row whose scores
 			// are all −Inf reaches too (and that row's O is NaN).
 			clear(or)

@@ -66,3 +66,13 @@ func subtract[T kernels.Float](s, t []T) {
 		s[i] -= t[i]
 	}
 }
+
+// blockFinite reports whether block i holds no NaN or ±Inf: known[i] when
+// the caller scanned every block up front (known not nil), else a scan of
+// x, that block's elements, now.
+func blockFinite[T kernels.Float](known []bool, i int, x []T) bool {
+	if known != nil {
+		return known[i]
+	}
+	return allFinite(x)
+}
