@@ -6,7 +6,6 @@ import (
 	"hash"
 	"hash/fnv"
 	"math"
-	"slices"
 
 	"github.com/chewxy/hm"
 	"github.com/gorgonia-flash/flashattention/kernels"
@@ -15,23 +14,16 @@ import (
 )
 
 // Config is what fixes an attention op's result, apart from its inputs.
-// The variant fields mean what kernels.Params's fields of the same names
-// do; grouped-query attention needs none, as k and v's head count says it.
 type Config struct {
 	Backend kernels.Backend
 	Scale   float64 // already resolved: never a "default" placeholder
 	Causal  bool
-	Window  kernels.Window
-	Softcap float64
-	ALiBi   []float64 // one slope per query head; New keeps its own copy
 }
 
 // String identifies the configuration completely. The ops hash it, because
-// Gorgonia merges nodes whose hashes are equal: every field that changes the
-// result is in it, each ALiBi slope to full precision.
+// Gorgonia merges nodes whose hashes are equal.
 func (c Config) String() string {
-	return fmt.Sprintf("scale=%v causal=%v window=%+v softcap=%v alibi=%v backend=%s",
-		c.Scale, c.Causal, c.Window, c.Softcap, c.ALiBi, c.Backend.Name())
+	return fmt.Sprintf("scale=%v causal=%v backend=%s", c.Scale, c.Causal, c.Backend.Name())
 }
 
 // Op is fused attention as a Gorgonia op: (q, k, v) → o. Its backward is
@@ -50,8 +42,7 @@ var (
 )
 
 // New returns the op for q, k and v of dtype dt (Float32 or Float64) and the
-// given shapes: q [B, H, Nq, D], k and v [B, Hkv, Nk, D] with Hkv dividing
-// H (grouped-query attention when Hkv < H). It checks everything
+// given shapes: q [B, H, Nq, D], k and v [B, H, Nk, D]. It checks everything
 // that can be checked before the graph runs: the shapes, the dtype, the
 // backend, and that the scale is finite and representable in dt (a float32
 // tensor cannot take a scale of 1e39, nor one that rounds to 0). Errors wrap
@@ -66,7 +57,6 @@ func New(cfg Config, dt tensor.Dtype, q, k, v tensor.Shape) (*Op, error) {
 	if err := checkScale(cfg.Scale, dt); err != nil {
 		return nil, err
 	}
-	cfg.ALiBi = slices.Clone(cfg.ALiBi)
 	if _, err := params(cfg, q, k, v); err != nil {
 		return nil, err
 	}
@@ -107,20 +97,15 @@ func params(cfg Config, q, k, v tensor.Shape) (kernels.Params, error) {
 	if !k.Eq(v) {
 		return kernels.Params{}, invalid("k %v and v %v must have the same shape", k, v)
 	}
-	if q[0] != k[0] {
-		return kernels.Params{}, invalid("B differs: q %v, k %v", q, k)
-	}
-	if q[1]%k[1] != 0 {
-		return kernels.Params{}, invalid("k and v have %d heads, which does not divide q's %d (q %v, k %v)", k[1], q[1], q, k)
+	for i, name := range []string{"B", "H"} {
+		if q[i] != k[i] {
+			return kernels.Params{}, invalid("%s differs: q %v, k %v", name, q, k)
+		}
 	}
 	if q[3] != k[3] {
 		return kernels.Params{}, invalid("head dimension D differs: q %v, k %v", q, k)
 	}
-	p := kernels.Params{B: q[0], H: q[1], Nq: q[2], Nk: k[2], D: q[3], Scale: cfg.Scale, Causal: cfg.Causal,
-		Window: cfg.Window, Softcap: cfg.Softcap, ALiBi: cfg.ALiBi}
-	if k[1] != q[1] {
-		p.Hkv = k[1]
-	}
+	p := kernels.Params{B: q[0], H: q[1], Nq: q[2], Nk: k[2], D: q[3], Scale: cfg.Scale, Causal: cfg.Causal}
 	if err := p.Validate(); err != nil {
 		return kernels.Params{}, fmt.Errorf("attention: %w", err)
 	}

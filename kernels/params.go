@@ -4,73 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 )
 
 // Params describes one attention problem. The zero Scale is not special:
 // callers resolve the default 1/√D before building Params.
-//
-// The variant fields are chosen so that their zero values mean plain
-// attention: Hkv 0 is H (one key head per query head), a zero Window is
-// off, Softcap 0 is off and a nil ALiBi is off. The package documentation
-// (Variants) gives their exact semantics.
 type Params struct {
-	B, H   int // batch size and number of query heads
+	B, H   int // batch size and number of heads
 	Nq, Nk int // query and key sequence lengths
 	D      int // head dimension, shared by queries, keys and values
 	Scale  float64
 	Causal bool
-
-	// Hkv is the number of key and value heads (grouped-query attention):
-	// query head h reads key head h / (H/Hkv). It must divide H; 0 means H.
-	Hkv int
-	// Window limits each row to the keys near its aligned position.
-	Window Window
-	// Softcap, when not 0, replaces each score s by Softcap·tanh(s/Softcap)
-	// after the scale. It must be finite and not negative.
-	Softcap float64
-	// ALiBi, when not nil, holds one slope per query head: the score of row
-	// i and key j is lowered by ALiBi[h]·|a − j| after the softcap. The
-	// slice is read, never written; Params sharing it must not change it.
-	ALiBi []float64
-}
-
-// Window is a local attention window: with On, row i sees keys j with
-// a − Left ≤ j ≤ a + Right, a = i + Nk − Nq. A bound of −1 leaves that side
-// unbounded; smaller values are invalid. Its zero value is off, so that
-// Window{On: true} (0, 0) is the diagonal alone, not "no window".
-type Window struct {
-	On          bool
-	Left, Right int
-}
-
-// Equal reports whether p and o describe the same problem. Params holds a
-// slice (ALiBi), so it cannot be compared with ==.
-func (p Params) Equal(o Params) bool {
-	return p.B == o.B && p.H == o.H && p.Nq == o.Nq && p.Nk == o.Nk && p.D == o.D &&
-		p.Scale == o.Scale && p.Causal == o.Causal && p.Hkv == o.Hkv && p.Window == o.Window &&
-		p.Softcap == o.Softcap && (p.ALiBi == nil) == (o.ALiBi == nil) && slices.Equal(p.ALiBi, o.ALiBi)
-}
-
-// KVHeads is the number of key and value heads: Hkv, or H when Hkv is 0.
-func (p Params) KVHeads() int {
-	if p.Hkv == 0 {
-		return p.H
-	}
-	return p.Hkv
-}
-
-// KVHead returns the index, among the B·KVHeads() key heads, of the key
-// head that query head bh (among the B·H) reads.
-func (p Params) KVHead(bh int) int {
-	hkv := p.KVHeads()
-	return bh/p.H*hkv + bh%p.H/(p.H/hkv)
-}
-
-// IsPlain reports whether p uses none of the variants (grouped heads,
-// window, softcap, ALiBi): the problem every backend computes.
-func (p Params) IsPlain() bool {
-	return p.KVHeads() == p.H && !p.Window.On && p.Softcap == 0 && p.ALiBi == nil
 }
 
 // MaxElements bounds every tensor a backend touches so that index arithmetic
@@ -99,42 +42,12 @@ func (p Params) Validate() error {
 	if math.IsNaN(p.Scale) || math.IsInf(p.Scale, 0) {
 		return fmt.Errorf("%w: scale = %v, must be finite", ErrInvalidParams, p.Scale)
 	}
-	if err := p.validateVariants(); err != nil {
-		return err
-	}
 	for _, t := range []struct {
-		name        string
-		heads, rows int
-	}{{"q", p.H, p.Nq}, {"k", p.KVHeads(), p.Nk}} {
-		if n := float64(p.B) * float64(t.heads) * float64(t.rows) * float64(p.D); n > MaxElements {
+		name string
+		rows int
+	}{{"q", p.Nq}, {"k", p.Nk}} {
+		if n := float64(p.B) * float64(p.H) * float64(t.rows) * float64(p.D); n > MaxElements {
 			return fmt.Errorf("%w: %s has %.0f elements, more than the supported %d", ErrInvalidParams, t.name, n, MaxElements)
-		}
-	}
-	return nil
-}
-
-// validateVariants checks the variant fields.
-func (p Params) validateVariants() error {
-	if p.Hkv < 0 || p.KVHeads() > p.H || p.H%p.KVHeads() != 0 {
-		return fmt.Errorf("%w: Hkv = %d key heads must divide H = %d query heads", ErrInvalidParams, p.Hkv, p.H)
-	}
-	if p.Window.On && (p.Window.Left < -1 || p.Window.Right < -1) {
-		return fmt.Errorf("%w: window (%d, %d): each bound must be −1 (unbounded) or at least 0", ErrInvalidParams, p.Window.Left, p.Window.Right)
-	}
-	if !p.Window.On && (p.Window.Left != 0 || p.Window.Right != 0) {
-		return fmt.Errorf("%w: window bounds (%d, %d) set but the window is off", ErrInvalidParams, p.Window.Left, p.Window.Right)
-	}
-	if math.IsNaN(p.Softcap) || math.IsInf(p.Softcap, 0) || p.Softcap < 0 {
-		return fmt.Errorf("%w: softcap = %v, must be finite and not negative (0 is off)", ErrInvalidParams, p.Softcap)
-	}
-	if p.ALiBi != nil {
-		if len(p.ALiBi) != p.H {
-			return fmt.Errorf("%w: %d ALiBi slopes for H = %d query heads", ErrInvalidParams, len(p.ALiBi), p.H)
-		}
-		for h, m := range p.ALiBi {
-			if math.IsNaN(m) || math.IsInf(m, 0) {
-				return fmt.Errorf("%w: ALiBi slope %d is %v, must be finite", ErrInvalidParams, h, m)
-			}
 		}
 	}
 	return nil
@@ -143,88 +56,19 @@ func (p Params) validateVariants() error {
 // QLen is the number of elements of q, o, dq and do.
 func (p Params) QLen() int { return p.B * p.H * p.Nq * p.D }
 
-// KLen is the number of elements of k, v, dk and dv: B·KVHeads()·Nk·D.
-func (p Params) KLen() int { return p.B * p.KVHeads() * p.Nk * p.D }
+// KLen is the number of elements of k, v, dk and dv.
+func (p Params) KLen() int { return p.B * p.H * p.Nk * p.D }
 
 // LSELen is the number of elements of lse.
 func (p Params) LSELen() int { return p.B * p.H * p.Nq }
 
-// VisibleKeys returns how many keys query row i sees, hi − lo of KeyRange.
-// It is Nk without a mask and may be 0, for the leading rows of a causal
-// mask when Nq > Nk, or for rows whose window lies outside [0, Nk).
+// VisibleKeys returns how many keys query row i sees: keys 0 … n−1. It is Nk
+// without a causal mask and may be 0 for the leading rows when Nq > Nk.
 func (p Params) VisibleKeys(i int) int {
-	lo, hi := p.KeyRange(i)
-	return hi - lo
-}
-
-// bounds returns how far before and after its aligned position a row sees,
-// each −1 when unbounded: the window's, narrowed on the right by the causal
-// mask.
-func (p Params) bounds() (left, right int) {
-	left, right = -1, -1
-	if p.Window.On {
-		left, right = p.Window.Left, p.Window.Right
+	if !p.Causal {
+		return p.Nk
 	}
-	if p.Causal {
-		right = 0 // the window's right bound is never negative here but −1
-	}
-	return left, right
-}
-
-// KeyRange returns the keys query row i sees: every j with lo ≤ j < hi,
-// and no other. Every mask of Params (causal, window) leaves a row a
-// contiguous range, so that a backend can skip the key blocks outside it.
-// Both lo and hi are non-decreasing in i; lo == hi when the row sees no key.
-func (p Params) KeyRange(i int) (lo, hi int) {
-	left, right := p.bounds()
-	a := i + p.Nk - p.Nq
-	lo, hi = 0, p.Nk
-	if left >= 0 {
-		lo = min(p.Nk, max(0, a-left))
-	}
-	if right >= 0 {
-		hi = max(lo, min(p.Nk, a+right+1))
-	}
-	return lo, hi
-}
-
-// QueryRange returns the query rows that see key j (0 ≤ j < Nk): every i
-// with lo ≤ i < hi. It is KeyRange seen from the key side, and contiguous
-// for the same reason; both bounds are non-decreasing in j.
-func (p Params) QueryRange(j int) (lo, hi int) {
-	left, right := p.bounds()
-	shift := p.Nk - p.Nq
-	lo, hi = 0, p.Nq
-	if right >= 0 {
-		lo = min(p.Nq, max(0, j-right-shift))
-	}
-	if left >= 0 {
-		hi = max(lo, min(p.Nq, j+left-shift+1))
-	}
-	return lo, hi
-}
-
-// ModifyScore applies the softcap and ALiBi of p to the scaled score s of
-// query row i of head h (0 ≤ h < H) and key j, in the order of the package
-// documentation, and returns the new score with its derivative with respect
-// to s (the softcap's 1 − tanh², or 1).
-func ModifyScore[T Float](p Params, h, i, j int, s T) (score, grad T) {
-	grad = 1
-	if c := T(p.Softcap); c != 0 {
-		t := T(math.Tanh(float64(s / c)))
-		s, grad = c*t, 1-t*t
-	}
-	if p.ALiBi != nil {
-		s -= T(p.ALiBi[h]) * T(abs(i+p.Nk-p.Nq-j))
-	}
-	return s, grad
-}
-
-func abs(x int) int {
-	if x < 0 {
-		return -x
-	}
-	return x
+	return min(p.Nk, max(0, i+p.Nk-p.Nq+1))
 }
 
 // ForwardFLOPs counts 4·B·H·Nq·Nk·D, halved under a causal mask, the usual
@@ -236,17 +80,6 @@ func (p Params) ForwardFLOPs() float64 {
 		f /= 2
 	}
 	return f
-}
-
-// VisibleFLOPs counts 4·D multiply-adds per (row, visible key) pair over
-// all B·H heads: the forward's work on what the masks leave, for comparing
-// the throughput of masked variants with that of plain attention.
-func (p Params) VisibleFLOPs() float64 {
-	var pairs float64
-	for i := range p.Nq {
-		pairs += float64(p.VisibleKeys(i))
-	}
-	return 4 * float64(p.B) * float64(p.H) * pairs * float64(p.D)
 }
 
 // BackwardFLOPs counts 2.5× the forward, the FlashAttention convention.

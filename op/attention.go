@@ -44,10 +44,8 @@ func invalid(format string, args ...any) error {
 
 // Attention returns softmax(scale·q·kᵀ + mask)·v as a node of q's graph.
 //
-// q is [B, H, Nq, D]; k and v are [B, Hkv, Nk, D] with Hkv dividing H (Hkv
-// < H is grouped-query attention: query head h reads key head h/(H/Hkv),
-// and the gradients of k and v sum over each group); the result is [B, H,
-// Nq, D]. Nq and Nk may differ. All three must share one dtype, Float32 or
+// q is [B, H, Nq, D]; k and v are [B, H, Nk, D]; the result is [B, H, Nq,
+// D]. Nq and Nk may differ. All three must share one dtype, Float32 or
 // Float64, and every dimension must be at least 1 (an empty key set has no
 // softmax). Any of them may be a constant (gorgonia.NewConstant), as long as
 // one belongs to a graph. The node is differentiable with respect to q, k
@@ -68,8 +66,7 @@ func Attention(q, k, v *gorgonia.Node, opts ...Option) (*gorgonia.Node, error) {
 	if cfg.scaleSet {
 		scale = cfg.scale
 	}
-	fwd, err := autograd.New(autograd.Config{Backend: backend, Scale: scale, Causal: cfg.causal,
-		Window: cfg.window, Softcap: cfg.softcap, ALiBi: cfg.alibi},
+	fwd, err := autograd.New(autograd.Config{Backend: backend, Scale: scale, Causal: cfg.causal},
 		q.Dtype(), q.Shape(), k.Shape(), v.Shape())
 	if err != nil {
 		return nil, fmt.Errorf("op.Attention: %w", err)

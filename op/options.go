@@ -1,8 +1,6 @@
 package op
 
 import (
-	"slices"
-
 	"github.com/gorgonia-flash/flashattention/kernels"
 )
 
@@ -19,9 +17,6 @@ type config struct {
 	deviceSet  bool
 	prec       kernels.Precision
 	precSet    bool
-	window     kernels.Window
-	softcap    float64
-	alibi      []float64
 }
 
 // WithCausal applies a bottom-right aligned causal mask: query i sees key j
@@ -51,28 +46,4 @@ func WithDevice(d Device) Option { return func(c *config) { c.device, c.deviceSe
 // computes float32 exactly, so it ignores the precision.
 func WithPrecision(p kernels.Precision) Option {
 	return func(c *config) { c.prec, c.precSet = p, true }
-}
-
-// WithWindow restricts each query row to a local window of keys: row i sees
-// key j if and only if a − left ≤ j ≤ a + right, where a = i + Nk − Nq is
-// the row's bottom-right aligned position (as for WithCausal, with which it
-// composes: the causal mask then bounds the right side at a). A bound of −1
-// leaves that side unbounded; a bound below −1 is an error. The kernels
-// visit only the key blocks a window reaches, so a window of w keys costs
-// about w/Nk of full attention.
-func WithWindow(left, right int) Option {
-	return func(c *config) { c.window = kernels.Window{On: true, Left: left, Right: right} }
-}
-
-// WithSoftcap caps the scores smoothly: s = cap·tanh(s/cap), applied after
-// the scale and before ALiBi and the masks. 0 (the default) is off; a
-// negative, NaN or infinite cap is an error.
-func WithSoftcap(cap float64) Option { return func(c *config) { c.softcap = cap } }
-
-// WithALiBi adds the linear position bias of ALiBi: the score of query row
-// i and key j in head h is lowered by slopes[h]·|a − j|, a = i + Nk − Nq,
-// after the softcap. slopes holds one finite slope per query head (H of
-// them); the op keeps its own copy. nil is off.
-func WithALiBi(slopes []float64) Option {
-	return func(c *config) { c.alibi = slices.Clone(slopes) }
 }
