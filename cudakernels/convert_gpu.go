@@ -86,3 +86,12 @@ func (im imaging) transposed(src, dst cu.DevicePtr, n int, nPad int64, tile int)
 	}
 	return launchFlat(im.toVt, blocks, 256, im.stream, src, dst, bh, int64(n), nPad, int64(im.p.D), dp, int64(tile))
 }
+
+// transposedKeys is the row length of TF32's transposed V: nk rounded up to
+// the 8 keys its permutation works on.
+func transposedKeys(nk int) int64 { return (int64(nk) + 7) / 8 * 8 }
+
+// Blocks of flash_to_image_vt take 64 keys × 32 columns.
+const wgmmaVtKeys, wgmmaVtCols = 64, 32
+
+func roundUp(n, m int64) int64 { return (n + m - 1) / m * m }

@@ -69,10 +69,6 @@ func mmaFwdSmem(prec Precision, dp int) int {
 	return ((mmaFwdRows(dp)+2*bk)*(dp+pad) + 2*vTile) * eb
 }
 
-// transposedKeys is the row length of TF32's transposed V: nk rounded up to
-// the 8 keys its permutation works on.
-func transposedKeys(nk int) int64 { return (int64(nk) + 7) / 8 * 8 }
-
 // The mma.sync backward: kBwdThreads threads, kBwdBK = 64 keys per dK/dV
 // block and kBwdBQ = 64 queries per dQ block, each looping over tiles of
 // kBwdStep = 64 rows.
@@ -101,8 +97,6 @@ const (
 	wgmmaThreads   = 256
 	wgmmaRows      = 128
 	wgmmaQTileRows = 64
-	// Blocks of flash_to_image_vt take 64 keys × 32 columns.
-	wgmmaVtKeys, wgmmaVtCols = 64, 32
 )
 
 // wgmmaBuilt reports whether csrc/hopper.cu instantiates the forward for
@@ -169,5 +163,3 @@ func wgmmaBwdSmem(prec Precision, dp int) (dkdv, dq int) {
 	fixed, streamed := 2*wgmmaBwdBlock*row, step*row
 	return 1024 + fixed + 2*(2+tstages)*streamed + 4*step*4 + 7*8, 1024 + fixed + 6*streamed + 5*8
 }
-
-func roundUp(n, m int64) int64 { return (n + m - 1) / m * m }

@@ -1,0 +1,52 @@
+//go:build flashgpu
+
+package cudakernels
+
+import "github.com/gorgonia-flash/flashattention/kernels"
+
+// tensorAt is a device tensor of [B, H, rows, ld] elements (ld ≥ the
+// columns used), dense per head: the layout of the caller's tensors (rows
+// Nq or Nk, ld = D), of the converted copies (ld = the padded head
+// dimension) and of the images (rows padded to whole tiles).
+type tensorAt struct {
+	ptr      uint64
+	rows, ld int64
+}
+
+// strides returns the batch, head and row strides of t in a problem of h
+// heads.
+func (t tensorAt) strides(h int) (batch, head, row int64) {
+	head = t.rows * t.ld
+	return int64(h) * head, head, t.ld
+}
+
+// operands are the tensors of one launch, by name; unused ones stay zero.
+type operands struct {
+	q, k, v, o, dout, dq, dk, dv tensorAt
+	lse, delta                   uint64
+	// The Hopper backward's transposed images and padded statistics.
+	qT, kT, doutT, lseLog2, deltaPad uint64
+}
+
+// newParams builds the kernels' argument for problem p on the tensors of ops.
+func newParams(p kernels.Params, ops operands) kernelParams {
+	kp := kernelParams{
+		Q: ops.q.ptr, K: ops.k.ptr, V: ops.v.ptr, O: ops.o.ptr, LSE: ops.lse,
+		Dout: ops.dout.ptr, Delta: ops.delta, DQ: ops.dq.ptr, DK: ops.dk.ptr, DV: ops.dv.ptr,
+		QT: ops.qT, KT: ops.kT, DoutT: ops.doutT, LSELog2: ops.lseLog2, DeltaPad: ops.deltaPad,
+		B: int64(p.B), H: int64(p.H), Nq: int64(p.Nq), Nk: int64(p.Nk), Dim: int64(p.D),
+		Scale: p.Scale,
+	}
+	if p.Causal {
+		kp.Causal = 1
+	}
+	kp.QBatchStride, kp.QHeadStride, kp.QRowStride = ops.q.strides(p.H)
+	kp.KBatchStride, kp.KHeadStride, kp.KRowStride = ops.k.strides(p.H)
+	kp.VBatchStride, kp.VHeadStride, kp.VRowStride = ops.v.strides(p.H)
+	kp.OBatchStride, kp.OHeadStride, kp.ORowStride = ops.o.strides(p.H)
+	kp.DoutBatchStride, kp.DoutHeadStride, kp.DoutRowStride = ops.dout.strides(p.H)
+	kp.DQBatchStride, kp.DQHeadStride, kp.DQRowStride = ops.dq.strides(p.H)
+	kp.DKBatchStride, kp.DKHeadStride, kp.DKRowStride = ops.dk.strides(p.H)
+	kp.DVBatchStride, kp.DVHeadStride, kp.DVRowStride = ops.dv.strides(p.H)
+	return kp
+}
