@@ -6,7 +6,6 @@ import (
 	"hash"
 
 	"github.com/chewxy/hm"
-	"github.com/gorgonia-flash/flashattention/kernels"
 	"gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -37,7 +36,7 @@ func (op *gradOp) InferShape(in ...gorgonia.DimSizer) (tensor.Shape, error) {
 // the forward kept them (they are released afterwards: the backward is their
 // last user), else the inputs given and the saved LSE.
 func (op *gradOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
-	ts, p, err := op.inputs(in, 5)
+	ts, err := op.inputs(in, 5)
 	if err != nil {
 		return nil, err
 	}
@@ -45,16 +44,10 @@ func (op *gradOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Only the forward of this Op keeps state, on this Op's backend, which
+	// is then a kernels.Resident.
 	st := op.saved.takeDevice()
-	if _, ok := op.cfg.Backend.(kernels.Resident); st != nil && !ok {
-		// The backend changed under the saved state; a state never
-		// outlives its backend.
-		if err := st.Release(); err != nil {
-			return nil, fmt.Errorf("attention backward: %w", err)
-		}
-		st = nil
-	}
-	packed, err := engineFor(op.dtype).backward(op.cfg.Backend, st, p, ts[0], ts[1], ts[2], ts[3], lse, ts[4])
+	packed, err := engineFor(op.dtype).backward(op.cfg.Backend, st, op.p, ts[0], ts[1], ts[2], ts[3], lse, ts[4])
 	if st != nil {
 		// A training step ends with no device memory held for it.
 		err = errors.Join(err, st.Release())

@@ -33,6 +33,7 @@ type Op struct {
 	cfg    Config
 	dtype  tensor.Dtype
 	shapes [3]tensor.Shape // q, k and v, as built
+	p      kernels.Params  // the problem those shapes describe under cfg
 	saved  *saved
 }
 
@@ -57,10 +58,11 @@ func New(cfg Config, dt tensor.Dtype, q, k, v tensor.Shape) (*Op, error) {
 	if err := checkScale(cfg.Scale, dt); err != nil {
 		return nil, err
 	}
-	if _, err := params(cfg, q, k, v); err != nil {
+	p, err := params(cfg, q, k, v)
+	if err != nil {
 		return nil, err
 	}
-	return &Op{cfg: cfg, dtype: dt, shapes: [3]tensor.Shape{q.Clone(), k.Clone(), v.Clone()}, saved: new(saved)}, nil
+	return &Op{cfg: cfg, dtype: dt, shapes: [3]tensor.Shape{q.Clone(), k.Clone(), v.Clone()}, p: p, saved: new(saved)}, nil
 }
 
 // checkScale refuses a scale that is not finite, or that dt turns into
@@ -142,13 +144,13 @@ func (op *Op) InferShape(in ...gorgonia.DimSizer) (tensor.Shape, error) {
 // Do runs the forward and saves its LSE (and, on a kernels.Resident backend
 // once the backward exists, its device state) for the backward.
 func (op *Op) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
-	ts, p, err := op.inputs(in, 3)
+	ts, err := op.inputs(in, 3)
 	if err != nil {
 		return nil, err
 	}
-	res, _ := op.cfg.Backend.(kernels.Resident)
-	keep := res != nil && op.saved.keepOnDevice()
-	o, lse, st, err := engineFor(op.dtype).forward(op.cfg.Backend, keep, p, ts[0], ts[1], ts[2])
+	_, resident := op.cfg.Backend.(kernels.Resident)
+	keep := resident && op.saved.keepOnDevice()
+	o, lse, st, err := engineFor(op.dtype).forward(op.cfg.Backend, keep, op.p, ts[0], ts[1], ts[2])
 	if err != nil {
 		// The previous run's device state is of no use to anyone now.
 		return nil, errors.Join(fmt.Errorf("attention on %s: %w", op.cfg.Backend.Name(), err), op.saved.release())
@@ -163,33 +165,31 @@ func (op *Op) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 // inputs checks the values a machine passes to Do, of which the first 3 are
 // q, k and v and the rest have q's shape, against the shapes and dtype the
 // op was built for (a node's value can be replaced by one of another
-// shape), and returns them as contiguous tensors with the problem they
-// describe.
-func (op *Op) inputs(in []gorgonia.Value, want int) ([]*tensor.Dense, kernels.Params, error) {
+// shape), and returns them as contiguous tensors.
+func (op *Op) inputs(in []gorgonia.Value, want int) ([]*tensor.Dense, error) {
 	if len(in) != want {
-		return nil, kernels.Params{}, fmt.Errorf("attention: %d inputs, want %d", len(in), want)
+		return nil, fmt.Errorf("attention: %d inputs, want %d", len(in), want)
 	}
 	names := []string{"q", "k", "v", "o", "dO"}
 	ts := make([]*tensor.Dense, len(in))
 	for i, v := range in {
 		d, err := dense(v)
 		if err != nil {
-			return nil, kernels.Params{}, fmt.Errorf("attention: %s: %w", names[i], err)
+			return nil, fmt.Errorf("attention: %s: %w", names[i], err)
 		}
 		shape := op.shapes[0]
 		if i < 3 {
 			shape = op.shapes[i]
 		}
 		if !d.Shape().Eq(shape) {
-			return nil, kernels.Params{}, invalid("%s has shape %v at run time, the op was built for %v", names[i], d.Shape(), shape)
+			return nil, invalid("%s has shape %v at run time, the op was built for %v", names[i], d.Shape(), shape)
 		}
 		if d.Dtype() != op.dtype {
-			return nil, kernels.Params{}, invalid("%s is %v at run time, the op was built for %v", names[i], d.Dtype(), op.dtype)
+			return nil, invalid("%s is %v at run time, the op was built for %v", names[i], d.Dtype(), op.dtype)
 		}
 		ts[i] = d
 	}
-	p, err := params(op.cfg, op.shapes[0], op.shapes[1], op.shapes[2])
-	return ts, p, err
+	return ts, nil
 }
 
 // dense returns the contiguous backing of a Gorgonia value, copying a view
