@@ -1,8 +1,6 @@
 package autograd
 
 import (
-	"unsafe"
-
 	"github.com/gorgonia-flash/flashattention/internal/hostmem"
 	"github.com/gorgonia-flash/flashattention/kernels"
 	"gorgonia.org/tensor"
@@ -35,16 +33,10 @@ func engineFor(dt tensor.Dtype) engine {
 // typed is the engine of element type T.
 type typed[T kernels.Float] struct{}
 
-// reserve checks that n elements of T can be allocated (see hostmem):
-// results too large for the memory left give an error wrapping
-// kernels.ErrOutOfMemory instead of a fatal runtime error.
-func reserve[T kernels.Float](n int) error {
-	var zero T
-	return hostmem.Check(int64(n) * int64(unsafe.Sizeof(zero)))
-}
-
 func (typed[T]) forward(b kernels.Backend, keep bool, p kernels.Params, q, k, v *tensor.Dense) (o, lse *tensor.Dense, st kernels.DeviceState, err error) {
-	if err := reserve[T](p.QLen() + p.LSELen()); err != nil {
+	// Results the memory left cannot hold are an error wrapping
+	// kernels.ErrOutOfMemory, not a fatal runtime error.
+	if err := hostmem.CheckElems[T](p.QLen() + p.LSELen()); err != nil {
 		return nil, nil, nil, err
 	}
 	ob, lb := make([]T, p.QLen()), make([]T, p.LSELen())
@@ -60,7 +52,7 @@ func (typed[T]) forward(b kernels.Backend, keep bool, p kernels.Params, q, k, v 
 }
 
 func (typed[T]) backward(b kernels.Backend, st kernels.DeviceState, p kernels.Params, q, k, v, o, lse, dO *tensor.Dense) (*tensor.Dense, error) {
-	if err := reserve[T](p.QLen() + 2*p.KLen()); err != nil {
+	if err := hostmem.CheckElems[T](p.QLen() + 2*p.KLen()); err != nil {
 		return nil, err
 	}
 	buf := make([]T, p.QLen()+2*p.KLen())

@@ -4,7 +4,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/gorgonia-flash/flashattention/internal/simd"
 	"github.com/gorgonia-flash/flashattention/kernels"
@@ -113,12 +112,6 @@ func transpose[T kernels.Float](rows, cols int, src []T, lds int, dst []T, ldd i
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
-
-// elemBytes is the size of one T, for memory budgets.
-func elemBytes[T kernels.Float]() int64 {
-	var zero T
-	return int64(unsafe.Sizeof(zero))
-}
 
 // allFinite reports whether x holds no NaN and no ±Inf: x − x is 0 for
 // every finite x and NaN otherwise.

@@ -68,7 +68,7 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 	chunks := keyChunks(p)
 	nScratch := max(1, min(workers, heads*chunks))
 	aug := heads * p.Nq * da // elements of qsT or doT
-	if err := hostmem.Check(elemBytes[T]() * int64(2*aug+chunks*p.QLen()+nScratch*backwardScratchLen(d))); err != nil {
+	if err := hostmem.CheckElems[T](2*aug + chunks*p.QLen() + nScratch*backwardScratchLen(d)); err != nil {
 		return err
 	}
 	qsT, doT := make([]T, aug), make([]T, aug)

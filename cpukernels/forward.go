@@ -37,7 +37,7 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 	kBlocks := ceilDiv(p.Nk, blockCols)
 	qBlocks := ceilDiv(p.Nq, blockRows)
 	nScratch := max(1, min(workers, heads*qBlocks))
-	if err := hostmem.Check(elemBytes[T]() * int64(p.KLen()+nScratch*forwardScratchLen(p.D))); err != nil {
+	if err := hostmem.CheckElems[T](p.KLen() + nScratch*forwardScratchLen(p.D)); err != nil {
 		return err
 	}
 	// Kᵀ of every key block, D×w with row stride w for a block of w keys,

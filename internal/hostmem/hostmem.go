@@ -5,6 +5,7 @@ import (
 	"math"
 	"runtime/debug"
 	"runtime/metrics"
+	"unsafe"
 
 	"github.com/gorgonia-flash/flashattention/kernels"
 )
@@ -24,6 +25,13 @@ func Check(need int64) error {
 			kernels.ErrOutOfMemory, need, avail, from)
 	}
 	return nil
+}
+
+// CheckElems is Check for n elements of T: the form every caller needs,
+// since what they allocate are slices of attention's element type.
+func CheckElems[T kernels.Float](n int) error {
+	var zero T
+	return Check(int64(n) * int64(unsafe.Sizeof(zero)))
 }
 
 // Available returns the bytes the process can still allocate under the
