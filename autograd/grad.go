@@ -18,16 +18,18 @@ type gradOp struct{ *Op }
 
 var _ gorgonia.Op = (*gradOp)(nil)
 
-func (op *gradOp) Arity() int { return 5 }
+// Arity: q, k, v, o and dO, then the forward's length inputs.
+func (op *gradOp) Arity() int { return 5 + op.cfg.lengthInputs() }
 
 func (op *gradOp) Type() hm.Type {
 	t4 := gorgonia.TensorType{Dims: 4, Of: hm.TypeVariable('a')}
-	return hm.NewFnType(t4, t4, t4, t4, t4, gorgonia.TensorType{Dims: 1, Of: hm.TypeVariable('a')})
+	ts := append([]hm.Type{t4, t4, t4, t4, t4}, op.lengthTypes()...)
+	return hm.NewFnType(append(ts, gorgonia.TensorType{Dims: 1, Of: hm.TypeVariable('a')})...)
 }
 
 func (op *gradOp) InferShape(in ...gorgonia.DimSizer) (tensor.Shape, error) {
-	if len(in) != 5 {
-		return nil, fmt.Errorf("attention backward: %d inputs, want 5", len(in))
+	if len(in) != op.Arity() {
+		return nil, fmt.Errorf("attention backward: %d inputs, want %d", len(in), op.Arity())
 	}
 	return tensor.Shape{op.shapes[0].TotalSize() + 2*op.shapes[1].TotalSize()}, nil
 }
@@ -36,7 +38,7 @@ func (op *gradOp) InferShape(in ...gorgonia.DimSizer) (tensor.Shape, error) {
 // the forward kept them (they are released afterwards: the backward is their
 // last user), else the inputs given and the saved LSE.
 func (op *gradOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
-	ts, err := op.inputs(in, 5)
+	ts, p, err := op.inputs(in, 5)
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +49,7 @@ func (op *gradOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 	// Only the forward of this Op keeps state, on this Op's backend, which
 	// is then a kernels.Resident.
 	st := op.saved.takeDevice()
-	packed, err := engineFor(op.dtype).backward(op.cfg.Backend, st, op.p, ts[0], ts[1], ts[2], ts[3], lse, ts[4])
+	packed, err := engineFor(op.dtype).backward(op.cfg.Backend, st, p, ts[0], ts[1], ts[2], ts[3], lse, ts[4])
 	if st != nil {
 		// A training step ends with no device memory held for it.
 		err = errors.Join(err, st.Release())

@@ -6,6 +6,7 @@ import (
 	"hash"
 	"hash/fnv"
 	"math"
+	"slices"
 
 	"github.com/chewxy/hm"
 	"github.com/gorgonia-flash/flashattention/kernels"
@@ -14,16 +15,40 @@ import (
 )
 
 // Config is what fixes an attention op's result, apart from its inputs.
+// The variant fields mean what kernels.Params's fields of the same names
+// do; grouped-query attention needs none, as k and v's head count says it.
 type Config struct {
 	Backend kernels.Backend
 	Scale   float64 // already resolved: never a "default" placeholder
 	Causal  bool
+	Window  kernels.Window
+	Softcap float64
+	ALiBi   []float64 // one slope per query head; New keeps its own copy
+	// QLens and KLens, when not the zero Dtype, say that the op takes
+	// per-sequence lengths as inputs after q, k and v (QLens first):
+	// vectors [B] of that dtype (Int, Int32 or Int64) whose values set
+	// kernels.Params's QLens and KLens at every run, so that one graph
+	// serves batches of different lengths.
+	QLens, KLens tensor.Dtype
+}
+
+// lengthDtypes are the dtypes of the length inputs, in input order.
+func (c Config) lengthDtypes() []tensor.Dtype {
+	var dts []tensor.Dtype
+	for _, dt := range []tensor.Dtype{c.QLens, c.KLens} {
+		if dt != (tensor.Dtype{}) {
+			dts = append(dts, dt)
+		}
+	}
+	return dts
 }
 
 // String identifies the configuration completely. The ops hash it, because
-// Gorgonia merges nodes whose hashes are equal.
+// Gorgonia merges nodes whose hashes are equal: every field that changes the
+// result is in it, each ALiBi slope to full precision.
 func (c Config) String() string {
-	return fmt.Sprintf("scale=%v causal=%v backend=%s", c.Scale, c.Causal, c.Backend.Name())
+	return fmt.Sprintf("scale=%v causal=%v window=%+v softcap=%v alibi=%v qlens=%v klens=%v backend=%s",
+		c.Scale, c.Causal, c.Window, c.Softcap, c.ALiBi, c.QLens, c.KLens, c.Backend.Name())
 }
 
 // Op is fused attention as a Gorgonia op: (q, k, v) → o. Its backward is
@@ -43,7 +68,8 @@ var (
 )
 
 // New returns the op for q, k and v of dtype dt (Float32 or Float64) and the
-// given shapes: q [B, H, Nq, D], k and v [B, H, Nk, D]. It checks everything
+// given shapes: q [B, H, Nq, D], k and v [B, Hkv, Nk, D] with Hkv dividing
+// H (grouped-query attention when Hkv < H). It checks everything
 // that can be checked before the graph runs: the shapes, the dtype, the
 // backend, and that the scale is finite and representable in dt (a float32
 // tensor cannot take a scale of 1e39, nor one that rounds to 0). Errors wrap
@@ -58,6 +84,12 @@ func New(cfg Config, dt tensor.Dtype, q, k, v tensor.Shape) (*Op, error) {
 	if err := checkScale(cfg.Scale, dt); err != nil {
 		return nil, err
 	}
+	for _, ldt := range cfg.lengthDtypes() {
+		if ldt != tensor.Int && ldt != tensor.Int32 && ldt != tensor.Int64 {
+			return nil, invalid("lengths of dtype %v, want Int, Int32 or Int64", ldt)
+		}
+	}
+	cfg.ALiBi = slices.Clone(cfg.ALiBi)
 	p, err := params(cfg, q, k, v)
 	if err != nil {
 		return nil, err
@@ -99,15 +131,20 @@ func params(cfg Config, q, k, v tensor.Shape) (kernels.Params, error) {
 	if !k.Eq(v) {
 		return kernels.Params{}, invalid("k %v and v %v must have the same shape", k, v)
 	}
-	for i, name := range []string{"B", "H"} {
-		if q[i] != k[i] {
-			return kernels.Params{}, invalid("%s differs: q %v, k %v", name, q, k)
-		}
+	if q[0] != k[0] {
+		return kernels.Params{}, invalid("B differs: q %v, k %v", q, k)
+	}
+	if q[1]%k[1] != 0 {
+		return kernels.Params{}, invalid("k and v have %d heads, which does not divide q's %d (q %v, k %v)", k[1], q[1], q, k)
 	}
 	if q[3] != k[3] {
 		return kernels.Params{}, invalid("head dimension D differs: q %v, k %v", q, k)
 	}
-	p := kernels.Params{B: q[0], H: q[1], Nq: q[2], Nk: k[2], D: q[3], Scale: cfg.Scale, Causal: cfg.Causal}
+	p := kernels.Params{B: q[0], H: q[1], Nq: q[2], Nk: k[2], D: q[3], Scale: cfg.Scale, Causal: cfg.Causal,
+		Window: cfg.Window, Softcap: cfg.Softcap, ALiBi: cfg.ALiBi}
+	if k[1] != q[1] {
+		p.Hkv = k[1]
+	}
 	if err := p.Validate(); err != nil {
 		return kernels.Params{}, fmt.Errorf("attention: %w", err)
 	}
@@ -119,22 +156,103 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("attention: %w: "+format, append([]any{kernels.ErrInvalidParams}, args...)...)
 }
 
-func (op *Op) Arity() int { return 3 }
+// lengthInputs is the number of length vectors the op takes after q, k
+// and v.
+func (c Config) lengthInputs() int { return len(c.lengthDtypes()) }
 
-// Type is (Tensor4 a, Tensor4 a, Tensor4 a) → Tensor4 a.
+func (op *Op) Arity() int { return 3 + op.cfg.lengthInputs() }
+
+// Type is (Tensor4 a, Tensor4 a, Tensor4 a) → Tensor4 a, with an integer
+// vector before the result for each length input.
 func (op *Op) Type() hm.Type {
 	t := gorgonia.TensorType{Dims: 4, Of: hm.TypeVariable('a')}
-	return hm.NewFnType(t, t, t, t)
+	return hm.NewFnType(append(append([]hm.Type{t, t, t}, op.lengthTypes()...), t)...)
+}
+
+// lengthTypes are the types of the length inputs: vectors of the dtypes
+// the op was built for.
+func (op *Op) lengthTypes() []hm.Type {
+	var ts []hm.Type
+	for _, dt := range op.cfg.lengthDtypes() {
+		ts = append(ts, gorgonia.TensorType{Dims: 1, Of: dt})
+	}
+	return ts
+}
+
+// withLengths returns the Op's problem with the lengths the length inputs
+// hold at this run (vals, in QLens, KLens order). Errors wrap
+// kernels.ErrInvalidParams.
+func (op *Op) withLengths(vals []gorgonia.Value) (kernels.Params, error) {
+	p := op.p
+	if len(vals) != op.cfg.lengthInputs() {
+		return p, invalid("%d length inputs, want %d", len(vals), op.cfg.lengthInputs())
+	}
+	for _, l := range []struct {
+		name string
+		dt   tensor.Dtype
+		dst  *[]int
+	}{{"query lengths", op.cfg.QLens, &p.QLens}, {"key lengths", op.cfg.KLens, &p.KLens}} {
+		if l.dt == (tensor.Dtype{}) {
+			continue
+		}
+		lens, err := intsOf(vals[0], p.B)
+		if err != nil {
+			return p, invalid("%s: %v", l.name, err)
+		}
+		*l.dst, vals = lens, vals[1:]
+	}
+	if err := p.Validate(); err != nil {
+		return p, fmt.Errorf("attention: %w", err)
+	}
+	return p, nil
+}
+
+// intsOf reads a length input: a vector of B integers of dtype Int, Int32
+// or Int64.
+func intsOf(v gorgonia.Value, b int) ([]int, error) {
+	if v == nil {
+		return nil, errors.New("the node has no value (bind one before running the graph)")
+	}
+	d, err := dense(v)
+	if err != nil {
+		return nil, err
+	}
+	if s := d.Shape(); s.TotalSize() != b || (s.Dims() > 1 && !s.IsVectorLike()) {
+		return nil, fmt.Errorf("shape %v, want [%d], one length per batch entry", s, b)
+	}
+	out := make([]int, b)
+	switch x := d.Data().(type) {
+	case []int:
+		copy(out, x)
+	case []int32:
+		for i, n := range x {
+			out[i] = int(n)
+		}
+	case []int64:
+		for i, n := range x {
+			out[i] = int(n)
+		}
+	default:
+		return nil, fmt.Errorf("dtype %v, want Int, Int32 or Int64", d.Dtype())
+	}
+	return out, nil
 }
 
 // InferShape checks the shapes itself: Gorgonia does not unify the rank of
 // a TensorType, and a wrong rank would otherwise panic later in ApplyOp.
 func (op *Op) InferShape(in ...gorgonia.DimSizer) (tensor.Shape, error) {
-	if len(in) != 3 {
-		return nil, fmt.Errorf("attention: %d inputs, want 3", len(in))
+	if len(in) != op.Arity() {
+		return nil, fmt.Errorf("attention: %d inputs, want %d", len(in), op.Arity())
 	}
 	for i, ds := range in {
-		if s, ok := ds.(tensor.Shape); !ok || !s.Eq(op.shapes[i]) {
+		s, ok := ds.(tensor.Shape)
+		if i >= 3 {
+			if !ok || s.TotalSize() != op.p.B {
+				return nil, invalid("length input %d has shape %v, want [%d], one length per batch entry", i-3, ds, op.p.B)
+			}
+			continue
+		}
+		if !ok || !s.Eq(op.shapes[i]) {
 			return nil, invalid("input %d has shape %v, the op was built for %v", i, ds, op.shapes[i])
 		}
 	}
@@ -144,13 +262,13 @@ func (op *Op) InferShape(in ...gorgonia.DimSizer) (tensor.Shape, error) {
 // Do runs the forward and saves its LSE (and, on a kernels.Resident backend
 // once the backward exists, its device state) for the backward.
 func (op *Op) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
-	ts, err := op.inputs(in, 3)
+	ts, p, err := op.inputs(in, 3)
 	if err != nil {
 		return nil, err
 	}
 	_, resident := op.cfg.Backend.(kernels.Resident)
 	keep := resident && op.saved.keepOnDevice()
-	o, lse, st, err := engineFor(op.dtype).forward(op.cfg.Backend, keep, op.p, ts[0], ts[1], ts[2])
+	o, lse, st, err := engineFor(op.dtype).forward(op.cfg.Backend, keep, p, ts[0], ts[1], ts[2])
 	if err != nil {
 		// The previous run's device state is of no use to anyone now.
 		return nil, errors.Join(fmt.Errorf("attention on %s: %w", op.cfg.Backend.Name(), err), op.saved.release())
@@ -162,34 +280,39 @@ func (op *Op) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 	return o, nil
 }
 
-// inputs checks the values a machine passes to Do, of which the first 3 are
-// q, k and v and the rest have q's shape, against the shapes and dtype the
-// op was built for (a node's value can be replaced by one of another
-// shape), and returns them as contiguous tensors.
-func (op *Op) inputs(in []gorgonia.Value, want int) ([]*tensor.Dense, error) {
-	if len(in) != want {
-		return nil, fmt.Errorf("attention: %d inputs, want %d", len(in), want)
+// inputs checks the values a machine passes to Do: tensors first (want of
+// them: q, k and v, then any of q's shape), then the length inputs. It
+// checks the tensors against the shapes and dtype the op was built for (a
+// node's value can be replaced by one of another shape), and returns them
+// as contiguous tensors, with the problem the lengths make of the Op's.
+func (op *Op) inputs(in []gorgonia.Value, want int) ([]*tensor.Dense, kernels.Params, error) {
+	if len(in) != want+op.cfg.lengthInputs() {
+		return nil, op.p, fmt.Errorf("attention: %d inputs, want %d", len(in), want+op.cfg.lengthInputs())
+	}
+	p, err := op.withLengths(in[want:])
+	if err != nil {
+		return nil, p, err
 	}
 	names := []string{"q", "k", "v", "o", "dO"}
-	ts := make([]*tensor.Dense, len(in))
-	for i, v := range in {
+	ts := make([]*tensor.Dense, want)
+	for i, v := range in[:want] {
 		d, err := dense(v)
 		if err != nil {
-			return nil, fmt.Errorf("attention: %s: %w", names[i], err)
+			return nil, p, fmt.Errorf("attention: %s: %w", names[i], err)
 		}
 		shape := op.shapes[0]
 		if i < 3 {
 			shape = op.shapes[i]
 		}
 		if !d.Shape().Eq(shape) {
-			return nil, invalid("%s has shape %v at run time, the op was built for %v", names[i], d.Shape(), shape)
+			return nil, p, invalid("%s has shape %v at run time, the op was built for %v", names[i], d.Shape(), shape)
 		}
 		if d.Dtype() != op.dtype {
-			return nil, invalid("%s is %v at run time, the op was built for %v", names[i], d.Dtype(), op.dtype)
+			return nil, p, invalid("%s is %v at run time, the op was built for %v", names[i], d.Dtype(), op.dtype)
 		}
 		ts[i] = d
 	}
-	return ts, nil
+	return ts, p, nil
 }
 
 // dense returns the contiguous backing of a Gorgonia value, copying a view
@@ -205,21 +328,28 @@ func dense(v any) (*tensor.Dense, error) {
 	return d, nil
 }
 
-func (op *Op) DiffWRT(inputs int) []bool { return []bool{true, true, true} }
+// DiffWRT: q, k and v; the length inputs have no gradient.
+func (op *Op) DiffWRT(inputs int) []bool {
+	diff := make([]bool, inputs)
+	for i := range min(3, inputs) {
+		diff[i] = true
+	}
+	return diff
+}
 
 // SymDiff adds the recomputing backward to the graph: one gradOp node for
 // the packed [dQ | dK | dV] and three views of it. From now on the forward
 // keeps its device state for that backward (see saved).
 func (op *Op) SymDiff(in gorgonia.Nodes, output, grad *gorgonia.Node) (gorgonia.Nodes, error) {
-	if len(in) != 3 {
-		return nil, fmt.Errorf("attention: SymDiff got %d inputs, want 3", len(in))
+	if len(in) != op.Arity() {
+		return nil, fmt.Errorf("attention: SymDiff got %d inputs, want %d", len(in), op.Arity())
 	}
 	op.saved.setKeep()
-	packed, err := gorgonia.ApplyOp(&gradOp{op}, in[0], in[1], in[2], output, grad)
+	packed, err := gorgonia.ApplyOp(&gradOp{op}, append(gorgonia.Nodes{in[0], in[1], in[2], output, grad}, in[3:]...)...)
 	if err != nil {
 		return nil, fmt.Errorf("attention backward: %w", err)
 	}
-	grads := make(gorgonia.Nodes, 3)
+	grads := make(gorgonia.Nodes, len(in)) // none for the lengths
 	for i, part := range op.gradParts() {
 		if grads[i], err = gorgonia.ApplyOp(part, packed); err != nil {
 			return nil, fmt.Errorf("attention backward: %w", err)
@@ -232,14 +362,18 @@ func (op *Op) SymDiff(in gorgonia.Nodes, output, grad *gorgonia.Node) (gorgonia.
 // LispMachine (which skips ops that lack it without a word). Constant
 // inputs have no gradient to add to.
 func (op *Op) DoDiff(_ gorgonia.ExecutionContext, in gorgonia.Nodes, output *gorgonia.Node) error {
-	if len(in) != 3 {
-		return fmt.Errorf("attention: DoDiff got %d inputs, want 3", len(in))
+	if len(in) != op.Arity() {
+		return fmt.Errorf("attention: DoDiff got %d inputs, want %d", len(in), op.Arity())
 	}
 	dO, err := output.Grad()
 	if err != nil {
 		return fmt.Errorf("attention: DoDiff: %w", err)
 	}
-	packed, err := (&gradOp{op}).Do(in[0].Value(), in[1].Value(), in[2].Value(), output.Value(), dO)
+	vals := []gorgonia.Value{in[0].Value(), in[1].Value(), in[2].Value(), output.Value(), dO}
+	for _, l := range in[3:] {
+		vals = append(vals, l.Value())
+	}
+	packed, err := (&gradOp{op}).Do(vals...)
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,7 @@ const maxKeyChunks = 4
 // split into: enough for about 32 work units in all, and at most one per key
 // block. Never from the worker count, so that results do not depend on it.
 func keyChunks(p kernels.Params) int {
-	return max(1, min(maxKeyChunks, ceilDiv(32, p.B*p.H), ceilDiv(p.Nk, blockCols)))
+	return max(1, min(maxKeyChunks, ceilDiv(32, p.B*p.KVHeads()), ceilDiv(p.Nk, blockCols)))
 }
 
 // The backward works on transposed tiles — Sᵀ, Pᵀ, dSᵀ, one row per key —
@@ -30,33 +30,67 @@ func keyChunks(p kernels.Params) int {
 
 // backwardScratch is one worker's tiles; nothing in it depends on N.
 type backwardScratch[T kernels.Float] struct {
-	ka, va []T // Bc×(D+1): K_j and V_j with a column of ones
-	kt     []T // D×Bc: K_jᵀ
-	pt     []T // Bc×Br: Sᵀ − LSE, then Pᵀ
-	dst    []T // Bc×Br: dPᵀ − D, then scale·dSᵀ
-	dk, dv []T // Bc×D: accumulators for the key block
+	ka, va []T       // Bc×(D+1): K_j and V_j with a column of ones
+	kt     []T       // D×Bc: K_jᵀ
+	pt     []T       // Bc×Br: Sᵀ − LSE, then Pᵀ
+	dst    []T       // Bc×Br: dPᵀ − D, then scale·dSᵀ
+	dk, dv []T       // Bc×D: accumulators for the key block
+	tmp    []float64 // Br: the softcap's exponentials, in float64 (softcapScores); nil without a softcap
+	tab    []T       // Br+Bc: the tile's ALiBi terms (alibiTable); nil without ALiBi
+	grad   []T       // Br: the softcap's derivative along one key's rows; nil without a softcap
+	// The query heads of the unit's key head (H/Hkv of them), reused from
+	// unit to unit: a slice made per unit cost one allocation per head
+	// when B·H is large and N small. Without GQA qhs is one[:], so that
+	// plain attention allocates nothing for it.
+	qhs []queryHead[T]
+	one [1]queryHead[T]
+	// Key c of the block is seen by query rows [qlo[c], qhi[c]):
+	// kernels.Params.QueryRange, asked once per key block rather than by
+	// every cut tile of every query head. Arrays, so that they cost no
+	// allocation.
+	qlo, qhi [blockCols]int
 }
 
 // backwardScratchLen is the number of elements of one backwardScratch.
 func backwardScratchLen(d int) int {
-	return 2*blockCols*(d+1) + d*blockCols + 2*blockCols*blockRows + 2*blockCols*d
+	return 2*blockCols*(d+1) + d*blockCols + 2*blockCols*blockRows + 2*blockCols*d + 4*blockRows + blockCols // tmp counted as 2·Br: float64 in a float32 call
 }
 
-func newBackwardScratch[T kernels.Float](d int) *backwardScratch[T] {
-	return &backwardScratch[T]{
+func newBackwardScratch[T kernels.Float](p kernels.Params) *backwardScratch[T] {
+	d := p.D
+	sc := &backwardScratch[T]{
 		ka: make([]T, blockCols*(d+1)), va: make([]T, blockCols*(d+1)),
 		kt: make([]T, d*blockCols),
 		pt: make([]T, blockCols*blockRows), dst: make([]T, blockCols*blockRows),
 		dk: make([]T, blockCols*d), dv: make([]T, blockCols*d),
 	}
+	sc.qhs = sc.one[:]
+	if group := p.H / p.KVHeads(); group > 1 {
+		sc.qhs = make([]queryHead[T], group)
+	}
+	// Plain attention allocates no variant scratch.
+	if p.Softcap != 0 {
+		sc.tmp, sc.grad = make([]float64, blockRows), make([]T, blockRows)
+	}
+	if p.ALiBi != nil {
+		sc.tab = make([]T, blockRows+blockCols)
+	}
+	return sc
 }
 
-// headTensors are one head's slices of every tensor the backward touches.
-// qsT and doT hold, per query block of r rows, (scale·Q)ᵀ over −LSE and dOᵀ
-// over −D, each (D+1)×r; dqT holds this chunk's dQᵀ per query block, D×r.
-type headTensors[T kernels.Float] struct {
-	q, k, v, do, dk, dv []T
-	qsT, doT, dqT       []T
+// keyHead is one key head's slices of k, v, dk and dv.
+type keyHead[T kernels.Float] struct{ k, v, dk, dv []T }
+
+// queryHead is one query head's slices of every tensor the backward
+// touches; h is its index among the H heads. qsT and doT hold, per query
+// block of r rows, (scale·Q)ᵀ over −LSE (over 0 with a softcap, which
+// needs the bare scores) and dOᵀ over −D, each (D+1)×r; dqT holds this
+// chunk's dQᵀ per query block, D×r.
+type queryHead[T kernels.Float] struct {
+	h             int
+	q, do, lse    []T
+	qsT, doT, dqT []T
+	finite        []bool // per query block: Q and dO hold no NaN or ±Inf; nil: not known (blockFinite)
 }
 
 func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, do, dq, dk, dv []T) error {
@@ -72,9 +106,18 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 		return err
 	}
 	qsT, doT := make([]T, aug), make([]T, aug)
+	// Under a window, whether each query block's Q and dO are finite,
+	// asked by most of its tiles (the masks cut them), is found once here.
+	// Otherwise nil: without a mask nothing asks, and a causal mask cuts
+	// about one tile per block pair, which asks on the spot.
+	var rowsFinite []bool
+	if p.Window.On {
+		rowsFinite = make([]bool, heads*qBlocks)
+	}
 	scale := T(p.Scale)
 	parallelFor(workers, heads*qBlocks, func(_, unit int) {
 		bh, qb := unit/qBlocks, unit%qBlocks
+		mask := p.Mask(bh / p.H)
 		row0 := qb * blockRows
 		rows := min(blockRows, p.Nq-row0)
 		at := (bh*p.Nq + row0) * d
@@ -82,6 +125,9 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 		qs, dot := qsT[packed:packed+da*rows], doT[packed:packed+da*rows]
 		transpose(rows, d, q[at:], d, qs, rows)
 		transpose(rows, d, do[at:], d, dot, rows)
+		if rowsFinite != nil {
+			rowsFinite[unit] = allFinite(q[at:at+rows*d]) && allFinite(do[at:at+rows*d])
+		}
 		for i := range d * rows {
 			qs[i] *= scale
 		}
@@ -96,7 +142,7 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 			// below; a 0 here keeps its column of the GEMM free of
 			// infinities. Any other LSE, even ±Inf or NaN, enters as it
 			// is, so that exp(S − LSE) takes its IEEE value.
-			if p.VisibleKeys(row0+r) > 0 {
+			if mask.VisibleKeys(row0+r) > 0 && p.Softcap == 0 {
 				qs[d*rows+r] = -lse[bh*p.Nq+row0+r]
 			}
 		}
@@ -110,21 +156,36 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 	}
 	scratch := make([]*backwardScratch[T], nScratch)
 	for w := range scratch {
-		scratch[w] = newBackwardScratch[T](d)
+		scratch[w] = newBackwardScratch[T](p)
 	}
 	ops := opsFor[T]()
-	parallelFor(workers, heads*chunks, func(w, unit int) {
-		bh, c := unit/chunks, unit%chunks
-		qOff, kOff := bh*p.Nq*d, bh*p.Nk*d
-		t := headTensors[T]{
-			q: q[qOff : qOff+p.Nq*d], k: k[kOff : kOff+p.Nk*d], v: v[kOff : kOff+p.Nk*d],
-			do: do[qOff : qOff+p.Nq*d], dk: dk[kOff : kOff+p.Nk*d], dv: dv[kOff : kOff+p.Nk*d],
-			qsT: qsT[bh*p.Nq*da : (bh+1)*p.Nq*da],
-			doT: doT[bh*p.Nq*da : (bh+1)*p.Nq*da],
-			dqT: dqT[c][qOff : qOff+p.Nq*d],
+	// One unit is a chunk of one key head's blocks; it loops over the
+	// query heads that read that key head, so dK and dV of a group are
+	// summed in one accumulator, in head order, without atomics.
+	group := p.H / p.KVHeads()
+	parallelFor(workers, p.B*p.KVHeads()*chunks, func(w, unit int) {
+		kvh, c := unit/chunks, unit%chunks
+		kOff := kvh * p.Nk * d
+		kh := keyHead[T]{k: k[kOff : kOff+p.Nk*d], v: v[kOff : kOff+p.Nk*d], dk: dk[kOff : kOff+p.Nk*d], dv: dv[kOff : kOff+p.Nk*d]}
+		qhs := scratch[w].qhs
+		for x := range qhs {
+			// Key head b·Hkv + g is read by query heads b·H + g·group + x,
+			// which is kvh·group + x as H = Hkv·group: no division.
+			bh := kvh*group + x
+			qOff := bh * p.Nq * d
+			qhs[x] = queryHead[T]{
+				h: bh % p.H, q: q[qOff : qOff+p.Nq*d], do: do[qOff : qOff+p.Nq*d], lse: lse[bh*p.Nq : (bh+1)*p.Nq],
+				qsT: qsT[bh*p.Nq*da : (bh+1)*p.Nq*da],
+				doT: doT[bh*p.Nq*da : (bh+1)*p.Nq*da],
+				dqT: dqT[c][qOff : qOff+p.Nq*d],
+			}
+			if rowsFinite != nil {
+				qhs[x].finite = rowsFinite[bh*qBlocks : (bh+1)*qBlocks]
+			}
 		}
+		mask := p.Mask(kvh / p.KVHeads())
 		for kb := c * perChunk; kb < min(kBlocks, (c+1)*perChunk); kb++ {
-			backwardKeyBlock(ops, scratch[w], p, kb*blockCols, t)
+			backwardKeyBlock(ops, scratch[w], p, mask, kb*blockCols, kh, qhs)
 		}
 	})
 	// dQ = Σ_chunks dQᵀ, summed in chunk order, then transposed.
@@ -144,12 +205,20 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 	return nil
 }
 
-// backwardKeyBlock computes dK and dV for keys [col0, col0+Bc) of one head
-// and adds this block's share of dQᵀ into t.dqT.
-func backwardKeyBlock[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p kernels.Params, col0 int, t headTensors[T]) {
+// backwardKeyBlock computes dK and dV for keys [col0, col0+Bc) of key
+// head t, summed over the query heads qhs that read it, and adds this
+// block's share of dQᵀ into each query head's dqT; mask is their batch
+// entry's.
+func backwardKeyBlock[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p kernels.Params, mask kernels.Mask, col0 int, t keyHead[T], qhs []queryHead[T]) {
 	d, da := p.D, p.D+1
-	cols := min(blockCols, p.Nk-col0)
-	scale := T(p.Scale)
+	width := min(blockCols, p.Nk-col0)
+	// Padding keys (from Lk on) are not computed: their dK and dV are 0.
+	cols := min(width, max(0, mask.Lk-col0))
+	clear(t.dk[(col0+cols)*d : (col0+width)*d])
+	clear(t.dv[(col0+cols)*d : (col0+width)*d])
+	if cols == 0 {
+		return
+	}
 	for c := range cols {
 		copy(sc.ka[c*da:c*da+d], t.k[(col0+c)*d:(col0+c+1)*d])
 		copy(sc.va[c*da:c*da+d], t.v[(col0+c)*d:(col0+c+1)*d])
@@ -160,89 +229,142 @@ func backwardKeyBlock[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p
 	clear(sc.dv[:cols*d])
 	keysFinite := -1 // unknown until a masked tile asks
 
-	// Under a causal mask, query rows before firstRow see none of these keys.
-	firstRow := 0
-	if p.Causal {
-		firstRow = max(0, col0-(p.Nk-p.Nq))
-	}
-	for row0 := firstRow / blockRows * blockRows; row0 < p.Nq; row0 += blockRows {
-		rows := min(blockRows, p.Nq-row0)
-		qsT := t.qsT[row0*da : (row0+rows)*da]
-		doT := t.doT[row0*da : (row0+rows)*da]
-		pt, dst := sc.pt[:cols*blockRows], sc.dst[:cols*blockRows]
-		clear(pt)
-		clear(dst)
-		// Sᵀ − LSE and dPᵀ − D, one row per key.
-		ops.gemm(cols, rows, da, sc.ka, da, qsT, rows, pt, blockRows)
-		ops.gemm(cols, rows, da, sc.va, da, doT, rows, dst, blockRows)
-		for c := range cols {
-			ptc, dsc := pt[c*blockRows:c*blockRows+rows], dst[c*blockRows:c*blockRows+rows]
-			// Query rows before seenFrom do not see key col0+c; that covers
-			// every row that sees no key at all. Their P and dS are set to
-			// exactly 0, not computed: S − LSE or dP − D may be NaN there.
-			seenFrom := seenFrom(p, row0, rows, col0+c)
-			clear(ptc[:seenFrom])
-			ops.expShift(ptc[seenFrom:], 0) // P = exp(S − LSE)
-			// scale·dS = scale·P∘(dP − D), scale folded in once here rather
-			// than into both dQ and dK.
-			clear(dsc[:seenFrom])
-			for r := seenFrom; r < rows; r++ {
-				dsc[r] = scale * ptc[r] * dsc[r]
-			}
+	// Without a mask that reaches these keys every key is seen by [0, Nq),
+	// and Params is not asked key by key.
+	firstRow, firstEnd := mask.QueryRange(col0)
+	lastStart, endRow := mask.QueryRange(col0 + cols - 1)
+	masked := lastStart > 0 || firstEnd < p.Nq
+	for c := range cols {
+		sc.qlo[c], sc.qhi[c] = 0, p.Nq
+		if masked {
+			sc.qlo[c], sc.qhi[c] = mask.QueryRange(col0 + c)
 		}
-		qi, doi := t.q[row0*d:(row0+rows)*d], t.do[row0*d:(row0+rows)*d]
-		dqT := t.dqT[row0*d : (row0+rows)*d]
-		if p.Causal && col0+cols-1 > row0+p.Nk-p.Nq {
-			// Some of these rows do not see some of these keys. A masked P
-			// or dS of 0 times an infinite or NaN operand would still be
-			// NaN, so unless every operand is finite each product takes
-			// only the visible pairs.
-			if keysFinite < 0 {
-				keysFinite = 0
-				if allFinite(t.k[col0*d : (col0+cols)*d]) {
-					keysFinite = 1
+	}
+	if firstRow >= endRow {
+		// No row sees a key (the bounds grow with the key).
+		endRow = 0
+	}
+	// Only query rows [firstRow, endRow) see any of these keys.
+	for x := range qhs {
+		qh := &qhs[x]
+		for row0 := firstRow / blockRows * blockRows; row0 < endRow; row0 += blockRows {
+			rows := min(blockRows, p.Nq-row0)
+			if backwardTile(ops, sc, p, mask, row0, rows, col0, cols, qh) {
+				if keysFinite < 0 {
+					keysFinite = 0
+					if allFinite(t.k[col0*d : (col0+cols)*d]) {
+						keysFinite = 1
+					}
+				}
+				qi, doi := qh.q[row0*d:(row0+rows)*d], qh.do[row0*d:(row0+rows)*d]
+				if keysFinite == 0 || !blockFinite(qh.finite, row0/blockRows, qi) || !blockFinite(qh.finite, row0/blockRows, doi) {
+					// A masked P or dS of 0 times an infinite or NaN operand
+					// would still be NaN, so each product takes only the
+					// visible pairs.
+					backwardMaskedTile(ops, sc, p, mask, row0, rows, col0, cols, qi, doi, qh.dqT[row0*d:(row0+rows)*d])
+					continue
 				}
 			}
-			if keysFinite == 0 || !allFinite(qi) || !allFinite(doi) {
-				backwardMaskedTile(ops, sc, p, row0, rows, col0, cols, qi, doi, dqT)
-				continue
-			}
+			backwardProducts(ops, sc, p, row0, rows, cols, qh)
 		}
-		// dV_j += Pᵀ·dO_i, dK_j += scale·dSᵀ·Q_i, dQᵀ_i += K_jᵀ·(scale·dSᵀ).
-		ops.gemm(cols, d, rows, pt, blockRows, doi, d, sc.dv, d)
-		ops.gemm(cols, d, rows, dst, blockRows, qi, d, sc.dk, d)
-		ops.gemm(d, rows, cols, sc.kt, blockCols, dst, blockRows, dqT, rows)
 	}
 	copy(t.dk[col0*d:(col0+cols)*d], sc.dk[:cols*d])
 	copy(t.dv[col0*d:(col0+cols)*d], sc.dv[:cols*d])
 }
 
-// seenFrom is the first of rows [row0, row0+rows) that sees key j, or rows
-// if none does.
-func seenFrom(p kernels.Params, row0, rows, j int) int {
-	if !p.Causal {
-		return 0
+// backwardTile recomputes Pᵀ and scale·dSᵀ of one tile (keys [col0,
+// col0+cols) of the key block loaded in sc against rows [row0, row0+rows)
+// of query head qh) into sc.pt and sc.dst, and reports whether the masks
+// cut it: whether some of these rows do not see some of these keys.
+func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p kernels.Params, mask kernels.Mask, row0, rows, col0, cols int, qh *queryHead[T]) bool {
+	da := p.D + 1
+	scale := T(p.Scale)
+	qsT := qh.qsT[row0*da : (row0+rows)*da]
+	doT := qh.doT[row0*da : (row0+rows)*da]
+	pt, dst := sc.pt[:cols*blockRows], sc.dst[:cols*blockRows]
+	clear(pt)
+	clear(dst)
+	// Sᵀ − LSE (Sᵀ with a softcap) and dPᵀ − D, one row per key.
+	ops.gemm(cols, rows, da, sc.ka, da, qsT, rows, pt, blockRows)
+	ops.gemm(cols, rows, da, sc.va, da, doT, rows, dst, blockRows)
+	// Key col0+c, row row0+r reads the ALiBi term tab[r + cols−1−c]: its
+	// a − j is Aligned(row0+r) − (col0+c).
+	var tab []T
+	if p.ALiBi != nil {
+		tab = alibiTable(sc.tab, T(p.ALiBi[qh.h]), col0+cols-1-mask.Aligned(row0), rows+cols-1)
 	}
-	return min(rows, max(0, j-(p.Nk-p.Nq)-row0))
+	// The masks cut the tile unless every key is seen by all its rows; the
+	// bounds grow with the key, so the last key's first row and the first
+	// key's end decide it, once per tile rather than once per key. An uncut
+	// tile (every tile without a mask) clamps no key's range.
+	cut := sc.qlo[cols-1] > row0 || sc.qhi[0] < row0+rows
+	for c := range cols {
+		ptc, dsc := pt[c*blockRows:c*blockRows+rows], dst[c*blockRows:c*blockRows+rows]
+		from, to := 0, rows
+		if cut {
+			// Rows outside [from, to) do not see key col0+c; that covers
+			// every row that sees no key at all. Their P and dS are set
+			// to exactly 0, not computed: S − LSE or dP − D may be NaN
+			// there.
+			from, to = clampRange(sc.qlo[c], sc.qhi[c], row0, rows)
+			clear(ptc[:from])
+			clear(ptc[to:])
+			clear(dsc[:from])
+			clear(dsc[to:])
+		}
+		vis, dsv := ptc[from:to], dsc[from:to]
+		var grad []T
+		if p.Softcap != 0 {
+			grad = sc.grad[:len(vis)]
+			softcapScores(vis, T(p.Softcap), sc.tmp, grad)
+			for r := range vis {
+				vis[r] -= qh.lse[row0+from+r]
+			}
+		}
+		if tab != nil {
+			subtract(vis, tab[cols-1-c+from:])
+		}
+		ops.expShift(vis, 0) // P = exp(S − LSE)
+		// scale·dS = scale·P∘(dP − D), scale folded in once here rather
+		// than into both dQ and dK; with a softcap, times its derivative.
+		if grad != nil {
+			for r := range dsv {
+				dsv[r] = scale * vis[r] * dsv[r] * grad[r]
+			}
+			continue
+		}
+		for r := range dsv {
+			dsv[r] = scale * vis[r] * dsv[r]
+		}
+	}
+	return cut
 }
 
-// backwardMaskedTile is the tail of backwardKeyBlock for a partially masked
-// tile with a non-finite operand: the three products of the tile, each over
-// the visible (row, key) pairs only.
-func backwardMaskedTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p kernels.Params, row0, rows, col0, cols int, qi, doi, dqT []T) {
+// backwardProducts adds one tile's products: dV_j += Pᵀ·dO_i, dK_j +=
+// scale·dSᵀ·Q_i, dQᵀ_i += K_jᵀ·(scale·dSᵀ).
+func backwardProducts[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p kernels.Params, row0, rows, cols int, qh *queryHead[T]) {
+	d := p.D
+	qi, doi := qh.q[row0*d:(row0+rows)*d], qh.do[row0*d:(row0+rows)*d]
+	ops.gemm(cols, d, rows, sc.pt, blockRows, doi, d, sc.dv, d)
+	ops.gemm(cols, d, rows, sc.dst, blockRows, qi, d, sc.dk, d)
+	ops.gemm(d, rows, cols, sc.kt, blockCols, sc.dst, blockRows, qh.dqT[row0*d:(row0+rows)*d], rows)
+}
+
+// backwardMaskedTile is backwardProducts for a tile that the masks cut and
+// that holds a non-finite operand: the three products of the tile, each
+// over the visible (row, key) pairs only.
+func backwardMaskedTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p kernels.Params, mask kernels.Mask, row0, rows, col0, cols int, qi, doi, dqT []T) {
 	d := p.D
 	for c := range cols {
-		// Key col0+c is seen by rows [from, rows).
-		from := seenFrom(p, row0, rows, col0+c)
-		if n := rows - from; n > 0 {
-			ops.gemm(1, d, n, sc.pt[c*blockRows+from:], blockRows, doi[from*d:], d, sc.dv[c*d:], d)
-			ops.gemm(1, d, n, sc.dst[c*blockRows+from:], blockRows, qi[from*d:], d, sc.dk[c*d:], d)
+		if from, to := clampRange(sc.qlo[c], sc.qhi[c], row0, rows); to > from {
+			ops.gemm(1, d, to-from, sc.pt[c*blockRows+from:], blockRows, doi[from*d:], d, sc.dv[c*d:], d)
+			ops.gemm(1, d, to-from, sc.dst[c*blockRows+from:], blockRows, qi[from*d:], d, sc.dk[c*d:], d)
 		}
 	}
 	for r := range rows {
-		// Row row0+r sees keys [col0, col0+n).
-		if n := min(cols, max(0, p.VisibleKeys(row0+r)-col0)); n > 0 {
-			ops.gemm(d, 1, n, sc.kt, blockCols, sc.dst[r:], blockRows, dqT[r:], rows)
+		lo, hi := mask.KeyRange(row0 + r)
+		if from, to := clampRange(lo, hi, col0, cols); to > from {
+			ops.gemm(d, 1, to-from, sc.kt[from:], blockCols, sc.dst[from*blockRows+r:], blockRows, dqT[r:], rows)
 		}
 	}
 }

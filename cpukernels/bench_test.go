@@ -50,3 +50,67 @@ func benchPass[T kernels.Float](b *testing.B, backward bool) {
 		})
 	}
 }
+
+// variantShapes are issue 10's CPU benchmark: B = 1, H = 8, N = 2048,
+// D = 64, float32, plain attention beside each variant. Throughput counts
+// the visible work only (kernels.Params.VisibleFLOPs), so that a variant
+// that costs what it computes reports the plain path's GFLOP/s.
+func variantShapes() []struct {
+	name string
+	p    kernels.Params
+} {
+	base := kernels.Params{B: 1, H: 8, Nq: 2048, Nk: 2048, D: 64, Scale: 1.0 / 8}
+	slopes := make([]float64, base.H)
+	for h := range slopes {
+		slopes[h] = math.Exp2(-float64(h + 1))
+	}
+	with := func(set func(p *kernels.Params)) kernels.Params {
+		p := base
+		set(&p)
+		return p
+	}
+	return []struct {
+		name string
+		p    kernels.Params
+	}{
+		{"plain", base},
+		{"gqa_Hkv2", with(func(p *kernels.Params) { p.Hkv = 2 })},
+		{"window256_causal", with(func(p *kernels.Params) {
+			p.Causal, p.Window = true, kernels.Window{On: true, Left: 255, Right: -1}
+		})},
+		{"softcap30", with(func(p *kernels.Params) { p.Softcap = 30 })},
+		{"alibi", with(func(p *kernels.Params) { p.ALiBi = slopes })},
+	}
+}
+
+func BenchmarkVariantsForward32(b *testing.B)  { benchVariants(b, false) }
+func BenchmarkVariantsBackward32(b *testing.B) { benchVariants(b, true) }
+
+func benchVariants(b *testing.B, backward bool) {
+	for _, s := range variantShapes() {
+		b.Run(s.name, func(b *testing.B) {
+			p := s.p
+			t := newTensors[float32](p, 1)
+			be := cpukernels.Backend{}
+			if err := be.Forward32(p, t.q, t.k, t.v, t.o, t.lse); err != nil {
+				b.Fatal(err)
+			}
+			flops := p.VisibleFLOPs()
+			if backward {
+				flops *= 2.5
+			}
+			for b.Loop() {
+				var err error
+				if backward {
+					err = be.Backward32(p, t.q, t.k, t.v, t.o, t.lse, t.do, t.dq, t.dk, t.dv)
+				} else {
+					err = be.Forward32(p, t.q, t.k, t.v, t.o, t.lse)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}

@@ -11,7 +11,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	conformance.Run(t, cpukernels.Backend{}, kernels.FP32)
+	conformance.Run(t, cpukernels.Backend{}, kernels.FP32, conformance.WithVariants(conformance.AllVariants...))
 }
 
 // TestPrecisionErrors logs the float32 errors against float64 on one

@@ -9,9 +9,30 @@
 // over blocks of Bc keys: S = (scale·Q_i)·K_jᵀ through a GEMM on Kᵀ
 // transposed once per call, then the online softmax updates the running row
 // maximum m and row sum l, rescales the output accumulator by exp(m_old −
-// m_new) and adds P·V_j. Under a causal mask the loop stops at the last key
-// block any row of the unit can see. At the end O = acc / l and LSE = m +
-// log l; a row that sees no key by the mask gets O = 0, LSE = +Inf.
+// m_new) and adds P·V_j. The loop covers only the keys some row of the unit
+// sees, from the first row's kernels.Mask.KeyRange start to the last
+// row's end (a causal mask ends it early, a window also starts it late,
+// inside a block if need be). At the end O = acc / l and LSE = m + log l; a
+// row that sees no key by the mask gets O = 0, LSE = +Inf.
+//
+// # Variants
+//
+// Grouped-query attention indexes K and V by the query head's key head
+// (kernels.Params.KVHead) and never copies them. Per-sequence lengths
+// shorten the work, not only the masks: a forward unit computes only its
+// real rows and its loop ends at the last real key its rows see, a backward
+// key block only its real keys, and query blocks past a sequence's last
+// real row are never visited. The softcap and ALiBi
+// change the visible scores of a tile between the GEMM and the online
+// softmax; the softcap's tanh is 1 − 2/(1 + exp(2s/c)) through the
+// vectorised exponential (an overflow to +Inf gives exactly 1). In the
+// backward a work unit is a chunk of one key head's blocks, and it loops
+// over the query heads of its group, so dK and dV of the group sum in one
+// accumulator in head order (deterministic, no atomics). Only the query
+// blocks that see a key block (kernels.Mask.QueryRange) are visited. With
+// a softcap the backward cannot fold −LSE into the score GEMM, because
+// tanh comes between: it subtracts LSE per score after the cap and
+// multiplies dS by 1 − tanh².
 //
 // # NaN and infinities
 //
@@ -22,12 +43,16 @@
 // is kept apart: a NaN makes l NaN, +Inf poisons acc and l, and scores
 // that stay −Inf end as acc = l = 0, O = 0·∞ = NaN, LSE = −Inf.
 //
-// A causal tile cut by the mask holds probabilities of exactly 0 for the
-// pairs the mask hides, and a blocked product would still turn 0·Inf or
-// 0·NaN from a hidden operand into NaN. Such a tile is first scanned (V in
-// the forward; K, Q and dO in the backward) and, only if it holds a
-// non-finite value, its products run row by row over the visible pairs.
-// Finite inputs, the normal case, never take that path.
+// A tile cut by a mask (causal or window) holds probabilities of exactly 0
+// for the pairs the mask hides, and a blocked product would still turn
+// 0·Inf or 0·NaN from a hidden operand into NaN. So a cut tile with a
+// non-finite operand runs its products row by row over the visible pairs.
+// Whether a block of V (forward) or of Q and dO (backward) is finite is
+// found once per call under a window, which cuts most tiles; under a causal
+// mask alone, which cuts about one tile per row of tiles, when a cut tile
+// asks; without a mask, which cuts none, never, so that plain attention
+// pays for no scan. K is scanned per key block when a cut tile asks.
+// Finite inputs, the normal case, never take the row-by-row path.
 //
 // # Backward
 //

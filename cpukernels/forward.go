@@ -9,31 +9,48 @@ import (
 
 // forwardScratch is one worker's tiles; nothing in it depends on N.
 type forwardScratch[T kernels.Float] struct {
-	qs  []T // Br×D: the query tile pre-multiplied by scale
-	s   []T // Br×Bc: scores, then probabilities
-	acc []T // Br×D: unnormalised output
-	m   []T // Br: running row maximum
-	l   []T // Br: running row sum of exp(S − m)
+	qs  []T       // Br×D: the query tile pre-multiplied by scale
+	s   []T       // Br×Bc: scores, then probabilities
+	acc []T       // Br×D: unnormalised output
+	m   []T       // Br: running row maximum
+	l   []T       // Br: running row sum of exp(S − m)
+	tmp []float64 // Bc: the softcap's exponentials, in float64 (softcapScores); nil without a softcap
+	tab []T       // Br+Bc: the tile's ALiBi terms (alibiTable); nil without ALiBi
+	// Row r of the unit sees keys [lo[r], hi[r]): kernels.Params.KeyRange,
+	// asked once per unit rather than by every cut tile and again at the
+	// end. Arrays, so that they cost no allocation.
+	lo, hi [blockRows]int
 }
 
 // forwardScratchLen is the number of elements of one forwardScratch.
-func forwardScratchLen(d int) int { return 2*blockRows*d + blockRows*blockCols + 2*blockRows }
+func forwardScratchLen(d int) int {
+	return 2*blockRows*d + blockRows*blockCols + 3*blockRows + 3*blockCols // tmp counted as 2·Bc: float64 in a float32 call
+}
 
-func newForwardScratch[T kernels.Float](d int) *forwardScratch[T] {
-	return &forwardScratch[T]{
+func newForwardScratch[T kernels.Float](p kernels.Params) *forwardScratch[T] {
+	d := p.D
+	sc := &forwardScratch[T]{
 		qs:  make([]T, blockRows*d),
 		s:   make([]T, blockRows*blockCols),
 		acc: make([]T, blockRows*d),
 		m:   make([]T, blockRows),
 		l:   make([]T, blockRows),
 	}
+	// Plain attention allocates no variant scratch.
+	if p.Softcap != 0 {
+		sc.tmp = make([]float64, blockCols)
+	}
+	if p.ALiBi != nil {
+		sc.tab = make([]T, blockRows+blockCols)
+	}
+	return sc
 }
 
 func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T) error {
 	if err := kernels.CheckForward(p, q, k, v, o, lse); err != nil {
 		return err
 	}
-	heads := p.B * p.H
+	heads, kvHeads := p.B*p.H, p.B*p.KVHeads()
 	kBlocks := ceilDiv(p.Nk, blockCols)
 	qBlocks := ceilDiv(p.Nq, blockRows)
 	nScratch := max(1, min(workers, heads*qBlocks))
@@ -49,34 +66,70 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 	// however short the sequences: padding every head to Bc keys would
 	// multiply it by Bc when Nk = 1.
 	kt := make([]T, p.KLen())
-	parallelFor(workers, heads*kBlocks, func(_, unit int) {
+	// Under a window, whether each key block's V is finite, asked by most
+	// of its tiles (the masks cut them), is found once here. Otherwise nil:
+	// without a mask no tile is cut and nothing asks, and a causal mask cuts
+	// about one tile per row block, which asks on the spot (blockFinite),
+	// rather than every call paying a pass over all of V.
+	var vFinite []bool
+	if p.Window.On {
+		vFinite = make([]bool, kvHeads*kBlocks)
+	}
+	parallelFor(workers, kvHeads*kBlocks, func(_, unit int) {
 		bh, kb := unit/kBlocks, unit%kBlocks
 		at := (bh*p.Nk + kb*blockCols) * p.D
 		w := min(blockCols, p.Nk-kb*blockCols)
 		transpose(w, p.D, k[at:], p.D, kt[at:], w)
+		if vFinite != nil {
+			vFinite[unit] = allFinite(v[at : at+w*p.D])
+		}
 	})
 
 	scratch := make([]*forwardScratch[T], nScratch)
 	for w := range scratch {
-		scratch[w] = newForwardScratch[T](p.D)
+		scratch[w] = newForwardScratch[T](p)
 	}
 	ops := opsFor[T]()
+	group := p.H / p.KVHeads()
 	parallelFor(workers, heads*qBlocks, func(w, unit int) {
 		bh, qb := unit/qBlocks, unit%qBlocks
+		b, h := bh/p.H, bh%p.H
+		mask := p.Mask(b)
 		row0 := qb * blockRows
 		rows := min(blockRows, p.Nq-row0)
-		qOff, kOff := (bh*p.Nq+row0)*p.D, bh*p.Nk*p.D
-		forwardRowBlock(ops, scratch[w], p, row0, rows,
-			q[qOff:qOff+rows*p.D], kt[kOff:kOff+p.Nk*p.D], v[kOff:kOff+p.Nk*p.D],
-			o[qOff:qOff+rows*p.D], lse[bh*p.Nq+row0:bh*p.Nq+row0+rows])
+		qOff := (bh*p.Nq + row0) * p.D
+		o, lse := o[qOff:qOff+rows*p.D], lse[bh*p.Nq+row0:bh*p.Nq+row0+rows]
+		// Padding rows (from Lq on) are not computed: output 0, LSE +Inf,
+		// as for any row that sees no key.
+		live := min(rows, max(0, mask.Lq-row0))
+		clear(o[live*p.D:])
+		for r := live; r < rows; r++ {
+			lse[r] = T(math.Inf(1))
+		}
+		if live == 0 {
+			return
+		}
+		// Query heads of a group read their key head where it is: K and V
+		// are never repeated.
+		kvh := b*p.KVHeads() + h/group
+		kOff := kvh * p.Nk * p.D
+		var vf []bool
+		if vFinite != nil {
+			vf = vFinite[kvh*kBlocks : (kvh+1)*kBlocks]
+		}
+		forwardRowBlock(ops, scratch[w], p, mask, h, row0, live, vf,
+			q[qOff:qOff+live*p.D], kt[kOff:kOff+p.Nk*p.D], v[kOff:kOff+p.Nk*p.D], o, lse)
 	})
 	return nil
 }
 
-// forwardRowBlock computes rows [row0, row0+rows) of one head: q and o hold
-// those rows, kt is the head's Kᵀ by key blocks (D×w each) and v its V
-// (Nk×D).
-func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p kernels.Params, row0, rows int, q, kt, v, o, lse []T) {
+// forwardRowBlock computes rows [row0, row0+rows) of query head h (of H)
+// in a batch entry whose masks are mask, softcapping its scores and
+// lowering them by ALiBi (in that order) before the online softmax: q and
+// o hold those rows, kt is its key head's Kᵀ by key blocks (D×w each) and
+// v its V (Nk×D), vFinite whether each of its key blocks of V is finite
+// (nil: not known, see blockFinite).
+func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p kernels.Params, mask kernels.Mask, h, row0, rows int, vFinite []bool, q, kt, v, o, lse []T) {
 	d := p.D
 	scale := T(p.Scale)
 	copy(sc.qs, q)
@@ -86,36 +139,79 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p k
 	for r := range rows {
 		sc.m[r], sc.l[r] = negInf, 0
 	}
-	// Rows see keys in increasing order, so the last row bounds the loop.
-	keys := p.VisibleKeys(row0 + rows - 1)
-	for col0 := 0; col0 < keys; col0 += blockCols {
-		cols := min(blockCols, keys-col0)
+	// Each row sees a contiguous key range whose bounds grow with the row,
+	// so the first row's start and the last row's end bound the key blocks
+	// the unit visits: a window of w keys costs about w + Br + Bc keys per
+	// row, not Nk.
+	first, firstEnd := mask.KeyRange(row0)
+	lastStart, keys := mask.KeyRange(row0 + rows - 1)
+	// Without a mask that reaches these rows every row sees [0, Nk), and
+	// the mask is not asked row by row.
+	masked := lastStart > 0 || firstEnd < p.Nk
+	for r := range rows {
+		sc.lo[r], sc.hi[r] = 0, p.Nk
+		if masked {
+			sc.lo[r], sc.hi[r] = mask.KeyRange(row0 + r)
+		}
+	}
+	if first >= keys {
+		// No row sees a key (the bounds grow with the row).
+		keys = 0
+	}
+	for col0 := first / blockCols * blockCols; col0 < keys; col0 += blockCols {
+		// The tile covers keys [c0, c0+cols): the block, less the keys no
+		// row of the unit sees at its ends, so that a window that starts
+		// inside a block does not pay for the whole block.
+		c0 := max(col0, first)
+		cols := min(col0+blockCols, keys) - c0
 		s := sc.s[:rows*blockCols]
 		for r := range rows {
 			clear(s[r*blockCols : r*blockCols+cols])
 		}
 		// S = (scale·Q)·Kᵀ for this key block.
-		ops.gemm(rows, cols, d, sc.qs, d, kt[col0*d:], min(blockCols, p.Nk-col0), s, blockCols)
+		ops.gemm(rows, cols, d, sc.qs, d, kt[col0*d+c0-col0:], min(blockCols, p.Nk-col0), s, blockCols)
+		// Row r, key c0+x reads the ALiBi term tab[x + rows−1−r]: its
+		// a − j is Aligned(row0+r) − (c0+x).
+		var tab []T
+		if p.ALiBi != nil {
+			tab = alibiTable(sc.tab, T(p.ALiBi[h]), mask.Aligned(row0)-c0+rows-1, rows+cols-1)
+		}
+		// The masks cut the tile unless every row sees all its keys; the
+		// bounds grow with the row, so the last row's start and the first
+		// row's end decide it, once per tile rather than once per row. An
+		// uncut tile (every tile without a mask) asks no row for its range.
+		cut := lastStart > c0 || firstEnd < c0+cols
 		for r := range rows {
 			sr := s[r*blockCols : r*blockCols+cols]
-			// Keys past the row's causal limit are masked; only the last
-			// blocks of a causal row are ever cut. Their probabilities are
-			// exactly 0, whatever their scores (even NaN) were.
-			seen := min(cols, max(0, p.VisibleKeys(row0+r)-col0))
-			clear(sr[seen:])
-			if seen > 0 {
-				onlineSoftmax(ops, sc, r, sr[:seen], d)
+			from, to := 0, cols
+			if cut {
+				// Keys outside the row's range are masked. Their
+				// probabilities are exactly 0, whatever their scores (even
+				// NaN) were.
+				from, to = clampRange(sc.lo[r], sc.hi[r], c0, cols)
+				clear(sr[:from])
+				clear(sr[to:])
+				if from == to {
+					continue
+				}
 			}
+			if p.Softcap != 0 {
+				softcapScores(sr[from:to], T(p.Softcap), sc.tmp, nil)
+			}
+			if tab != nil {
+				subtract(sr[from:to], tab[rows-1-r+from:])
+			}
+			onlineSoftmax(ops, sc, r, sr[from:to], d)
 		}
 		// acc += P·V for this key block.
-		vb := v[col0*d : (col0+cols)*d]
-		if p.Causal && col0+cols-1 > row0+p.Nk-p.Nq && !allFinite(vb) {
-			// The first rows do not see the last keys of this block, and a
-			// masked P of 0 times an infinite or NaN value would still be
-			// NaN: each row takes only the keys it sees.
+		vb := v[c0*d : (c0+cols)*d]
+		if cut && !blockFinite(vFinite, col0/blockCols, vb) {
+			// Some rows do not see some keys of this block, and a masked P
+			// of 0 times an infinite or NaN value would still be NaN: each
+			// row takes only the keys it sees.
 			for r := range rows {
-				if seen := min(cols, max(0, p.VisibleKeys(row0+r)-col0)); seen > 0 {
-					ops.gemm(1, d, seen, s[r*blockCols:], blockCols, vb, d, sc.acc[r*d:], d)
+				if from, to := clampRange(sc.lo[r], sc.hi[r], c0, cols); to > from {
+					ops.gemm(1, d, to-from, s[r*blockCols+from:], blockCols, vb[from*d:], d, sc.acc[r*d:], d)
 				}
 			}
 			continue
@@ -124,7 +220,7 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p k
 	}
 	for r := range rows {
 		or := o[r*d : (r+1)*d]
-		if p.VisibleKeys(row0+r) == 0 {
+		if sc.hi[r] == sc.lo[r] {
 			// Decided by the mask, not by l = 0, which a row whose scores
 			// are all −Inf reaches too (and that row's O is NaN).
 			clear(or)

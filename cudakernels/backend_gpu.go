@@ -219,6 +219,9 @@ func forward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse []T,
 	if err := kernels.CheckForward(p, q, k, v, o, lse); err != nil {
 		return nil, err
 	}
+	if err := checkPlain(p); err != nil {
+		return nil, err
+	}
 	if _, err := paddedDim(p.D); err != nil {
 		return nil, err
 	}
@@ -279,6 +282,9 @@ func backward[T kernels.Float](b *Backend, p kernels.Params, st *deviceState, q,
 		if err := kernels.CheckBackward(p, q, k, v, o, lse, do, dq, dk, dv); err != nil {
 			return err
 		}
+	}
+	if err := checkPlain(p); err != nil {
+		return err
 	}
 	if _, err := paddedDim(p.D); err != nil {
 		return err

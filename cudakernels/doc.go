@@ -57,8 +57,12 @@
 // Errors, never panics, for: head dimensions above 256 (wrapping both
 // kernels.ErrInvalidParams and ErrUnsupported), problems past
 // kernels.MaxElements or the grid limit, allocation failure (ErrOutOfMemory),
-// no device (ErrNoDevice), devices older than compute capability 8.0, and
-// unknown precisions (ErrUnsupported).
+// no device (ErrNoDevice), devices older than compute capability 8.0,
+// unknown precisions (ErrUnsupported), and the attention variants of
+// kernels.Params (grouped-query heads, windows, softcap, ALiBi), which the
+// kernels do not compute yet: every entry point refuses them with an error
+// wrapping ErrUnsupported that says they are not yet on the GPU, and the
+// tests run conformance.Run without claiming them, so their cases skip.
 //
 // # Precision modes
 //

@@ -374,7 +374,7 @@ func backwardKept[T kernels.Float](b *Backend, st kernels.DeviceState, p kernels
 		return fmt.Errorf("%w: device state %T is not one of this package's", kernels.ErrInvalidParams, st)
 	case s.b != b:
 		return fmt.Errorf("%w: device state of another backend", kernels.ErrInvalidParams)
-	case s.p != p || s.elem != int(unsafe.Sizeof(zero)):
+	case !s.p.Equal(p) || s.elem != int(unsafe.Sizeof(zero)):
 		return fmt.Errorf("%w: device state of %+v with %d-byte elements, called with %+v and %d-byte elements",
 			kernels.ErrInvalidParams, s.p, s.elem, p, unsafe.Sizeof(zero))
 	}

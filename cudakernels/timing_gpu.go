@@ -25,6 +25,9 @@ func (b *Backend) KernelTime(p kernels.Params, backward bool, reps int) (float64
 	if err := p.Validate(); err != nil {
 		return 0, err
 	}
+	if err := checkPlain(p); err != nil {
+		return 0, err
+	}
 	if reps < 1 {
 		return 0, fmt.Errorf("%w: reps = %d, want at least 1", kernels.ErrInvalidParams, reps)
 	}

@@ -9,7 +9,7 @@
 // All tensors are dense, row-major and contiguous:
 //
 //	q, o, dq, do  [B, H, Nq, D]
-//	k, v, dk, dv  [B, H, Nk, D]
+//	k, v, dk, dv  [B, Hkv, Nk, D]   (Hkv = Params.KVHeads(), H unless grouped)
 //	lse           [B, H, Nq]
 //
 // # Semantics
@@ -25,15 +25,57 @@
 //
 //	dV = Pᵀ·dO,  dP = dO·Vᵀ,  dS = P∘(dP − D),  dQ = scale·dS·K,  dK = scale·dSᵀ·Q
 //
+// # Variants
+//
+// Params has one field per variant of plain attention, each off at its zero
+// value, so that the zero Params is plain attention:
+//
+//   - Hkv (0 means H): grouped-query attention. k and v have Hkv heads, Hkv
+//     dividing H; query head h reads key head h/(H/Hkv) (Params.KVHead), and
+//     dK, dV of a key head sum over its H/Hkv query heads. A backend never
+//     copies K or V per query head.
+//   - QLens, KLens (nil means all Nq rows, all Nk keys): per-sequence
+//     lengths. Rows i ≥ QLens[b] and keys j ≥ KLens[b] of batch entry b are
+//     padding: a padding row sees no key (output 0, LSE +Inf, dQ 0), a
+//     padding key is seen by no row (dK = dV = 0). Every other mask aligns
+//     on the entry's lengths Lq, Lk (Params.Mask(b)).
+//   - Window{On, Left, Right}: with a = i + Lk − Lq the row's bottom-right
+//     aligned position (the causal mask's; Lk − Lq = Nk − Nq without
+//     lengths), row i sees keys j with
+//     a − Left ≤ j ≤ a + Right; a bound of −1 is unbounded on that side.
+//     The explicit On keeps Window{} "off" apart from the window (0, 0),
+//     which is the diagonal. It composes with Causal, which bounds the right
+//     side at a.
+//   - Softcap (0 is off): s = Softcap·tanh(s/Softcap).
+//   - ALiBi (nil is off): one slope per query head, s = s − ALiBi[h]·|a − j|.
+//
+// The score of row i and key j is computed in this order, then masked:
+//
+//	s = scale·q_i·k_j
+//	s = Softcap·tanh(s/Softcap)             if Softcap ≠ 0
+//	s = s − ALiBi[h]·|a − j|                if ALiBi ≠ nil
+//	S_ij = s if j is visible to i (causal, window), else −∞
+//
+// and the backward multiplies dS by the softcap's derivative 1 − tanh²
+// before it reaches dQ and dK (ModifyScore computes both, for references).
+// Every mask leaves a row a contiguous range of keys, Mask.KeyRange(i) =
+// [lo, hi), and a key a contiguous range of rows, Mask.QueryRange(j); both
+// bounds grow with i (with j), so a fused backend skips whole blocks outside
+// them and a window of w keys costs about w/Nk of full attention.
+// Validate refuses an Hkv that does not divide H, a window bound below −1, a
+// negative or non-finite Softcap, and ALiBi slopes that are not H finite
+// numbers. Backends that do not compute a variant yet refuse it with an
+// error (cudakernels: ErrUnsupported), never computing another problem.
+//
 // # Masking convention
 //
 // A causal mask is bottom-right aligned, as in FlashAttention ≥ 2.1: query
 // row i sees key j if and only if j ≤ i + (Nk − Nq). When Nq > Nk the first
-// Nq − Nk rows see no key at all. Such a row has LSE = +Inf and output 0,
+// Nq − Nk rows see no key at all; a window can leave rows without keys too. Such a row has LSE = +Inf and output 0,
 // never NaN, whatever q, k, v and do hold; with finite inputs its gradient
 // is 0 too (its dQ row is 0 and it adds nothing to dK or dV). A backend
 // must not divide by a zero row sum. Whether a row is such a row is decided
-// by the mask alone (Params.VisibleKeys(i) == 0), never from a row sum of 0
+// by the mask alone (Mask.VisibleKeys(i) == 0), never from a row sum of 0
 // or a maximum of −Inf, which other rows can reach too.
 //
 // # NaN and infinities

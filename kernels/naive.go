@@ -17,13 +17,15 @@ func NaiveForward[T Float](p Params, q, k, v, o, lse []T) error {
 	scale := T(p.Scale)
 	s := make([]T, p.Nk)
 	for bh := range p.B * p.H {
-		qh, kh, vh := q[bh*p.Nq*p.D:], k[bh*p.Nk*p.D:], v[bh*p.Nk*p.D:]
+		kv := p.KVHead(bh)
+		qh, kh, vh := q[bh*p.Nq*p.D:], k[kv*p.Nk*p.D:], v[kv*p.Nk*p.D:]
 		oh, lh := o[bh*p.Nq*p.D:], lse[bh*p.Nq:]
+		mask := p.Mask(bh / p.H)
 		for i := range p.Nq {
 			oi := oh[i*p.D : (i+1)*p.D]
 			clear(oi)
-			n := p.VisibleKeys(i)
-			if n == 0 {
+			lo, hi := mask.KeyRange(i)
+			if lo == hi {
 				lh[i] = T(math.Inf(1))
 				continue
 			}
@@ -31,16 +33,16 @@ func NaiveForward[T Float](p Params, q, k, v, o, lse []T) error {
 			// The built-in max returns NaN when either operand is NaN, so a
 			// NaN score makes m, and through it l, O and LSE, NaN.
 			m := T(math.Inf(-1))
-			for j := range n {
-				s[j] = scale * dot(qi, kh[j*p.D:(j+1)*p.D])
+			for j := lo; j < hi; j++ {
+				s[j], _ = ModifyScore(p, bh, i, j, scale*dot(qi, kh[j*p.D:(j+1)*p.D]))
 				m = max(m, s[j])
 			}
 			var l T
-			for j := range n {
+			for j := lo; j < hi; j++ {
 				s[j] = T(math.Exp(float64(s[j] - m)))
 				l += s[j]
 			}
-			for j := range n {
+			for j := lo; j < hi; j++ {
 				pj := s[j] / l
 				for d, vd := range vh[j*p.D : (j+1)*p.D] {
 					oi[d] += pj * vd
@@ -67,23 +69,29 @@ func NaiveBackward[T Float](p Params, q, k, v, o, lse, do, dq, dk, dv []T) error
 	clear(dk)
 	clear(dv)
 	scale := T(p.Scale)
-	pr := make([]T, p.Nk)
+	pr, grad := make([]T, p.Nk), make([]T, p.Nk)
 	for bh := range p.B * p.H {
-		qOff, kOff := bh*p.Nq*p.D, bh*p.Nk*p.D
+		// dK and dV of a key head sum over the query heads that read it.
+		qOff, kOff := bh*p.Nq*p.D, p.KVHead(bh)*p.Nk*p.D
+		mask := p.Mask(bh / p.H)
 		for i := range p.Nq {
-			n := p.VisibleKeys(i)
+			lo, hi := mask.KeyRange(i)
 			row := qOff + i*p.D
 			qi, oi, doi, dqi := q[row:row+p.D], o[row:row+p.D], do[row:row+p.D], dq[row:row+p.D]
 			rowD := dot(doi, oi)
-			for j := range n {
+			for j := lo; j < hi; j++ {
 				kj := k[kOff+j*p.D : kOff+(j+1)*p.D]
-				pr[j] = T(math.Exp(float64(scale*dot(qi, kj) - lse[bh*p.Nq+i])))
+				var s T
+				s, grad[j] = ModifyScore(p, bh, i, j, scale*dot(qi, kj))
+				pr[j] = T(math.Exp(float64(s - lse[bh*p.Nq+i])))
 			}
-			for j := range n {
+			for j := lo; j < hi; j++ {
 				at := kOff + j*p.D
 				kj, vj := k[at:at+p.D], v[at:at+p.D]
 				dkj, dvj := dk[at:at+p.D], dv[at:at+p.D]
-				ds := pr[j] * (dot(doi, vj) - rowD)
+				// The softcap's derivative turns the gradient of the capped
+				// score into that of scale·q·k.
+				ds := pr[j] * (dot(doi, vj) - rowD) * grad[j]
 				for d := range p.D {
 					dvj[d] += pr[j] * doi[d]
 					dqi[d] += scale * ds * kj[d]

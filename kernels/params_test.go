@@ -20,7 +20,7 @@ func TestVisibleKeys(t *testing.T) {
 	}
 	for _, c := range cases {
 		for i, want := range c.want {
-			if got := c.p.VisibleKeys(i); got != want {
+			if got := c.p.Mask(0).VisibleKeys(i); got != want {
 				t.Errorf("%+v: VisibleKeys(%d) = %d, want %d", c.p, i, got, want)
 			}
 		}
@@ -74,5 +74,96 @@ func TestParsePrecision(t *testing.T) {
 		if _, err := ParsePrecision(s); !errors.Is(err, ErrInvalidParams) {
 			t.Errorf("ParsePrecision(%q): error %v, want ErrInvalidParams", s, err)
 		}
+	}
+}
+
+// TestKeyRangeMatchesMask compares KeyRange and QueryRange with the mask of
+// the package documentation, pair by pair, for windows that are one-sided,
+// empty for some rows, and combined with the causal mask, on entries whose
+// lengths are full, shorter than N (0 included) or padded on one side only.
+func TestKeyRangeMatchesMask(t *testing.T) {
+	windows := []Window{{}, {On: true, Left: 0, Right: 0}, {On: true, Left: 3, Right: -1},
+		{On: true, Left: -1, Right: 2}, {On: true, Left: 4, Right: 1}, {On: true, Left: -1, Right: -1}}
+	for _, w := range windows {
+		for _, causal := range []bool{false, true} {
+			for _, n := range [][2]int{{7, 7}, {3, 9}, {9, 3}} {
+				p := Params{B: 5, Nq: n[0], Nk: n[1], Causal: causal, Window: w,
+					QLens: []int{n[0], 0, 1, n[0] - 1, n[0]}, KLens: []int{n[1], n[1], 1, n[1] - 2, 0}}
+				for b := range p.B {
+					m := p.Mask(b)
+					lq, lk := p.QLens[b], p.KLens[b]
+					lastLo, lastHi := 0, 0
+					for i := range p.Nq {
+						lo, hi := m.KeyRange(i)
+						if lo < lastLo || hi < lastHi {
+							t.Fatalf("%+v entry %d: KeyRange(%d) = [%d, %d) after [%d, %d): not non-decreasing", p, b, i, lo, hi, lastLo, lastHi)
+						}
+						lastLo, lastHi = lo, hi
+						a := i + lk - lq
+						for j := range p.Nk {
+							want := i < lq && j < lk && (!causal || j <= a) &&
+								(!w.On || w.Left < 0 || j >= a-w.Left) && (!w.On || w.Right < 0 || j <= a+w.Right)
+							if got := lo <= j && j < hi; got != want {
+								t.Fatalf("%+v entry %d: row %d key %d: KeyRange [%d, %d), visible %v", p, b, i, j, lo, hi, want)
+							}
+							qlo, qhi := m.QueryRange(j)
+							if got := qlo <= i && i < qhi; got != want {
+								t.Fatalf("%+v entry %d: key %d row %d: QueryRange [%d, %d), visible %v", p, b, j, i, qlo, qhi, want)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestValidateVariants(t *testing.T) {
+	good := Params{B: 1, H: 4, Nq: 3, Nk: 4, D: 8, Scale: 0.5, Hkv: 2,
+		Window: Window{On: true, Left: -1, Right: 0}, Softcap: 20, ALiBi: []float64{1, 2, 3, 4}}
+	if err := good.Validate(); err != nil {
+		t.Fatalf("valid params: %v", err)
+	}
+	bad := map[string]func(p *Params){
+		"Hkv 3 of 4":          func(p *Params) { p.Hkv = 3 },
+		"Hkv > H":             func(p *Params) { p.Hkv = 8 },
+		"Hkv < 0":             func(p *Params) { p.Hkv = -1 },
+		"left < -1":           func(p *Params) { p.Window.Left = -2 },
+		"right < -1":          func(p *Params) { p.Window.Right = -5 },
+		"bounds of no window": func(p *Params) { p.Window = Window{Left: 3} },
+		"negative softcap":    func(p *Params) { p.Softcap = -1 },
+		"NaN softcap":         func(p *Params) { p.Softcap = math.NaN() },
+		"Inf softcap":         func(p *Params) { p.Softcap = math.Inf(1) },
+		"3 slopes":            func(p *Params) { p.ALiBi = []float64{1, 2, 3} },
+		"NaN slope":           func(p *Params) { p.ALiBi = []float64{1, math.NaN(), 3, 4} },
+		"Inf slope":           func(p *Params) { p.ALiBi = []float64{1, 2, math.Inf(-1), 4} },
+		"2 QLens for B = 1":   func(p *Params) { p.QLens = []int{1, 2} },
+		"no KLens":            func(p *Params) { p.KLens = []int{} },
+		"QLens > Nq":          func(p *Params) { p.QLens = []int{4} },
+		"KLens < 0":           func(p *Params) { p.KLens = []int{-1} },
+	}
+	for name, mutate := range bad {
+		p := good
+		mutate(&p)
+		if err := p.Validate(); !errors.Is(err, ErrInvalidParams) {
+			t.Errorf("%s: got %v, want an error wrapping ErrInvalidParams", name, err)
+		}
+	}
+	if good.KLen() != 1*2*4*8 {
+		t.Errorf("KLen = %d with Hkv = 2, want %d", good.KLen(), 2*4*8)
+	}
+	for bh, want := range []int{0, 0, 1, 1} {
+		if got := good.KVHead(bh); got != want {
+			t.Errorf("KVHead(%d) = %d, want %d", bh, got, want)
+		}
+	}
+	withLens := good
+	withLens.QLens, withLens.KLens = []int{3}, []int{0}
+	if err := withLens.Validate(); err != nil {
+		t.Errorf("lengths 3 and 0 of Nq = 3, Nk = 4: %v", err)
+	}
+	if !good.Equal(good) || good.Equal(Params{}) || (Params{}).Equal(Params{ALiBi: []float64{}}) ||
+		good.Equal(withLens) || (Params{}).Equal(Params{KLens: []int{}}) {
+		t.Error("Equal does not tell Params apart")
 	}
 }

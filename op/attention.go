@@ -44,8 +44,10 @@ func invalid(format string, args ...any) error {
 
 // Attention returns softmax(scale·q·kᵀ + mask)·v as a node of q's graph.
 //
-// q is [B, H, Nq, D]; k and v are [B, H, Nk, D]; the result is [B, H, Nq,
-// D]. Nq and Nk may differ. All three must share one dtype, Float32 or
+// q is [B, H, Nq, D]; k and v are [B, Hkv, Nk, D] with Hkv dividing H (Hkv
+// < H is grouped-query attention: query head h reads key head h/(H/Hkv),
+// and the gradients of k and v sum over each group); the result is [B, H,
+// Nq, D]. Nq and Nk may differ. All three must share one dtype, Float32 or
 // Float64, and every dimension must be at least 1 (an empty key set has no
 // softmax). Any of them may be a constant (gorgonia.NewConstant), as long as
 // one belongs to a graph. The node is differentiable with respect to q, k
@@ -66,12 +68,49 @@ func Attention(q, k, v *gorgonia.Node, opts ...Option) (*gorgonia.Node, error) {
 	if cfg.scaleSet {
 		scale = cfg.scale
 	}
-	fwd, err := autograd.New(autograd.Config{Backend: backend, Scale: scale, Causal: cfg.causal},
+	lens, err := lengthNodes(q, cfg.qLens, cfg.kLens)
+	if err != nil {
+		return nil, err
+	}
+	dtypeOf := func(n *gorgonia.Node) tensor.Dtype {
+		if n == nil {
+			return tensor.Dtype{}
+		}
+		return n.Dtype()
+	}
+	fwd, err := autograd.New(autograd.Config{Backend: backend, Scale: scale, Causal: cfg.causal,
+		Window: cfg.window, Softcap: cfg.softcap, ALiBi: cfg.alibi, QLens: dtypeOf(cfg.qLens), KLens: dtypeOf(cfg.kLens)},
 		q.Dtype(), q.Shape(), k.Shape(), v.Shape())
 	if err != nil {
 		return nil, fmt.Errorf("op.Attention: %w", err)
 	}
-	return gorgonia.ApplyOp(fwd, q, k, v)
+	return gorgonia.ApplyOp(fwd, append(gorgonia.Nodes{q, k, v}, lens...)...)
+}
+
+// lengthNodes checks the length inputs of WithLengths, which must be
+// integer vectors of q's batch size in q's graph, and returns those given,
+// query lengths first.
+func lengthNodes(q, qLens, kLens *gorgonia.Node) (gorgonia.Nodes, error) {
+	var lens gorgonia.Nodes
+	for _, l := range []struct {
+		name string
+		n    *gorgonia.Node
+	}{{"query lengths", qLens}, {"key lengths", kLens}} {
+		if l.n == nil {
+			continue
+		}
+		if dt := l.n.Dtype(); dt != tensor.Int && dt != tensor.Int32 && dt != tensor.Int64 {
+			return nil, invalid("%s have dtype %v, want Int, Int32 or Int64", l.name, dt)
+		}
+		if s, b := l.n.Shape(), q.Shape()[0]; s.Dims() != 1 || s[0] != b {
+			return nil, invalid("%s have shape %v, want [%d], one per batch entry", l.name, s, b)
+		}
+		if g := l.n.Graph(); g != nil && q.Graph() != nil && g != q.Graph() {
+			return nil, invalid("%s belong to another graph than q", l.name)
+		}
+		lens = append(lens, l.n)
+	}
+	return lens, nil
 }
 
 // checkNodes validates what autograd.New cannot see: that the nodes exist,

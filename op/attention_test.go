@@ -53,9 +53,16 @@ type graph struct {
 
 func buildGraph(t testing.TB, c graphCase, dt tensor.Dtype, in inputs, opts ...op.Option) graph {
 	t.Helper()
-	g := gorgonia.NewGraph()
+	return buildGraphIn(t, gorgonia.NewGraph(), c, dt, in, opts...)
+}
+
+// buildGraphIn is buildGraph in g, for options whose nodes live in g.
+func buildGraphIn(t testing.TB, g *gorgonia.ExprGraph, c graphCase, dt tensor.Dtype, in inputs, opts ...op.Option) graph {
+	t.Helper()
 	node := func(name string, n int, data []float64) *gorgonia.Node {
-		shape := []int{c.B, c.H, n, c.D}
+		// k and v may have fewer heads than q (grouped-query attention):
+		// the data's length says how many.
+		shape := []int{c.B, len(data) / (c.B * n * c.D), n, c.D}
 		var backing any = slices.Clone(data)
 		if dt == tensor.Float32 {
 			f := make([]float32, len(data))
@@ -275,7 +282,7 @@ func TestBadInput(t *testing.T) {
 		{"rank 3", t4(g, f64, 3, 5, 8), k, v, nil},
 		{"rank 5", q, t4(g, f64, 1, 2, 3, 7, 8), v, nil},
 		{"B differs", q, t4(g, f64, 1, 3, 7, 8), t4(g, f64, 1, 3, 7, 8), nil},
-		{"H differs", q, t4(g, f64, 2, 1, 7, 8), t4(g, f64, 2, 1, 7, 8), nil},
+		{"Hkv not dividing H", q, t4(g, f64, 2, 2, 7, 8), t4(g, f64, 2, 2, 7, 8), nil},
 		{"D differs", q, t4(g, f64, 2, 3, 7, 4), t4(g, f64, 2, 3, 7, 4), nil},
 		{"k and v differ", q, k, t4(g, f64, 2, 3, 6, 8), nil},
 		{"mixed dtypes", q, t4(g, tensor.Float32, 2, 3, 7, 8), v, nil},

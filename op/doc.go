@@ -5,7 +5,7 @@
 // # Shapes
 //
 //	q       [B, H, Nq, D]
-//	k, v    [B, H, Nk, D]
+//	k, v    [B, Hkv, Nk, D]   Hkv dividing H
 //	result  [B, H, Nq, D]
 //
 // Nq and Nk may differ (cross-attention; decoding with Nq = 1). All three
@@ -19,6 +19,33 @@
 // FlashAttention ≥ 2.1: query i sees key j if and only if j ≤ i + (Nk − Nq).
 // With Nq > Nk the first Nq − Nk query rows see no key; their output and
 // their gradient are 0, never NaN.
+//
+// # Variants
+//
+// Grouped-query and multi-query attention need no option: k and v with Hkv
+// heads, Hkv dividing H, serve query head h from key head h/(H/Hkv), without
+// repeating K or V; their gradients have k's shape, summed over each group.
+// The options below compose with each other, with WithCausal, with both
+// dtypes and with both machines:
+//
+//   - WithWindow(left, right): row i sees keys j with a − left ≤ j ≤
+//     a + right, a = i + Nk − Nq (the causal mask's alignment); −1 leaves a
+//     side unbounded. Rows left without keys give 0, as above.
+//   - WithSoftcap(c): scores become c·tanh(s/c) after the scale; 0 is off.
+//   - WithALiBi(slopes): one slope per query head; scores lose
+//     slopes[h]·|a − j| after the softcap.
+//   - WithLengths(qLens, kLens): integer vector nodes [B] read at every
+//     run. Rows i ≥ qLens[b] and keys j ≥ kLens[b] are padding: output 0,
+//     gradients 0 whatever the incoming gradient holds there; the kernels
+//     skip padded blocks. With lengths, a = i + kLens[b] − qLens[b], per
+//     sequence, for the causal mask, the window and ALiBi alike.
+//
+// The order is: s = scale·q·k, softcap, − ALiBi, masks (causal, window),
+// softmax over the visible keys. The kernels package documentation
+// (Variants) gives the exact semantics. They run on the CPU backend; the
+// GPU kernels do not compute them yet, and a GPU run of a node that uses
+// one fails with an error wrapping cudakernels.ErrUnsupported ("not yet on
+// the GPU"), never with another problem's result.
 //
 // # Saved state and memory
 //
@@ -50,10 +77,12 @@
 //
 // Attention checks its inputs while the graph is built and returns an error
 // wrapping ErrInvalidInput for a nil node, nodes of different graphs (or
-// only constants, which belong to none), a rank other than 4, mismatched B,
-// H or D, k and v of different shapes, mixed or non-float dtypes, a zero
-// dimension, or a scale that is NaN, infinite, or not representable in the
-// inputs' dtype (float32 overflows past 3.4e38 and flushes below 1.4e-45).
+// only constants, which belong to none), a rank other than 4, mismatched B
+// or D, k's head count not dividing q's, k and v of different shapes, mixed
+// or non-float dtypes, a zero dimension, a scale that is NaN, infinite, or
+// not representable in the inputs' dtype (float32 overflows past 3.4e38 and
+// flushes below 1.4e-45), a window bound below −1, a negative, NaN or
+// infinite softcap, or ALiBi slopes that are not H finite numbers.
 // Constant inputs (gorgonia.NewConstant) are accepted and receive no
 // gradient. Each run checks again that the values bound to q, k and v have
 // the shapes and dtype the node was built for: a value reshaped in place, or

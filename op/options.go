@@ -1,7 +1,10 @@
 package op
 
 import (
+	"slices"
+
 	"github.com/gorgonia-flash/flashattention/kernels"
+	"gorgonia.org/gorgonia"
 )
 
 // Option configures Attention.
@@ -17,6 +20,11 @@ type config struct {
 	deviceSet  bool
 	prec       kernels.Precision
 	precSet    bool
+	window     kernels.Window
+	softcap    float64
+	alibi      []float64
+	qLens      *gorgonia.Node
+	kLens      *gorgonia.Node
 }
 
 // WithCausal applies a bottom-right aligned causal mask: query i sees key j
@@ -46,4 +54,44 @@ func WithDevice(d Device) Option { return func(c *config) { c.device, c.deviceSe
 // computes float32 exactly, so it ignores the precision.
 func WithPrecision(p kernels.Precision) Option {
 	return func(c *config) { c.prec, c.precSet = p, true }
+}
+
+// WithWindow restricts each query row to a local window of keys: row i sees
+// key j if and only if a − left ≤ j ≤ a + right, where a = i + Nk − Nq is
+// the row's bottom-right aligned position (as for WithCausal, with which it
+// composes: the causal mask then bounds the right side at a). A bound of −1
+// leaves that side unbounded; a bound below −1 is an error. The kernels
+// visit only the key blocks a window reaches, so a window of w keys costs
+// about w/Nk of full attention.
+func WithWindow(left, right int) Option {
+	return func(c *config) { c.window = kernels.Window{On: true, Left: left, Right: right} }
+}
+
+// WithSoftcap caps the scores smoothly: s = cap·tanh(s/cap), applied after
+// the scale and before ALiBi and the masks. 0 (the default) is off; a
+// negative, NaN or infinite cap is an error.
+func WithSoftcap(cap float64) Option { return func(c *config) { c.softcap = cap } }
+
+// WithALiBi adds the linear position bias of ALiBi: the score of query row
+// i and key j in head h is lowered by slopes[h]·|a − j|, a = i + Nk − Nq,
+// after the softcap. slopes holds one finite slope per query head (H of
+// them); the op keeps its own copy. nil is off.
+func WithALiBi(slopes []float64) Option {
+	return func(c *config) { c.alibi = slices.Clone(slopes) }
+}
+
+// WithLengths gives each batch entry its own query and key lengths: qLens
+// and kLens are integer vectors [B] (dtype Int, Int32 or Int64) in q's
+// graph, read at every run, so one graph serves batches of different
+// lengths. Rows i ≥ qLens[b] and keys j ≥ kLens[b] of entry b are padding:
+// a padding row's output is 0 and its gradient 0, whatever the incoming
+// gradient holds there, a padding key gets dK = dV = 0, and the kernels skip
+// padded blocks, so a batch of short sequences costs what its real tokens
+// cost. The masks align on the lengths: row i's position is a = i +
+// kLens[b] − qLens[b] (bottom-right), for WithCausal, WithWindow and
+// WithALiBi alike. Either may be nil (every row, or key, is real). A length
+// outside [0, Nq] (or [0, Nk]) is an error at run time; a length of 0 is
+// legal and gives zeros. The lengths take no gradient.
+func WithLengths(qLens, kLens *gorgonia.Node) Option {
+	return func(c *config) { c.qLens, c.kLens = qLens, kLens }
 }

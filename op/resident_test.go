@@ -59,7 +59,7 @@ func (b *fakeResident) ForwardKeep64(p kernels.Params, q, k, v, o, lse []float64
 
 func (b *fakeResident) BackwardKept32(st kernels.DeviceState, p kernels.Params, do, dq, dk, dv []float32) error {
 	s := st.(*fakeState)
-	if s.released || s.p != p {
+	if s.released || !s.p.Equal(p) {
 		return errors.New("fake: state released or of other params")
 	}
 	b.mu.Lock()

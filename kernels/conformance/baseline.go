@@ -39,27 +39,28 @@ func naive32(p kernels.Params, prec kernels.Precision, q, k, v, do []float32) re
 	}
 	scale := float32(p.Scale)
 	pr := make([]float32, p.Nk) // P of one row, rounded as stored
-	dsr := make([]float32, p.Nk)
+	dsr, grad := make([]float32, p.Nk), make([]float32, p.Nk)
 	for bh := range p.B * p.H {
-		qOff, kOff := bh*p.Nq*p.D, bh*p.Nk*p.D
+		qOff, kOff := bh*p.Nq*p.D, p.KVHead(bh)*p.Nk*p.D
 		row := func(t []float32, off, i int) []float32 { return t[off+i*p.D : off+(i+1)*p.D] }
+		mask := p.Mask(bh / p.H)
 		for i := range p.Nq {
-			n := p.VisibleKeys(i)
-			if n == 0 {
+			lo, hi := mask.KeyRange(i)
+			if lo == hi {
 				r.lse[bh*p.Nq+i] = float32(math.Inf(1))
 				continue
 			}
 			m := float32(math.Inf(-1))
-			for j := range n {
-				pr[j] = out(scale * dot(row(qr, qOff, i), row(kr, kOff, j)))
+			for j := lo; j < hi; j++ {
+				pr[j], grad[j] = kernels.ModifyScore(p, bh, i, j, out(scale*dot(row(qr, qOff, i), row(kr, kOff, j))))
 				m = max(m, pr[j])
 			}
 			var l float32
-			for j := range n {
+			for j := lo; j < hi; j++ {
 				pr[j] = float32(math.Exp(float64(pr[j] - m)))
 				l += pr[j]
 			}
-			for j := range n {
+			for j := lo; j < hi; j++ {
 				pr[j] = out(pr[j] / l)
 			}
 			r.lse[bh*p.Nq+i] = m + float32(math.Log(float64(l)))
@@ -67,7 +68,7 @@ func naive32(p kernels.Params, prec kernels.Precision, q, k, v, do []float32) re
 				r.lse[bh*p.Nq+i] = m
 			}
 			oi := row(r.o, qOff, i)
-			for j := range n {
+			for j := lo; j < hi; j++ {
 				for d, x := range row(vr, kOff, j) {
 					oi[d] += in(pr[j]) * x
 				}
@@ -78,13 +79,13 @@ func naive32(p kernels.Params, prec kernels.Precision, q, k, v, do []float32) re
 			// Backward of this row.
 			doi := row(dor, qOff, i)
 			var rowD float32
-			for j := range n {
+			for j := lo; j < hi; j++ {
 				dsr[j] = out(dot(doi, row(vr, kOff, j))) // dP
 				rowD += pr[j] * dsr[j]
 			}
 			dqi := row(r.dq, qOff, i)
-			for j := range n {
-				ds := out(pr[j] * (dsr[j] - rowD))
+			for j := lo; j < hi; j++ {
+				ds := out(pr[j] * (dsr[j] - rowD) * grad[j])
 				for d, x := range row(kr, kOff, j) {
 					dqi[d] += in(ds) * x
 				}

@@ -125,29 +125,44 @@ func checks[T kernels.Float](p kernels.Params, tensorCores bool, got result[T], 
 func columnMass(p kernels.Params, q, k, lse []float64) float64 {
 	var most float64
 	mass := make([]float64, p.Nk)
-	for bh := range p.B * p.H {
+	// A key head's mass sums over the query heads that read it (dK and dV
+	// do too), so heads are visited grouped by key head.
+	for kvh := range p.B * p.KVHeads() {
 		clear(mass)
-		for i := range p.Nq {
-			l := lse[bh*p.Nq+i]
-			qi := q[(bh*p.Nq+i)*p.D : (bh*p.Nq+i+1)*p.D]
-			for j := range p.VisibleKeys(i) {
-				kj := k[(bh*p.Nk+j)*p.D : (bh*p.Nk+j+1)*p.D]
-				var s float64
-				for d, x := range qi {
-					s += x * kj[d]
-				}
-				// Non-finite P (NaN or ±Inf inputs) is matched by pattern,
-				// not by tolerance, and sets no floor.
-				if pij := math.Exp(p.Scale*s - l); !math.IsNaN(pij) && !math.IsInf(pij, 0) {
-					mass[j] += pij
-				}
+		for bh := kvh / p.KVHeads() * p.H; bh < (kvh/p.KVHeads()+1)*p.H; bh++ {
+			if p.KVHead(bh) != kvh {
+				continue
 			}
+			addMass(p, bh, q, k[kvh*p.Nk*p.D:], lse, mass)
 		}
 		for _, m := range mass {
 			most = max(most, m)
 		}
 	}
 	return most
+}
+
+// addMass adds Σ_i P_ij of query head bh to mass[j]; kh is its key head.
+func addMass(p kernels.Params, bh int, q, kh, lse, mass []float64) {
+	mask := p.Mask(bh / p.H)
+	for i := range p.Nq {
+		l := lse[bh*p.Nq+i]
+		qi := q[(bh*p.Nq+i)*p.D : (bh*p.Nq+i+1)*p.D]
+		lo, hi := mask.KeyRange(i)
+		for j := lo; j < hi; j++ {
+			kj := kh[j*p.D : (j+1)*p.D]
+			var s float64
+			for d, x := range qi {
+				s += x * kj[d]
+			}
+			s, _ = kernels.ModifyScore(p, bh, i, j, p.Scale*s)
+			// Non-finite P (NaN or ±Inf inputs) is matched by pattern,
+			// not by tolerance, and sets no floor.
+			if pij := math.Exp(s - l); !math.IsNaN(pij) && !math.IsInf(pij, 0) {
+				mass[j] += pij
+			}
+		}
+	}
 }
 
 // describe reports where an error occurred as a [b,h,row,col] index.
@@ -165,5 +180,9 @@ func describe(name string, p kernels.Params, i int) string {
 	i /= cols
 	r := i % rows
 	i /= rows
-	return fmt.Sprintf("%s[b=%d,h=%d,row=%d,col=%d]", name, i/p.H, i%p.H, r, c)
+	heads := p.H
+	if name == "dK" || name == "dV" {
+		heads = p.KVHeads()
+	}
+	return fmt.Sprintf("%s[b=%d,h=%d,row=%d,col=%d]", name, i/heads, i%heads, r, c)
 }

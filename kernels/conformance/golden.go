@@ -1,9 +1,11 @@
 package conformance
 
 import (
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -75,32 +77,105 @@ func loadGolden() ([]goldenCase, error) {
 	if err != nil {
 		return nil, err
 	}
-	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	plain, err := loadCases(filepath.Join(dir, "*.json"), readPlain)
 	if err != nil {
 		return nil, err
 	}
-	if len(files) == 0 {
+	if len(plain) == 0 {
 		return nil, fmt.Errorf("conformance: no golden cases in %s", dir)
+	}
+	variants, err := loadCases(filepath.Join(filepath.Dir(dir), "variants", "*.json.gz"), readGzip)
+	if err != nil {
+		return nil, err
+	}
+	if len(variants) == 0 {
+		return nil, fmt.Errorf("conformance: no variant cases beside %s", dir)
+	}
+	return append(plain, variants...), nil
+}
+
+func readPlain(f string) ([]byte, error) { return os.ReadFile(f) }
+
+func readGzip(f string) ([]byte, error) {
+	fh, err := os.Open(f)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	z, err := gzip.NewReader(fh)
+	if err != nil {
+		return nil, err
+	}
+	return io.ReadAll(z)
+}
+
+// goldenFile is the JSON of one case: testdata/golden/README.md gives the
+// fields, its Variants section the optional ones. A file that uses a bias,
+// which Params cannot express yet, is refused rather than read as plain
+// attention.
+type goldenFile struct {
+	B, H, Nq, Nk, D     int
+	Causal              bool
+	Scale               float64
+	Q, K, V, Do, O, Lse goldenFloats
+	Dq, Dk, Dv          goldenFloats
+
+	Hkv         *int
+	WindowLeft  *int `json:"window_left"`
+	WindowRight *int `json:"window_right"`
+	Softcap     float64
+	AlibiSlopes []float64       `json:"alibi_slopes"`
+	SeqlensQ    []int           `json:"seqlens_q"`
+	SeqlensK    []int           `json:"seqlens_k"`
+	BiasShape   json.RawMessage `json:"bias_shape"`
+}
+
+// params returns the problem c describes.
+func (c goldenFile) params() (kernels.Params, error) {
+	if len(c.BiasShape) > 0 && string(c.BiasShape) != "null" {
+		return kernels.Params{}, errors.New("an additive bias is not supported yet")
+	}
+	p := kernels.Params{B: c.B, H: c.H, Nq: c.Nq, Nk: c.Nk, D: c.D, Scale: c.Scale, Causal: c.Causal,
+		Softcap: c.Softcap, ALiBi: c.AlibiSlopes, QLens: c.SeqlensQ, KLens: c.SeqlensK}
+	if c.Hkv != nil && *c.Hkv != c.H {
+		p.Hkv = *c.Hkv
+	}
+	left, right := -1, -1
+	if c.WindowLeft != nil {
+		left = *c.WindowLeft
+	}
+	if c.WindowRight != nil {
+		right = *c.WindowRight
+	}
+	if left != -1 || right != -1 {
+		p.Window = kernels.Window{On: true, Left: left, Right: right}
+	}
+	return p, nil
+}
+
+func loadCases(pattern string, read func(string) ([]byte, error)) ([]goldenCase, error) {
+	files, err := filepath.Glob(pattern)
+	if err != nil {
+		return nil, err
 	}
 	var cases []goldenCase
 	for _, f := range files {
-		raw, err := os.ReadFile(f)
+		raw, err := read(f)
 		if err != nil {
 			return nil, err
 		}
-		var c struct {
-			B, H, Nq, Nk, D     int
-			Causal              bool
-			Scale               float64
-			Q, K, V, Do, O, Lse goldenFloats
-			Dq, Dk, Dv          goldenFloats
-		}
+		var c goldenFile
 		if err := json.Unmarshal(raw, &c); err != nil {
 			return nil, fmt.Errorf("conformance: %s: %w", f, err)
 		}
+		p, err := c.params()
+		if err != nil {
+			return nil, fmt.Errorf("conformance: %s: %w", f, err)
+		}
+		base := filepath.Base(f)
 		gc := goldenCase{
-			Name:   strings.TrimSuffix(filepath.Base(f), ".json"),
-			Params: kernels.Params{B: c.B, H: c.H, Nq: c.Nq, Nk: c.Nk, D: c.D, Scale: c.Scale, Causal: c.Causal},
+			Name:   strings.TrimSuffix(strings.TrimSuffix(base, ".gz"), ".json"),
+			Params: p,
 			Q:      c.Q, K: c.K, V: c.V, DO: c.Do, O: c.O, LSE: c.Lse, DQ: c.Dq, DK: c.Dk, DV: c.Dv,
 		}
 		if err := kernels.CheckBackward(gc.Params, gc.Q, gc.K, gc.V, gc.O, gc.LSE, gc.DO, gc.DQ, gc.DK, gc.DV); err != nil {

@@ -115,8 +115,9 @@ func testNonFinite(t *testing.T, b kernels.Backend, prec kernels.Precision, mask
 func checkEmptyRows[T kernels.Float](t *testing.T, p kernels.Params, r result[T], grads bool) {
 	t.Helper()
 	for bh := range p.B * p.H {
+		mask := p.Mask(bh / p.H)
 		for i := range p.Nq {
-			if p.VisibleKeys(i) > 0 {
+			if mask.VisibleKeys(i) > 0 {
 				continue
 			}
 			row := (bh*p.Nq + i) * p.D

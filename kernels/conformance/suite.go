@@ -29,7 +29,91 @@ func Run(t *testing.T, b kernels.Backend, prec kernels.Precision, opts ...Option
 // An Option relaxes a requirement of Run.
 type Option func(*options)
 
-type options struct{ maskedNaN bool }
+type options struct {
+	maskedNaN bool
+	variants  map[Variant]bool
+}
+
+// A Variant is one of the attention variants of kernels.Params beyond
+// plain attention. Run checks a variant only on a backend that claims it
+// (WithVariants); for others its cases are skipped, with the reason.
+type Variant int
+
+const (
+	// GQA is grouped-query attention: Params.Hkv < H.
+	GQA Variant = iota
+	// Window is a local window: Params.Window.On.
+	Window
+	// Softcap is Params.Softcap ≠ 0.
+	Softcap
+	// ALiBi is Params.ALiBi ≠ nil.
+	ALiBi
+	// Lengths are per-sequence lengths: Params.QLens or KLens not nil.
+	Lengths
+)
+
+func (v Variant) String() string {
+	switch v {
+	case GQA:
+		return "GQA"
+	case Window:
+		return "window"
+	case Softcap:
+		return "softcap"
+	case ALiBi:
+		return "ALiBi"
+	case Lengths:
+		return "lengths"
+	}
+	return fmt.Sprintf("Variant(%d)", int(v))
+}
+
+// AllVariants lists every Variant.
+var AllVariants = []Variant{GQA, Window, Softcap, ALiBi, Lengths}
+
+// WithVariants says that the backend computes the variants vs: their golden
+// cases and sweep run. Without it, Run checks plain attention only.
+func WithVariants(vs ...Variant) Option {
+	return func(o *options) {
+		if o.variants == nil {
+			o.variants = map[Variant]bool{}
+		}
+		for _, v := range vs {
+			o.variants[v] = true
+		}
+	}
+}
+
+// variantsOf lists the variants p uses.
+func variantsOf(p kernels.Params) []Variant {
+	var vs []Variant
+	if p.KVHeads() != p.H {
+		vs = append(vs, GQA)
+	}
+	if p.Window.On {
+		vs = append(vs, Window)
+	}
+	if p.Softcap != 0 {
+		vs = append(vs, Softcap)
+	}
+	if p.ALiBi != nil {
+		vs = append(vs, ALiBi)
+	}
+	if p.QLens != nil || p.KLens != nil {
+		vs = append(vs, Lengths)
+	}
+	return vs
+}
+
+// skipUnsupported skips t when p uses a variant the backend does not claim.
+func (o options) skipUnsupported(t *testing.T, b kernels.Backend, p kernels.Params) {
+	t.Helper()
+	for _, v := range variantsOf(p) {
+		if !o.variants[v] {
+			t.Skipf("%s does not claim the %v variant (conformance.WithVariants)", b.Name(), v)
+		}
+	}
+}
 
 // MaskedNaNMayPropagate accepts NaN where the reference is finite in the
 // non-finite cases that have a causal mask: a tiled kernel multiplies the
@@ -80,8 +164,9 @@ func ReportErrors(t *testing.T, b kernels.Backend, prec kernels.Precision) {
 }
 
 func run(t *testing.T, b kernels.Backend, prec kernels.Precision, o options) {
-	t.Run("golden", func(t *testing.T) { testGolden(t, b, prec) })
+	t.Run("golden", func(t *testing.T) { testGolden(t, b, prec, o) })
 	t.Run("sweep", func(t *testing.T) { testSweep(t, b, prec) })
+	t.Run("variants", func(t *testing.T) { testVariants(t, b, prec, o) })
 	t.Run("sharp-softmax", func(t *testing.T) { testSharpSoftmax(t, b, prec) })
 	t.Run("rows-without-keys", func(t *testing.T) { testRowsWithoutKeys(t, b) })
 	t.Run("non-finite", func(t *testing.T) { testNonFinite(t, b, prec, o.maskedNaN) })
@@ -210,13 +295,14 @@ func roundingUnit(prec kernels.Precision) float64 {
 	return 1.0 / (1 << 24)
 }
 
-func testGolden(t *testing.T, b kernels.Backend, prec kernels.Precision) {
+func testGolden(t *testing.T, b kernels.Backend, prec kernels.Precision, o options) {
 	cases, err := loadGolden()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
+			o.skipUnsupported(t, b, c.Params)
 			want := result[float64]{c.O, c.LSE, c.DQ, c.DK, c.DV}
 			got := runPass(t, b, c.Params, c.Q, c.K, c.V, c.DO)
 			check64(t, b, c.Params, got, want, c.Q, c.K, c.V, c.DO, false)
@@ -270,7 +356,20 @@ func testSweep(t *testing.T, b kernels.Backend, prec kernels.Precision) {
 }
 
 func shapeName(p kernels.Params) string {
-	return fmt.Sprintf("B%dH%d_Nq%d_Nk%d_D%d_causal=%v", p.B, p.H, p.Nq, p.Nk, p.D, p.Causal)
+	name := fmt.Sprintf("B%dH%d_Nq%d_Nk%d_D%d_causal=%v", p.B, p.H, p.Nq, p.Nk, p.D, p.Causal)
+	if p.KVHeads() != p.H {
+		name += fmt.Sprintf("_Hkv%d", p.KVHeads())
+	}
+	if p.Window.On {
+		name += fmt.Sprintf("_window=%d,%d", p.Window.Left, p.Window.Right)
+	}
+	if p.Softcap != 0 {
+		name += fmt.Sprintf("_softcap=%v", p.Softcap)
+	}
+	if p.ALiBi != nil {
+		name += "_alibi"
+	}
+	return name
 }
 
 // checkProblem runs both paths on pr and checks them against the reference.
@@ -310,7 +409,7 @@ func testRowsWithoutKeys(t *testing.T, b kernels.Backend) {
 	r64 := runPass(t, b, p, widen(pr.q), widen(pr.k), widen(pr.v), widen(pr.do))
 	for bh := range p.B * p.H {
 		for i := range p.Nq {
-			empty := p.VisibleKeys(i) == 0
+			empty := p.Mask(0).VisibleKeys(i) == 0
 			row := r32.o[(bh*p.Nq+i)*p.D : (bh*p.Nq+i+1)*p.D]
 			dq := r32.dq[(bh*p.Nq+i)*p.D : (bh*p.Nq+i+1)*p.D]
 			row64 := r64.o[(bh*p.Nq+i)*p.D : (bh*p.Nq+i+1)*p.D]

@@ -1,0 +1,78 @@
+package cpukernels
+
+import (
+	"github.com/gorgonia-flash/flashattention/internal/simd"
+	"github.com/gorgonia-flash/flashattention/kernels"
+)
+
+// clampRange returns the part of [lo, hi) inside [base, base+n), relative
+// to base: the visible columns (or rows) of one tile.
+func clampRange(lo, hi, base, n int) (from, to int) {
+	from = min(n, max(0, lo-base))
+	to = max(from, min(n, hi-base))
+	return from, to
+}
+
+// softcapScores replaces each s[i] by c·tanh(s[i]/c) and, when grad is not
+// nil, stores 1 − tanh² (the derivative) in grad[i]. w is float64 scratch
+// of len(s).
+//
+// tanh(x) is 1 − 2/(1 + e) with e = exp(2x), through the vectorised
+// exponential and with no branch on the sign (a branch per score, taken at
+// random, cost more than the arithmetic): an e that overflows to +Inf
+// gives exactly 1, e = 0 gives −1, as tanh(±∞) = ±1, and NaN stays NaN.
+// That form has an absolute error of a few rounding units, so c·tanh(s/c)
+// errs by a few units of c rather than of the result; in float32 that was
+// four times the error of a naive float32 computation on the softcap
+// golden case. So it is computed in float64 whatever T is, and rounded
+// once at the end.
+func softcapScores[T kernels.Float](s []T, c T, w []float64, grad []T) {
+	w = w[:len(s)]
+	c64 := float64(c)
+	for i, x := range s {
+		w[i] = float64(x) * (2 / c64)
+	}
+	simd.ExpShift64(w, 0)
+	if grad == nil {
+		for i, e := range w {
+			s[i] = T(c64 * (1 - 2/(1+e)))
+		}
+		return
+	}
+	grad = grad[:len(s)]
+	for i, e := range w {
+		t := 1 - 2/(1+e)
+		s[i], grad[i] = T(c64*t), T(1-t*t)
+	}
+}
+
+// alibiTable fills tab[u] = slope·|d0 − u| for u in [0, n). A tile's ALiBi
+// term slope·|a − j| depends only on a − j, which is constant along the
+// tile's diagonals, so one table of rows + cols − 1 entries serves the
+// whole tile: each row (or each key's column) subtracts a contiguous slice
+// of it, with no per-score absolute value or conversion.
+func alibiTable[T kernels.Float](tab []T, slope T, d0, n int) []T {
+	tab = tab[:n]
+	for u := range tab {
+		tab[u] = slope * T(max(d0-u, u-d0))
+	}
+	return tab
+}
+
+// subtract sets s[i] −= t[i].
+func subtract[T kernels.Float](s, t []T) {
+	t = t[:len(s)]
+	for i := range s {
+		s[i] -= t[i]
+	}
+}
+
+// blockFinite reports whether block i holds no NaN or ±Inf: known[i] when
+// the caller scanned every block up front (known not nil), else a scan of
+// x, that block's elements, now.
+func blockFinite[T kernels.Float](known []bool, i int, x []T) bool {
+	if known != nil {
+		return known[i]
+	}
+	return allFinite(x)
+}

@@ -1,0 +1,35 @@
+package cudakernels
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gorgonia-flash/flashattention/kernels"
+)
+
+// checkPlain refuses the attention variants of kernels.Params that the CUDA
+// kernels do not compute yet (grouped-query heads, windows, softcap,
+// ALiBi, per-sequence lengths), so that a caller gets an error wrapping ErrUnsupported rather
+// than plain attention's result for another problem.
+func checkPlain(p kernels.Params) error {
+	if p.IsPlain() {
+		return nil
+	}
+	var used []string
+	if p.KVHeads() != p.H {
+		used = append(used, fmt.Sprintf("grouped-query attention (Hkv = %d, H = %d)", p.KVHeads(), p.H))
+	}
+	if p.Window.On {
+		used = append(used, fmt.Sprintf("a window (%d, %d)", p.Window.Left, p.Window.Right))
+	}
+	if p.Softcap != 0 {
+		used = append(used, fmt.Sprintf("softcap %v", p.Softcap))
+	}
+	if p.ALiBi != nil {
+		used = append(used, "ALiBi")
+	}
+	if p.QLens != nil || p.KLens != nil {
+		used = append(used, "per-sequence lengths")
+	}
+	return fmt.Errorf("%w: %s: not yet on the GPU; run it on the CPU backend", ErrUnsupported, strings.Join(used, ", "))
+}

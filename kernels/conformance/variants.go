@@ -1,0 +1,150 @@
+package conformance
+
+import (
+	"math"
+	"testing"
+
+	"github.com/gorgonia-flash/flashattention/kernels"
+)
+
+// alibiSlopes are the usual geometric slopes 2^(−8(h+1)/H).
+func alibiSlopes(h int) []float64 {
+	s := make([]float64, h)
+	for i := range s {
+		s[i] = math.Exp2(-8 * float64(i+1) / float64(h))
+	}
+	return s
+}
+
+// variantCase is one problem of the variant sweep; qGain multiplies the
+// random queries, to make scores large where the softcap must bite, and
+// plant, when set, puts NaN or ±Inf into the inputs.
+type variantCase struct {
+	p     kernels.Params
+	qGain float32
+	plant func(pr problem)
+}
+
+// variantParams lists the variant sweep: odd sizes with Nq = Nk and Nq ≠ Nk
+// both ways, causal on and off, and in each variant the settings that
+// exercise its edges: GQA ratios 1, 2, 8 and all heads on one key head;
+// windows of width 0, one-sided, unbounded on either side, and bounds that
+// cut the kernels' tiles (64 rows, 128 keys) off their edges; softcaps well
+// below the scores; ALiBi, alone and with everything else.
+func variantParams(short bool) []variantCase {
+	sizes := [][2]int{{113, 113}, {255, 77}, {40, 300}}
+	if !short {
+		sizes = append(sizes, [2]int{1023, 1023}, [2]int{1, 517})
+	}
+	var cs []variantCase
+	add := func(p kernels.Params, gain float32) {
+		for _, n := range sizes {
+			for _, causal := range []bool{false, true} {
+				p := p
+				p.Nq, p.Nk, p.Causal = n[0], n[1], causal
+				p.Scale = 1 / math.Sqrt(float64(p.D))
+				if n[0] > 255 || n[1] > 517 {
+					p.B = 1
+				}
+				cs = append(cs, variantCase{p: p, qGain: gain})
+			}
+		}
+	}
+	for _, h := range [][2]int{{8, 8}, {8, 4}, {16, 2}, {8, 1}} {
+		add(kernels.Params{B: 2, H: h[0], Hkv: h[1], D: 40}, 1)
+	}
+	for _, w := range [][2]int{{0, 0}, {5, -1}, {-1, 7}, {63, 64}, {130, 1}, {200, 129}} {
+		add(kernels.Params{B: 2, H: 2, D: 24, Window: kernels.Window{On: true, Left: w[0], Right: w[1]}}, 1)
+	}
+	for _, c := range []float64{2, 30} {
+		add(kernels.Params{B: 2, H: 2, D: 64, Softcap: c}, 6)
+	}
+	add(kernels.Params{B: 2, H: 4, D: 40, ALiBi: alibiSlopes(4)}, 1)
+	add(kernels.Params{B: 2, H: 4, Hkv: 2, D: 40, Window: kernels.Window{On: true, Left: 70, Right: 9},
+		Softcap: 5, ALiBi: alibiSlopes(4)}, 3)
+	// Lengths of 0, 1, N and in between, on queries, keys or both, alone
+	// and with the other variants, which align on them.
+	n := len(cs)
+	add(kernels.Params{B: 4, H: 2, D: 24}, 1)
+	add(kernels.Params{B: 4, H: 4, Hkv: 2, D: 40, Window: kernels.Window{On: true, Left: 70, Right: 9},
+		Softcap: 5, ALiBi: alibiSlopes(4)}, 3)
+	for i := n; i < len(cs); i++ {
+		p := &cs[i].p
+		p.B = 4
+		q, k := []int{p.Nq, 0, 1, p.Nq * 2 / 3}, []int{1, p.Nk, 0, p.Nk / 3}
+		switch i % 3 {
+		case 0:
+			p.QLens = q
+		case 1:
+			p.KLens = k
+		default:
+			p.QLens, p.KLens = q, k
+		}
+	}
+	return append(cs, nonFiniteVariants()...)
+}
+
+// nonFiniteVariants plant NaN and ±Inf where a window (and GQA) cut the
+// tiles: a NaN key and an infinite value that only some rows of a tile
+// see, and a NaN query row whose NaN must reach only the keys in its
+// window. The pattern of NaN and ±Inf must be the reference's exactly, as
+// in the plain non-finite cases (a backend that claims the variants makes
+// no MaskedNaNMayPropagate exception for them).
+func nonFiniteVariants() []variantCase {
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	var cs []variantCase
+	for _, causal := range []bool{false, true} {
+		p := kernels.Params{B: 1, H: 4, Hkv: 2, Nq: 300, Nk: 260, D: 32, Scale: 0.2, Causal: causal,
+			Window: kernels.Window{On: true, Left: 40, Right: 70}}
+		cs = append(cs, variantCase{p: p, qGain: 1, plant: func(pr problem) {
+			d := pr.p.D
+			pr.k[(0*pr.p.Nk+150)*d+3] = nan // key head 0, key 150
+			pr.v[(1*pr.p.Nk+20)*d+5] = inf  // key head 1, key 20
+			pr.q[(2*pr.p.Nq+200)*d+1] = nan // query head 2, row 200
+			pr.do[(3*pr.p.Nq+10)*d] = -inf  // query head 3, row 10: no key when causal
+		}})
+	}
+	return cs
+}
+
+// testVariants runs the variant sweep against the float64 reference, with
+// the usual tolerances, skipping the variants b does not claim.
+func testVariants(t *testing.T, b kernels.Backend, prec kernels.Precision, o options) {
+	for i, c := range variantParams(testing.Short() || raceDetector) {
+		t.Run(shapeName(c.p), func(t *testing.T) {
+			o.skipUnsupported(t, b, c.p)
+			t.Parallel()
+			pr := randomProblem(c.p, uint64(2000+i))
+			for j := range pr.q {
+				pr.q[j] *= c.qGain
+			}
+			if c.plant != nil {
+				c.plant(pr)
+			}
+			checkProblem(t, b, prec, pr)
+			if c.p.QLens != nil || c.p.KLens != nil {
+				// Padding is exact: zeros, not values within tolerance.
+				r := runPass(t, b, c.p, pr.q, pr.k, pr.v, pr.do)
+				checkEmptyRows(t, c.p, r, true)
+				checkPaddingKeys(t, c.p, r)
+			}
+		})
+	}
+}
+
+// checkPaddingKeys requires dK = dV = 0 exactly for every padding key
+// (j ≥ KLens[b]).
+func checkPaddingKeys[T kernels.Float](t *testing.T, p kernels.Params, r result[T]) {
+	t.Helper()
+	for kvh := range p.B * p.KVHeads() {
+		mask := p.Mask(kvh / p.KVHeads())
+		for j := mask.Lk; j < p.Nk; j++ {
+			at := (kvh*p.Nk + j) * p.D
+			for d := range p.D {
+				if r.dk[at+d] != 0 || r.dv[at+d] != 0 {
+					t.Fatalf("%T: key head %d key %d is padding: dK %v, dV %v, want 0", r.dk[0], kvh, j, r.dk[at+d], r.dv[at+d])
+				}
+			}
+		}
+	}
+}
