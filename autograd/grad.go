@@ -42,10 +42,11 @@ func (op *gradOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	lse, err := op.saved.load()
+	lse, offset, err := op.saved.load()
 	if err != nil {
 		return nil, err
 	}
+	p.Dropout.Offset = offset // the forward's mask
 	// Only the forward of this Op keeps state, on this Op's backend, which
 	// is then a kernels.Resident.
 	st := op.saved.takeDevice()

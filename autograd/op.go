@@ -30,6 +30,11 @@ type Config struct {
 	// kernels.Params's QLens and KLens at every run, so that one graph
 	// serves batches of different lengths.
 	QLens, KLens tensor.Dtype
+	// Dropout drops attention probabilities (kernels.Dropout's P and
+	// Seed); the Op sets the Offset: the number of forward runs before
+	// this one, so that each run draws a fresh mask and its backward the
+	// same one.
+	Dropout kernels.Dropout
 }
 
 // lengthDtypes are the dtypes of the length inputs, in input order.
@@ -47,8 +52,8 @@ func (c Config) lengthDtypes() []tensor.Dtype {
 // Gorgonia merges nodes whose hashes are equal: every field that changes the
 // result is in it, each ALiBi slope to full precision.
 func (c Config) String() string {
-	return fmt.Sprintf("scale=%v causal=%v window=%+v softcap=%v alibi=%v qlens=%v klens=%v backend=%s",
-		c.Scale, c.Causal, c.Window, c.Softcap, c.ALiBi, c.QLens, c.KLens, c.Backend.Name())
+	return fmt.Sprintf("scale=%v causal=%v window=%+v softcap=%v alibi=%v qlens=%v klens=%v dropout=%v/%#x backend=%s",
+		c.Scale, c.Causal, c.Window, c.Softcap, c.ALiBi, c.QLens, c.KLens, c.Dropout.P, c.Dropout.Seed, c.Backend.Name())
 }
 
 // Op is fused attention as a Gorgonia op: (q, k, v) → o. Its backward is
@@ -141,7 +146,7 @@ func params(cfg Config, q, k, v tensor.Shape) (kernels.Params, error) {
 		return kernels.Params{}, invalid("head dimension D differs: q %v, k %v", q, k)
 	}
 	p := kernels.Params{B: q[0], H: q[1], Nq: q[2], Nk: k[2], D: q[3], Scale: cfg.Scale, Causal: cfg.Causal,
-		Window: cfg.Window, Softcap: cfg.Softcap, ALiBi: cfg.ALiBi}
+		Window: cfg.Window, Softcap: cfg.Softcap, ALiBi: cfg.ALiBi, Dropout: cfg.Dropout}
 	if k[1] != q[1] {
 		p.Hkv = k[1]
 	}
@@ -268,13 +273,14 @@ func (op *Op) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 	}
 	_, resident := op.cfg.Backend.(kernels.Resident)
 	keep := resident && op.saved.keepOnDevice()
+	p.Dropout.Offset = op.saved.nextRun()
 	o, lse, st, err := engineFor(op.dtype).forward(op.cfg.Backend, keep, p, ts[0], ts[1], ts[2])
 	if err != nil {
 		// The previous run's device state is of no use to anyone now.
 		return nil, errors.Join(fmt.Errorf("attention on %s: %w", op.cfg.Backend.Name(), err), op.saved.release())
 	}
 	o.Reshape(op.shapes[0]...)
-	if err := op.saved.store(lse, st); err != nil {
+	if err := op.saved.store(lse, p.Dropout.Offset, st); err != nil {
 		return nil, fmt.Errorf("attention on %s: releasing the previous run's device state: %w", op.cfg.Backend.Name(), err)
 	}
 	return o, nil

@@ -26,6 +26,19 @@ type saved struct {
 	lse  *tensor.Dense // [B, H, Nq], the dtype of the inputs
 	keep bool
 	dev  *deviceSlot // allocated with the first device state
+	// runs counts the forward runs begun; each takes the count before it
+	// as its dropout offset, so that every run draws a fresh mask and a
+	// seed gives the same sequence of masks. offset is the latest stored
+	// run's, which its backward draws again.
+	runs, offset uint64
+}
+
+// nextRun returns the dropout offset of a forward run that begins now.
+func (s *saved) nextRun() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.runs++
+	return s.runs - 1
 }
 
 // deviceSlot holds a device state apart from saved, so that a cleanup
@@ -56,12 +69,12 @@ func (d *deviceSlot) take() kernels.DeviceState {
 	return st
 }
 
-// store records the LSE of the latest forward run and its device state (nil
-// when the forward kept none), releasing the device state of the previous
-// run.
-func (s *saved) store(lse *tensor.Dense, st kernels.DeviceState) error {
+// store records the LSE and dropout offset of the latest forward run and
+// its device state (nil when the forward kept none), releasing the device
+// state of the previous run.
+func (s *saved) store(lse *tensor.Dense, offset uint64, st kernels.DeviceState) error {
 	s.mu.Lock()
-	s.lse = lse
+	s.lse, s.offset = lse, offset
 	if s.dev == nil && st == nil {
 		s.mu.Unlock()
 		return nil
@@ -117,12 +130,12 @@ func (s *saved) takeDevice() kernels.DeviceState {
 // errNoForward reports a backward run without its forward.
 var errNoForward = errors.New("attention backward ran before its forward: no saved LSE")
 
-// load returns the saved LSE.
-func (s *saved) load() (*tensor.Dense, error) {
+// load returns the saved LSE and dropout offset.
+func (s *saved) load() (*tensor.Dense, uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.lse == nil {
-		return nil, errNoForward
+		return nil, 0, errNoForward
 	}
-	return s.lse, nil
+	return s.lse, s.offset, nil
 }

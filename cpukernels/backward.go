@@ -38,6 +38,7 @@ type backwardScratch[T kernels.Float] struct {
 	tmp    []float64 // Br: the softcap's exponentials, in float64 (softcapScores); nil without a softcap
 	tab    []T       // Br+Bc: the tile's ALiBi terms (alibiTable); nil without ALiBi
 	grad   []T       // Br: the softcap's derivative along one key's rows; nil without a softcap
+	keep   []bool    // Br×Bc: dropout's mask of one tile; nil without dropout
 	// The query heads of the unit's key head (H/Hkv of them), reused from
 	// unit to unit: a slice made per unit cost one allocation per head
 	// when B·H is large and N small. Without GQA qhs is one[:], so that
@@ -53,7 +54,9 @@ type backwardScratch[T kernels.Float] struct {
 
 // backwardScratchLen is the number of elements of one backwardScratch.
 func backwardScratchLen(d int) int {
-	return 2*blockCols*(d+1) + d*blockCols + 2*blockCols*blockRows + 2*blockCols*d + 4*blockRows + blockCols // tmp counted as 2·Br: float64 in a float32 call
+	// tmp counted as 2·Br (float64 in a float32 call), keep as Br·Bc/4
+	// (bytes, in a float32 call).
+	return 2*blockCols*(d+1) + d*blockCols + 2*blockCols*blockRows + 2*blockCols*d + 4*blockRows + blockCols + blockRows*blockCols/4
 }
 
 func newBackwardScratch[T kernels.Float](p kernels.Params) *backwardScratch[T] {
@@ -75,6 +78,9 @@ func newBackwardScratch[T kernels.Float](p kernels.Params) *backwardScratch[T] {
 	if p.ALiBi != nil {
 		sc.tab = make([]T, blockRows+blockCols)
 	}
+	if p.Dropout.On() {
+		sc.keep = make([]bool, blockRows*blockCols)
+	}
 	return sc
 }
 
@@ -87,7 +93,7 @@ type keyHead[T kernels.Float] struct{ k, v, dk, dv []T }
 // needs the bare scores) and dOᵀ over −D, each (D+1)×r; dqT holds this
 // chunk's dQᵀ per query block, D×r.
 type queryHead[T kernels.Float] struct {
-	h             int
+	h, bh         int // among the H heads of its batch entry, and among all B·H
 	q, do, lse    []T
 	qsT, doT, dqT []T
 	finite        []bool // per query block: Q and dO hold no NaN or ±Inf; nil: not known (blockFinite)
@@ -174,7 +180,7 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 			bh := kvh*group + x
 			qOff := bh * p.Nq * d
 			qhs[x] = queryHead[T]{
-				h: bh % p.H, q: q[qOff : qOff+p.Nq*d], do: do[qOff : qOff+p.Nq*d], lse: lse[bh*p.Nq : (bh+1)*p.Nq],
+				h: bh % p.H, bh: bh, q: q[qOff : qOff+p.Nq*d], do: do[qOff : qOff+p.Nq*d], lse: lse[bh*p.Nq : (bh+1)*p.Nq],
 				qsT: qsT[bh*p.Nq*da : (bh+1)*p.Nq*da],
 				doT: doT[bh*p.Nq*da : (bh+1)*p.Nq*da],
 				dqT: dqT[c][qOff : qOff+p.Nq*d],
@@ -219,10 +225,18 @@ func backwardKeyBlock[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p
 	if cols == 0 {
 		return
 	}
+	// With dropout, V's column of ones becomes zeros: the GEMM then gives
+	// dP̃ = dO·vᵀ alone, and dropGradient subtracts D after scaling dP̃.
+	// Folded in, D would cancel against the scaled dP̃ after rounding at
+	// the scale of D/(1−p) (ten times the error at p = 0.9).
+	var vOne T = 1
+	if p.Dropout.On() {
+		vOne = 0
+	}
 	for c := range cols {
 		copy(sc.ka[c*da:c*da+d], t.k[(col0+c)*d:(col0+c+1)*d])
 		copy(sc.va[c*da:c*da+d], t.v[(col0+c)*d:(col0+c+1)*d])
-		sc.ka[c*da+d], sc.va[c*da+d] = 1, 1
+		sc.ka[c*da+d], sc.va[c*da+d] = 1, vOne
 	}
 	transpose(cols, d, t.k[col0*d:], d, sc.kt, blockCols)
 	clear(sc.dk[:cols*d])
@@ -284,7 +298,8 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p ker
 	pt, dst := sc.pt[:cols*blockRows], sc.dst[:cols*blockRows]
 	clear(pt)
 	clear(dst)
-	// Sᵀ − LSE (Sᵀ with a softcap) and dPᵀ − D, one row per key.
+	// Sᵀ − LSE (Sᵀ with a softcap) and dPᵀ − D (dP̃ᵀ with dropout), one row
+	// per key.
 	ops.gemm(cols, rows, da, sc.ka, da, qsT, rows, pt, blockRows)
 	ops.gemm(cols, rows, da, sc.va, da, doT, rows, dst, blockRows)
 	// Key col0+c, row row0+r reads the ALiBi term tab[r + cols−1−c]: its
@@ -298,6 +313,15 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p ker
 	// key's end decide it, once per tile rather than once per key. An uncut
 	// tile (every tile without a mask) clamps no key's range.
 	cut := sc.qlo[cols-1] > row0 || sc.qhi[0] < row0+rows
+	// Dropout's mask of the tile, drawn row by row (the generator runs
+	// along the keys) and read column by column: keep[r·Bc + c].
+	var keep []bool
+	if p.Dropout.On() {
+		keep = sc.keep
+		for r := range rows {
+			p.Dropout.KeepRow(qh.bh, row0+r, col0, keep[r*blockCols:r*blockCols+cols])
+		}
+	}
 	for c := range cols {
 		ptc, dsc := pt[c*blockRows:c*blockRows+rows], dst[c*blockRows:c*blockRows+rows]
 		from, to := 0, rows
@@ -325,16 +349,24 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p ker
 			subtract(vis, tab[cols-1-c+from:])
 		}
 		ops.expShift(vis, 0) // P = exp(S − LSE)
+		var colKeep []bool
+		if keep != nil && to > from {
+			colKeep = keep[from*blockCols+c:]
+			dropGradient(dsv, colKeep, doT[p.D*rows+from:], T(p.Dropout.KeepScale()))
+		}
 		// scale·dS = scale·P∘(dP − D), scale folded in once here rather
 		// than into both dQ and dK; with a softcap, times its derivative.
 		if grad != nil {
 			for r := range dsv {
 				dsv[r] = scale * vis[r] * dsv[r] * grad[r]
 			}
-			continue
+		} else {
+			for r := range dsv {
+				dsv[r] = scale * vis[r] * dsv[r]
+			}
 		}
-		for r := range dsv {
-			dsv[r] = scale * vis[r] * dsv[r]
+		if colKeep != nil {
+			dropProbabilities(vis, colKeep, blockCols, T(p.Dropout.KeepScale()))
 		}
 	}
 	return cut
@@ -365,6 +397,35 @@ func backwardMaskedTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T],
 		lo, hi := mask.KeyRange(row0 + r)
 		if from, to := clampRange(lo, hi, col0, cols); to > from {
 			ops.gemm(d, 1, to-from, sc.kt[from:], blockCols, sc.dst[from*blockRows+r:], blockRows, dqT[r:], rows)
+		}
+	}
+}
+
+// dropGradient turns dst, which holds dP̃ on one key's visible rows (dP̃ =
+// dO·vᵀ, the gradient of the dropped probabilities Z = P∘M/(1−p)), into
+// the softmax's dP − D = M/(1−p)·dP̃ − D. keep is the tile's mask at this
+// key from the first of these rows on (row r at keep[r·Bc]), negD holds −D
+// for these rows.
+func dropGradient[T kernels.Float](dst []T, keep []bool, negD []T, keepScale T) {
+	for r := range dst {
+		if keep[r*blockCols] {
+			dst[r] = keepScale*dst[r] + negD[r]
+		} else {
+			dst[r] = negD[r]
+		}
+	}
+}
+
+// dropProbabilities turns probabilities P into Z = P∘M/(1−p): those of
+// one key's visible rows for dV = Zᵀ·dO in the backward (keep as for
+// dropGradient, stride Bc), those of a row's visible keys for Z·V in the
+// forward (stride 1). Entry x's mask is keep[x·stride].
+func dropProbabilities[T kernels.Float](pt []T, keep []bool, stride int, keepScale T) {
+	for r := range pt {
+		if keep[r*stride] {
+			pt[r] *= keepScale
+		} else {
+			pt[r] = 0
 		}
 	}
 }

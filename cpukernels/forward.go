@@ -9,13 +9,14 @@ import (
 
 // forwardScratch is one worker's tiles; nothing in it depends on N.
 type forwardScratch[T kernels.Float] struct {
-	qs  []T       // Br×D: the query tile pre-multiplied by scale
-	s   []T       // Br×Bc: scores, then probabilities
-	acc []T       // Br×D: unnormalised output
-	m   []T       // Br: running row maximum
-	l   []T       // Br: running row sum of exp(S − m)
-	tmp []float64 // Bc: the softcap's exponentials, in float64 (softcapScores); nil without a softcap
-	tab []T       // Br+Bc: the tile's ALiBi terms (alibiTable); nil without ALiBi
+	qs   []T       // Br×D: the query tile pre-multiplied by scale
+	s    []T       // Br×Bc: scores, then probabilities
+	acc  []T       // Br×D: unnormalised output
+	m    []T       // Br: running row maximum
+	l    []T       // Br: running row sum of exp(S − m)
+	tmp  []float64 // Bc: the softcap's exponentials, in float64 (softcapScores); nil without a softcap
+	tab  []T       // Br+Bc: the tile's ALiBi terms (alibiTable); nil without ALiBi
+	keep []bool    // Bc: dropout's mask along one row of a tile; nil without dropout
 	// Row r of the unit sees keys [lo[r], hi[r]): kernels.Params.KeyRange,
 	// asked once per unit rather than by every cut tile and again at the
 	// end. Arrays, so that they cost no allocation.
@@ -24,7 +25,8 @@ type forwardScratch[T kernels.Float] struct {
 
 // forwardScratchLen is the number of elements of one forwardScratch.
 func forwardScratchLen(d int) int {
-	return 2*blockRows*d + blockRows*blockCols + 3*blockRows + 3*blockCols // tmp counted as 2·Bc: float64 in a float32 call
+	// tmp counted as 2·Bc (float64 in a float32 call), keep as Bc/4 (bytes).
+	return 2*blockRows*d + blockRows*blockCols + 3*blockRows + 3*blockCols + blockCols/4
 }
 
 func newForwardScratch[T kernels.Float](p kernels.Params) *forwardScratch[T] {
@@ -42,6 +44,9 @@ func newForwardScratch[T kernels.Float](p kernels.Params) *forwardScratch[T] {
 	}
 	if p.ALiBi != nil {
 		sc.tab = make([]T, blockRows+blockCols)
+	}
+	if p.Dropout.On() {
+		sc.keep = make([]bool, blockCols)
 	}
 	return sc
 }
@@ -117,19 +122,20 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 		if vFinite != nil {
 			vf = vFinite[kvh*kBlocks : (kvh+1)*kBlocks]
 		}
-		forwardRowBlock(ops, scratch[w], p, mask, h, row0, live, vf,
+		forwardRowBlock(ops, scratch[w], p, mask, bh, row0, live, vf,
 			q[qOff:qOff+live*p.D], kt[kOff:kOff+p.Nk*p.D], v[kOff:kOff+p.Nk*p.D], o, lse)
 	})
 	return nil
 }
 
-// forwardRowBlock computes rows [row0, row0+rows) of query head h (of H)
-// in a batch entry whose masks are mask, softcapping its scores and
-// lowering them by ALiBi (in that order) before the online softmax: q and
-// o hold those rows, kt is its key head's Kᵀ by key blocks (D×w each) and
-// v its V (Nk×D), vFinite whether each of its key blocks of V is finite
-// (nil: not known, see blockFinite).
-func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p kernels.Params, mask kernels.Mask, h, row0, rows int, vFinite []bool, q, kt, v, o, lse []T) {
+// forwardRowBlock computes rows [row0, row0+rows) of query head bh (of
+// the B·H) in a batch entry whose masks are mask, softcapping its scores
+// and lowering them by ALiBi (in that order) before the online softmax,
+// and dropping probabilities after it: q and o hold those rows, kt is its
+// key head's Kᵀ by key blocks (D×w each) and v its V (Nk×D), vFinite
+// whether each of its key blocks of V is finite (nil: not known, see
+// blockFinite).
+func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p kernels.Params, mask kernels.Mask, bh, row0, rows int, vFinite []bool, q, kt, v, o, lse []T) {
 	d := p.D
 	scale := T(p.Scale)
 	copy(sc.qs, q)
@@ -174,7 +180,7 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p k
 		// a − j is Aligned(row0+r) − (c0+x).
 		var tab []T
 		if p.ALiBi != nil {
-			tab = alibiTable(sc.tab, T(p.ALiBi[h]), mask.Aligned(row0)-c0+rows-1, rows+cols-1)
+			tab = alibiTable(sc.tab, T(p.ALiBi[bh%p.H]), mask.Aligned(row0)-c0+rows-1, rows+cols-1)
 		}
 		// The masks cut the tile unless every row sees all its keys; the
 		// bounds grow with the row, so the last row's start and the first
@@ -202,6 +208,12 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p k
 				subtract(sr[from:to], tab[rows-1-r+from:])
 			}
 			onlineSoftmax(ops, sc, r, sr[from:to], d)
+			if sc.keep != nil {
+				// The row sum l took every probability; only P·V drops.
+				keep := sc.keep[:to-from]
+				p.Dropout.KeepRow(bh, row0+r, c0+from, keep)
+				dropProbabilities(sr[from:to], keep, 1, T(p.Dropout.KeepScale()))
+			}
 		}
 		// acc += P·V for this key block.
 		vb := v[c0*d : (c0+cols)*d]

@@ -9,7 +9,7 @@ import (
 
 // checkPlain refuses the attention variants of kernels.Params that the CUDA
 // kernels do not compute yet (grouped-query heads, windows, softcap,
-// ALiBi, per-sequence lengths), so that a caller gets an error wrapping ErrUnsupported rather
+// ALiBi, per-sequence lengths, dropout), so that a caller gets an error wrapping ErrUnsupported rather
 // than plain attention's result for another problem.
 func checkPlain(p kernels.Params) error {
 	if p.IsPlain() {
@@ -30,6 +30,9 @@ func checkPlain(p kernels.Params) error {
 	}
 	if p.QLens != nil || p.KLens != nil {
 		used = append(used, "per-sequence lengths")
+	}
+	if p.Dropout.On() {
+		used = append(used, fmt.Sprintf("dropout %v", p.Dropout.P))
 	}
 	return fmt.Errorf("%w: %s: not yet on the GPU; run it on the CPU backend", ErrUnsupported, strings.Join(used, ", "))
 }

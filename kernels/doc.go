@@ -34,6 +34,12 @@
 //     dividing H; query head h reads key head h/(H/Hkv) (Params.KVHead), and
 //     dK, dV of a key head sum over its H/Hkv query heads. A backend never
 //     copies K or V per query head.
+//   - Dropout (P = 0 is off): each probability P_ij is dropped with
+//     probability P and the kept ones scaled by 1/(1−P): O = Z·V with
+//     Z = P∘M/(1−P). The mask M is drawn, never stored, from (Seed,
+//     Offset, b·H+h, i, j) by Dropout.Kept; the backward draws it again,
+//     dV = Zᵀ·dO and dP = (dO·Vᵀ)∘M/(1−P), while D = rowsum(dO∘O) and
+//     LSE are those of the undropped softmax.
 //   - QLens, KLens (nil means all Nq rows, all Nk keys): per-sequence
 //     lengths. Rows i ≥ QLens[b] and keys j ≥ KLens[b] of batch entry b are
 //     padding: a padding row sees no key (output 0, LSE +Inf, dQ 0), a

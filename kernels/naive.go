@@ -44,6 +44,9 @@ func NaiveForward[T Float](p Params, q, k, v, o, lse []T) error {
 			}
 			for j := lo; j < hi; j++ {
 				pj := s[j] / l
+				if p.Dropout.On() {
+					pj = dropped(p.Dropout, bh, i, j, pj)
+				}
 				for d, vd := range vh[j*p.D : (j+1)*p.D] {
 					oi[d] += pj * vd
 				}
@@ -89,11 +92,17 @@ func NaiveBackward[T Float](p Params, q, k, v, o, lse, do, dq, dk, dv []T) error
 				at := kOff + j*p.D
 				kj, vj := k[at:at+p.D], v[at:at+p.D]
 				dkj, dvj := dk[at:at+p.D], dv[at:at+p.D]
-				// The softcap's derivative turns the gradient of the capped
-				// score into that of scale·q·k.
-				ds := pr[j] * (dot(doi, vj) - rowD) * grad[j]
+				// With dropout O = Z·V, Z = P∘M/(1−p): dV takes Z, and
+				// dP = dZ∘M/(1−p) with dZ = dO·Vᵀ; D = Σ dO∘O is still
+				// Σ_j P_ij·dP_ij. The softcap's derivative turns the
+				// gradient of the capped score into that of scale·q·k.
+				dp, z := dot(doi, vj), pr[j]
+				if p.Dropout.On() {
+					dp, z = dropped(p.Dropout, bh, i, j, dp), dropped(p.Dropout, bh, i, j, z)
+				}
+				ds := pr[j] * (dp - rowD) * grad[j]
 				for d := range p.D {
-					dvj[d] += pr[j] * doi[d]
+					dvj[d] += z * doi[d]
 					dqi[d] += scale * ds * kj[d]
 					dkj[d] += scale * ds * qi[d]
 				}
@@ -101,6 +110,15 @@ func NaiveBackward[T Float](p Params, q, k, v, o, lse, do, dq, dk, dv []T) error
 		}
 	}
 	return nil
+}
+
+// dropped is x times entry (bh, i, j)'s dropout factor: 1/(1−P) when the
+// entry is kept, else 0.
+func dropped[T Float](d Dropout, bh, i, j int, x T) T {
+	if d.Kept(bh, i, j) {
+		return x * T(d.KeepScale())
+	}
+	return 0
 }
 
 func dot[T Float](a, b []T) T {

@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -71,6 +72,69 @@ func TestNaiveNonFinite(t *testing.T) {
 		nanWant := j < 4
 		if got := isNaN(dk[2*j:2*j+2]) && isNaN(dv[2*j:2*j+2]); got != nanWant {
 			t.Errorf("key %d: dK %v, dV %v, NaN wanted: %v", j, dk[2*j:2*j+2], dv[2*j:2*j+2], nanWant)
+		}
+	}
+}
+
+// TestNaiveBackwardMatchesFiniteDifferences checks the reference backward
+// against central differences of the reference forward's loss Σ O∘dO, for
+// every variant at once, dropout included: the forward and the backward
+// must draw one mask, and the backward must use it as the derivative of
+// the forward. Lengths leave padding rows whose dO is not zero, which must
+// not reach any gradient.
+func TestNaiveBackwardMatchesFiniteDifferences(t *testing.T) {
+	p := Params{B: 2, H: 4, Hkv: 2, Nq: 6, Nk: 9, D: 3, Scale: 0.7, Causal: true,
+		Window: Window{On: true, Left: 5, Right: 1}, Softcap: 2, ALiBi: []float64{0.3, 0.2, 0.1, 0.05},
+		QLens: []int{6, 4}, KLens: []int{9, 5}, Dropout: Dropout{P: 0.3, Seed: 42, Offset: 7}}
+	rng := rand.New(rand.NewPCG(3, 4))
+	fill := func(n int) []float64 {
+		x := make([]float64, n)
+		for i := range x {
+			x[i] = rng.NormFloat64()
+		}
+		return x
+	}
+	q, k, v, do := fill(p.QLen()), fill(p.KLen()), fill(p.KLen()), fill(p.QLen())
+	o, lse := make([]float64, p.QLen()), make([]float64, p.LSELen())
+	loss := func() float64 {
+		if err := NaiveForward(p, q, k, v, o, lse); err != nil {
+			t.Fatal(err)
+		}
+		return dot(o, do)
+	}
+	loss()
+	dq, dk, dv := make([]float64, p.QLen()), make([]float64, p.KLen()), make([]float64, p.KLen())
+	if err := NaiveBackward(p, q, k, v, o, lse, do, dq, dk, dv); err != nil {
+		t.Fatal(err)
+	}
+	dropped := 0
+	for bh := range p.B * p.H {
+		for i := range p.Nq {
+			for j := range p.Nk {
+				if !p.Dropout.Kept(bh, i, j) {
+					dropped++
+				}
+			}
+		}
+	}
+	if dropped == 0 {
+		t.Fatal("the mask drops nothing; the test would not test dropout")
+	}
+	const h = 1e-6
+	for _, x := range []struct {
+		name     string
+		in, grad []float64
+	}{{"q", q, dq}, {"k", k, dk}, {"v", v, dv}} {
+		for e := range x.in {
+			keep := x.in[e]
+			x.in[e] = keep + h
+			up := loss()
+			x.in[e] = keep - h
+			down := loss()
+			x.in[e] = keep
+			if fd := (up - down) / (2 * h); math.Abs(fd-x.grad[e]) > 1e-6*max(1, math.Abs(fd)) {
+				t.Errorf("d%s[%d] = %v, finite differences %v", x.name, e, x.grad[e], fd)
+			}
 		}
 	}
 }

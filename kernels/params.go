@@ -38,6 +38,10 @@ type Params struct {
 	// [0, Nq] and [0, Nk]. nil means every row (key) is real. The masks
 	// align each entry on its own lengths (Mask). Read, never written.
 	QLens, KLens []int
+	// Dropout, when On, drops each attention probability P_ij with
+	// probability Dropout.P and scales the kept ones by 1/(1−P), drawing
+	// its mask from (Seed, Offset, b·H+h, i, j) (see Dropout).
+	Dropout Dropout
 }
 
 // Window is a local attention window: with On, row i sees keys j with
@@ -54,7 +58,8 @@ type Window struct {
 func (p Params) Equal(o Params) bool {
 	return p.B == o.B && p.H == o.H && p.Nq == o.Nq && p.Nk == o.Nk && p.D == o.D &&
 		p.Scale == o.Scale && p.Causal == o.Causal && p.Hkv == o.Hkv && p.Window == o.Window &&
-		p.Softcap == o.Softcap && sameSlice(p.ALiBi, o.ALiBi) && sameSlice(p.QLens, o.QLens) && sameSlice(p.KLens, o.KLens)
+		p.Softcap == o.Softcap && sameSlice(p.ALiBi, o.ALiBi) && sameSlice(p.QLens, o.QLens) && sameSlice(p.KLens, o.KLens) &&
+		p.Dropout == o.Dropout
 }
 
 // sameSlice is slices.Equal that also tells nil (off) from empty.
@@ -78,9 +83,11 @@ func (p Params) KVHead(bh int) int {
 }
 
 // IsPlain reports whether p uses none of the variants (grouped heads,
-// window, softcap, ALiBi, lengths): the problem every backend computes.
+// window, softcap, ALiBi, lengths, dropout): the problem every backend
+// computes.
 func (p Params) IsPlain() bool {
-	return p.KVHeads() == p.H && !p.Window.On && p.Softcap == 0 && p.ALiBi == nil && p.QLens == nil && p.KLens == nil
+	return p.KVHeads() == p.H && !p.Window.On && p.Softcap == 0 && p.ALiBi == nil && p.QLens == nil && p.KLens == nil &&
+		!p.Dropout.On()
 }
 
 // MaxElements bounds every tensor a backend touches so that index arithmetic
@@ -153,6 +160,9 @@ func (p Params) validateVariants() error {
 				return fmt.Errorf("%w: %s[%d] = %d, must be in [0, %d]", ErrInvalidParams, l.name, b, n, l.n)
 			}
 		}
+	}
+	if err := p.Dropout.Validate(); err != nil {
+		return err
 	}
 	if p.ALiBi != nil {
 		if len(p.ALiBi) != p.H {

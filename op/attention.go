@@ -79,7 +79,8 @@ func Attention(q, k, v *gorgonia.Node, opts ...Option) (*gorgonia.Node, error) {
 		return n.Dtype()
 	}
 	fwd, err := autograd.New(autograd.Config{Backend: backend, Scale: scale, Causal: cfg.causal,
-		Window: cfg.window, Softcap: cfg.softcap, ALiBi: cfg.alibi, QLens: dtypeOf(cfg.qLens), KLens: dtypeOf(cfg.kLens)},
+		Window: cfg.window, Softcap: cfg.softcap, ALiBi: cfg.alibi, QLens: dtypeOf(cfg.qLens), KLens: dtypeOf(cfg.kLens),
+		Dropout: cfg.dropout},
 		q.Dtype(), q.Shape(), k.Shape(), v.Shape())
 	if err != nil {
 		return nil, fmt.Errorf("op.Attention: %w", err)

@@ -34,6 +34,9 @@
 //   - WithSoftcap(c): scores become c·tanh(s/c) after the scale; 0 is off.
 //   - WithALiBi(slopes): one slope per query head; scores lose
 //     slopes[h]·|a − j| after the softcap.
+//   - WithDropout(p, seed): attention dropout for training; run r of the
+//     node draws mask r of the seed's sequence (fresh every step,
+//     reproducible from the seed), and its backward draws it again.
 //   - WithLengths(qLens, kLens): integer vector nodes [B] read at every
 //     run. Rows i ≥ qLens[b] and keys j ≥ kLens[b] are padding: output 0,
 //     gradients 0 whatever the incoming gradient holds there; the kernels

@@ -25,6 +25,7 @@ type config struct {
 	alibi      []float64
 	qLens      *gorgonia.Node
 	kLens      *gorgonia.Node
+	dropout    kernels.Dropout
 }
 
 // WithCausal applies a bottom-right aligned causal mask: query i sees key j
@@ -94,4 +95,22 @@ func WithALiBi(slopes []float64) Option {
 // legal and gives zeros. The lengths take no gradient.
 func WithLengths(qLens, kLens *gorgonia.Node) Option {
 	return func(c *config) { c.qLens, c.kLens = qLens, kLens }
+}
+
+// WithDropout drops each attention probability with probability p, in
+// [0, 1), and scales the kept ones by 1/(1−p), as attention dropout in
+// training does; 0 is off. Use it in the graph you train, and build the
+// graph you evaluate or generate with without it.
+//
+// The mask is not stored: it is a pure function (Philox4x32-10, see
+// kernels.Dropout) of seed, the run and the position (batch entry, head,
+// row, key), which the backward draws again. Every run of the node draws a
+// fresh mask: run r (counted from 0 for each node, forward runs only) uses
+// offset r. So a training loop gets a new mask every step, and a program
+// that builds the same graph with the same seed and runs it the same
+// number of times draws the same masks: the run is reproducible. A
+// different seed per process (or per rank) gives independent masks. The
+// CPU draws the same bits as the reference, kernels.Dropout.Kept.
+func WithDropout(p float64, seed uint64) Option {
+	return func(c *config) { c.dropout = kernels.Dropout{P: p, Seed: seed} }
 }

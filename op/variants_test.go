@@ -79,6 +79,12 @@ func variantCases() []variantCase {
 			set: func(p *kernels.Params) {
 				p.Window, p.Softcap, p.ALiBi = kernels.Window{On: true, Left: 6, Right: 2}, 1.5, slopes4
 			}},
+		{name: "dropout", c: graphCase{2, 2, 17, 30, 8, false},
+			opts: []op.Option{op.WithDropout(0.25, 7)},
+			set:  func(p *kernels.Params) { p.Dropout = kernels.Dropout{P: 0.25, Seed: 7} }},
+		{name: "dropout+GQA+causal+lengths", c: graphCase{2, 4, 20, 20, 8, true}, hkv: 1, qLens: []int{20, 9}, kLens: []int{13, 20},
+			opts: []op.Option{op.WithDropout(0.6, 1<<50)},
+			set:  func(p *kernels.Params) { p.Dropout = kernels.Dropout{P: 0.6, Seed: 1 << 50} }},
 		{name: "lengths", c: graphCase{4, 2, 19, 23, 8, false}, qLens: []int{19, 0, 1, 11}, kLens: []int{23, 5, 0, 1}},
 		{name: "query lengths+causal", c: graphCase{3, 2, 20, 20, 8, true}, qLens: []int{20, 1, 13}},
 		{name: "key lengths+GQA+window", c: graphCase{3, 4, 9, 30, 8, true}, hkv: 2, kLens: []int{30, 17, 2},
@@ -205,6 +211,9 @@ func TestHashDistinguishesVariants(t *testing.T) {
 		"other ALiBi":  gorgonia.Must(op.Attention(q, q, q, op.WithALiBi([]float64{0.5, 0.25, 0.125, 0.03125}))),
 		"query lengths": gorgonia.Must(op.Attention(q, q, q,
 			op.WithLengths(gorgonia.NewVector(g, tensor.Int, gorgonia.WithShape(1), gorgonia.WithName("a")), nil))),
+		"dropout":    gorgonia.Must(op.Attention(q, q, q, op.WithDropout(0.1, 1))),
+		"other rate": gorgonia.Must(op.Attention(q, q, q, op.WithDropout(0.2, 1))),
+		"other seed": gorgonia.Must(op.Attention(q, q, q, op.WithDropout(0.1, 2))),
 		"key lengths": gorgonia.Must(op.Attention(q, q, q,
 			op.WithLengths(nil, gorgonia.NewVector(g, tensor.Int, gorgonia.WithShape(1), gorgonia.WithName("b"))))),
 	}
@@ -308,6 +317,77 @@ func TestLengthsBadInput(t *testing.T) {
 			if out != nil || !errors.Is(err, op.ErrInvalidInput) {
 				t.Errorf("%s: got %v, %v; want an error wrapping op.ErrInvalidInput", name, out, err)
 			}
+		}
+	}
+}
+
+// TestDropoutFreshMaskPerRun runs one dropout graph three times on a
+// TapeMachine: run r must equal the reference with dropout offset r,
+// forward and gradients, so that each step draws a fresh mask, its
+// backward the same one, and a rebuilt graph the same sequence. (Gorgonia
+// v0.9.18's LispMachine cannot run a graph twice; its single run is
+// checked against offset 0 by TestVariantGraphsMatchReference.)
+func TestDropoutFreshMaskPerRun(t *testing.T) {
+	vc := variantCase{c: graphCase{1, 2, 9, 12, 4, true}, opts: []op.Option{op.WithDropout(0.4, 123)}}
+	p := vc.params()
+	in := randomInputs(p, 9)
+	for _, rebuild := range []bool{false, true} {
+		t.Run(fmt.Sprintf("rebuilt=%v", rebuild), func(t *testing.T) {
+			gr := vc.build(t, tensor.Float64, in)
+			if _, err := gorgonia.Grad(gr.c, gr.q, gr.k, gr.v); err != nil {
+				t.Fatal(err)
+			}
+			m := gorgonia.NewTapeMachine(gr.g)
+			defer m.Close()
+			var first []float64
+			for run := range uint64(3) {
+				m.Reset()
+				if err := m.RunAll(); err != nil {
+					t.Fatal(err)
+				}
+				p.Dropout = kernels.Dropout{P: 0.4, Seed: 123, Offset: run}
+				o, lse := make([]float64, p.QLen()), make([]float64, p.LSELen())
+				dq, dk, dv := make([]float64, p.QLen()), make([]float64, p.KLen()), make([]float64, p.KLen())
+				if err := kernels.NaiveForward(p, in.q, in.k, in.v, o, lse); err != nil {
+					t.Fatal(err)
+				}
+				if err := kernels.NaiveBackward(p, in.q, in.k, in.v, o, lse, in.w, dq, dk, dv); err != nil {
+					t.Fatal(err)
+				}
+				got := [][]float64{asFloat64s(t, gr.o.Value())}
+				for _, n := range []*gorgonia.Node{gr.q, gr.k, gr.v} {
+					g, err := n.Grad()
+					if err != nil {
+						t.Fatal(err)
+					}
+					got = append(got, asFloat64s(t, g))
+				}
+				for j, want := range [][]float64{o, dq, dk, dv} {
+					for e := range want {
+						if d := math.Abs(got[j][e] - want[e]); d > 1e-12 {
+							t.Fatalf("run %d: output %d [%d] = %v, want %v (offset %d)", run, j, e, got[j][e], want[e], run)
+						}
+					}
+				}
+				if run == 0 {
+					first = got[0]
+				} else if slices.Equal(first, got[0]) {
+					t.Fatalf("run %d drew run 0's mask", run)
+				}
+			}
+		})
+	}
+}
+
+// TestDropoutBadInput requires an error wrapping ErrInvalidInput for a
+// dropout probability outside [0, 1).
+func TestDropoutBadInput(t *testing.T) {
+	g := gorgonia.NewGraph()
+	q := gorgonia.NewTensor(g, tensor.Float64, 4, gorgonia.WithShape(1, 2, 5, 8))
+	for _, p := range []float64{-0.1, 1, 1.5, math.NaN(), math.Inf(1)} {
+		out, err := op.Attention(q, q, q, op.WithDropout(p, 1))
+		if out != nil || !errors.Is(err, op.ErrInvalidInput) {
+			t.Errorf("p = %v: got %v, %v; want an error wrapping op.ErrInvalidInput", p, out, err)
 		}
 	}
 }

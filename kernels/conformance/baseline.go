@@ -40,6 +40,7 @@ func naive32(p kernels.Params, prec kernels.Precision, q, k, v, do []float32) re
 	scale := float32(p.Scale)
 	pr := make([]float32, p.Nk) // P of one row, rounded as stored
 	dsr, grad := make([]float32, p.Nk), make([]float32, p.Nk)
+	keep := make([]float32, p.Nk) // dropout's factor per key: 1/(1−p) or 0; 1 without dropout
 	for bh := range p.B * p.H {
 		qOff, kOff := bh*p.Nq*p.D, p.KVHead(bh)*p.Nk*p.D
 		row := func(t []float32, off, i int) []float32 { return t[off+i*p.D : off+(i+1)*p.D] }
@@ -62,6 +63,13 @@ func naive32(p kernels.Params, prec kernels.Precision, q, k, v, do []float32) re
 			}
 			for j := lo; j < hi; j++ {
 				pr[j] = out(pr[j] / l)
+				keep[j] = 1
+				if p.Dropout.On() {
+					keep[j] = 0
+					if p.Dropout.Kept(bh, i, j) {
+						keep[j] = float32(p.Dropout.KeepScale())
+					}
+				}
 			}
 			r.lse[bh*p.Nq+i] = m + float32(math.Log(float64(l)))
 			if math.IsInf(float64(m), 0) { // as in kernels.NaiveForward
@@ -70,7 +78,7 @@ func naive32(p kernels.Params, prec kernels.Precision, q, k, v, do []float32) re
 			oi := row(r.o, qOff, i)
 			for j := lo; j < hi; j++ {
 				for d, x := range row(vr, kOff, j) {
-					oi[d] += in(pr[j]) * x
+					oi[d] += in(pr[j]*keep[j]) * x
 				}
 			}
 			for d := range oi {
@@ -80,7 +88,7 @@ func naive32(p kernels.Params, prec kernels.Precision, q, k, v, do []float32) re
 			doi := row(dor, qOff, i)
 			var rowD float32
 			for j := lo; j < hi; j++ {
-				dsr[j] = out(dot(doi, row(vr, kOff, j))) // dP
+				dsr[j] = out(dot(doi, row(vr, kOff, j))) * keep[j] // dP
 				rowD += pr[j] * dsr[j]
 			}
 			dqi := row(r.dq, qOff, i)
@@ -93,7 +101,7 @@ func naive32(p kernels.Params, prec kernels.Precision, q, k, v, do []float32) re
 				qi := row(qr, qOff, i)
 				for d := range p.D {
 					dkj[d] += in(ds) * qi[d]
-					dvj[d] += in(pr[j]) * doi[d]
+					dvj[d] += in(pr[j]*keep[j]) * doi[d]
 				}
 			}
 			for d := range dqi {

@@ -50,6 +50,8 @@ const (
 	ALiBi
 	// Lengths are per-sequence lengths: Params.QLens or KLens not nil.
 	Lengths
+	// Dropout is Params.Dropout.On().
+	Dropout
 )
 
 func (v Variant) String() string {
@@ -64,12 +66,14 @@ func (v Variant) String() string {
 		return "ALiBi"
 	case Lengths:
 		return "lengths"
+	case Dropout:
+		return "dropout"
 	}
 	return fmt.Sprintf("Variant(%d)", int(v))
 }
 
 // AllVariants lists every Variant.
-var AllVariants = []Variant{GQA, Window, Softcap, ALiBi, Lengths}
+var AllVariants = []Variant{GQA, Window, Softcap, ALiBi, Lengths, Dropout}
 
 // WithVariants says that the backend computes the variants vs: their golden
 // cases and sweep run. Without it, Run checks plain attention only.
@@ -101,6 +105,9 @@ func variantsOf(p kernels.Params) []Variant {
 	}
 	if p.QLens != nil || p.KLens != nil {
 		vs = append(vs, Lengths)
+	}
+	if p.Dropout.On() {
+		vs = append(vs, Dropout)
 	}
 	return vs
 }

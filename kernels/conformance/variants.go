@@ -64,23 +64,35 @@ func variantParams(short bool) []variantCase {
 		Softcap: 5, ALiBi: alibiSlopes(4)}, 3)
 	// Lengths of 0, 1, N and in between, on queries, keys or both, alone
 	// and with the other variants, which align on them.
-	n := len(cs)
-	add(kernels.Params{B: 4, H: 2, D: 24}, 1)
-	add(kernels.Params{B: 4, H: 4, Hkv: 2, D: 40, Window: kernels.Window{On: true, Left: 70, Right: 9},
-		Softcap: 5, ALiBi: alibiSlopes(4)}, 3)
-	for i := n; i < len(cs); i++ {
-		p := &cs[i].p
-		p.B = 4
-		q, k := []int{p.Nq, 0, 1, p.Nq * 2 / 3}, []int{1, p.Nk, 0, p.Nk / 3}
-		switch i % 3 {
-		case 0:
-			p.QLens = q
-		case 1:
-			p.KLens = k
-		default:
-			p.QLens, p.KLens = q, k
+	withLengths := func(from int, which int) {
+		for i := from; i < len(cs); i++ {
+			p := &cs[i].p
+			p.B = 4
+			q, k := []int{p.Nq, 0, 1, p.Nq * 2 / 3}, []int{1, p.Nk, 0, p.Nk / 3}
+			switch (i + which) % 3 {
+			case 0:
+				p.QLens = q
+			case 1:
+				p.KLens = k
+			default:
+				p.QLens, p.KLens = q, k
+			}
 		}
 	}
+	n := len(cs)
+	add(kernels.Params{H: 2, D: 24}, 1)
+	add(kernels.Params{H: 4, Hkv: 2, D: 40, Window: kernels.Window{On: true, Left: 70, Right: 9},
+		Softcap: 5, ALiBi: alibiSlopes(4)}, 3)
+	withLengths(n, 0)
+	// Dropout at rates that keep most, half and few entries, alone and
+	// with everything else.
+	for _, rate := range []float64{0.1, 0.5, 0.9} {
+		add(kernels.Params{B: 2, H: 2, D: 32, Dropout: kernels.Dropout{P: rate, Seed: 0x5eed_d50, Offset: 3}}, 1)
+	}
+	n = len(cs)
+	add(kernels.Params{H: 4, Hkv: 2, D: 40, Window: kernels.Window{On: true, Left: 70, Right: 9},
+		Softcap: 5, ALiBi: alibiSlopes(4), Dropout: kernels.Dropout{P: 0.2, Seed: 1 << 40}}, 3)
+	withLengths(n, 2)
 	return append(cs, nonFiniteVariants()...)
 }
 
