@@ -193,25 +193,21 @@ __device__ __forceinline__ void copy_transposed(uint32_t dst, const typename E::
   bulk_copy(dst, src + (r0 - tile0) * kEs / 128 * DP * 128, bwd_rows_bytes<E, DP, ROWS>(), bar);
 }
 
-// The work units below take every tensor as a __restrict__ argument and the
-// sizes as values, unpacked from Params by the entry points (dkdv_entry,
-// dq_entry). With the pointers read from p inside the work unit (719888a)
-// nvcc had no alias information for them: the kernels compiled to nearly the
-// same loops but ran 1.5–2.5 % slower on the H200 (NOTES.md, "The backward
-// after Params, timed").
-
-// dkdv_colblock reads the images q, qt (Qᵀ), k, v, dout and dot (dOᵀ) and
-// the padded statistics lse2 and dpad of the b·h heads (bh = blockIdx.x /
-// key blocks); it writes dk and dv.
+// dkdv_colblock reads the images p.q, p.q_t, p.k, p.v, p.dout, p.dout_t and
+// the padded statistics p.lse_log2, p.delta_pad; it writes p.dk and p.dv.
 template <typename E, int DP>
-__device__ void dkdv_colblock(const typename E::Storage* __restrict__ q, const typename E::Storage* __restrict__ qt,
-                              const typename E::Storage* __restrict__ k, const typename E::Storage* __restrict__ v,
-                              const typename E::Storage* __restrict__ dout,
-                              const typename E::Storage* __restrict__ dot, const float* __restrict__ lse2,
-                              const float* __restrict__ dpad, float* __restrict__ dk, float* __restrict__ dv,
-                              long long dk_batch_stride, long long dk_head_stride, long long dk_row_stride,
-                              long long dv_batch_stride, long long dv_head_stride, long long dv_row_stride,
-                              long long heads, long long nq, long long nk, long long dim, bool causal, double scale) {
+__device__ void dkdv_colblock(const Params& p) {
+  using S = typename E::Storage;
+  const long long nq = p.nq, nk = p.nk;
+  const bool causal = p.causal != 0;
+  const S* __restrict__ q = static_cast<const S*>(p.q);
+  const S* __restrict__ qt = static_cast<const S*>(p.q_t);
+  const S* __restrict__ k = static_cast<const S*>(p.k);
+  const S* __restrict__ v = static_cast<const S*>(p.v);
+  const S* __restrict__ dout = static_cast<const S*>(p.dout);
+  const S* __restrict__ dot = static_cast<const S*>(p.dout_t);
+  const float* __restrict__ lse2 = static_cast<const float*>(p.lse_log2);
+  const float* __restrict__ dpad = static_cast<const float*>(p.delta_pad);
   constexpr int STEP = bwd_step<E, DP>(), TST = bwd_tstages<E, DP>();
   constexpr int kFixed = bwd_rows_bytes<E, DP, kBwdBlock>();  // K or V
   constexpr int kStep = bwd_rows_bytes<E, DP, STEP>();        // one streamed operand
@@ -278,7 +274,7 @@ __device__ void dkdv_colblock(const typename E::Storage* __restrict__ q, const t
     for (int s = 0; s < TST && it0 + s < n_it; ++s) load_transposed(it0 + s);
   }
 
-  const float scale_log2 = static_cast<float>(scale) * kLog2e;
+  const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
   float acc_dk[kND][4], acc_dv[kND][4];
 #pragma unroll
   for (int n = 0; n < kND; ++n)
@@ -344,21 +340,26 @@ __device__ void dkdv_colblock(const typename E::Storage* __restrict__ q, const t
   }
 
   const long long warp_key = k0 + wg * kBwdTile + warp * 16;
-  store_warp_rows<DP>(head_of(dk, bh, heads, dk_batch_stride, dk_head_stride), acc_dk, warp_key, nk, dim,
-                      dk_row_stride, static_cast<float>(scale));
-  store_warp_rows<DP>(head_of(dv, bh, heads, dv_batch_stride, dv_head_stride), acc_dv, warp_key, nk, dim,
-                      dv_row_stride, 1.f);
+  store_warp_rows<DP>(head_of(static_cast<float*>(p.dk), bh, p.h, p.dk_batch_stride, p.dk_head_stride), acc_dk,
+                      warp_key, nk, p.dim, p.dk_row_stride, static_cast<float>(p.scale));
+  store_warp_rows<DP>(head_of(static_cast<float*>(p.dv), bh, p.h, p.dv_batch_stride, p.dv_head_stride), acc_dv,
+                      warp_key, nk, p.dim, p.dv_row_stride, 1.f);
 }
 
-// dq_rowblock reads the images q, k, kt (Kᵀ), v and dout and the padded
-// statistics; it writes dq.
+// dq_rowblock reads the images p.q, p.k, p.k_t, p.v, p.dout and the padded
+// statistics; it writes p.dq.
 template <typename E, int DP>
-__device__ void dq_rowblock(const typename E::Storage* __restrict__ q, const typename E::Storage* __restrict__ k,
-                            const typename E::Storage* __restrict__ kt, const typename E::Storage* __restrict__ v,
-                            const typename E::Storage* __restrict__ dout, const float* __restrict__ lse2,
-                            const float* __restrict__ dpad, float* __restrict__ dq, long long dq_batch_stride,
-                            long long dq_head_stride, long long dq_row_stride, long long heads, long long nq,
-                            long long nk, long long dim, bool causal, double scale) {
+__device__ void dq_rowblock(const Params& p) {
+  using S = typename E::Storage;
+  const long long nq = p.nq, nk = p.nk;
+  const bool causal = p.causal != 0;
+  const S* __restrict__ q = static_cast<const S*>(p.q);
+  const S* __restrict__ k = static_cast<const S*>(p.k);
+  const S* __restrict__ kt = static_cast<const S*>(p.k_t);
+  const S* __restrict__ v = static_cast<const S*>(p.v);
+  const S* __restrict__ dout = static_cast<const S*>(p.dout);
+  const float* __restrict__ lse2 = static_cast<const float*>(p.lse_log2);
+  const float* __restrict__ dpad = static_cast<const float*>(p.delta_pad);
   constexpr int STEP = bwd_step<E, DP>();
   constexpr int kFixed = bwd_rows_bytes<E, DP, kBwdBlock>();  // Q or dO
   constexpr int kStep = bwd_rows_bytes<E, DP, STEP>();        // one streamed operand
@@ -391,9 +392,8 @@ __device__ void dq_rowblock(const typename E::Storage* __restrict__ q, const typ
   for (int h = 0; h < 2; ++h) {
     const long long row = row0 + 8 * h;
     vis[h] = row < nq ? visible_keys(row, nq, nk, causal) : 0;
-    // __ldg: read-only for the whole kernel. nvcc proved it from the base's
-    // __restrict__ kernel arguments, but not from pointers unpacked from
-    // Params, even into __restrict__ arguments of this work unit.
+    // __ldg: read-only for the whole kernel, which nvcc cannot prove
+    // when the pointers come from p (it did from __restrict__ arguments).
     l2[h] = __ldg(lse2 + bh * nq_pad + row);
     dr[h] = __ldg(dpad + bh * nq_pad + row);
   }
@@ -422,7 +422,7 @@ __device__ void dq_rowblock(const typename E::Storage* __restrict__ q, const typ
     for (int s = 0; s < 2 && s < n_it; ++s) load_step(s, s);
   }
 
-  const float scale_log2 = static_cast<float>(scale) * kLog2e;
+  const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
   float acc[kND][4];
 #pragma unroll
   for (int n = 0; n < kND; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
@@ -458,29 +458,8 @@ __device__ void dq_rowblock(const typename E::Storage* __restrict__ q, const typ
     }
   }
 
-  store_warp_rows<DP>(head_of(dq, bh, heads, dq_batch_stride, dq_head_stride), acc, q0 + wg * kBwdTile + warp * 16, nq,
-                      dim, dq_row_stride, static_cast<float>(scale));
-}
-
-// dkdv_entry and dq_entry are the bodies of the __global__ entry points
-// (hopper.cu): they unpack Params into the work units' arguments.
-template <typename E, int DP>
-__device__ __forceinline__ void dkdv_entry(const Params& p) {
-  using S = typename E::Storage;
-  dkdv_colblock<E, DP>(static_cast<const S*>(p.q), static_cast<const S*>(p.q_t), static_cast<const S*>(p.k),
-                       static_cast<const S*>(p.v), static_cast<const S*>(p.dout), static_cast<const S*>(p.dout_t),
-                       static_cast<const float*>(p.lse_log2), static_cast<const float*>(p.delta_pad),
-                       static_cast<float*>(p.dk), static_cast<float*>(p.dv), p.dk_batch_stride, p.dk_head_stride,
-                       p.dk_row_stride, p.dv_batch_stride, p.dv_head_stride, p.dv_row_stride, p.h, p.nq, p.nk,
-                       p.dim, p.causal != 0, p.scale);
-}
-template <typename E, int DP>
-__device__ __forceinline__ void dq_entry(const Params& p) {
-  using S = typename E::Storage;
-  dq_rowblock<E, DP>(static_cast<const S*>(p.q), static_cast<const S*>(p.k), static_cast<const S*>(p.k_t),
-                     static_cast<const S*>(p.v), static_cast<const S*>(p.dout), static_cast<const float*>(p.lse_log2),
-                     static_cast<const float*>(p.delta_pad), static_cast<float*>(p.dq), p.dq_batch_stride,
-                     p.dq_head_stride, p.dq_row_stride, p.h, p.nq, p.nk, p.dim, p.causal != 0, p.scale);
+  store_warp_rows<DP>(head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride), acc,
+                      q0 + wg * kBwdTile + warp * 16, nq, p.dim, p.dq_row_stride, static_cast<float>(p.scale));
 }
 
 }  // namespace sm90

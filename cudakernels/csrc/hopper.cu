@@ -51,16 +51,14 @@ FLASH_TO_IMAGE(tf32, TF32)
 // kBwdTile rows and transposed images Qᵀ, Kᵀ, dOᵀ of kBwdTile columns, all
 // padded to kBwdPad rows (p.q, p.k, p.v, p.dout and p.q_t, p.k_t,
 // p.dout_t); p.lse_log2 and p.delta_pad come from flash_bwd_stats_sm90.
-// dkdv_entry and dq_entry unpack p into the work units' __restrict__
-// arguments.
 #define FLASH_BWD_WGMMA(NAME, E, DP)                                                                \
   extern "C" __global__ void __launch_bounds__(flash::sm90::kBwdThreads, 1)                        \
       flash_bwd_dkdv_wgmma_##NAME##_d##DP(const __grid_constant__ flash::Params p) {               \
-    flash::sm90::dkdv_entry<flash::mma::E, DP>(p);                                                 \
+    flash::sm90::dkdv_colblock<flash::mma::E, DP>(p);                                              \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(flash::sm90::kBwdThreads, 1)                        \
       flash_bwd_dq_wgmma_##NAME##_d##DP(const __grid_constant__ flash::Params p) {                 \
-    flash::sm90::dq_entry<flash::mma::E, DP>(p);                                                   \
+    flash::sm90::dq_rowblock<flash::mma::E, DP>(p);                                                \
   }
 
 FLASH_BWD_WGMMA(bf16, BF16, 64)
