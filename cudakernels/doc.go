@@ -171,9 +171,13 @@
 // same two deterministic kernels as the mma.sync family (dK and dV per 128
 // keys, dQ per 128 queries), each GEMM a wgmma; every thread arrives on the
 // empty barriers, because an mbarrier arrive releases only the arriving
-// thread's reads (racecheck flags the LSE and D reads otherwise). TF32 at
-// D = 128 streams steps of 32 rows and single-buffers Qᵀ and dOᵀ so that
-// two warpgroups fit shared memory (158 against 101 TFLOP/s with one).
+// thread's reads (racecheck flags the LSE and D reads otherwise). The
+// copying thread refills the stages of step i − 1 right after issuing step
+// i's first products rather than at the end of step i − 1, where its
+// warpgroup would wait for the other one every step. TF32 at D = 128
+// streams steps of 32 rows and single-buffers Qᵀ and dOᵀ so that two
+// warpgroups fit shared memory (158 against 101 TFLOP/s with one), and
+// keeps the late refill, since its next step needs those tiles at once.
 //
 // The CUDA-core family ("simt") works on tiles of 32 rows (16 for float64 at
 // D = 256) with 8 threads per row:

@@ -30,7 +30,16 @@
 // streamed tiles into two stages with full/empty mbarriers as in the
 // forward (dkdv_colblock also reads each stage's LSE and D with plain
 // loads, which the empty barrier orders before the next copy only because
-// every thread arrives on it).
+// every thread arrives on it). Where every streamed operand has two stages
+// (all but TF32 at DP = 128: bwd_early_refill), that thread refills the
+// stages of step it − 1 with step it + 1 right after issuing step it's
+// first two products, while they run. Refilling them at the end of step
+// it − 1 instead made its warpgroup wait there, every step, for the other
+// warpgroup to finish the step and then for the copies to be issued, with
+// the tensor cores idle (figures in NOTES.md, "The backward after Params,
+// timed"). With one transposed stage, step it + 1 needs its transposed
+// tiles right after its softmax, so they are still loaded as soon as step
+// it is done.
 #pragma once
 #include "common.cuh"
 #include "sm90.cuh"
@@ -54,6 +63,9 @@ template <typename E, int DP> __host__ __device__ constexpr bool bwd_wide() {
 }
 template <typename E, int DP> __host__ __device__ constexpr int bwd_step() { return bwd_wide<E, DP>() ? 32 : 64; }
 template <typename E, int DP> __host__ __device__ constexpr int bwd_tstages() { return bwd_wide<E, DP>() ? 1 : 2; }
+// bwd_early_refill: the stages of step it − 1 are refilled while step it's
+// first products run (see above), in both kernels.
+template <typename E, int DP> __host__ __device__ constexpr bool bwd_early_refill() { return !bwd_wide<E, DP>(); }
 // bwd_rows_bytes is the size of ROWS rows of an image of E at DP columns.
 template <typename E, int DP, int ROWS> __host__ __device__ constexpr int bwd_rows_bytes() {
   return ROWS * DP * static_cast<int>(sizeof(typename E::Storage));
@@ -138,16 +150,17 @@ __device__ __forceinline__ void gemm_rs(float (&c)[DP / 8][4], const uint32_t (&
 }
 
 // two_products issues c1 = A1·B1ᵀ and c2 = A2·B2ᵀ (gemm_ss) as two wgmma
-// groups and waits for the first: the caller works on c1 while c2 computes,
-// then waits for it with wgmma_wait.
-template <typename E, int DP, int STEP>
+// groups, calls meanwhile() while they run and waits for the first: the
+// caller works on c1 while c2 computes, then waits for it with wgmma_wait.
+template <typename E, int DP, int STEP, typename F>
 __device__ __forceinline__ void two_products(float (&c1)[STEP / 8][4], float (&c2)[STEP / 8][4], uint32_t a1,
-                                             uint32_t b1, uint32_t a2, uint32_t b2) {
+                                             uint32_t b1, uint32_t a2, uint32_t b2, F&& meanwhile) {
   wgmma_fence();
   gemm_ss<E, DP, STEP>(c1, a1, b1);
   wgmma_commit();
   gemm_ss<E, DP, STEP>(c2, a2, b2);
   wgmma_commit();
+  meanwhile();
   wgmma_wait<1>();
 }
 
@@ -298,7 +311,16 @@ __device__ void dkdv_colblock(const Params& p) {
     // while the second computes. Element e of tile j is key key0 + 8·(e/2),
     // query q0 + 8j + 2t + e%2.
     float s[kNS][4], dp[kNS][4];
-    two_products<E, DP, STEP>(s, dp, sK + wg * kWgBytes, st, sV + wg * kWgBytes, st + kStep);
+    two_products<E, DP, STEP>(s, dp, sK + wg * kWgBytes, st, sV + wg * kWgBytes, st + kStep, [&] {
+      if constexpr (bwd_early_refill<E, DP>()) {
+        static_assert(TST == 2, "the early refill needs two transposed stages");
+        if (threadIdx.x == 0 && i > 0 && it + 1 < n_it) {
+          mbar_wait(empty((i - 1) & 1), ((i - 1) >> 1) & 1);  // every thread is done with step it − 1
+          load_step(it + 1);
+          load_transposed(it + 1);
+        }
+      }
+    });
     // Only steps where the first query misses some of the block's keys need
     // the causal mask.
     const bool masked = causal && visible_keys(q0, nq, nk, causal) < k0 + kBwdBlock;
@@ -332,10 +354,12 @@ __device__ void dkdv_colblock(const Params& p) {
     // all have, step it + 2 goes to this stage and step it + TST to this
     // transposed stage.
     mbar_arrive(empty(stage));
-    if (threadIdx.x == 0 && it + TST < n_it) {
-      mbar_wait(empty(stage), parity);
-      if (it + 2 < n_it) load_step(it + 2);
-      load_transposed(it + TST);
+    if constexpr (!bwd_early_refill<E, DP>()) {
+      if (threadIdx.x == 0 && it + TST < n_it) {
+        mbar_wait(empty(stage), parity);
+        if (it + 2 < n_it) load_step(it + 2);
+        load_transposed(it + TST);
+      }
     }
   }
 
@@ -440,7 +464,14 @@ __device__ void dq_rowblock(const Params& p) {
     // key k0 + 8j + 2t + e%2. Keys past a row's last visible one (past nk
     // too: those were zero-filled) are masked where a step reaches them.
     float s[kNS][4], dp[kNS][4];
-    two_products<E, DP, STEP>(s, dp, sQ + wg * kWgBytes, st, sdO + wg * kWgBytes, st + kStep);
+    two_products<E, DP, STEP>(s, dp, sQ + wg * kWgBytes, st, sdO + wg * kWgBytes, st + kStep, [&] {
+      if constexpr (bwd_early_refill<E, DP>()) {
+        if (threadIdx.x == 0 && it > 0 && it + 1 < n_it) {
+          mbar_wait(empty((it - 1) & 1), ((it - 1) >> 1) & 1);  // every thread is done with step it − 1
+          load_step((it - 1) & 1, it + 1);
+        }
+      }
+    });
     probs_by_row(s, scale_log2, l2, k0 + STEP > vis_min, k0, t, vis);
     wgmma_wait<0>();
     ds_by_row(dp, s, dr);
@@ -452,9 +483,11 @@ __device__ void dq_rowblock(const Params& p) {
     wgmma_wait<0>();
 
     mbar_arrive(empty(stage));  // every thread: an arrive releases only its own reads
-    if (threadIdx.x == 0 && it + 2 < n_it) {
-      mbar_wait(empty(stage), parity);
-      load_step(stage, it + 2);
+    if constexpr (!bwd_early_refill<E, DP>()) {
+      if (threadIdx.x == 0 && it + 2 < n_it) {
+        mbar_wait(empty(stage), parity);
+        load_step(stage, it + 2);
+      }
     }
   }
 
