@@ -121,9 +121,10 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 		rowsFinite = make([]bool, heads*qBlocks)
 	}
 	scale := T(p.Scale)
+	masks := entryMasks(p)
 	parallelFor(workers, heads*qBlocks, func(_, unit int) {
 		bh, qb := unit/qBlocks, unit%qBlocks
-		mask := p.Mask(bh / p.H)
+		mask := &masks[bh/p.H]
 		row0 := qb * blockRows
 		rows := min(blockRows, p.Nq-row0)
 		at := (bh*p.Nq + row0) * d
@@ -189,9 +190,9 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 				qhs[x].finite = rowsFinite[bh*qBlocks : (bh+1)*qBlocks]
 			}
 		}
-		mask := p.Mask(kvh / p.KVHeads())
+		mask := &masks[kvh/p.KVHeads()]
 		for kb := c * perChunk; kb < min(kBlocks, (c+1)*perChunk); kb++ {
-			backwardKeyBlock(ops, scratch[w], p, mask, kb*blockCols, kh, qhs)
+			backwardKeyBlock(ops, scratch[w], &p, mask, kb*blockCols, kh, qhs)
 		}
 	})
 	// dQ = Σ_chunks dQᵀ, summed in chunk order, then transposed.
@@ -215,7 +216,7 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 // head t, summed over the query heads qhs that read it, and adds this
 // block's share of dQᵀ into each query head's dqT; mask is their batch
 // entry's.
-func backwardKeyBlock[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p kernels.Params, mask kernels.Mask, col0 int, t keyHead[T], qhs []queryHead[T]) {
+func backwardKeyBlock[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *kernels.Params, mask *kernels.Mask, col0 int, t keyHead[T], qhs []queryHead[T]) {
 	d, da := p.D, p.D+1
 	width := min(blockCols, p.Nk-col0)
 	// Padding keys (from Lk on) are not computed: their dK and dV are 0.
@@ -290,7 +291,7 @@ func backwardKeyBlock[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p
 // col0+cols) of the key block loaded in sc against rows [row0, row0+rows)
 // of query head qh) into sc.pt and sc.dst, and reports whether the masks
 // cut it: whether some of these rows do not see some of these keys.
-func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p kernels.Params, mask kernels.Mask, row0, rows, col0, cols int, qh *queryHead[T]) bool {
+func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *kernels.Params, mask *kernels.Mask, row0, rows, col0, cols int, qh *queryHead[T]) bool {
 	da := p.D + 1
 	scale := T(p.Scale)
 	qsT := qh.qsT[row0*da : (row0+rows)*da]
@@ -374,7 +375,7 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p ker
 
 // backwardProducts adds one tile's products: dV_j += Pᵀ·dO_i, dK_j +=
 // scale·dSᵀ·Q_i, dQᵀ_i += K_jᵀ·(scale·dSᵀ).
-func backwardProducts[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p kernels.Params, row0, rows, cols int, qh *queryHead[T]) {
+func backwardProducts[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *kernels.Params, row0, rows, cols int, qh *queryHead[T]) {
 	d := p.D
 	qi, doi := qh.q[row0*d:(row0+rows)*d], qh.do[row0*d:(row0+rows)*d]
 	ops.gemm(cols, d, rows, sc.pt, blockRows, doi, d, sc.dv, d)
@@ -385,7 +386,7 @@ func backwardProducts[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p
 // backwardMaskedTile is backwardProducts for a tile that the masks cut and
 // that holds a non-finite operand: the three products of the tile, each
 // over the visible (row, key) pairs only.
-func backwardMaskedTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p kernels.Params, mask kernels.Mask, row0, rows, col0, cols int, qi, doi, dqT []T) {
+func backwardMaskedTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *kernels.Params, mask *kernels.Mask, row0, rows, col0, cols int, qi, doi, dqT []T) {
 	d := p.D
 	for c := range cols {
 		if from, to := clampRange(sc.qlo[c], sc.qhi[c], row0, rows); to > from {

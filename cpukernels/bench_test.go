@@ -80,6 +80,13 @@ func variantShapes() []struct {
 		})},
 		{"softcap30", with(func(p *kernels.Params) { p.Softcap = 30 })},
 		{"alibi", with(func(p *kernels.Params) { p.ALiBi = slopes })},
+		// The same 8 heads as 4 sequences of 2 heads, padded to 2048 from
+		// lengths averaging a quarter of that.
+		{"lengths_quarter", with(func(p *kernels.Params) {
+			p.B, p.H = 4, 2
+			p.QLens, p.KLens = []int{1024, 512, 256, 256}, []int{1024, 512, 256, 256}
+		})},
+		{"dropout0.1", with(func(p *kernels.Params) { p.Dropout = kernels.Dropout{P: 0.1, Seed: 1} })},
 	}
 }
 

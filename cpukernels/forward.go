@@ -96,10 +96,11 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 	}
 	ops := opsFor[T]()
 	group := p.H / p.KVHeads()
+	masks := entryMasks(p)
 	parallelFor(workers, heads*qBlocks, func(w, unit int) {
 		bh, qb := unit/qBlocks, unit%qBlocks
 		b, h := bh/p.H, bh%p.H
-		mask := p.Mask(b)
+		mask := &masks[b]
 		row0 := qb * blockRows
 		rows := min(blockRows, p.Nq-row0)
 		qOff := (bh*p.Nq + row0) * p.D
@@ -122,7 +123,7 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 		if vFinite != nil {
 			vf = vFinite[kvh*kBlocks : (kvh+1)*kBlocks]
 		}
-		forwardRowBlock(ops, scratch[w], p, mask, bh, row0, live, vf,
+		forwardRowBlock(ops, scratch[w], &p, mask, bh, row0, live, vf,
 			q[qOff:qOff+live*p.D], kt[kOff:kOff+p.Nk*p.D], v[kOff:kOff+p.Nk*p.D], o, lse)
 	})
 	return nil
@@ -135,7 +136,7 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 // key head's Kᵀ by key blocks (D×w each) and v its V (Nk×D), vFinite
 // whether each of its key blocks of V is finite (nil: not known, see
 // blockFinite).
-func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p kernels.Params, mask kernels.Mask, bh, row0, rows int, vFinite []bool, q, kt, v, o, lse []T) {
+func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p *kernels.Params, mask *kernels.Mask, bh, row0, rows int, vFinite []bool, q, kt, v, o, lse []T) {
 	d := p.D
 	scale := T(p.Scale)
 	copy(sc.qs, q)

@@ -76,3 +76,13 @@ func blockFinite[T kernels.Float](known []bool, i int, x []T) bool {
 	}
 	return allFinite(x)
 }
+
+// entryMasks returns every batch entry's kernels.Mask, found once per call
+// rather than by every work unit (a unit per head when N is small).
+func entryMasks(p kernels.Params) []kernels.Mask {
+	masks := make([]kernels.Mask, p.B)
+	for b := range masks {
+		masks[b] = p.Mask(b)
+	}
+	return masks
+}
