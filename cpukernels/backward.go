@@ -244,21 +244,7 @@ func backwardKeyBlock[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p
 	clear(sc.dv[:cols*d])
 	keysFinite := -1 // unknown until a masked tile asks
 
-	// Without a mask that reaches these keys every key is seen by [0, Nq),
-	// and Params is not asked key by key.
-	firstRow, firstEnd := mask.QueryRange(col0)
-	lastStart, endRow := mask.QueryRange(col0 + cols - 1)
-	masked := lastStart > 0 || firstEnd < p.Nq
-	for c := range cols {
-		sc.qlo[c], sc.qhi[c] = 0, p.Nq
-		if masked {
-			sc.qlo[c], sc.qhi[c] = mask.QueryRange(col0 + c)
-		}
-	}
-	if firstRow >= endRow {
-		// No row sees a key (the bounds grow with the key).
-		endRow = 0
-	}
+	firstRow, endRow := unitRanges(mask, false, col0, cols, p.Nq, sc.qlo[:], sc.qhi[:])
 	// Only query rows [firstRow, endRow) see any of these keys.
 	for x := range qhs {
 		qh := &qhs[x]

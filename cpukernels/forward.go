@@ -150,21 +150,7 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p *
 	// so the first row's start and the last row's end bound the key blocks
 	// the unit visits: a window of w keys costs about w + Br + Bc keys per
 	// row, not Nk.
-	first, firstEnd := mask.KeyRange(row0)
-	lastStart, keys := mask.KeyRange(row0 + rows - 1)
-	// Without a mask that reaches these rows every row sees [0, Nk), and
-	// the mask is not asked row by row.
-	masked := lastStart > 0 || firstEnd < p.Nk
-	for r := range rows {
-		sc.lo[r], sc.hi[r] = 0, p.Nk
-		if masked {
-			sc.lo[r], sc.hi[r] = mask.KeyRange(row0 + r)
-		}
-	}
-	if first >= keys {
-		// No row sees a key (the bounds grow with the row).
-		keys = 0
-	}
+	first, keys := unitRanges(mask, true, row0, rows, p.Nk, sc.lo[:], sc.hi[:])
 	for col0 := first / blockCols * blockCols; col0 < keys; col0 += blockCols {
 		// The tile covers keys [c0, c0+cols): the block, less the keys no
 		// row of the unit sees at its ends, so that a window that starts
@@ -187,7 +173,7 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p *
 		// bounds grow with the row, so the last row's start and the first
 		// row's end decide it, once per tile rather than once per row. An
 		// uncut tile (every tile without a mask) asks no row for its range.
-		cut := lastStart > c0 || firstEnd < c0+cols
+		cut := sc.lo[rows-1] > c0 || sc.hi[0] < c0+cols
 		for r := range rows {
 			sr := s[r*blockCols : r*blockCols+cols]
 			from, to := 0, cols

@@ -86,3 +86,31 @@ func entryMasks(p kernels.Params) []kernels.Mask {
 	}
 	return masks
 }
+
+// unitRanges fills lo[x], hi[x] with the range of base+x for x < n: the
+// keys row base+x sees (byRow, Mask.KeyRange, full = Nk) or the rows that
+// see key base+x (Mask.QueryRange, full = Nq). Both bounds grow with x, so
+// the first start and the last end bound the whole unit, which it returns
+// (end = 0 when no x has a non-empty range); and when neither of them is
+// cut, no mask reaches the unit and every range is [0, full), which is set
+// without asking the mask n times. (A flag rather than a method value,
+// which would be allocated per call.)
+func unitRanges(mask *kernels.Mask, byRow bool, base, n, full int, lo, hi []int) (first, end int) {
+	rng := mask.QueryRange
+	if byRow {
+		rng = mask.KeyRange
+	}
+	first, firstEnd := rng(base)
+	lastStart, end := rng(base + n - 1)
+	masked := lastStart > 0 || firstEnd < full
+	for x := range n {
+		lo[x], hi[x] = 0, full
+		if masked {
+			lo[x], hi[x] = rng(base + x)
+		}
+	}
+	if first >= end {
+		end = 0
+	}
+	return first, end
+}

@@ -84,6 +84,23 @@ func buildGraphIn(t testing.TB, g *gorgonia.ExprGraph, c graphCase, dt tensor.Dt
 	return graph{g, q, k, v, o, cost}
 }
 
+// checkGradients compares the gradients of q, k and v with finite
+// differences (gradcheck), on a TapeMachine or the LispMachine.
+func (gr graph) checkGradients(t *testing.T, lisp bool) {
+	t.Helper()
+	var check []gradcheck.Option
+	if lisp {
+		check = append(check, gradcheck.WithLispMachine())
+	}
+	report, err := gradcheck.Check(gr.c, gorgonia.Nodes{gr.q, gr.k, gr.v}, check...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := report.Err(); err != nil {
+		t.Fatalf("%v\n%v", err, report)
+	}
+}
+
 // run executes the graph on a TapeMachine (after gorgonia.Grad) or a
 // LispMachine and returns O, dQ, dK, dV as float64.
 func (gr graph) run(t testing.TB, lisp bool) [4][]float64 {
@@ -203,18 +220,7 @@ func checkFiniteDifferences(t *testing.T, opts ...op.Option) {
 	for i, c := range cases {
 		for _, lisp := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%v/lisp=%v", c, lisp), func(t *testing.T) {
-				gr := buildGraph(t, c, tensor.Float64, randomInputs(c.params(), uint64(100+i)), opts...)
-				check := []gradcheck.Option{}
-				if lisp {
-					check = append(check, gradcheck.WithLispMachine())
-				}
-				report, err := gradcheck.Check(gr.c, gorgonia.Nodes{gr.q, gr.k, gr.v}, check...)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := report.Err(); err != nil {
-					t.Fatalf("%v\n%v", err, report)
-				}
+				buildGraph(t, c, tensor.Float64, randomInputs(c.params(), uint64(100+i)), opts...).checkGradients(t, lisp)
 			})
 		}
 	}
