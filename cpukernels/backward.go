@@ -111,7 +111,16 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 	if err := hostmem.CheckElems[T](2*aug + chunks*p.QLen() + nScratch*backwardScratchLen(d)); err != nil {
 		return err
 	}
-	qsT, doT := make([]T, aug), make([]T, aug)
+	// Recycled buffers (workspace.go): the first loop below writes every
+	// element of qsT and doT and clears this call's part of each dQᵀ.
+	qsT, doT := takeBuffer[T](aug), takeBuffer[T](aug)
+	defer giveBuffer(qsT)
+	defer giveBuffer(doT)
+	dqT := make([][]T, chunks) // each chunk's dQᵀ, summed in chunk order at the end
+	for c := range dqT {
+		dqT[c] = takeBuffer[T](p.QLen())
+		defer giveBuffer(dqT[c])
+	}
 	// Under a window, whether each query block's Q and dO are finite,
 	// asked by most of its tiles (the masks cut them), is found once here.
 	// Otherwise nil: without a mask nothing asks, and a causal mask cuts
@@ -149,18 +158,18 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 			// below; a 0 here keeps its column of the GEMM free of
 			// infinities. Any other LSE, even ±Inf or NaN, enters as it
 			// is, so that exp(S − LSE) takes its IEEE value.
+			qs[d*rows+r] = 0
 			if mask.VisibleKeys(row0+r) > 0 && p.Softcap == 0 {
 				qs[d*rows+r] = -lse[bh*p.Nq+row0+r]
 			}
+		}
+		for _, part := range dqT {
+			clear(part[at : at+rows*d])
 		}
 	})
 
 	kBlocks := ceilDiv(p.Nk, blockCols)
 	perChunk := ceilDiv(kBlocks, chunks)
-	dqT := make([][]T, chunks) // each chunk's dQᵀ, summed in chunk order below
-	for c := range dqT {
-		dqT[c] = make([]T, p.QLen())
-	}
 	scratch := make([]*backwardScratch[T], nScratch)
 	for w := range scratch {
 		scratch[w] = newBackwardScratch[T](p)

@@ -85,7 +85,11 @@
 // keys as its stride, never padded to Br or Bc, so the total is a bounded
 // multiple of the data (under twice the bytes of all nine tensors, plus the
 // tiles) for any shape, however many heads of short sequences. Nothing of
-// size Nq×Nk is allocated.
+// size Nq×Nk is allocated. These per-call buffers are recycled from call to
+// call through a sync.Pool (workspace.go), so a training loop that calls
+// the kernels on the same shapes neither faults in fresh pages nor feeds
+// the collector tens of megabytes per step; the pool holds nothing that no
+// call has used since the last two collections.
 //
 // Before allocating, Forward and Backward ask internal/hostmem whether that
 // memory can still exist (the Go memory limit, the cgroup limit,

@@ -70,7 +70,8 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 	// block's own width, not Bc, so that Kᵀ takes exactly the memory of K
 	// however short the sequences: padding every head to Bc keys would
 	// multiply it by Bc when Nk = 1.
-	kt := make([]T, p.KLen())
+	kt := takeBuffer[T](p.KLen()) // every element is written below
+	defer giveBuffer(kt)
 	// Under a window, whether each key block's V is finite, asked by most
 	// of its tiles (the masks cut them), is found once here. Otherwise nil:
 	// without a mask no tile is cut and nothing asks, and a causal mask cuts
