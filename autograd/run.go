@@ -60,10 +60,10 @@ func (typed[T]) backward(b kernels.Backend, st kernels.DeviceState, p kernels.Pa
 	var err error
 	if st != nil {
 		_, bwd := kernels.ResidentEntryPoints[T](b.(kernels.Resident))
-		err = bwd(st, p, dO.Data().([]T), dq, dk, dv)
+		err = bwd(st, p, dO.Data().([]T), nil, dq, dk, dv)
 	} else {
 		_, bwd := kernels.EntryPoints[T](b)
-		err = bwd(p, q.Data().([]T), k.Data().([]T), v.Data().([]T), o.Data().([]T), lse.Data().([]T), dO.Data().([]T), dq, dk, dv)
+		err = bwd(p, q.Data().([]T), k.Data().([]T), v.Data().([]T), o.Data().([]T), lse.Data().([]T), dO.Data().([]T), nil, dq, dk, dv)
 	}
 	return tensor.New(tensor.WithShape(len(buf)), tensor.WithBacking(buf)), err
 }

@@ -58,7 +58,7 @@ func benchKernel[T kernels.Float](b *testing.B, backward bool) {
 			for b.Loop() {
 				var err error
 				if backward {
-					err = bwd(p, q, k, v, o, lse, do, dq, dk, dv)
+					err = bwd(p, q, k, v, o, lse, do, nil, dq, dk, dv)
 				} else {
 					err = fwd(p, q, k, v, o, lse)
 				}

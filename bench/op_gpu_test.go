@@ -92,7 +92,7 @@ func benchOpGPU(b *testing.B, be *cudakernels.Backend, p kernels.Params) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := errors.Join(be.BackwardKept32(st, p, do, dq, dk, dv), st.Release()); err != nil {
+		if err := errors.Join(be.BackwardKept32(st, p, do, nil, dq, dk, dv), st.Release()); err != nil {
 			b.Fatal(err)
 		}
 	}

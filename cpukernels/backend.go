@@ -39,13 +39,13 @@ func (b Backend) Forward64(p kernels.Params, q, k, v, o, lse []float64) error {
 }
 
 // Backward32 implements kernels.Backend.
-func (b Backend) Backward32(p kernels.Params, q, k, v, o, lse, do, dq, dk, dv []float32) error {
-	return backward(b.workers(), p, q, k, v, o, lse, do, dq, dk, dv)
+func (b Backend) Backward32(p kernels.Params, q, k, v, o, lse, do, dlse, dq, dk, dv []float32) error {
+	return backward(b.workers(), p, q, k, v, o, lse, do, dlse, dq, dk, dv)
 }
 
 // Backward64 implements kernels.Backend.
-func (b Backend) Backward64(p kernels.Params, q, k, v, o, lse, do, dq, dk, dv []float64) error {
-	return backward(b.workers(), p, q, k, v, o, lse, do, dq, dk, dv)
+func (b Backend) Backward64(p kernels.Params, q, k, v, o, lse, do, dlse, dq, dk, dv []float64) error {
+	return backward(b.workers(), p, q, k, v, o, lse, do, dlse, dq, dk, dv)
 }
 
 func (b Backend) workers() int {

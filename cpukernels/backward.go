@@ -99,8 +99,8 @@ type queryHead[T kernels.Float] struct {
 	finite        []bool // per query block: Q and dO hold no NaN or ±Inf; nil: not known (blockFinite)
 }
 
-func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, do, dq, dk, dv []T) error {
-	if err := kernels.CheckBackward(p, q, k, v, o, lse, do, dq, dk, dv); err != nil {
+func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, do, dlse, dq, dk, dv []T) error {
+	if err := kernels.CheckBackward(p, q, k, v, o, lse, do, dlse, dq, dk, dv); err != nil {
 		return err
 	}
 	heads, d, da := p.B*p.H, p.D, p.D+1
@@ -152,6 +152,11 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 			var rowD T
 			for c, x := range do[at+r*d : at+(r+1)*d] {
 				rowD += x * o[at+r*d+c]
+			}
+			if dlse != nil {
+				// ∂LSE_i/∂S_ij = P_ij: a gradient reaching the LSE lowers
+				// D_i by dLSE_i.
+				rowD -= dlse[bh*p.Nq+row0+r]
 			}
 			dot[d*rows+r] = -rowD
 			// A row that sees no key has LSE = +Inf and P masked to 0

@@ -38,7 +38,7 @@ func benchPass[T kernels.Float](b *testing.B, backward bool) {
 			for b.Loop() {
 				var err error
 				if backward {
-					err = bwd(p, t.q, t.k, t.v, t.o, t.lse, t.do, t.dq, t.dk, t.dv)
+					err = bwd(p, t.q, t.k, t.v, t.o, t.lse, t.do, nil, t.dq, t.dk, t.dv)
 				} else {
 					err = fwd(p, t.q, t.k, t.v, t.o, t.lse)
 				}
@@ -109,7 +109,7 @@ func benchVariants(b *testing.B, backward bool) {
 			for b.Loop() {
 				var err error
 				if backward {
-					err = be.Backward32(p, t.q, t.k, t.v, t.o, t.lse, t.do, t.dq, t.dk, t.dv)
+					err = be.Backward32(p, t.q, t.k, t.v, t.o, t.lse, t.do, nil, t.dq, t.dk, t.dv)
 				} else {
 					err = be.Forward32(p, t.q, t.k, t.v, t.o, t.lse)
 				}

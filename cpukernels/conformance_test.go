@@ -40,7 +40,7 @@ func TestWorkersDoNotChangeResults(t *testing.T) {
 		if err := b.Forward32(p, q, k, v, o, lse); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.Backward32(p, q, k, v, o, lse, do, dq, dk, dv); err != nil {
+		if err := b.Backward32(p, q, k, v, o, lse, do, nil, dq, dk, dv); err != nil {
 			t.Fatal(err)
 		}
 		return [][]float32{o, lse, dq, dk, dv}

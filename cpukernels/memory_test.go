@@ -37,7 +37,7 @@ func TestMemoryProportionalToData(t *testing.T) {
 			if err := b.Forward32(p, x.q, x.k, x.v, x.o, x.lse); err != nil {
 				t.Fatal(err)
 			}
-			if err := b.Backward32(p, x.q, x.k, x.v, x.o, x.lse, x.do, x.dq, x.dk, x.dv); err != nil {
+			if err := b.Backward32(p, x.q, x.k, x.v, x.o, x.lse, x.do, nil, x.dq, x.dk, x.dv); err != nil {
 				t.Fatal(err)
 			}
 			runtime.ReadMemStats(&after)
@@ -73,7 +73,7 @@ func TestOutOfMemoryIsAnError(t *testing.T) {
 	if err := b.Forward32(p, x.q, x.k, x.v, x.o, x.lse); !errors.Is(err, kernels.ErrOutOfMemory) {
 		t.Errorf("Forward32: got %v, want an error wrapping kernels.ErrOutOfMemory", err)
 	}
-	if err := b.Backward32(p, x.q, x.k, x.v, x.o, x.lse, x.do, x.dq, x.dk, x.dv); !errors.Is(err, kernels.ErrOutOfMemory) {
+	if err := b.Backward32(p, x.q, x.k, x.v, x.o, x.lse, x.do, nil, x.dq, x.dk, x.dv); !errors.Is(err, kernels.ErrOutOfMemory) {
 		t.Errorf("Backward32: got %v, want an error wrapping kernels.ErrOutOfMemory", err)
 	}
 	if x.o[0] != 42 || x.dq[0] != 42 {

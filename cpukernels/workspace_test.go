@@ -37,7 +37,7 @@ func TestRecycledBuffersAreOverwritten(t *testing.T) {
 			if err := forward(2, p, q, k, v, o, lse); err != nil {
 				t.Fatal(err)
 			}
-			if err := backward(2, p, q, k, v, o, lse, do, dq, dk, dv); err != nil {
+			if err := backward(2, p, q, k, v, o, lse, do, nil, dq, dk, dv); err != nil {
 				t.Fatal(err)
 			}
 			return [][]float32{o, lse, dq, dk, dv}

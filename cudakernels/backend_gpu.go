@@ -188,13 +188,13 @@ func (b *Backend) Forward64(p kernels.Params, q, k, v, o, lse []float64) error {
 // rounded to the storage precision exactly as the forward rounded them. So
 // the gradients are those of the function the forward computed; O (for
 // D = rowsum(dO∘O)) and LSE are used as given.
-func (b *Backend) Backward32(p kernels.Params, q, k, v, o, lse, do, dq, dk, dv []float32) error {
-	return backward(b, p, nil, q, k, v, o, lse, do, dq, dk, dv)
+func (b *Backend) Backward32(p kernels.Params, q, k, v, o, lse, do, dlse, dq, dk, dv []float32) error {
+	return backward(b, p, nil, q, k, v, o, lse, do, dlse, dq, dk, dv)
 }
 
 // Backward64 implements kernels.Backend in float64 on CUDA cores.
-func (b *Backend) Backward64(p kernels.Params, q, k, v, o, lse, do, dq, dk, dv []float64) error {
-	return backward(b, p, nil, q, k, v, o, lse, do, dq, dk, dv)
+func (b *Backend) Backward64(p kernels.Params, q, k, v, o, lse, do, dlse, dq, dk, dv []float64) error {
+	return backward(b, p, nil, q, k, v, o, lse, do, dlse, dq, dk, dv)
 }
 
 // fwdBuffers and bwdBuffers are the device tensors of one call (or chunk),
@@ -277,11 +277,14 @@ func forward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse []T,
 // holds when st is not nil (uploading only do), else on q, k, v, o, lse and
 // do, which pass through chunk-sized buffers of the workspace like dq, dk
 // and dv.
-func backward[T kernels.Float](b *Backend, p kernels.Params, st *deviceState, q, k, v, o, lse, do, dq, dk, dv []T) error {
+func backward[T kernels.Float](b *Backend, p kernels.Params, st *deviceState, q, k, v, o, lse, do, dlse, dq, dk, dv []T) error {
 	if st == nil {
-		if err := kernels.CheckBackward(p, q, k, v, o, lse, do, dq, dk, dv); err != nil {
+		if err := kernels.CheckBackward(p, q, k, v, o, lse, do, dlse, dq, dk, dv); err != nil {
 			return err
 		}
+	}
+	if err := checkNoLSEGradient(dlse); err != nil {
+		return err
 	}
 	if err := checkPlain(p); err != nil {
 		return err

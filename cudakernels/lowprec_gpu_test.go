@@ -66,7 +66,7 @@ func TestLowPrecisionOneKey(t *testing.T) {
 				t.Fatal(err)
 			}
 			dq, dk, dv := make([]float32, p.QLen()), make([]float32, p.KLen()), make([]float32, p.KLen())
-			if err := b.Backward32(p, pr[0], pr[1], pr[2], o, lse, pr[3], dq, dk, dv); err != nil {
+			if err := b.Backward32(p, pr[0], pr[1], pr[2], o, lse, pr[3], nil, dq, dk, dv); err != nil {
 				t.Fatal(err)
 			}
 			var ds float64 // bound on |dP − D| over all rows
@@ -101,7 +101,7 @@ func TestLowPrecisionLimits(t *testing.T) {
 		l := make([]float32, p.LSELen())
 		for name, err := range map[string]error{
 			"Forward32":  b.Forward32(p, x, x, x, make([]float32, len(x)), l),
-			"Backward32": b.Backward32(p, x, x, x, x, l, x, make([]float32, len(x)), make([]float32, len(x)), make([]float32, len(x))),
+			"Backward32": b.Backward32(p, x, x, x, x, l, x, nil, make([]float32, len(x)), make([]float32, len(x)), make([]float32, len(x))),
 		} {
 			if !errors.Is(err, ErrUnsupported) || !errors.Is(err, kernels.ErrInvalidParams) {
 				t.Errorf("%v %s at D = %d: got %v, want ErrUnsupported and ErrInvalidParams", prec, name, p.D, err)

@@ -356,17 +356,17 @@ func forwardKeep[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse 
 
 // BackwardKept32 implements kernels.Resident: Backward32 on the inputs st
 // holds, uploading only do.
-func (b *Backend) BackwardKept32(st kernels.DeviceState, p kernels.Params, do, dq, dk, dv []float32) error {
-	return backwardKept(b, st, p, do, dq, dk, dv)
+func (b *Backend) BackwardKept32(st kernels.DeviceState, p kernels.Params, do, dlse, dq, dk, dv []float32) error {
+	return backwardKept(b, st, p, do, dlse, dq, dk, dv)
 }
 
 // BackwardKept64 implements kernels.Resident: Backward64 on the inputs st
 // holds, uploading only do.
-func (b *Backend) BackwardKept64(st kernels.DeviceState, p kernels.Params, do, dq, dk, dv []float64) error {
-	return backwardKept(b, st, p, do, dq, dk, dv)
+func (b *Backend) BackwardKept64(st kernels.DeviceState, p kernels.Params, do, dlse, dq, dk, dv []float64) error {
+	return backwardKept(b, st, p, do, dlse, dq, dk, dv)
 }
 
-func backwardKept[T kernels.Float](b *Backend, st kernels.DeviceState, p kernels.Params, do, dq, dk, dv []T) error {
+func backwardKept[T kernels.Float](b *Backend, st kernels.DeviceState, p kernels.Params, do, dlse, dq, dk, dv []T) error {
 	s, ok := st.(*deviceState)
 	var zero T
 	switch {
@@ -389,5 +389,5 @@ func backwardKept[T kernels.Float](b *Backend, st kernels.DeviceState, p kernels
 			return fmt.Errorf("%w: %s has %d elements, want %d", kernels.ErrInvalidParams, t.name, t.n, t.want)
 		}
 	}
-	return backward(b, p, s, nil, nil, nil, nil, nil, do, dq, dk, dv)
+	return backward(b, p, s, nil, nil, nil, nil, nil, do, dlse, dq, dk, dv)
 }

@@ -35,12 +35,12 @@ func runCall[T kernels.Float](t *testing.T, b *Backend, p kernels.Params, q, k, 
 	case []float32:
 		st, err = b.ForwardKeep32(p, any(q).([]float32), any(k).([]float32), any(v).([]float32), any(r.o).([]float32), any(r.lse).([]float32))
 		if err == nil {
-			err = b.BackwardKept32(st, p, any(do).([]float32), any(r.dq).([]float32), any(r.dk).([]float32), any(r.dv).([]float32))
+			err = b.BackwardKept32(st, p, any(do).([]float32), nil, any(r.dq).([]float32), any(r.dk).([]float32), any(r.dv).([]float32))
 		}
 	case []float64:
 		st, err = b.ForwardKeep64(p, any(q).([]float64), any(k).([]float64), any(v).([]float64), any(r.o).([]float64), any(r.lse).([]float64))
 		if err == nil {
-			err = b.BackwardKept64(st, p, any(do).([]float64), any(r.dq).([]float64), any(r.dk).([]float64), any(r.dv).([]float64))
+			err = b.BackwardKept64(st, p, any(do).([]float64), nil, any(r.dq).([]float64), any(r.dk).([]float64), any(r.dv).([]float64))
 		}
 	}
 	if err != nil {
@@ -131,10 +131,10 @@ func TestKeptStateChecks(t *testing.T) {
 	dq, dk, dv := make([]float32, p.QLen()), make([]float32, p.KLen()), make([]float32, p.KLen())
 	other := p
 	other.Causal = true
-	if err := b.BackwardKept32(st, other, do, dq, dk, dv); !errors.Is(err, kernels.ErrInvalidParams) {
+	if err := b.BackwardKept32(st, other, do, nil, dq, dk, dv); !errors.Is(err, kernels.ErrInvalidParams) {
 		t.Errorf("other params: error %v, want ErrInvalidParams", err)
 	}
-	if err := b.BackwardKept64(st, p, widen(do), widen(dq), widen(dk), widen(dv)); !errors.Is(err, kernels.ErrInvalidParams) {
+	if err := b.BackwardKept64(st, p, widen(do), nil, widen(dq), widen(dk), widen(dv)); !errors.Is(err, kernels.ErrInvalidParams) {
 		t.Errorf("float64 on a float32 state: error %v, want ErrInvalidParams", err)
 	}
 	if err := st.Release(); err != nil {
@@ -143,10 +143,10 @@ func TestKeptStateChecks(t *testing.T) {
 	if err := st.Release(); err != nil {
 		t.Errorf("second release: %v", err)
 	}
-	if err := b.BackwardKept32(st, p, do, dq, dk, dv); !errors.Is(err, kernels.ErrInvalidParams) {
+	if err := b.BackwardKept32(st, p, do, nil, dq, dk, dv); !errors.Is(err, kernels.ErrInvalidParams) {
 		t.Errorf("released state: error %v, want ErrInvalidParams", err)
 	}
-	if err := b.Backward32(p, q, k, v, o, lse, do, dq, dk, dv); err != nil {
+	if err := b.Backward32(p, q, k, v, o, lse, do, nil, dq, dk, dv); err != nil {
 		t.Fatalf("a plain call after the errors: %v", err)
 	}
 }

@@ -11,6 +11,18 @@ import (
 // kernels do not compute yet (grouped-query heads, windows, softcap,
 // ALiBi, per-sequence lengths, dropout), so that a caller gets an error wrapping ErrUnsupported rather
 // than plain attention's result for another problem.
+// checkNoLSEGradient refuses a gradient with respect to the LSE that is not
+// zero (the CUDA backward's D = rowsum(dO∘O) does not take it yet); nil or
+// all zeros, what a loss that does not use the LSE gives, is fine.
+func checkNoLSEGradient[T kernels.Float](dlse []T) error {
+	for _, x := range dlse {
+		if x != 0 {
+			return fmt.Errorf("%w: a gradient with respect to the LSE: not yet on the GPU; run it on the CPU backend", ErrUnsupported)
+		}
+	}
+	return nil
+}
+
 func checkPlain(p kernels.Params) error {
 	if p.IsPlain() {
 		return nil

@@ -5,8 +5,10 @@ type Float interface{ ~float32 | ~float64 }
 
 // A Backend computes fused attention for one kind of hardware.
 //
-// Forward writes o and lse; Backward reads q, k, v, o, lse and do and
-// overwrites dq, dk and dv. Neither may allocate anything of size Nq×Nk, and
+// Forward writes o and lse; Backward reads q, k, v, o, lse, do and dlse and
+// overwrites dq, dk and dv. dlse is the gradient of the loss with respect to
+// the LSE, for callers that use the LSE (it lowers D_i by dLSE_i, see the
+// package documentation); nil means none. Neither may allocate anything of size Nq×Nk, and
 // neither may modify its inputs. Slices follow the shapes in the package
 // documentation. For the same inputs a backend returns bit-identical results
 // from one call to the next. Errors wrap ErrInvalidParams for bad arguments
@@ -16,15 +18,15 @@ type Backend interface {
 	Name() string
 	Forward32(p Params, q, k, v, o, lse []float32) error
 	Forward64(p Params, q, k, v, o, lse []float64) error
-	Backward32(p Params, q, k, v, o, lse, do, dq, dk, dv []float32) error
-	Backward64(p Params, q, k, v, o, lse, do, dq, dk, dv []float64) error
+	Backward32(p Params, q, k, v, o, lse, do, dlse, dq, dk, dv []float32) error
+	Backward64(p Params, q, k, v, o, lse, do, dlse, dq, dk, dv []float64) error
 }
 
 // ForwardFunc is a backend's forward for one element type.
 type ForwardFunc[T Float] func(p Params, q, k, v, o, lse []T) error
 
 // BackwardFunc is a backend's backward for one element type.
-type BackwardFunc[T Float] func(p Params, q, k, v, o, lse, do, dq, dk, dv []T) error
+type BackwardFunc[T Float] func(p Params, q, k, v, o, lse, do, dlse, dq, dk, dv []T) error
 
 // EntryPoints returns b's forward and backward for the element type T, so
 // that generic code can call a backend without switching on T itself.

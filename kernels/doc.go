@@ -25,6 +25,9 @@
 //
 //	dV = Pᵀ·dO,  dP = dO·Vᵀ,  dS = P∘(dP − D),  dQ = scale·dS·K,  dK = scale·dSᵀ·Q
 //
+// When the loss also depends on the LSE, with gradient dLSE, then since
+// ∂LSE_i/∂S_ij = P_ij the same formulas hold with D_i − dLSE_i for D_i.
+//
 // # Variants
 //
 // Params has one field per variant of plain attention, each off at its zero

@@ -63,9 +63,10 @@ func NaiveForward[T Float](p Params, q, k, v, o, lse []T) error {
 }
 
 // NaiveBackward computes dq, dk and dv row by row in the precision of T from
-// the saved lse, following the formulas in the package documentation.
-func NaiveBackward[T Float](p Params, q, k, v, o, lse, do, dq, dk, dv []T) error {
-	if err := CheckBackward(p, q, k, v, o, lse, do, dq, dk, dv); err != nil {
+// the saved lse, following the formulas in the package documentation; dlse,
+// when not nil, is the gradient with respect to the LSE.
+func NaiveBackward[T Float](p Params, q, k, v, o, lse, do, dlse, dq, dk, dv []T) error {
+	if err := CheckBackward(p, q, k, v, o, lse, do, dlse, dq, dk, dv); err != nil {
 		return err
 	}
 	clear(dq)
@@ -82,6 +83,11 @@ func NaiveBackward[T Float](p Params, q, k, v, o, lse, do, dq, dk, dv []T) error
 			row := qOff + i*p.D
 			qi, oi, doi, dqi := q[row:row+p.D], o[row:row+p.D], do[row:row+p.D], dq[row:row+p.D]
 			rowD := dot(doi, oi)
+			if dlse != nil && lo < hi {
+				// ∂LSE_i/∂s_ij = P_ij: dS gains P_ij·dLSE_i, which is D_i
+				// lowered by dLSE_i. A row without keys has no gradient.
+				rowD -= dlse[bh*p.Nq+i]
+			}
 			for j := lo; j < hi; j++ {
 				kj := k[kOff+j*p.D : kOff+(j+1)*p.D]
 				var s T

@@ -28,7 +28,7 @@ func TestNaiveNonFinite(t *testing.T) {
 	if err := NaiveForward(p, q, k, v, o, lse); err != nil {
 		t.Fatal(err)
 	}
-	if err := NaiveBackward(p, q, k, v, o, lse, do, dq, dk, dv); err != nil {
+	if err := NaiveBackward(p, q, k, v, o, lse, do, nil, dq, dk, dv); err != nil {
 		t.Fatal(err)
 	}
 	isNaN := func(x []float64) bool { return math.IsNaN(x[0]) && math.IsNaN(x[1]) }
@@ -104,7 +104,7 @@ func TestNaiveBackwardMatchesFiniteDifferences(t *testing.T) {
 	}
 	loss()
 	dq, dk, dv := make([]float64, p.QLen()), make([]float64, p.KLen()), make([]float64, p.KLen())
-	if err := NaiveBackward(p, q, k, v, o, lse, do, dq, dk, dv); err != nil {
+	if err := NaiveBackward(p, q, k, v, o, lse, do, nil, dq, dk, dv); err != nil {
 		t.Fatal(err)
 	}
 	dropped := 0

@@ -340,7 +340,7 @@ func (p Params) checkLens(qLike, kLike, lseLike []int) error {
 	}
 	for _, n := range lseLike {
 		if n != p.LSELen() {
-			return fmt.Errorf("%w: lse has %d elements, want %d", ErrInvalidParams, n, p.LSELen())
+			return fmt.Errorf("%w: lse (or dlse) has %d elements, want %d", ErrInvalidParams, n, p.LSELen())
 		}
 	}
 	return nil
@@ -354,10 +354,15 @@ func CheckForward[T Float](p Params, q, k, v, o, lse []T) error {
 	return p.checkLens([]int{len(q), len(o)}, []int{len(k), len(v)}, []int{len(lse)})
 }
 
-// CheckBackward validates p and the slice lengths of a backward call.
-func CheckBackward[T Float](p Params, q, k, v, o, lse, do, dq, dk, dv []T) error {
+// CheckBackward validates p and the slice lengths of a backward call;
+// dlse may be nil (no gradient reaches the LSE).
+func CheckBackward[T Float](p Params, q, k, v, o, lse, do, dlse, dq, dk, dv []T) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	return p.checkLens([]int{len(q), len(o), len(do), len(dq)}, []int{len(k), len(v), len(dk), len(dv)}, []int{len(lse)})
+	lseLike := []int{len(lse)}
+	if dlse != nil {
+		lseLike = append(lseLike, len(dlse))
+	}
+	return p.checkLens([]int{len(q), len(o), len(do), len(dq)}, []int{len(k), len(v), len(dk), len(dv)}, lseLike)
 }

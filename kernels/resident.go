@@ -25,15 +25,15 @@ type Resident interface {
 	Backend
 	ForwardKeep32(p Params, q, k, v, o, lse []float32) (DeviceState, error)
 	ForwardKeep64(p Params, q, k, v, o, lse []float64) (DeviceState, error)
-	BackwardKept32(st DeviceState, p Params, do, dq, dk, dv []float32) error
-	BackwardKept64(st DeviceState, p Params, do, dq, dk, dv []float64) error
+	BackwardKept32(st DeviceState, p Params, do, dlse, dq, dk, dv []float32) error
+	BackwardKept64(st DeviceState, p Params, do, dlse, dq, dk, dv []float64) error
 }
 
 // ForwardKeepFunc is a Resident backend's ForwardKeep for one element type.
 type ForwardKeepFunc[T Float] func(p Params, q, k, v, o, lse []T) (DeviceState, error)
 
 // BackwardKeptFunc is a Resident backend's BackwardKept for one element type.
-type BackwardKeptFunc[T Float] func(st DeviceState, p Params, do, dq, dk, dv []T) error
+type BackwardKeptFunc[T Float] func(st DeviceState, p Params, do, dlse, dq, dk, dv []T) error
 
 // ResidentEntryPoints returns r's ForwardKeep and BackwardKept for the
 // element type T, as EntryPoints does for a Backend's plain entry points.

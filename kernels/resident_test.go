@@ -18,12 +18,12 @@ func (r *recordingResident) ForwardKeep64(Params, []float64, []float64, []float6
 	return nil, nil
 }
 
-func (r *recordingResident) BackwardKept32(DeviceState, Params, []float32, []float32, []float32, []float32) error {
+func (r *recordingResident) BackwardKept32(DeviceState, Params, []float32, []float32, []float32, []float32, []float32) error {
 	r.called = "BackwardKept32"
 	return nil
 }
 
-func (r *recordingResident) BackwardKept64(DeviceState, Params, []float64, []float64, []float64, []float64) error {
+func (r *recordingResident) BackwardKept64(DeviceState, Params, []float64, []float64, []float64, []float64, []float64) error {
 	r.called = "BackwardKept64"
 	return nil
 }
@@ -34,9 +34,9 @@ func TestResidentEntryPoints(t *testing.T) {
 	f64, b64 := ResidentEntryPoints[float64](r)
 	for want, call := range map[string]func(){
 		"ForwardKeep32":  func() { _, _ = f32(Params{}, nil, nil, nil, nil, nil) },
-		"BackwardKept32": func() { _ = b32(nil, Params{}, nil, nil, nil, nil) },
+		"BackwardKept32": func() { _ = b32(nil, Params{}, nil, nil, nil, nil, nil) },
 		"ForwardKeep64":  func() { _, _ = f64(Params{}, nil, nil, nil, nil, nil) },
-		"BackwardKept64": func() { _ = b64(nil, Params{}, nil, nil, nil, nil) },
+		"BackwardKept64": func() { _ = b64(nil, Params{}, nil, nil, nil, nil, nil) },
 	} {
 		call()
 		if r.called != want {

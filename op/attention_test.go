@@ -166,7 +166,7 @@ func TestGraphMatchesReference(t *testing.T) {
 		if err := kernels.NaiveForward(ref, in.q, in.k, in.v, o, lse); err != nil {
 			t.Fatal(err)
 		}
-		if err := kernels.NaiveBackward(ref, in.q, in.k, in.v, o, lse, in.w, dq, dk, dv); err != nil {
+		if err := kernels.NaiveBackward(ref, in.q, in.k, in.v, o, lse, in.w, nil, dq, dk, dv); err != nil {
 			t.Fatal(err)
 		}
 		want := [4][]float64{o, dq, dk, dv}

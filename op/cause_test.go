@@ -28,7 +28,7 @@ func (b failingBackend) Forward64(p kernels.Params, q, k, v, o, lse []float64) e
 	return b.Backend.Forward64(p, q, k, v, o, lse)
 }
 
-func (b failingBackend) Backward64(p kernels.Params, q, k, v, o, lse, do, dq, dk, dv []float64) error {
+func (b failingBackend) Backward64(p kernels.Params, q, k, v, o, lse, do, dlse, dq, dk, dv []float64) error {
 	return errors.Join(errors.New("device lost"), errBoom)
 }
 

@@ -179,7 +179,7 @@ func reference(t *testing.T, p kernels.Params, in inputs) [2][]float64 {
 		t.Fatal(err)
 	}
 	dq, dk, dv := make([]float64, p.QLen()), make([]float64, p.KLen()), make([]float64, p.KLen())
-	if err := kernels.NaiveBackward(p, in.q, in.k, in.v, o, lse, in.w, dq, dk, dv); err != nil {
+	if err := kernels.NaiveBackward(p, in.q, in.k, in.v, o, lse, in.w, nil, dq, dk, dv); err != nil {
 		t.Fatal(err)
 	}
 	return [2][]float64{o, dq}

@@ -57,7 +57,7 @@ func (b *fakeResident) ForwardKeep64(p kernels.Params, q, k, v, o, lse []float64
 	return nil, errors.New("fake: float32 only")
 }
 
-func (b *fakeResident) BackwardKept32(st kernels.DeviceState, p kernels.Params, do, dq, dk, dv []float32) error {
+func (b *fakeResident) BackwardKept32(st kernels.DeviceState, p kernels.Params, do, dlse, dq, dk, dv []float32) error {
 	s := st.(*fakeState)
 	if s.released || !s.p.Equal(p) {
 		return errors.New("fake: state released or of other params")
@@ -65,10 +65,10 @@ func (b *fakeResident) BackwardKept32(st kernels.DeviceState, p kernels.Params, 
 	b.mu.Lock()
 	b.fromKep++
 	b.mu.Unlock()
-	return b.Backward32(p, s.q, s.k, s.v, s.o, s.l, do, dq, dk, dv)
+	return b.Backward32(p, s.q, s.k, s.v, s.o, s.l, do, dlse, dq, dk, dv)
 }
 
-func (b *fakeResident) BackwardKept64(kernels.DeviceState, kernels.Params, []float64, []float64, []float64, []float64) error {
+func (b *fakeResident) BackwardKept64(kernels.DeviceState, kernels.Params, []float64, []float64, []float64, []float64, []float64) error {
 	return errors.New("fake: float32 only")
 }
 

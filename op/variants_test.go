@@ -108,7 +108,7 @@ func TestVariantGraphsMatchReference(t *testing.T) {
 		if err := kernels.NaiveForward(p, in.q, in.k, in.v, o, lse); err != nil {
 			t.Fatal(err)
 		}
-		if err := kernels.NaiveBackward(p, in.q, in.k, in.v, o, lse, in.w, dq, dk, dv); err != nil {
+		if err := kernels.NaiveBackward(p, in.q, in.k, in.v, o, lse, in.w, nil, dq, dk, dv); err != nil {
 			t.Fatal(err)
 		}
 		want := [4][]float64{o, dq, dk, dv}
@@ -339,7 +339,7 @@ func TestDropoutFreshMaskPerRun(t *testing.T) {
 				if err := kernels.NaiveForward(p, in.q, in.k, in.v, o, lse); err != nil {
 					t.Fatal(err)
 				}
-				if err := kernels.NaiveBackward(p, in.q, in.k, in.v, o, lse, in.w, dq, dk, dv); err != nil {
+				if err := kernels.NaiveBackward(p, in.q, in.k, in.v, o, lse, in.w, nil, dq, dk, dv); err != nil {
 					t.Fatal(err)
 				}
 				got := [][]float64{asFloat64s(t, gr.o.Value())}

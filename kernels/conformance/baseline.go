@@ -16,7 +16,7 @@ type result[T kernels.Float] struct {
 // prec applied to matrix-product operands and results (see
 // rounding). For FP32 it is kernels.NaiveForward/Backward in
 // float32 with D taken from P·dP, as autograd of softmax computes it.
-func naive32(p kernels.Params, prec kernels.Precision, q, k, v, do []float32) result[float32] {
+func naive32(p kernels.Params, prec kernels.Precision, q, k, v, do, dlse []float32) result[float32] {
 	in, out := rounding(prec)
 	r := result[float32]{
 		o: make([]float32, p.QLen()), lse: make([]float32, p.LSELen()),
@@ -90,6 +90,9 @@ func naive32(p kernels.Params, prec kernels.Precision, q, k, v, do []float32) re
 			for j := lo; j < hi; j++ {
 				dsr[j] = out(dot(doi, row(vr, kOff, j))) * keep[j] // dP
 				rowD += pr[j] * dsr[j]
+			}
+			if dlse != nil {
+				rowD -= dlse[bh*p.Nq+i] // as in kernels.NaiveBackward
 			}
 			dqi := row(r.dq, qOff, i)
 			for j := lo; j < hi; j++ {

@@ -178,7 +178,7 @@ func loadCases(pattern string, read func(string) ([]byte, error)) ([]goldenCase,
 			Params: p,
 			Q:      c.Q, K: c.K, V: c.V, DO: c.Do, O: c.O, LSE: c.Lse, DQ: c.Dq, DK: c.Dk, DV: c.Dv,
 		}
-		if err := kernels.CheckBackward(gc.Params, gc.Q, gc.K, gc.V, gc.O, gc.LSE, gc.DO, gc.DQ, gc.DK, gc.DV); err != nil {
+		if err := kernels.CheckBackward(gc.Params, gc.Q, gc.K, gc.V, gc.O, gc.LSE, gc.DO, nil, gc.DQ, gc.DK, gc.DV); err != nil {
 			return nil, fmt.Errorf("conformance: %s: %w", f, err)
 		}
 		cases = append(cases, gc)

@@ -103,8 +103,8 @@ func testNonFinite(t *testing.T, b kernels.Backend, prec kernels.Precision, mask
 				pr.leak = maskedNaN && causal
 				c.plant(pr)
 				checkProblem(t, b, prec, pr)
-				checkEmptyRows(t, p, runPass(t, b, p, pr.q, pr.k, pr.v, pr.do), !pr.leak)
-				checkEmptyRows(t, p, runPass(t, b, p, widen(pr.q), widen(pr.k), widen(pr.v), widen(pr.do)), !pr.leak)
+				checkEmptyRows(t, p, runPass(t, b, p, pr.q, pr.k, pr.v, pr.do, nil), !pr.leak)
+				checkEmptyRows(t, p, runPass(t, b, p, widen(pr.q), widen(pr.k), widen(pr.v), widen(pr.do), nil), !pr.leak)
 			})
 		}
 	}

@@ -52,6 +52,9 @@ const (
 	Lengths
 	// Dropout is Params.Dropout.On().
 	Dropout
+	// LSEGradient is a backward given a gradient with respect to the LSE
+	// (dlse not nil), which the backend must fold into D.
+	LSEGradient
 )
 
 func (v Variant) String() string {
@@ -68,12 +71,14 @@ func (v Variant) String() string {
 		return "lengths"
 	case Dropout:
 		return "dropout"
+	case LSEGradient:
+		return "LSE gradient"
 	}
 	return fmt.Sprintf("Variant(%d)", int(v))
 }
 
 // AllVariants lists every Variant.
-var AllVariants = []Variant{GQA, Window, Softcap, ALiBi, Lengths, Dropout}
+var AllVariants = []Variant{GQA, Window, Softcap, ALiBi, Lengths, Dropout, LSEGradient}
 
 // WithVariants says that the backend computes the variants vs: their golden
 // cases and sweep run. Without it, Run checks plain attention only.
@@ -156,13 +161,13 @@ func ReportErrors(t *testing.T, b kernels.Backend, prec kernels.Precision) {
 	p := kernels.Params{B: 1, H: 4, Nq: 512, Nk: 512, D: 128, Scale: 1 / math.Sqrt(128)}
 	pr := randomProblem(p, 2026)
 	q, k, v, do := widen(pr.q), widen(pr.k), widen(pr.v), widen(pr.do)
-	want, err := reference(p, q, k, v, do)
+	want, err := reference(p, q, k, v, do, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := runPass(t, b, p, pr.q, pr.k, pr.v, pr.do)
-	check32(t, b, p, prec, got, want, pr.q, pr.k, pr.v, pr.do, false)
-	base := checks(p, prec != kernels.FP32, naive32(p, prec, pr.q, pr.k, pr.v, pr.do), want, q, k, v, do)
+	got := runPass(t, b, p, pr.q, pr.k, pr.v, pr.do, nil)
+	check32(t, b, p, prec, got, want, pr.q, pr.k, pr.v, pr.do, nil, false)
+	base := checks(p, prec != kernels.FP32, naive32(p, prec, pr.q, pr.k, pr.v, pr.do, nil), want, q, k, v, do)
 	for i, c := range checks(p, prec != kernels.FP32, got, want, q, k, v, do) {
 		e, _ := maxAbsErr(c.got, c.want, false)
 		n := finiteErr(base[i].got, c.want)
@@ -186,6 +191,7 @@ func run(t *testing.T, b kernels.Backend, prec kernels.Precision, o options) {
 type problem struct {
 	p           kernels.Params
 	q, k, v, do []float32
+	dlse        []float32 // the gradient with respect to the LSE; nil: none
 	// leak accepts NaN where the reference is finite (see
 	// MaskedNaNMayPropagate).
 	leak bool
@@ -193,14 +199,17 @@ type problem struct {
 
 func randomProblem(p kernels.Params, seed uint64) problem {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	fill := func(n int) []float32 {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(rng.NormFloat64())
-		}
-		return x
-	}
+	fill := func(n int) []float32 { return normals(rng, n) }
 	return problem{p: p, q: fill(p.QLen()), k: fill(p.KLen()), v: fill(p.KLen()), do: fill(p.QLen())}
+}
+
+// normals returns n unit-normal values drawn from rng.
+func normals(rng *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	return x
 }
 
 func widen(x []float32) []float64 {
@@ -220,12 +229,13 @@ func narrow(x []float64) []float32 {
 }
 
 // reference computes the float64 answer with the naive kernels.
-func reference(p kernels.Params, q, k, v, do []float64) (result[float64], error) {
+// dlse, when not nil, is the gradient with respect to the LSE.
+func reference(p kernels.Params, q, k, v, do, dlse []float64) (result[float64], error) {
 	r := newResult[float64](p)
 	if err := kernels.NaiveForward(p, q, k, v, r.o, r.lse); err != nil {
 		return r, err
 	}
-	err := kernels.NaiveBackward(p, q, k, v, r.o, r.lse, do, r.dq, r.dk, r.dv)
+	err := kernels.NaiveBackward(p, q, k, v, r.o, r.lse, do, dlse, r.dq, r.dk, r.dv)
 	return r, err
 }
 
@@ -238,7 +248,7 @@ func newResult[T kernels.Float](p kernels.Params) result[T] {
 
 // runPass calls the backend's forward then, unless only the forward is
 // checked, its backward, and fails the test if the inputs changed.
-func runPass[T kernels.Float](t *testing.T, b kernels.Backend, p kernels.Params, q, k, v, do []T) result[T] {
+func runPass[T kernels.Float](t *testing.T, b kernels.Backend, p kernels.Params, q, k, v, do, dlse []T) result[T] {
 	t.Helper()
 	forward, backward := kernels.EntryPoints[T](b)
 	in := [][]T{slices.Clone(q), slices.Clone(k), slices.Clone(v), slices.Clone(do)}
@@ -246,7 +256,7 @@ func runPass[T kernels.Float](t *testing.T, b kernels.Backend, p kernels.Params,
 	if err := forward(p, q, k, v, r.o, r.lse); err != nil {
 		t.Fatalf("%s forward (%T, %+v): %v", b.Name(), q, p, err)
 	}
-	if err := backward(p, q, k, v, r.o, r.lse, do, r.dq, r.dk, r.dv); err != nil {
+	if err := backward(p, q, k, v, r.o, r.lse, do, dlse, r.dq, r.dk, r.dv); err != nil {
 		t.Fatalf("%s backward (%T, %+v): %v", b.Name(), q, p, err)
 	}
 	// NaN ≠ NaN, so equality is that of every element or of both NaN.
@@ -274,9 +284,9 @@ func check64(t *testing.T, b kernels.Backend, p kernels.Params, got, want result
 // check32 requires every output within twice the error of the naive
 // baseline in precision prec, plus two rounding units of its floor (see
 // checks) or of its own magnitude, whichever is larger.
-func check32(t *testing.T, b kernels.Backend, p kernels.Params, prec kernels.Precision, got result[float32], want result[float64], q, k, v, do []float32, leak bool) {
+func check32(t *testing.T, b kernels.Backend, p kernels.Params, prec kernels.Precision, got result[float32], want result[float64], q, k, v, do, dlse []float32, leak bool) {
 	t.Helper()
-	base := naive32(p, prec, q, k, v, do)
+	base := naive32(p, prec, q, k, v, do, dlse)
 	q64, k64, v64, do64 := widen(q), widen(k), widen(v), widen(do)
 	baseChecks := checks(p, prec != kernels.FP32, base, want, q64, k64, v64, do64)
 	unit := roundingUnit(prec)
@@ -311,17 +321,17 @@ func testGolden(t *testing.T, b kernels.Backend, prec kernels.Precision, o optio
 		t.Run(c.Name, func(t *testing.T) {
 			o.skipUnsupported(t, b, c.Params)
 			want := result[float64]{c.O, c.LSE, c.DQ, c.DK, c.DV}
-			got := runPass(t, b, c.Params, c.Q, c.K, c.V, c.DO)
+			got := runPass(t, b, c.Params, c.Q, c.K, c.V, c.DO, nil)
 			check64(t, b, c.Params, got, want, c.Q, c.K, c.V, c.DO, false)
 			// The float32 path sees the inputs rounded to float32; its
 			// reference is recomputed from exactly those inputs.
 			q, k, v, do := narrow(c.Q), narrow(c.K), narrow(c.V), narrow(c.DO)
-			want32, err := reference(c.Params, widen(q), widen(k), widen(v), widen(do))
+			want32, err := reference(c.Params, widen(q), widen(k), widen(v), widen(do), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got32 := runPass(t, b, c.Params, q, k, v, do)
-			check32(t, b, c.Params, prec, got32, want32, q, k, v, do, false)
+			got32 := runPass(t, b, c.Params, q, k, v, do, nil)
+			check32(t, b, c.Params, prec, got32, want32, q, k, v, do, nil, false)
 		})
 	}
 }
@@ -383,12 +393,16 @@ func shapeName(p kernels.Params) string {
 func checkProblem(t *testing.T, b kernels.Backend, prec kernels.Precision, pr problem) {
 	t.Helper()
 	q, k, v, do := widen(pr.q), widen(pr.k), widen(pr.v), widen(pr.do)
-	want, err := reference(pr.p, q, k, v, do)
+	var dlse []float64
+	if pr.dlse != nil {
+		dlse = widen(pr.dlse)
+	}
+	want, err := reference(pr.p, q, k, v, do, dlse)
 	if err != nil {
 		t.Fatal(err)
 	}
-	check64(t, b, pr.p, runPass(t, b, pr.p, q, k, v, do), want, q, k, v, do, pr.leak)
-	check32(t, b, pr.p, prec, runPass(t, b, pr.p, pr.q, pr.k, pr.v, pr.do), want, pr.q, pr.k, pr.v, pr.do, pr.leak)
+	check64(t, b, pr.p, runPass(t, b, pr.p, q, k, v, do, dlse), want, q, k, v, do, pr.leak)
+	check32(t, b, pr.p, prec, runPass(t, b, pr.p, pr.q, pr.k, pr.v, pr.do, pr.dlse), want, pr.q, pr.k, pr.v, pr.do, pr.dlse, pr.leak)
 }
 
 // testSharpSoftmax makes the row maximum grow from one key block to the next,
@@ -412,8 +426,8 @@ func testSharpSoftmax(t *testing.T, b kernels.Backend, prec kernels.Precision) {
 func testRowsWithoutKeys(t *testing.T, b kernels.Backend) {
 	p := kernels.Params{B: 2, H: 3, Nq: 150, Nk: 20, D: 32, Scale: 0.2, Causal: true}
 	pr := randomProblem(p, 7)
-	r32 := runPass(t, b, p, pr.q, pr.k, pr.v, pr.do)
-	r64 := runPass(t, b, p, widen(pr.q), widen(pr.k), widen(pr.v), widen(pr.do))
+	r32 := runPass(t, b, p, pr.q, pr.k, pr.v, pr.do, nil)
+	r64 := runPass(t, b, p, widen(pr.q), widen(pr.k), widen(pr.v), widen(pr.do), nil)
 	for bh := range p.B * p.H {
 		for i := range p.Nq {
 			empty := p.Mask(0).VisibleKeys(i) == 0
@@ -444,9 +458,9 @@ func testRowsWithoutKeys(t *testing.T, b kernels.Backend) {
 func testDeterminism(t *testing.T, b kernels.Backend) {
 	p := kernels.Params{B: 1, H: 3, Nq: 300, Nk: 700, D: 40, Scale: 0.15, Causal: true}
 	pr := randomProblem(p, 11)
-	first, second := runPass(t, b, p, pr.q, pr.k, pr.v, pr.do), runPass(t, b, p, pr.q, pr.k, pr.v, pr.do)
+	first, second := runPass(t, b, p, pr.q, pr.k, pr.v, pr.do, nil), runPass(t, b, p, pr.q, pr.k, pr.v, pr.do, nil)
 	q, k, v, do := widen(pr.q), widen(pr.k), widen(pr.v), widen(pr.do)
-	first64, second64 := runPass(t, b, p, q, k, v, do), runPass(t, b, p, q, k, v, do)
+	first64, second64 := runPass(t, b, p, q, k, v, do, nil), runPass(t, b, p, q, k, v, do, nil)
 	for i, pair := range [][2][]float32{{first.o, second.o}, {first.lse, second.lse}, {first.dq, second.dq}, {first.dk, second.dk}, {first.dv, second.dv}} {
 		if !slices.Equal(pair[0], pair[1]) {
 			t.Errorf("float32 output %d differs between two identical calls", i)
@@ -483,10 +497,10 @@ func testBadArguments(t *testing.T, b kernels.Backend) {
 		},
 		"short q": func() error { return b.Forward32(good, pr.q[1:], pr.k, pr.v, r.o, r.lse) },
 		"short lse": func() error {
-			return b.Backward32(good, pr.q, pr.k, pr.v, r.o, r.lse[1:], pr.do, r.dq, r.dk, r.dv)
+			return b.Backward32(good, pr.q, pr.k, pr.v, r.o, r.lse[1:], pr.do, nil, r.dq, r.dk, r.dv)
 		},
 		"long dv": func() error {
-			return b.Backward32(good, pr.q, pr.k, pr.v, r.o, r.lse, pr.do, r.dq, r.dk, append(r.dv, 0))
+			return b.Backward32(good, pr.q, pr.k, pr.v, r.o, r.lse, pr.do, nil, r.dq, r.dk, append(r.dv, 0))
 		},
 	}
 	for name, call := range bad {

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/gorgonia-flash/flashattention/kernels"
@@ -23,6 +24,9 @@ type variantCase struct {
 	p     kernels.Params
 	qGain float32
 	plant func(pr problem)
+	// lseGrad gives the backward a random gradient with respect to the
+	// LSE (the LSEGradient variant).
+	lseGrad bool
 }
 
 // variantParams lists the variant sweep: odd sizes with Nq = Nk and Nq ≠ Nk
@@ -93,6 +97,15 @@ func variantParams(short bool) []variantCase {
 	add(kernels.Params{H: 4, Hkv: 2, D: 40, Window: kernels.Window{On: true, Left: 70, Right: 9},
 		Softcap: 5, ALiBi: alibiSlopes(4), Dropout: kernels.Dropout{P: 0.2, Seed: 1 << 40}}, 3)
 	withLengths(n, 2)
+	// A gradient reaching the LSE, alone and with every other variant.
+	n = len(cs)
+	add(kernels.Params{B: 2, H: 2, D: 32}, 1)
+	add(kernels.Params{H: 4, Hkv: 2, D: 40, Window: kernels.Window{On: true, Left: 70, Right: 9},
+		Softcap: 5, ALiBi: alibiSlopes(4), Dropout: kernels.Dropout{P: 0.3, Seed: 5}}, 3)
+	withLengths(n+2*len(sizes), 1)
+	for i := n; i < len(cs); i++ {
+		cs[i].lseGrad = true
+	}
 	return append(cs, nonFiniteVariants()...)
 }
 
@@ -125,8 +138,14 @@ func testVariants(t *testing.T, b kernels.Backend, prec kernels.Precision, o opt
 	for i, c := range variantParams(testing.Short() || raceDetector) {
 		t.Run(shapeName(c.p), func(t *testing.T) {
 			o.skipUnsupported(t, b, c.p)
+			if c.lseGrad && !o.variants[LSEGradient] {
+				t.Skipf("%s does not claim the %v variant (conformance.WithVariants)", b.Name(), LSEGradient)
+			}
 			t.Parallel()
 			pr := randomProblem(c.p, uint64(2000+i))
+			if c.lseGrad {
+				pr.dlse = normals(rand.New(rand.NewPCG(uint64(3000+i), 0x15e)), c.p.LSELen())
+			}
 			for j := range pr.q {
 				pr.q[j] *= c.qGain
 			}
@@ -136,7 +155,7 @@ func testVariants(t *testing.T, b kernels.Backend, prec kernels.Precision, o opt
 			checkProblem(t, b, prec, pr)
 			if c.p.QLens != nil || c.p.KLens != nil {
 				// Padding is exact: zeros, not values within tolerance.
-				r := runPass(t, b, c.p, pr.q, pr.k, pr.v, pr.do)
+				r := runPass(t, b, c.p, pr.q, pr.k, pr.v, pr.do, nil)
 				checkEmptyRows(t, c.p, r, true)
 				checkPaddingKeys(t, c.p, r)
 			}
