@@ -35,6 +35,10 @@ type Config struct {
 	// this one, so that each run draws a fresh mask and its backward the
 	// same one.
 	Dropout kernels.Dropout
+	// LSE makes the op's result the vector [O | LSE] (O flat, then the
+	// log-sum-exp of every row, [B, H, Nq] flat), which Op.Split views as
+	// two differentiable nodes.
+	LSE bool
 }
 
 // lengthDtypes are the dtypes of the length inputs, in input order.
@@ -52,8 +56,8 @@ func (c Config) lengthDtypes() []tensor.Dtype {
 // Gorgonia merges nodes whose hashes are equal: every field that changes the
 // result is in it, each ALiBi slope to full precision.
 func (c Config) String() string {
-	return fmt.Sprintf("scale=%v causal=%v window=%+v softcap=%v alibi=%v qlens=%v klens=%v dropout=%v/%#x backend=%s",
-		c.Scale, c.Causal, c.Window, c.Softcap, c.ALiBi, c.QLens, c.KLens, c.Dropout.P, c.Dropout.Seed, c.Backend.Name())
+	return fmt.Sprintf("scale=%v causal=%v window=%+v softcap=%v alibi=%v qlens=%v klens=%v dropout=%v/%#x lse=%v backend=%s",
+		c.Scale, c.Causal, c.Window, c.Softcap, c.ALiBi, c.QLens, c.KLens, c.Dropout.P, c.Dropout.Seed, c.LSE, c.Backend.Name())
 }
 
 // Op is fused attention as a Gorgonia op: (q, k, v) → o. Its backward is
@@ -171,7 +175,12 @@ func (op *Op) Arity() int { return 3 + op.cfg.lengthInputs() }
 // vector before the result for each length input.
 func (op *Op) Type() hm.Type {
 	t := gorgonia.TensorType{Dims: 4, Of: hm.TypeVariable('a')}
-	return hm.NewFnType(append(append([]hm.Type{t, t, t}, op.lengthTypes()...), t)...)
+	return hm.NewFnType(append(append([]hm.Type{t, t, t}, op.lengthTypes()...), op.outType())...)
+}
+
+// outType is the type of the op's result (outShape).
+func (op *Op) outType() hm.Type {
+	return gorgonia.TensorType{Dims: op.outShape().Dims(), Of: hm.TypeVariable('a')}
 }
 
 // lengthTypes are the types of the length inputs: vectors of the dtypes
@@ -261,7 +270,7 @@ func (op *Op) InferShape(in ...gorgonia.DimSizer) (tensor.Shape, error) {
 			return nil, invalid("input %d has shape %v, the op was built for %v", i, ds, op.shapes[i])
 		}
 	}
-	return op.shapes[0].Clone(), nil
+	return op.outShape(), nil
 }
 
 // Do runs the forward and saves its LSE (and, on a kernels.Resident backend
@@ -274,16 +283,63 @@ func (op *Op) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 	_, resident := op.cfg.Backend.(kernels.Resident)
 	keep := resident && op.saved.keepOnDevice()
 	p.Dropout.Offset = op.saved.nextRun()
-	o, lse, st, err := engineFor(op.dtype).forward(op.cfg.Backend, keep, p, ts[0], ts[1], ts[2])
+	packed, st, err := engineFor(op.dtype).forward(op.cfg.Backend, keep, p, ts[0], ts[1], ts[2])
 	if err != nil {
 		// The previous run's device state is of no use to anyone now.
 		return nil, errors.Join(fmt.Errorf("attention on %s: %w", op.cfg.Backend.Name(), err), op.saved.release())
 	}
-	o.Reshape(op.shapes[0]...)
-	if err := op.saved.store(lse, p.Dropout.Offset, st); err != nil {
+	o, lse := op.outputViews()
+	out, err := o.Do(packed)
+	if err != nil {
+		return nil, err
+	}
+	saved, err := lse.Do(packed)
+	if err != nil {
+		return nil, err
+	}
+	if op.cfg.LSE {
+		// The LSE is also an output, which later ops may write into; the
+		// backward keeps its own copy.
+		out, saved = packed, saved.(*tensor.Dense).Clone().(*tensor.Dense)
+	}
+	if err := op.saved.store(saved.(*tensor.Dense), p.Dropout.Offset, st); err != nil {
 		return nil, fmt.Errorf("attention on %s: releasing the previous run's device state: %w", op.cfg.Backend.Name(), err)
 	}
-	return o, nil
+	return out, nil
+}
+
+// outShape is the shape of the op's result: O's, or with Config.LSE the
+// vector [O | LSE] that outputViews split.
+func (op *Op) outShape() tensor.Shape {
+	if op.cfg.LSE {
+		return tensor.Shape{op.p.QLen() + op.p.LSELen()}
+	}
+	return op.shapes[0].Clone()
+}
+
+// outputViews returns the views of O ([B, H, Nq, D]) and LSE ([B, H, Nq])
+// in the packed [O | LSE] vector the engine's forward returns; as graph
+// nodes (Split) they copy (see unpackOp.copied).
+func (op *Op) outputViews() (o, lse unpackOp) {
+	return unpackOp{0, op.shapes[0], false}, unpackOp{op.p.QLen(), tensor.Shape{op.p.B, op.p.H, op.p.Nq}, false}
+}
+
+// Split returns O and the LSE as nodes viewing the result of an Op built
+// with Config.LSE, both differentiable: a gradient that reaches the LSE
+// node reaches q and k through the backward.
+func (op *Op) Split(packed *gorgonia.Node) (o, lse *gorgonia.Node, err error) {
+	if !op.cfg.LSE {
+		return nil, nil, invalid("Split of an op built without Config.LSE")
+	}
+	ov, lv := op.outputViews()
+	ov.copied, lv.copied = true, true
+	if o, err = gorgonia.ApplyOp(ov, packed); err != nil {
+		return nil, nil, err
+	}
+	if lse, err = gorgonia.ApplyOp(lv, packed); err != nil {
+		return nil, nil, err
+	}
+	return o, lse, nil
 }
 
 // inputs checks the values a machine passes to Do: tensors first (want of
@@ -306,7 +362,7 @@ func (op *Op) inputs(in []gorgonia.Value, want int) ([]*tensor.Dense, kernels.Pa
 		if err != nil {
 			return nil, p, fmt.Errorf("attention: %s: %w", names[i], err)
 		}
-		shape := op.shapes[0]
+		shape := op.outShape() // o and dO: the result's
 		if i < 3 {
 			shape = op.shapes[i]
 		}

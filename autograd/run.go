@@ -12,13 +12,15 @@ import (
 // held) and calls it. The Op and gradOp choose an engine by dtype once, in
 // engineFor, and never switch on the element type themselves.
 type engine interface {
-	// forward returns O (flat, q's size), LSE ([B, H, Nq]) and, with keep
-	// (b must then be a kernels.Resident), the device state kept.
-	forward(b kernels.Backend, keep bool, p kernels.Params, q, k, v *tensor.Dense) (o, lse *tensor.Dense, st kernels.DeviceState, err error)
+	// forward returns [O | LSE] in one vector (O flat, q's size; LSE
+	// [B, H, Nq] flat) and, with keep (b must then be a kernels.Resident),
+	// the device state kept.
+	forward(b kernels.Backend, keep bool, p kernels.Params, q, k, v *tensor.Dense) (packed *tensor.Dense, st kernels.DeviceState, err error)
 	// backward returns [dQ | dK | dV] in one vector, computed on st's
 	// device copies when st is not nil (b must then be a kernels.Resident),
-	// else on the inputs given.
-	backward(b kernels.Backend, st kernels.DeviceState, p kernels.Params, q, k, v, o, lse, dO *tensor.Dense) (*tensor.Dense, error)
+	// else on the inputs given. dLSE, the gradient with respect to the
+	// LSE, may be nil.
+	backward(b kernels.Backend, st kernels.DeviceState, p kernels.Params, q, k, v, o, lse, dO, dLSE *tensor.Dense) (*tensor.Dense, error)
 }
 
 // engineFor returns the engine of dt, which New has checked is Float32 or
@@ -33,13 +35,14 @@ func engineFor(dt tensor.Dtype) engine {
 // typed is the engine of element type T.
 type typed[T kernels.Float] struct{}
 
-func (typed[T]) forward(b kernels.Backend, keep bool, p kernels.Params, q, k, v *tensor.Dense) (o, lse *tensor.Dense, st kernels.DeviceState, err error) {
+func (typed[T]) forward(b kernels.Backend, keep bool, p kernels.Params, q, k, v *tensor.Dense) (packed *tensor.Dense, st kernels.DeviceState, err error) {
 	// Results the memory left cannot hold are an error wrapping
 	// kernels.ErrOutOfMemory, not a fatal runtime error.
 	if err := hostmem.CheckElems[T](p.QLen() + p.LSELen()); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	ob, lb := make([]T, p.QLen()), make([]T, p.LSELen())
+	buf := make([]T, p.QLen()+p.LSELen())
+	ob, lb := buf[:p.QLen()], buf[p.QLen():]
 	qs, ks, vs := q.Data().([]T), k.Data().([]T), v.Data().([]T)
 	if keep {
 		fwd, _ := kernels.ResidentEntryPoints[T](b.(kernels.Resident))
@@ -48,10 +51,10 @@ func (typed[T]) forward(b kernels.Backend, keep bool, p kernels.Params, q, k, v 
 		fwd, _ := kernels.EntryPoints[T](b)
 		err = fwd(p, qs, ks, vs, ob, lb)
 	}
-	return tensor.New(tensor.WithBacking(ob)), tensor.New(tensor.WithShape(p.B, p.H, p.Nq), tensor.WithBacking(lb)), st, err
+	return tensor.New(tensor.WithShape(len(buf)), tensor.WithBacking(buf)), st, err
 }
 
-func (typed[T]) backward(b kernels.Backend, st kernels.DeviceState, p kernels.Params, q, k, v, o, lse, dO *tensor.Dense) (*tensor.Dense, error) {
+func (typed[T]) backward(b kernels.Backend, st kernels.DeviceState, p kernels.Params, q, k, v, o, lse, dO, dLSE *tensor.Dense) (*tensor.Dense, error) {
 	if err := hostmem.CheckElems[T](p.QLen() + 2*p.KLen()); err != nil {
 		return nil, err
 	}
@@ -60,10 +63,18 @@ func (typed[T]) backward(b kernels.Backend, st kernels.DeviceState, p kernels.Pa
 	var err error
 	if st != nil {
 		_, bwd := kernels.ResidentEntryPoints[T](b.(kernels.Resident))
-		err = bwd(st, p, dO.Data().([]T), nil, dq, dk, dv)
+		err = bwd(st, p, dO.Data().([]T), dataOf[T](dLSE), dq, dk, dv)
 	} else {
 		_, bwd := kernels.EntryPoints[T](b)
-		err = bwd(p, q.Data().([]T), k.Data().([]T), v.Data().([]T), o.Data().([]T), lse.Data().([]T), dO.Data().([]T), nil, dq, dk, dv)
+		err = bwd(p, q.Data().([]T), k.Data().([]T), v.Data().([]T), o.Data().([]T), lse.Data().([]T), dO.Data().([]T), dataOf[T](dLSE), dq, dk, dv)
 	}
 	return tensor.New(tensor.WithShape(len(buf)), tensor.WithBacking(buf)), err
+}
+
+// dataOf is t's backing, or nil for a nil t.
+func dataOf[T kernels.Float](t *tensor.Dense) []T {
+	if t == nil {
+		return nil
+	}
+	return t.Data().([]T)
 }

@@ -77,7 +77,8 @@ func TestNaiveNonFinite(t *testing.T) {
 }
 
 // TestNaiveBackwardMatchesFiniteDifferences checks the reference backward
-// against central differences of the reference forward's loss Σ O∘dO, for
+// against central differences of the reference forward's loss Σ O∘dO +
+// Σ LSE∘dLSE, for
 // every variant at once, dropout included: the forward and the backward
 // must draw one mask, and the backward must use it as the derivative of
 // the forward. Lengths leave padding rows whose dO is not zero, which must
@@ -95,16 +96,23 @@ func TestNaiveBackwardMatchesFiniteDifferences(t *testing.T) {
 		return x
 	}
 	q, k, v, do := fill(p.QLen()), fill(p.KLen()), fill(p.KLen()), fill(p.QLen())
+	dlse := fill(p.LSELen())
 	o, lse := make([]float64, p.QLen()), make([]float64, p.LSELen())
 	loss := func() float64 {
 		if err := NaiveForward(p, q, k, v, o, lse); err != nil {
 			t.Fatal(err)
 		}
-		return dot(o, do)
+		l := dot(o, do)
+		for i, x := range lse {
+			if !math.IsInf(x, 0) { // rows without keys: LSE +Inf, no gradient
+				l += x * dlse[i]
+			}
+		}
+		return l
 	}
 	loss()
 	dq, dk, dv := make([]float64, p.QLen()), make([]float64, p.KLen()), make([]float64, p.KLen())
-	if err := NaiveBackward(p, q, k, v, o, lse, do, nil, dq, dk, dv); err != nil {
+	if err := NaiveBackward(p, q, k, v, o, lse, do, dlse, dq, dk, dv); err != nil {
 		t.Fatal(err)
 	}
 	dropped := 0

@@ -53,16 +53,47 @@ func invalid(format string, args ...any) error {
 // one belongs to a graph. The node is differentiable with respect to q, k
 // and v under both gorgonia.Grad (TapeMachine) and the LispMachine.
 func Attention(q, k, v *gorgonia.Node, opts ...Option) (*gorgonia.Node, error) {
+	fwd, in, err := build(q, k, v, false, opts)
+	if err != nil {
+		return nil, err
+	}
+	return gorgonia.ApplyOp(fwd, in...)
+}
+
+// AttentionLSE is Attention that also returns the log-sum-exp of every
+// row, lse = log Σ_j exp(s_ij) over the row's visible keys (the softmax's
+// normaliser, before dropout), [B, H, Nq], in q's dtype: +Inf for a row
+// that sees no key. Ring attention and split-KV decoding merge partial
+// results through it. Both nodes are differentiable: a loss that uses lse
+// reaches q and k through ∂lse_i/∂s_ij = P_ij, in the same recomputing
+// backward (on the CPU; the GPU backward refuses a non-zero gradient of
+// lse with cudakernels.ErrUnsupported for now). The options are those of
+// Attention.
+func AttentionLSE(q, k, v *gorgonia.Node, opts ...Option) (o, lse *gorgonia.Node, err error) {
+	fwd, in, err := build(q, k, v, true, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	packed, err := gorgonia.ApplyOp(fwd, in...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return fwd.Split(packed)
+}
+
+// build checks the inputs and options of Attention and AttentionLSE (with
+// withLSE) and returns the op with the nodes it takes.
+func build(q, k, v *gorgonia.Node, withLSE bool, opts []Option) (*autograd.Op, gorgonia.Nodes, error) {
 	var cfg config
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if err := checkNodes(q, k, v); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	backend, err := cfg.resolveBackend()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	scale := 1 / math.Sqrt(float64(q.Shape()[3]))
 	if cfg.scaleSet {
@@ -70,7 +101,7 @@ func Attention(q, k, v *gorgonia.Node, opts ...Option) (*gorgonia.Node, error) {
 	}
 	lens, err := lengthNodes(q, cfg.qLens, cfg.kLens)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	dtypeOf := func(n *gorgonia.Node) tensor.Dtype {
 		if n == nil {
@@ -80,12 +111,12 @@ func Attention(q, k, v *gorgonia.Node, opts ...Option) (*gorgonia.Node, error) {
 	}
 	fwd, err := autograd.New(autograd.Config{Backend: backend, Scale: scale, Causal: cfg.causal,
 		Window: cfg.window, Softcap: cfg.softcap, ALiBi: cfg.alibi, QLens: dtypeOf(cfg.qLens), KLens: dtypeOf(cfg.kLens),
-		Dropout: cfg.dropout},
+		Dropout: cfg.dropout, LSE: withLSE},
 		q.Dtype(), q.Shape(), k.Shape(), v.Shape())
 	if err != nil {
-		return nil, fmt.Errorf("op.Attention: %w", err)
+		return nil, nil, fmt.Errorf("op.Attention: %w", err)
 	}
-	return gorgonia.ApplyOp(fwd, append(gorgonia.Nodes{q, k, v}, lens...)...)
+	return fwd, append(gorgonia.Nodes{q, k, v}, lens...), nil
 }
 
 // lengthNodes checks the length inputs of WithLengths, which must be

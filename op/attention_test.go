@@ -30,8 +30,9 @@ func (c graphCase) params() kernels.Params {
 }
 
 // inputs holds q, k, v and the upstream gradient w as float64, so that the
-// loss sum(O∘w) has dO = w.
-type inputs struct{ q, k, v, w []float64 }
+// loss sum(O∘w) has dO = w; with u (B·H·Nq values, for AttentionLSE) the
+// loss adds sum(LSE∘u), so that dLSE = u.
+type inputs struct{ q, k, v, w, u []float64 }
 
 func randomInputs(p kernels.Params, seed uint64) inputs {
 	rng := rand.New(rand.NewPCG(seed, 1))
@@ -42,13 +43,14 @@ func randomInputs(p kernels.Params, seed uint64) inputs {
 		}
 		return x
 	}
-	return inputs{fill(p.QLen()), fill(p.KLen()), fill(p.KLen()), fill(p.QLen())}
+	return inputs{q: fill(p.QLen()), k: fill(p.KLen()), v: fill(p.KLen()), w: fill(p.QLen())}
 }
 
-// graph builds cost = sum(Attention(q, k, v) ∘ w) in dtype dt.
+// graph builds cost = sum(Attention(q, k, v) ∘ w) in dtype dt, or with
+// in.u sum(O∘w) + sum(LSE∘u) of AttentionLSE.
 type graph struct {
-	g             *gorgonia.ExprGraph
-	q, k, v, o, c *gorgonia.Node
+	g                  *gorgonia.ExprGraph
+	q, k, v, o, lse, c *gorgonia.Node
 }
 
 func buildGraph(t testing.TB, c graphCase, dt tensor.Dtype, in inputs, opts ...op.Option) graph {
@@ -62,26 +64,42 @@ func buildGraphIn(t testing.TB, g *gorgonia.ExprGraph, c graphCase, dt tensor.Dt
 	node := func(name string, n int, data []float64) *gorgonia.Node {
 		// k and v may have fewer heads than q (grouped-query attention):
 		// the data's length says how many.
-		shape := []int{c.B, len(data) / (c.B * n * c.D), n, c.D}
-		var backing any = slices.Clone(data)
-		if dt == tensor.Float32 {
-			f := make([]float32, len(data))
-			for i, x := range data {
-				f[i] = float32(x)
-			}
-			backing = f
-		}
-		val := tensor.New(tensor.WithShape(shape...), tensor.WithBacking(backing))
-		return gorgonia.NewTensor(g, dt, 4, gorgonia.WithShape(shape...), gorgonia.WithName(name), gorgonia.WithValue(val))
+		return valueNode(g, dt, name, []int{c.B, len(data) / (c.B * n * c.D), n, c.D}, data)
 	}
 	q, k, v := node("q", c.Nq, in.q), node("k", c.Nk, in.k), node("v", c.Nk, in.v)
 	w := node("w", c.Nq, in.w)
-	o, err := op.Attention(q, k, v, append([]op.Option{op.WithCausal(c.causal)}, opts...)...)
+	opts = append([]op.Option{op.WithCausal(c.causal)}, opts...)
+	var o, lse *gorgonia.Node
+	var err error
+	if in.u == nil {
+		o, err = op.Attention(q, k, v, opts...)
+	} else {
+		o, lse, err = op.AttentionLSE(q, k, v, opts...)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	cost := gorgonia.Must(gorgonia.Sum(gorgonia.Must(gorgonia.HadamardProd(o, w))))
-	return graph{g, q, k, v, o, cost}
+	if lse != nil {
+		u := valueNode(g, dt, "u", []int{c.B, c.H, c.Nq}, in.u)
+		cost = gorgonia.Must(gorgonia.Add(cost, gorgonia.Must(gorgonia.Sum(gorgonia.Must(gorgonia.HadamardProd(lse, u))))))
+	}
+	return graph{g, q, k, v, o, lse, cost}
+}
+
+// valueNode is a tensor node of g named name, of dtype dt and the given
+// shape, holding data (converted to float32 for Float32).
+func valueNode(g *gorgonia.ExprGraph, dt tensor.Dtype, name string, shape []int, data []float64) *gorgonia.Node {
+	var backing any = slices.Clone(data)
+	if dt == tensor.Float32 {
+		f := make([]float32, len(data))
+		for i, x := range data {
+			f[i] = float32(x)
+		}
+		backing = f
+	}
+	val := tensor.New(tensor.WithShape(shape...), tensor.WithBacking(backing))
+	return gorgonia.NewTensor(g, dt, len(shape), gorgonia.WithShape(shape...), gorgonia.WithName(name), gorgonia.WithValue(val))
 }
 
 // checkGradients compares the gradients of q, k and v with finite

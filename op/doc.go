@@ -34,6 +34,8 @@
 //   - WithSoftcap(c): scores become c·tanh(s/c) after the scale; 0 is off.
 //   - WithALiBi(slopes): one slope per query head; scores lose
 //     slopes[h]·|a − j| after the softcap.
+//   - AttentionLSE returns the log-sum-exp of every row beside the output,
+//     both differentiable (the LSE's gradient on the CPU only, for now).
 //   - WithDropout(p, seed): attention dropout for training; run r of the
 //     node draws mask r of the seed's sequence (fresh every step,
 //     reproducible from the seed), and its backward draws it again.

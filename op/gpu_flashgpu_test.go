@@ -279,3 +279,39 @@ func hogDevice(t *testing.T, leave int64) func() {
 		}
 	}
 }
+
+// TestGPUAttentionLSE runs AttentionLSE on the GPU in float64 beside the
+// CPU: O, the LSE and the gradients agree when the loss gives the LSE a
+// zero gradient, and a non-zero one is refused with ErrUnsupported rather
+// than ignored.
+func TestGPUAttentionLSE(t *testing.T) {
+	requireGPU(t)
+	c := graphCase{2, 2, 70, 90, 64, true}
+	p := c.params()
+	in := randomInputs(p, 41)
+	in.u = make([]float64, p.LSELen())
+	var res [2][][]float64
+	for i, dev := range []op.Device{op.GPU, op.CPU} {
+		vc := variantCase{c: c, opts: []op.Option{op.WithDevice(dev)}}
+		gr := vc.build(t, tensor.Float64, in)
+		out := gr.run(t, false)
+		res[i] = append(out[:], asFloat64s(t, gr.lse.Value()))
+	}
+	for j, name := range []string{"O", "dQ", "dK", "dV", "LSE"} {
+		for e, want := range res[1][j] {
+			if got := res[0][j][e]; !(math.Abs(got-want) <= 1e-10*max(1, math.Abs(want))) && got != want {
+				t.Fatalf("%s[%d] = %v on the GPU, %v on the CPU", name, e, got, want)
+			}
+		}
+	}
+	in.u = normals(rand.New(rand.NewPCG(42, 3)), p.LSELen())
+	gr := variantCase{c: c, opts: []op.Option{op.WithDevice(op.GPU)}}.build(t, tensor.Float64, in)
+	if _, err := gorgonia.Grad(gr.c, gr.q, gr.k, gr.v); err != nil {
+		t.Fatal(err)
+	}
+	m := gorgonia.NewTapeMachine(gr.g)
+	defer m.Close()
+	if err := m.RunAll(); !machineErrorIs(err, cudakernels.ErrUnsupported) {
+		t.Fatalf("a gradient reaching the LSE on the GPU: got %v, want ErrUnsupported", err)
+	}
+}
