@@ -293,16 +293,17 @@ func (op *Op) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	saved, err := lse.Do(packed)
+	if op.cfg.LSE {
+		out = packed
+	}
+	// The backward keeps its own copy of the LSE (1/D of O): a view would
+	// keep O's memory alive from one run to the next, and with Config.LSE
+	// later ops may write into the packed result.
+	saved, err := lse.view(packed)
 	if err != nil {
 		return nil, err
 	}
-	if op.cfg.LSE {
-		// The LSE is also an output, which later ops may write into; the
-		// backward keeps its own copy.
-		out, saved = packed, saved.(*tensor.Dense).Clone().(*tensor.Dense)
-	}
-	if err := op.saved.store(saved.(*tensor.Dense), p.Dropout.Offset, st); err != nil {
+	if err := op.saved.store(saved.Clone().(*tensor.Dense), p.Dropout.Offset, st); err != nil {
 		return nil, fmt.Errorf("attention on %s: releasing the previous run's device state: %w", op.cfg.Backend.Name(), err)
 	}
 	return out, nil
