@@ -47,17 +47,26 @@ func (op *gradOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 		return nil, err
 	}
 	p.Dropout.Offset = offset // the forward's mask
-	// Only the forward of this Op keeps state, on this Op's backend, which
-	// is then a kernels.Resident.
-	st := op.saved.takeDevice()
 	o, dO, dLSE, err := op.splitOutputs(ts[3], ts[4])
 	if err != nil {
 		return nil, err
 	}
-	packed, err := engineFor(op.dtype).backward(op.cfg.Backend, st, p, ts[0], ts[1], ts[2], o, lse, dO, dLSE)
+	kt, err := op.toKernelLayout(ts[0], ts[1], ts[2], o, dO)
+	if err != nil {
+		return nil, err
+	}
+	// Only the forward of this Op keeps state, on this Op's backend, which
+	// is then a kernels.Resident.
+	st := op.saved.takeDevice()
+	e := engineFor(op.dtype)
+	packed, err := e.backward(op.cfg.Backend, st, p, kt[0], kt[1], kt[2], kt[3], lse, kt[4], dLSE)
 	if st != nil {
 		// A training step ends with no device memory held for it.
 		err = errors.Join(err, st.Release())
+	}
+	if err == nil && op.cfg.BNHD {
+		qp, kp := [4]int{p.B, p.H, p.Nq, p.D}, [4]int{p.B, p.KVHeads(), p.Nk, p.D}
+		packed, err = e.relayout(packed, qp, kp, kp)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("attention backward on %s: %w", op.cfg.Backend.Name(), err)

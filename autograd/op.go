@@ -39,6 +39,10 @@ type Config struct {
 	// log-sum-exp of every row, [B, H, Nq] flat), which Op.Split views as
 	// two differentiable nodes.
 	LSE bool
+	// BNHD says that q, k, v and the result are [B, N, H, D] (k and v
+	// [B, Nk, Hkv, D]) rather than [B, H, N, D]; the Op moves them to the
+	// kernels' [B, H, N, D] and back (layout.go). The LSE stays [B, H, Nq].
+	BNHD bool
 }
 
 // lengthDtypes are the dtypes of the length inputs, in input order.
@@ -56,8 +60,8 @@ func (c Config) lengthDtypes() []tensor.Dtype {
 // Gorgonia merges nodes whose hashes are equal: every field that changes the
 // result is in it, each ALiBi slope to full precision.
 func (c Config) String() string {
-	return fmt.Sprintf("scale=%v causal=%v window=%+v softcap=%v alibi=%v qlens=%v klens=%v dropout=%v/%#x lse=%v backend=%s",
-		c.Scale, c.Causal, c.Window, c.Softcap, c.ALiBi, c.QLens, c.KLens, c.Dropout.P, c.Dropout.Seed, c.LSE, c.Backend.Name())
+	return fmt.Sprintf("scale=%v causal=%v window=%+v softcap=%v alibi=%v qlens=%v klens=%v dropout=%v/%#x lse=%v bnhd=%v backend=%s",
+		c.Scale, c.Causal, c.Window, c.Softcap, c.ALiBi, c.QLens, c.KLens, c.Dropout.P, c.Dropout.Seed, c.LSE, c.BNHD, c.Backend.Name())
 }
 
 // Op is fused attention as a Gorgonia op: (q, k, v) → o. Its backward is
@@ -99,8 +103,20 @@ func New(cfg Config, dt tensor.Dtype, q, k, v tensor.Shape) (*Op, error) {
 		}
 	}
 	cfg.ALiBi = slices.Clone(cfg.ALiBi)
-	p, err := params(cfg, q, k, v)
+	kq, kk, kv := q, k, v
+	if cfg.BNHD {
+		for _, s := range []tensor.Shape{q, k, v} {
+			if s.Dims() != 4 {
+				return nil, invalid("shape %v (rank %d), want [B, N, H, D]", s, s.Dims())
+			}
+		}
+		kq, kk, kv = headsFirst(q), headsFirst(k), headsFirst(v)
+	}
+	p, err := params(cfg, kq, kk, kv)
 	if err != nil {
+		if cfg.BNHD {
+			return nil, fmt.Errorf("%w (BNHD shapes, read as [B, H, N, D])", err)
+		}
 		return nil, err
 	}
 	return &Op{cfg: cfg, dtype: dt, shapes: [3]tensor.Shape{q.Clone(), k.Clone(), v.Clone()}, p: p, saved: new(saved)}, nil
@@ -283,7 +299,18 @@ func (op *Op) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 	_, resident := op.cfg.Backend.(kernels.Resident)
 	keep := resident && op.saved.keepOnDevice()
 	p.Dropout.Offset = op.saved.nextRun()
-	packed, st, err := engineFor(op.dtype).forward(op.cfg.Backend, keep, p, ts[0], ts[1], ts[2])
+	kt, err := op.toKernelLayout(ts...)
+	if err != nil {
+		return nil, err
+	}
+	e := engineFor(op.dtype)
+	packed, st, err := e.forward(op.cfg.Backend, keep, p, kt[0], kt[1], kt[2])
+	if err == nil && op.cfg.BNHD {
+		// O back to BNHD, the LSE as it is.
+		if packed, err = e.relayout(packed, [4]int{p.B, p.H, p.Nq, p.D}); err != nil && st != nil {
+			err = errors.Join(err, st.Release())
+		}
+	}
 	if err != nil {
 		// The previous run's device state is of no use to anyone now.
 		return nil, errors.Join(fmt.Errorf("attention on %s: %w", op.cfg.Backend.Name(), err), op.saved.release())
@@ -305,6 +332,30 @@ func (op *Op) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 	}
 	if err := op.saved.store(saved.Clone().(*tensor.Dense), p.Dropout.Offset, st); err != nil {
 		return nil, fmt.Errorf("attention on %s: releasing the previous run's device state: %w", op.cfg.Backend.Name(), err)
+	}
+	return out, nil
+}
+
+// toKernelLayout returns q, k, v and any further tensors of O's shape
+// (o, dO) in the kernels' [B, H, N, D]: as they are, or with Config.BNHD
+// moved from [B, N, H, D].
+func (op *Op) toKernelLayout(ts ...*tensor.Dense) ([]*tensor.Dense, error) {
+	if !op.cfg.BNHD {
+		return ts, nil
+	}
+	p := op.p
+	out := make([]*tensor.Dense, len(ts))
+	for i, t := range ts {
+		s := [4]int{p.B, p.Nq, p.H, p.D}
+		if i == 1 || i == 2 {
+			s = [4]int{p.B, p.Nk, p.KVHeads(), p.D}
+		}
+		r, err := engineFor(op.dtype).relayout(t, s)
+		if err != nil {
+			return nil, err
+		}
+		r.Reshape(s[0], s[2], s[1], s[3])
+		out[i] = r
 	}
 	return out, nil
 }

@@ -21,6 +21,8 @@ type engine interface {
 	// else on the inputs given. dLSE, the gradient with respect to the
 	// LSE, may be nil.
 	backward(b kernels.Backend, st kernels.DeviceState, p kernels.Params, q, k, v, o, lse, dO, dLSE *tensor.Dense) (*tensor.Dense, error)
+	// relayout is the package function relayout of this element type.
+	relayout(x *tensor.Dense, parts ...[4]int) (*tensor.Dense, error)
 }
 
 // engineFor returns the engine of dt, which New has checked is Float32 or
@@ -77,4 +79,8 @@ func dataOf[T kernels.Float](t *tensor.Dense) []T {
 		return nil
 	}
 	return t.Data().([]T)
+}
+
+func (typed[T]) relayout(x *tensor.Dense, parts ...[4]int) (*tensor.Dense, error) {
+	return relayout[T](x, parts...)
 }

@@ -72,13 +72,14 @@ func benchKernel[T kernels.Float](b *testing.B, backward bool) {
 }
 
 // BenchmarkGraph times one forward+backward of attention in a Gorgonia graph
-// on a TapeMachine, flash against naive, float32.
+// on a TapeMachine, float32: flash, flash on inputs in the BNHD layout
+// (op.WithLayout, which transposes them), and naive.
 func BenchmarkGraph(b *testing.B) {
 	for _, p := range shapes[:2] {
 		p.Scale = 1 / math.Sqrt(float64(p.D))
-		for _, impl := range []string{"flash", "naive"} {
+		for _, impl := range []string{"flash", "flash-bnhd", "naive"} {
 			b.Run(impl+"/"+name(p), func(b *testing.B) {
-				m, err := buildGraph(p, impl == "naive")
+				m, err := buildGraph(p, impl)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -97,19 +98,27 @@ func BenchmarkGraph(b *testing.B) {
 }
 
 // buildGraph returns a TapeMachine computing sum(attention(q, k, v)) and its
-// gradients with respect to q, k and v.
-func buildGraph(p kernels.Params, naive bool) (gorgonia.VM, error) {
+// gradients with respect to q, k and v, for impl "flash", "flash-bnhd" or
+// "naive".
+func buildGraph(p kernels.Params, impl string) (gorgonia.VM, error) {
 	g := gorgonia.NewGraph()
 	input := func(name string, n int, seed uint64) *gorgonia.Node {
-		val := tensor.New(tensor.WithShape(p.B, p.H, n, p.D), tensor.WithBacking(randomSlice[float32](p.B*p.H*n*p.D, seed)))
-		return gorgonia.NewTensor(g, tensor.Float32, 4, gorgonia.WithShape(p.B, p.H, n, p.D), gorgonia.WithName(name), gorgonia.WithValue(val))
+		shape := []int{p.B, p.H, n, p.D}
+		if impl == "flash-bnhd" {
+			shape[1], shape[2] = n, p.H
+		}
+		val := tensor.New(tensor.WithShape(shape...), tensor.WithBacking(randomSlice[float32](p.B*p.H*n*p.D, seed)))
+		return gorgonia.NewTensor(g, tensor.Float32, 4, gorgonia.WithShape(shape...), gorgonia.WithName(name), gorgonia.WithValue(val))
 	}
 	q, k, v := input("q", p.Nq, 1), input("k", p.Nk, 2), input("v", p.Nk, 3)
 	var o *gorgonia.Node
 	var err error
-	if naive {
+	switch impl {
+	case "naive":
 		o, err = naivegraph.Attention(q, k, v, p.Scale, p.Causal)
-	} else {
+	case "flash-bnhd":
+		o, err = op.Attention(q, k, v, op.WithCausal(p.Causal), op.WithScale(p.Scale), op.WithLayout(op.BNHD))
+	default:
 		o, err = op.Attention(q, k, v, op.WithCausal(p.Causal), op.WithScale(p.Scale))
 	}
 	if err != nil {

@@ -91,6 +91,9 @@ func build(q, k, v *gorgonia.Node, withLSE bool, opts []Option) (*autograd.Op, g
 	if err := checkNodes(q, k, v); err != nil {
 		return nil, nil, err
 	}
+	if err := cfg.layout.check(); err != nil {
+		return nil, nil, err
+	}
 	backend, err := cfg.resolveBackend()
 	if err != nil {
 		return nil, nil, err
@@ -111,7 +114,7 @@ func build(q, k, v *gorgonia.Node, withLSE bool, opts []Option) (*autograd.Op, g
 	}
 	fwd, err := autograd.New(autograd.Config{Backend: backend, Scale: scale, Causal: cfg.causal,
 		Window: cfg.window, Softcap: cfg.softcap, ALiBi: cfg.alibi, QLens: dtypeOf(cfg.qLens), KLens: dtypeOf(cfg.kLens),
-		Dropout: cfg.dropout, LSE: withLSE},
+		Dropout: cfg.dropout, LSE: withLSE, BNHD: cfg.layout == BNHD},
 		q.Dtype(), q.Shape(), k.Shape(), v.Shape())
 	if err != nil {
 		return nil, nil, fmt.Errorf("op.Attention: %w", err)

@@ -34,6 +34,8 @@
 //   - WithSoftcap(c): scores become c·tanh(s/c) after the scale; 0 is off.
 //   - WithALiBi(slopes): one slope per query head; scores lose
 //     slopes[h]·|a − j| after the softcap.
+//   - WithLayout(BNHD): q, k, v and the output in [B, N, H, D], copied to
+//     and from the kernels' [B, H, N, D] by the op.
 //   - AttentionLSE returns the log-sum-exp of every row beside the output,
 //     both differentiable (the LSE's gradient on the CPU only, for now).
 //   - WithDropout(p, seed): attention dropout for training; run r of the

@@ -26,6 +26,7 @@ type config struct {
 	qLens      *gorgonia.Node
 	kLens      *gorgonia.Node
 	dropout    kernels.Dropout
+	layout     Layout
 }
 
 // WithCausal applies a bottom-right aligned causal mask: query i sees key j
