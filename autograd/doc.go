@@ -15,6 +15,18 @@
 // Nothing of size Nq×Nk exists at any point. Both directions reach the
 // backend through one dispatch path (engine, in run.go).
 //
+// # Extra inputs and outputs
+//
+// Per-sequence lengths (Config.QLens, KLens) are integer vector inputs
+// after q, k and v, read at every run, without gradient. With Config.LSE
+// the Op's single output is the vector [O | LSE], which Op.Split views as
+// two nodes whose gradients unpackOp's SymDiff places back into one packed
+// gradient; the backward then folds dLSE into D. With Config.BNHD the
+// graph's tensors are [B, N, H, D] and the Op copies them, a row of D
+// elements at a time, to and from the kernels' [B, H, N, D]. With
+// Config.Dropout each forward run takes the number of runs before it as
+// the mask's offset, saved for its backward.
+//
 // The shapes and dtype an Op is built for are checked again on every run:
 // a node whose value was replaced by one of another shape or dtype gets an
 // error wrapping kernels.ErrInvalidParams instead of a reinterpretation.

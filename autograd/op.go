@@ -64,9 +64,10 @@ func (c Config) String() string {
 		c.Scale, c.Causal, c.Window, c.Softcap, c.ALiBi, c.QLens, c.KLens, c.Dropout.P, c.Dropout.Seed, c.LSE, c.BNHD, c.Backend.Name())
 }
 
-// Op is fused attention as a Gorgonia op: (q, k, v) → o. Its backward is
-// gradOp, which SymDiff adds to the graph and DoDiff runs directly; the two
-// share the forward's saved state.
+// Op is fused attention as a Gorgonia op: (q, k, v, lengths…) → o, or
+// → [O | LSE] with Config.LSE. Its backward is gradOp, which SymDiff adds
+// to the graph and DoDiff runs directly; the two share the forward's saved
+// state.
 type Op struct {
 	cfg    Config
 	dtype  tensor.Dtype
@@ -82,7 +83,8 @@ var (
 
 // New returns the op for q, k and v of dtype dt (Float32 or Float64) and the
 // given shapes: q [B, H, Nq, D], k and v [B, Hkv, Nk, D] with Hkv dividing
-// H (grouped-query attention when Hkv < H). It checks everything
+// H (grouped-query attention when Hkv < H), or with Config.BNHD [B, Nq, H,
+// D] and [B, Nk, Hkv, D]. It checks everything
 // that can be checked before the graph runs: the shapes, the dtype, the
 // backend, and that the scale is finite and representable in dt (a float32
 // tensor cannot take a scale of 1e39, nor one that rounds to 0). Errors wrap
@@ -316,12 +318,11 @@ func (op *Op) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 		return nil, errors.Join(fmt.Errorf("attention on %s: %w", op.cfg.Backend.Name(), err), op.saved.release())
 	}
 	o, lse := op.outputViews()
-	out, err := o.Do(packed)
-	if err != nil {
-		return nil, err
-	}
-	if op.cfg.LSE {
-		out = packed
+	out := packed
+	if !op.cfg.LSE {
+		if out, err = o.view(packed); err != nil {
+			return nil, err
+		}
 	}
 	// The backward keeps its own copy of the LSE (1/D of O): a view would
 	// keep O's memory alive from one run to the next, and with Config.LSE
@@ -343,14 +344,14 @@ func (op *Op) toKernelLayout(ts ...*tensor.Dense) ([]*tensor.Dense, error) {
 	if !op.cfg.BNHD {
 		return ts, nil
 	}
-	p := op.p
+	p, e := op.p, engineFor(op.dtype)
 	out := make([]*tensor.Dense, len(ts))
 	for i, t := range ts {
 		s := [4]int{p.B, p.Nq, p.H, p.D}
 		if i == 1 || i == 2 {
 			s = [4]int{p.B, p.Nk, p.KVHeads(), p.D}
 		}
-		r, err := engineFor(op.dtype).relayout(t, s)
+		r, err := e.relayout(t, s)
 		if err != nil {
 			return nil, err
 		}
@@ -369,9 +370,9 @@ func (op *Op) outShape() tensor.Shape {
 	return op.shapes[0].Clone()
 }
 
-// outputViews returns the views of O ([B, H, Nq, D]) and LSE ([B, H, Nq])
-// in the packed [O | LSE] vector the engine's forward returns; as graph
-// nodes (Split) they copy (see unpackOp.copied).
+// outputViews returns the views of O (q's shape) and LSE ([B, H, Nq]) in
+// the packed [O | LSE] vector the forward makes; as graph nodes (Split)
+// they copy (see unpackOp.copied).
 func (op *Op) outputViews() (o, lse unpackOp) {
 	return unpackOp{0, op.shapes[0], false}, unpackOp{op.p.QLen(), tensor.Shape{op.p.B, op.p.H, op.p.Nq}, false}
 }
