@@ -3,6 +3,8 @@ package kernels
 import (
 	"fmt"
 	"math"
+
+	"github.com/gorgonia-flash/flashattention/internal/simd"
 )
 
 // Dropout describes dropout on the attention probabilities: each P_ij of
@@ -180,6 +182,18 @@ func (d Dropout) KeepRow(bh, i, j0 int, keep []bool) {
 			x++
 		}
 		blk++
+	}
+	// 16 blocks at a time through the vector generator where the CPU has
+	// one (simd.Philox16: the same function, bit for bit), as long as more
+	// than 3 blocks' worth of keys remain (fewer cost less one by one).
+	var words [64]uint32
+	for len(keep)-x > 12 && simd.Philox16(&words, blk, c1, c2, c3, k0, k1) {
+		k := keep[x:min(len(keep), x+64)]
+		for y := range k {
+			k[y] = words[y] >= t
+		}
+		x += len(k)
+		blk += 16
 	}
 	for ; x+4 <= len(keep); x += 4 { // whole blocks
 		w0, w1, w2, w3 := philox(blk, c1, c2, c3, k0, k1)

@@ -1,0 +1,20 @@
+//go:build !noasm
+
+package simd
+
+// philox16AVX512 writes the Philox4x32-10 blocks of the 16 counters
+// (ctr0 + l, c1, c2, c3), l < 16, under key (k0, k1): word w of block l
+// at out[4l + w].
+//
+//go:noescape
+func philox16AVX512(out *[64]uint32, ctr0, c1, c2, c3, k0, k1 uint32)
+
+// philox16 is philox16AVX512 where the CPU has AVX-512, and reports false
+// (writing nothing) where it does not.
+func philox16(out *[64]uint32, ctr0, c1, c2, c3, k0, k1 uint32) bool {
+	if !hasAVX512 {
+		return false
+	}
+	philox16AVX512(out, ctr0, c1, c2, c3, k0, k1)
+	return true
+}
