@@ -1,6 +1,13 @@
 // Package simd holds the inner loops of the CPU attention kernels: a small
 // row-major GEMM (C += A·B), a shifted exponential with its sum, and the
-// row maximum and scaling of online softmax, for float32 and float64.
+// row maximum and scaling of online softmax, for float32 and float64; and
+// Philox16, sixteen Philox4x32-10 blocks at once for attention dropout's
+// mask (kernels.Dropout).
+//
+// Philox16 is the one routine without a portable loop here: it exists only
+// on AVX-512 (elsewhere, and with noasm, it reports false and
+// kernels.Dropout computes the blocks itself, the scalar definition its
+// tests pin), and its test compares it word for word with a scalar Philox.
 //
 // # Paths and dispatch
 //
