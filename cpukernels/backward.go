@@ -114,7 +114,9 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 		return err
 	}
 	// Recycled buffers (workspace.go): the first loop below writes every
-	// element of qsT and doT and clears this call's part of each dQᵀ.
+	// element of qsT and doT that a key block reads (not those of query
+	// blocks past a sequence's length, which none visits) and clears each
+	// dQᵀ.
 	qsT, doT := takeBuffer[T](aug), takeBuffer[T](aug)
 	defer giveBuffer(qsT)
 	defer giveBuffer(doT)
@@ -139,6 +141,12 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 		row0 := qb * blockRows
 		rows := min(blockRows, p.Nq-row0)
 		at := (bh*p.Nq + row0) * d
+		for _, part := range dqT {
+			clear(part[at : at+rows*d])
+		}
+		if row0 >= mask.Lq {
+			return // padding rows, which no key block visits
+		}
 		packed := (bh*p.Nq + row0) * da
 		qs, dot := qsT[packed:packed+da*rows], doT[packed:packed+da*rows]
 		transpose(rows, d, q[at:], d, qs, rows)
@@ -169,9 +177,6 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 			if mask.VisibleKeys(row0+r) > 0 && p.Softcap == 0 {
 				qs[d*rows+r] = -lse[bh*p.Nq+row0+r]
 			}
-		}
-		for _, part := range dqT {
-			clear(part[at : at+rows*d])
 		}
 	})
 

@@ -70,7 +70,7 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 	// block's own width, not Bc, so that Kᵀ takes exactly the memory of K
 	// however short the sequences: padding every head to Bc keys would
 	// multiply it by Bc when Nk = 1.
-	kt := takeBuffer[T](p.KLen()) // every element is written below
+	kt := takeBuffer[T](p.KLen()) // every element a tile reads is written below
 	defer giveBuffer(kt)
 	// Under a window, whether each key block's V is finite, asked by most
 	// of its tiles (the masks cut them), is found once here. Otherwise nil:
@@ -81,8 +81,12 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 	if p.Window.On {
 		vFinite = make([]bool, kvHeads*kBlocks)
 	}
+	masks := entryMasks(p)
 	parallelFor(workers, kvHeads*kBlocks, func(_, unit int) {
 		bh, kb := unit/kBlocks, unit%kBlocks
+		if kb*blockCols >= masks[bh/p.KVHeads()].Lk {
+			return // padding keys, which no row reads
+		}
 		at := (bh*p.Nk + kb*blockCols) * p.D
 		w := min(blockCols, p.Nk-kb*blockCols)
 		transpose(w, p.D, k[at:], p.D, kt[at:], w)
@@ -97,7 +101,6 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 	}
 	ops := opsFor[T]()
 	group := p.H / p.KVHeads()
-	masks := entryMasks(p)
 	parallelFor(workers, heads*qBlocks, func(w, unit int) {
 		bh, qb := unit/qBlocks, unit%qBlocks
 		b, h := bh/p.H, bh%p.H
