@@ -69,7 +69,13 @@ func launchFlat(fn cu.Function, grid, threads int, stream cu.Stream, vals ...any
 // gridFor returns the number of blocks covering rows in tiles for every
 // (batch, head), or an error past the grid's limit.
 func gridFor(p kernels.Params, rows, tile int) (int, error) {
-	n := int64(p.B) * int64(p.H) * int64((rows+tile-1)/tile)
+	return gridOver(int64(p.B)*int64(p.H), rows, tile)
+}
+
+// gridOver is gridFor over pairs (batch, head) pairs: blocks of tile rows
+// each.
+func gridOver(pairs int64, rows, tile int) (int, error) {
+	n := pairs * int64((rows+tile-1)/tile)
 	if n > math.MaxInt32 {
 		return 0, fmt.Errorf("%w: %w: %d thread blocks, more than a grid holds", kernels.ErrInvalidParams, ErrUnsupported, n)
 	}
@@ -77,9 +83,10 @@ func gridFor(p kernels.Params, rows, tile int) (int, error) {
 }
 
 // backwardGrids returns the grids of a backward's two kernels: blocks of
-// rows keys for dK and dV, blocks of rows queries for dQ.
+// rows keys of each key head for dK and dV (a block sums the gradients of
+// every query head of its group), blocks of rows queries for dQ.
 func backwardGrids(p kernels.Params, rows int) (gridK, gridQ int, err error) {
-	if gridK, err = gridFor(p, p.Nk, rows); err != nil {
+	if gridK, err = gridOver(int64(p.B)*int64(p.KVHeads()), p.Nk, rows); err != nil {
 		return 0, 0, err
 	}
 	gridQ, err = gridFor(p, p.Nq, rows)

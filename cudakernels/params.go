@@ -23,4 +23,11 @@ type kernelParams struct {
 	B, H, Nq, Nk, Dim int64
 	Causal            int64
 	Scale             float64
+
+	Pair0, Heads        int64
+	KvGroup             int64
+	MaskLeft, MaskRight int64
+	QLens, KLens, Alibi uint64
+	Softcap             float64
+	Dlse                uint64
 }

@@ -26,6 +26,17 @@ type operands struct {
 	lse, delta                   uint64
 	// The Hopper backward's transposed images and padded statistics.
 	qT, kT, doutT, lseLog2, deltaPad uint64
+	vars                             variantArgs
+}
+
+// variantArgs place a launch in its call: its first (batch, head) pair
+// among the call's, the call's heads per batch entry (0: the launch's own
+// H, a launch that is the whole call), and the device copies of the
+// call's lengths (int32), ALiBi slopes (float64) and LSE gradient (the
+// launch's part), 0 where absent.
+type variantArgs struct {
+	pair0, heads              int64
+	qLens, kLens, alibi, dlse uint64
 }
 
 // newParams builds the kernels' argument for problem p on the tensors of ops.
@@ -40,13 +51,27 @@ func newParams(p kernels.Params, ops operands) kernelParams {
 	if p.Causal {
 		kp.Causal = 1
 	}
+	kp.Pair0, kp.Heads = ops.vars.pair0, ops.vars.heads
+	if kp.Heads == 0 {
+		kp.Heads = int64(p.H)
+	}
+	kp.KvGroup = int64(p.H / p.KVHeads())
+	kp.MaskLeft, kp.MaskRight = -1, -1
+	if p.Window.On {
+		kp.MaskLeft, kp.MaskRight = int64(p.Window.Left), int64(p.Window.Right)
+	}
+	if p.Causal {
+		kp.MaskRight = 0 // as kernels.Params.Mask: the window's right bound is −1 or ≥ 0
+	}
+	kp.QLens, kp.KLens, kp.Alibi, kp.Dlse = ops.vars.qLens, ops.vars.kLens, ops.vars.alibi, ops.vars.dlse
+	kp.Softcap = p.Softcap
 	kp.QBatchStride, kp.QHeadStride, kp.QRowStride = ops.q.strides(p.H)
-	kp.KBatchStride, kp.KHeadStride, kp.KRowStride = ops.k.strides(p.H)
-	kp.VBatchStride, kp.VHeadStride, kp.VRowStride = ops.v.strides(p.H)
+	kp.KBatchStride, kp.KHeadStride, kp.KRowStride = ops.k.strides(p.KVHeads())
+	kp.VBatchStride, kp.VHeadStride, kp.VRowStride = ops.v.strides(p.KVHeads())
 	kp.OBatchStride, kp.OHeadStride, kp.ORowStride = ops.o.strides(p.H)
 	kp.DoutBatchStride, kp.DoutHeadStride, kp.DoutRowStride = ops.dout.strides(p.H)
 	kp.DQBatchStride, kp.DQHeadStride, kp.DQRowStride = ops.dq.strides(p.H)
-	kp.DKBatchStride, kp.DKHeadStride, kp.DKRowStride = ops.dk.strides(p.H)
-	kp.DVBatchStride, kp.DVHeadStride, kp.DVRowStride = ops.dv.strides(p.H)
+	kp.DKBatchStride, kp.DKHeadStride, kp.DKRowStride = ops.dk.strides(p.KVHeads())
+	kp.DVBatchStride, kp.DVHeadStride, kp.DVRowStride = ops.dv.strides(p.KVHeads())
 	return kp
 }

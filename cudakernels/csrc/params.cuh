@@ -60,12 +60,36 @@ struct Params {
   long long causal;
   // Softmax scale applied to Q·Kᵀ.
   double scale;
+
+  // The attention variants of kernels.Params (variants.cuh reads them);
+  // zeros and nulls are plain attention. A launch computes the (batch,
+  // head) pairs pair0 … pair0 + b·h − 1 of its call, whose batch entries
+  // have `heads` query heads each: pair = batch·heads + head, from which
+  // the lengths, the ALiBi slope and the dropout counter are found.
+  long long pair0, heads;
+  // Grouped-query attention: query pair bh of the launch reads key pair
+  // bh / kv_group of k, v, dk and dv (1: a key head per query head). A
+  // launch starts on a group boundary, so that holds from its first pair.
+  long long kv_group;
+  // How far before and after its aligned position a row sees (the window;
+  // the causal mask is right = 0), −1 where unbounded.
+  long long mask_left, mask_right;
+  // Per-sequence lengths: int [batch entries of the call], or null (all
+  // nq rows, all nk keys real).
+  const void* q_lens;
+  const void* k_lens;
+  // ALiBi slopes, double [heads], or null; the softcap, 0 when off.
+  const void* alibi;
+  double softcap;
+  // The gradient of the LSE, [b, h, nq] dense like lse, or null:
+  // dot_do_o then writes D − dLSE.
+  const void* dlse;
 };
 
-static_assert(sizeof(Params) == 46 * 8, "Params: every field is 8 bytes; update params.go's kernelParams too");
+static_assert(sizeof(Params) == 56 * 8, "Params: every field is 8 bytes; update params.go's kernelParams too");
 static_assert(__builtin_offsetof(Params, q_batch_stride) == 15 * 8, "Params: pointers come first");
 static_assert(__builtin_offsetof(Params, b) == 39 * 8, "Params: strides before sizes");
-static_assert(__builtin_offsetof(Params, scale) == 45 * 8, "Params: scale is last");
+static_assert(__builtin_offsetof(Params, scale) == 45 * 8, "Params: scale ends the plain problem");
 
 // head_of returns the address of head bh = batch·h + head of a tensor with
 // the given batch and head strides (in elements of T). bh and h fit 32 bits
