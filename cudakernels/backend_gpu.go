@@ -199,11 +199,16 @@ func (b *Backend) Backward64(p kernels.Params, q, k, v, o, lse, do, dlse, dq, dk
 
 // fwdBuffers and bwdBuffers are the device tensors of one call (or chunk),
 // by name; scratch is the kernel's scratchBytes of work space.
-type fwdBuffers struct{ q, k, v, o, lse, scratch cu.DevicePtr }
+// vars places the chunk in its call (variantArgs).
+type fwdBuffers struct {
+	q, k, v, o, lse, scratch cu.DevicePtr
+	vars                     variantArgs
+}
 
 type bwdBuffers struct {
 	q, k, v, o, lse, do, delta, dq, dk, dv cu.DevicePtr
 	scratch                                cu.DevicePtr
+	vars                                   variantArgs
 }
 
 // elemSize is the size of T in bytes.
@@ -219,7 +224,7 @@ func forward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse []T,
 	if err := kernels.CheckForward(p, q, k, v, o, lse); err != nil {
 		return nil, err
 	}
-	if err := checkPlain(p); err != nil {
+	if err := checkVariants(p, b.prec, elemSize[T]()); err != nil {
 		return nil, err
 	}
 	if _, err := paddedDim(p.D); err != nil {
@@ -231,20 +236,21 @@ func forward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse []T,
 		if err != nil {
 			return err
 		}
-		bh := p.B * p.H
-		tq, tk, tv := staged[T]{host: q, per: p.Nq * p.D}, staged[T]{host: k, per: p.Nk * p.D}, staged[T]{host: v, per: p.Nk * p.D}
+		bh, g := p.B*p.H, p.H/p.KVHeads()
+		tq, tk, tv := staged[T]{host: q, per: p.Nq * p.D}, staged[T]{host: k, per: p.Nk * p.D, group: g}, staged[T]{host: v, per: p.Nk * p.D, group: g}
 		to, tl := staged[T]{host: o, per: p.Nq * p.D}, staged[T]{host: lse, per: p.Nq}
 		all := []*staged[T]{&tq, &tk, &tv, &to, &tl}
 		hb := headBytes(all)
-		hc := capScratch(b.xfer.chunkHeads(bh, hb), f.scratchBytes(chunkParams(p, 1)), hb)
+		hc := groupHeads(p, capScratch(b.xfer.chunkHeads(bh, hb), f.scratchBytes(chunkParams(p, g))/int64(g), hb))
 		sb := f.scratchBytes(chunkParams(p, hc))
 		var scratch [slots]cu.DevicePtr
-		parts := []part{{&scratch[0], sb}, {&scratch[1], sb}}
+		var aux auxArgs
+		parts := []part{{&scratch[0], sb}, {&scratch[1], sb}, aux.part(p)}
 		if keep {
 			st = &deviceState{b: b, p: p, elem: elemSize[T]()}
-			n := int64(bh)
-			if st.a, err = newArena(part{&st.q, n * tq.bytes()}, part{&st.k, n * tk.bytes()}, part{&st.v, n * tv.bytes()},
-				part{&st.o, n * to.bytes()}, part{&st.lse, n * tl.bytes()}); err != nil {
+			if st.a, err = newArena(part{&st.q, int64(tq.heads(bh)) * tq.bytes()}, part{&st.k, int64(tk.heads(bh)) * tk.bytes()},
+				part{&st.v, int64(tv.heads(bh)) * tv.bytes()}, part{&st.o, int64(to.heads(bh)) * to.bytes()},
+				part{&st.lse, int64(tl.heads(bh)) * tl.bytes()}); err != nil {
 				return err
 			}
 			defer func() {
@@ -262,8 +268,12 @@ func forward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse []T,
 		if err := b.xfer.workspace(parts...); err != nil {
 			return err
 		}
+		if err := aux.upload(); err != nil {
+			return err
+		}
 		return pipeline(&b.xfer, bh, hc, []*staged[T]{&tq, &tk, &tv}, []*staged[T]{&to, &tl}, func(c chunk, s cu.Stream) error {
-			buf := fwdBuffers{q: tq.dev(c), k: tk.dev(c), v: tv.dev(c), o: to.dev(c), lse: tl.dev(c), scratch: scratch[c.slot]}
+			buf := fwdBuffers{q: tq.dev(c), k: tk.dev(c), v: tv.dev(c), o: to.dev(c), lse: tl.dev(c), scratch: scratch[c.slot],
+				vars: aux.at(p, c, 0)}
 			if err := f.launch(chunkParams(p, c.n), buf, s); err != nil {
 				return fmt.Errorf("cudakernels: forward launch: %w", err)
 			}
@@ -283,10 +293,7 @@ func backward[T kernels.Float](b *Backend, p kernels.Params, st *deviceState, q,
 			return err
 		}
 	}
-	if err := checkNoLSEGradient(dlse); err != nil {
-		return err
-	}
-	if err := checkPlain(p); err != nil {
+	if err := checkVariants(p, b.prec, elemSize[T]()); err != nil {
 		return err
 	}
 	if _, err := paddedDim(p.D); err != nil {
@@ -296,41 +303,54 @@ func backward[T kernels.Float](b *Backend, p kernels.Params, st *deviceState, q,
 		if st != nil && st.a == nil {
 			return fmt.Errorf("%w: device state already released", kernels.ErrInvalidParams)
 		}
-		bh := p.B * p.H
+		bh, g := p.B*p.H, p.H/p.KVHeads()
 		qd, kd := p.Nq*p.D, p.Nk*p.D
-		tq, tk, tv := staged[T]{host: q, per: qd}, staged[T]{host: k, per: kd}, staged[T]{host: v, per: kd}
+		tq, tk, tv := staged[T]{host: q, per: qd}, staged[T]{host: k, per: kd, group: g}, staged[T]{host: v, per: kd, group: g}
 		to, tl, tdo := staged[T]{host: o, per: qd}, staged[T]{host: lse, per: p.Nq}, staged[T]{host: do, per: qd}
 		tdelta := staged[T]{per: p.Nq} // work space, never copied
-		tdq, tdk, tdv := staged[T]{host: dq, per: qd}, staged[T]{host: dk, per: kd}, staged[T]{host: dv, per: kd}
+		tdq, tdk, tdv := staged[T]{host: dq, per: qd}, staged[T]{host: dk, per: kd, group: g}, staged[T]{host: dv, per: kd, group: g}
+		tdlse := staged[T]{host: dlse, per: p.Nq}
 		in := []*staged[T]{&tdo}
 		if st != nil {
 			tq.whole, tk.whole, tv.whole, to.whole, tl.whole = st.q, st.k, st.v, st.o, st.lse
 		} else {
 			in = []*staged[T]{&tq, &tk, &tv, &to, &tl, &tdo}
 		}
+		if dlse != nil {
+			in = append(in, &tdlse)
+		}
 		out := []*staged[T]{&tdq, &tdk, &tdv}
 		slotted := append(append(append([]*staged[T](nil), in...), &tdelta), out...)
 		hb := headBytes(append(append([]*staged[T](nil), in...), out...))
-		perHead, err := backwardScratchBytes[T](b, chunkParams(p, 1))
+		perGroup, err := backwardScratchBytes[T](b, chunkParams(p, g))
 		if err != nil {
 			return err
 		}
-		hc := capScratch(b.xfer.chunkHeads(bh, hb), perHead, hb)
+		hc := groupHeads(p, capScratch(b.xfer.chunkHeads(bh, hb), perGroup/int64(g), hb))
 		sb, err := backwardScratchBytes[T](b, chunkParams(p, hc))
 		if err != nil {
 			return err
 		}
 		var scratch [slots]cu.DevicePtr
-		parts := []part{{&scratch[0], sb}, {&scratch[1], sb}}
+		var aux auxArgs
+		parts := []part{{&scratch[0], sb}, {&scratch[1], sb}, aux.part(p)}
 		for _, t := range slotted {
 			parts = append(parts, t.slotParts(hc)...)
 		}
 		if err := b.xfer.workspace(parts...); err != nil {
 			return err
 		}
+		if err := aux.upload(); err != nil {
+			return err
+		}
 		return pipeline(&b.xfer, bh, hc, in, out, func(c chunk, s cu.Stream) error {
+			var dlseAt cu.DevicePtr
+			if dlse != nil {
+				dlseAt = tdlse.dev(c)
+			}
 			buf := bwdBuffers{q: tq.dev(c), k: tk.dev(c), v: tv.dev(c), o: to.dev(c), lse: tl.dev(c),
-				do: tdo.dev(c), delta: tdelta.dev(c), dq: tdq.dev(c), dk: tdk.dev(c), dv: tdv.dev(c), scratch: scratch[c.slot]}
+				do: tdo.dev(c), delta: tdelta.dev(c), dq: tdq.dev(c), dk: tdk.dev(c), dv: tdv.dev(c), scratch: scratch[c.slot],
+				vars: aux.at(p, c, dlseAt)}
 			return enqueueBackward[T](b, chunkParams(p, c.n), buf, s)
 		})
 	})

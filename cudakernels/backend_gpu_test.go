@@ -44,8 +44,16 @@ func newTestBackend(t testing.TB, opts ...Option) *Backend {
 	return b
 }
 
+// gpuVariants are the variants the CUDA-core kernels (FP32 and float64)
+// compute; tensorCoreVariants those of the tensor-core families.
+var (
+	gpuVariants = conformance.WithVariants(conformance.GQA, conformance.Window, conformance.Softcap, conformance.ALiBi,
+		conformance.Lengths, conformance.LSEGradient)
+	tensorCoreVariants = conformance.WithVariants(conformance.LSEGradient)
+)
+
 func TestConformanceFP32(t *testing.T) {
-	conformance.Run(t, newTestBackend(t), FP32, conformance.MaskedNaNMayPropagate())
+	conformance.Run(t, newTestBackend(t), FP32, conformance.MaskedNaNMayPropagate(), gpuVariants)
 }
 
 func randn[T kernels.Float](rng *rand.Rand, n int) []T {

@@ -51,7 +51,7 @@ func callerOperands(p kernels.Params, buf bwdBuffers) operands {
 	return operands{
 		q: dense(buf.q, p.Nq, p.D), k: dense(buf.k, p.Nk, p.D), v: dense(buf.v, p.Nk, p.D), o: dense(buf.o, p.Nq, p.D),
 		dout: dense(buf.do, p.Nq, p.D), dq: dense(buf.dq, p.Nq, p.D), dk: dense(buf.dk, p.Nk, p.D), dv: dense(buf.dv, p.Nk, p.D),
-		lse: uint64(buf.lse), delta: uint64(buf.delta),
+		lse: uint64(buf.lse), delta: uint64(buf.delta), vars: buf.vars,
 	}
 }
 

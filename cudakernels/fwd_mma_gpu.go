@@ -81,6 +81,6 @@ func (f *mmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream) 
 		return err
 	}
 	kp := newParams(p, operands{q: dense(s.q, p.Nq, f.c.dp), k: dense(s.k, p.Nk, f.c.dp), v: v,
-		o: dense(buf.o, p.Nq, p.D), lse: uint64(buf.lse)})
+		o: dense(buf.o, p.Nq, p.D), lse: uint64(buf.lse), vars: buf.vars})
 	return launch(f.fn, grid, f.c.threads, f.c.smem, stream, &kp)
 }

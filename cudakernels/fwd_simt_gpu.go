@@ -42,6 +42,6 @@ func (f *simtForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream)
 		return err
 	}
 	kp := newParams(p, operands{q: dense(buf.q, p.Nq, p.D), k: dense(buf.k, p.Nk, p.D), v: dense(buf.v, p.Nk, p.D),
-		o: dense(buf.o, p.Nq, p.D), lse: uint64(buf.lse)})
+		o: dense(buf.o, p.Nq, p.D), lse: uint64(buf.lse), vars: buf.vars})
 	return launch(f.fn, grid, f.c.threads, f.c.smem, stream, &kp)
 }

@@ -27,7 +27,8 @@ func TestConformanceTF32(t *testing.T) { conformanceByFamily(t, TF32) }
 func conformanceByFamily(t *testing.T, prec Precision) {
 	for _, f := range testFamilies {
 		t.Run(f.String(), func(t *testing.T) {
-			conformance.Run(t, newTestBackend(t, WithPrecision(prec), WithFamily(f)), prec, conformance.MaskedNaNMayPropagate())
+			conformance.Run(t, newTestBackend(t, WithPrecision(prec), WithFamily(f)), prec, conformance.MaskedNaNMayPropagate(),
+				tensorCoreVariants)
 		})
 	}
 }

@@ -92,10 +92,25 @@ func (x *transfers) chunkHeads(bh int, headBytes int64) int {
 	return min(n, bh)
 }
 
-// chunkParams is p restricted to n (batch, head) pairs.
+// chunkParams is p restricted to n (batch, head) pairs, as the chunk's
+// dense tensors hold them: B = 1, H = n, and n / (H/Hkv) key heads. The
+// lengths and ALiBi slopes, indexed by the call's batch entries and heads,
+// reach the kernels as device copies instead (variantArgs).
 func chunkParams(p kernels.Params, n int) kernels.Params {
+	if p.Hkv != 0 {
+		p.Hkv = n / (p.H / p.Hkv)
+	}
 	p.B, p.H = 1, n
+	p.QLens, p.KLens, p.ALiBi = nil, nil, nil
 	return p
+}
+
+// groupHeads rounds a chunk's pairs hc to whole key-head groups of p (a
+// chunk must hold every query head of the key heads it holds), at least
+// one group and at most every pair.
+func groupHeads(p kernels.Params, hc int) int {
+	g := p.H / p.KVHeads()
+	return min(max(g, hc/g*g), p.B*p.H)
 }
 
 // staged is one tensor of a call: host holds per elements for each (batch,
@@ -103,35 +118,50 @@ func chunkParams(p kernels.Params, n int) kernels.Params {
 // is either whole (a kept state's copy: a chunk is an offset into it) or in
 // chunk-sized buffers, one per slot: chunks of one slot run in order on one
 // stream, so each reuses the buffer after the last.
+//
+// Key-like tensors under grouped-query attention hold one head per group
+// of query pairs: group is the number of query pairs a head serves (0 or
+// 1: one per pair), and chunks, made of whole groups, take a head per
+// group.
 type staged[T kernels.Float] struct {
 	host  []T
 	per   int
+	group int
 	whole cu.DevicePtr
 	slot  [slots]cu.DevicePtr
 }
 
-// bytes is the size of one pair's part.
+// bytes is the size of one head's part.
 func (t *staged[T]) bytes() int64 { return int64(t.per) * int64(elemSize[T]()) }
+
+// heads is the number of t's heads that n query pairs from h0 cover.
+func (t *staged[T]) heads(n int) int { return n / max(t.group, 1) }
 
 // dev returns the device address of chunk c.
 func (t *staged[T]) dev(c chunk) cu.DevicePtr {
 	if t.whole != 0 {
-		return t.whole + cu.DevicePtr(int64(c.h0)*t.bytes())
+		return t.whole + cu.DevicePtr(int64(t.heads(c.h0))*t.bytes())
 	}
 	return t.slot[c.slot]
 }
 
+// hostPart is the part of t's host slice that chunk c copies.
+func (t *staged[T]) hostPart(c chunk) []T {
+	return t.host[t.heads(c.h0)*t.per : t.heads(c.h0+c.n)*t.per]
+}
+
 // slotParts are the chunk buffers of hc pairs, for the workspace to carve.
 func (t *staged[T]) slotParts(hc int) []part {
-	n := int64(hc) * t.bytes()
+	n := int64(t.heads(hc)) * t.bytes()
 	return []part{{&t.slot[0], n}, {&t.slot[1], n}}
 }
 
-// headBytes is what a call copies per (batch, head) pair.
+// headBytes is what a call copies per (batch, head) pair, rounded down
+// for tensors shared by a group: it sizes chunks, nothing more.
 func headBytes[T kernels.Float](ts []*staged[T]) int64 {
 	var n int64
 	for _, t := range ts {
-		n += t.bytes()
+		n += t.bytes() / int64(max(t.group, 1))
 	}
 	return n
 }
@@ -144,7 +174,7 @@ func pipeline[T kernels.Float](x *transfers, bh, hc int, in, out []*staged[T], l
 	all := append(append([]*staged[T](nil), in...), out...)
 	sizes := make([]int64, len(all))
 	for i, t := range all {
-		sizes[i] = int64(hc) * t.bytes()
+		sizes[i] = int64(t.heads(hc)) * t.bytes()
 	}
 	offs, slotBytes := carveAll(0, sizes) // offsets into one slot's staging
 	pin, err := x.staging(slots * slotBytes)
@@ -159,16 +189,15 @@ func pipeline[T kernels.Float](x *transfers, bh, hc int, in, out []*staged[T], l
 			_ = cu.Synchronize()
 		}
 	}()
-	host := func(t *staged[T], c chunk) []T { return t.host[c.h0*t.per : (c.h0+c.n)*t.per] }
 	pinned := func(i int, c chunk) []T {
-		return unsafe.Slice((*T)(unsafe.Add(pin, int64(c.slot)*slotBytes+int64(offs[i]))), c.n*all[i].per)
+		return unsafe.Slice((*T)(unsafe.Add(pin, int64(c.slot)*slotBytes+int64(offs[i]))), all[i].heads(c.n)*all[i].per)
 	}
 	finish := func(c chunk) error {
 		if err := x.events[c.slot].Synchronize(); err != nil {
 			return fmt.Errorf("cudakernels: kernels or copies: %w", err)
 		}
 		for j, t := range out {
-			parallelCopy(host(t, c), pinned(len(in)+j, c), x.copyCores())
+			parallelCopy(t.hostPart(c), pinned(len(in)+j, c), x.copyCores())
 		}
 		return nil
 	}
@@ -178,7 +207,7 @@ func pipeline[T kernels.Float](x *transfers, bh, hc int, in, out []*staged[T], l
 		s := x.streams[c.slot]
 		for j, t := range in {
 			dst := pinned(j, c)
-			parallelCopy(dst, host(t, c), x.copyCores())
+			parallelCopy(dst, t.hostPart(c), x.copyCores())
 			if err := cu.MemcpyHtoDAsync(t.dev(c), unsafe.Pointer(&dst[0]), int64(len(dst))*elem, s); err != nil {
 				return fmt.Errorf("cudakernels: copy to device: %w", err)
 			}

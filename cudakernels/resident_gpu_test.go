@@ -88,6 +88,32 @@ func TestPipelineBitIdentical(t *testing.T) {
 	}
 }
 
+// TestPipelineVariantsBitIdentical is TestPipelineBitIdentical for the
+// variants the CUDA-core kernels compute: chunks hold whole key-head groups
+// (a chunk of 3 or 1 pairs becomes 2 under Hkv = H/2), and the lengths and
+// slopes, indexed by the call's batch entries and heads, must reach every
+// chunk's pairs.
+func TestPipelineVariantsBitIdentical(t *testing.T) {
+	p := kernels.Params{B: 3, H: 4, Hkv: 2, Nq: 70, Nk: 90, D: 32, Scale: 0.2, Causal: true,
+		Window: kernels.Window{On: true, Left: 40, Right: -1}, Softcap: 2, ALiBi: []float64{0.3, 0.1, 0.05, 0.01},
+		QLens: []int{70, 1, 33}, KLens: []int{0, 90, 41}}
+	rng := rand.New(rand.NewPCG(9, 10))
+	b := newTestBackend(t)
+	q, k, v, do := randn[float32](rng, p.QLen()), randn[float32](rng, p.KLen()), randn[float32](rng, p.KLen()), randn[float32](rng, p.QLen())
+	q64, k64, v64, do64 := widen(q), widen(k), widen(v), widen(do)
+	b.xfer.chunkOverride = p.B * p.H
+	want := runCall(t, b, p, q, k, v, do, false)
+	want64 := runCall(t, b, p, q64, k64, v64, do64, false)
+	for _, hc := range []int{5, 3, 1} {
+		for _, keep := range []bool{false, true} {
+			b.xfer.chunkOverride = hc
+			what := fmt.Sprintf("chunks of %d keep=%v", hc, keep)
+			sameBits(t, what, runCall(t, b, p, q, k, v, do, keep), want)
+			sameBits(t, what+" float64", runCall(t, b, p, q64, k64, v64, do64, keep), want64)
+		}
+	}
+}
+
 // TestManyShortSequences runs 65536 sequences of 2 tokens in BF16, whose
 // Hopper tile images pad every head to 128 rows: the device workspace
 // must stay within the call's data (capScratch), and the first and last

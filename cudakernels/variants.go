@@ -7,22 +7,9 @@ import (
 	"github.com/gorgonia-flash/flashattention/kernels"
 )
 
-// checkPlain refuses the attention variants of kernels.Params that the CUDA
-// kernels do not compute yet (grouped-query heads, windows, softcap,
-// ALiBi, per-sequence lengths, dropout), so that a caller gets an error wrapping ErrUnsupported rather
-// than plain attention's result for another problem.
-// checkNoLSEGradient refuses a gradient with respect to the LSE that is not
-// zero (the CUDA backward's D = rowsum(dO∘O) does not take it yet); nil or
-// all zeros, what a loss that does not use the LSE gives, is fine.
-func checkNoLSEGradient[T kernels.Float](dlse []T) error {
-	for _, x := range dlse {
-		if x != 0 {
-			return fmt.Errorf("%w: a gradient with respect to the LSE: not yet on the GPU; run it on the CPU backend", ErrUnsupported)
-		}
-	}
-	return nil
-}
-
+// checkPlain refuses every attention variant of kernels.Params, listing
+// those p uses, with an error wrapping ErrUnsupported; plain attention
+// passes. checkVariants and KernelTime (plain problems only) use it.
 func checkPlain(p kernels.Params) error {
 	if p.IsPlain() {
 		return nil
@@ -47,4 +34,21 @@ func checkPlain(p kernels.Params) error {
 		used = append(used, fmt.Sprintf("dropout %v", p.Dropout.P))
 	}
 	return fmt.Errorf("%w: %s: not yet on the GPU; run it on the CPU backend", ErrUnsupported, strings.Join(used, ", "))
+}
+
+// checkVariants refuses what the kernels that would run p in precision prec
+// on elements of elem bytes do not compute yet, with an error wrapping
+// ErrUnsupported: dropout everywhere, and every other variant on the
+// tensor cores (TF32, BF16 and FP16 on float32); the CUDA-core kernels
+// (FP32 and float64) compute grouped-query attention, windows, softcap,
+// ALiBi and lengths. A gradient with respect to the LSE runs everywhere: it
+// is folded into D = rowsum(dO∘O) − dLSE, which every backward shares.
+func checkVariants(p kernels.Params, prec Precision, elem int) error {
+	if err := checkPlain(p); err == nil || p.Dropout.On() {
+		return err
+	}
+	if elem == 4 && prec != FP32 {
+		return fmt.Errorf("%w: attention variants in %v: not yet on the tensor cores; use FP32 or the CPU backend", ErrUnsupported, prec)
+	}
+	return nil
 }

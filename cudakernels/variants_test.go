@@ -27,3 +27,33 @@ func TestCheckPlainRefusesVariants(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckVariants runs without a GPU: the CUDA-core kernels (FP32 and
+// float64) take every variant but dropout, the tensor cores none yet.
+func TestCheckVariants(t *testing.T) {
+	plain := kernels.Params{B: 2, H: 4, Nq: 8, Nk: 8, D: 16, Scale: 0.25, Causal: true}
+	gqa := plain
+	gqa.Hkv, gqa.KLens = 2, []int{3, 8}
+	drop := plain
+	drop.Dropout = kernels.Dropout{P: 0.1, Seed: 1}
+	for _, tc := range []struct {
+		name string
+		p    kernels.Params
+		prec Precision
+		elem int
+		ok   bool
+	}{
+		{"plain BF16", plain, BF16, 4, true},
+		{"GQA and lengths FP32", gqa, FP32, 4, true},
+		{"GQA and lengths float64", gqa, BF16, 8, true},
+		{"GQA and lengths BF16", gqa, BF16, 4, false},
+		{"GQA and lengths TF32", gqa, TF32, 4, false},
+		{"dropout FP32", drop, FP32, 4, false},
+		{"dropout float64", drop, FP32, 8, false},
+	} {
+		err := checkVariants(tc.p, tc.prec, tc.elem)
+		if tc.ok && err != nil || !tc.ok && !errors.Is(err, ErrUnsupported) {
+			t.Errorf("%s: got %v, want ok = %v (else ErrUnsupported)", tc.name, err, tc.ok)
+		}
+	}
+}

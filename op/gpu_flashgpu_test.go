@@ -281,37 +281,68 @@ func hogDevice(t *testing.T, leave int64) func() {
 }
 
 // TestGPUAttentionLSE runs AttentionLSE on the GPU in float64 beside the
-// CPU: O, the LSE and the gradients agree when the loss gives the LSE a
-// zero gradient, and a non-zero one is refused with ErrUnsupported rather
-// than ignored.
+// CPU: O, the LSE and the gradients agree, both when the loss gives the LSE
+// a zero gradient and when it gives it a random one (folded into D on both
+// machines).
 func TestGPUAttentionLSE(t *testing.T) {
 	requireGPU(t)
 	c := graphCase{2, 2, 70, 90, 64, true}
 	p := c.params()
 	in := randomInputs(p, 41)
-	in.u = make([]float64, p.LSELen())
-	var res [2][][]float64
-	for i, dev := range []op.Device{op.GPU, op.CPU} {
-		vc := variantCase{c: c, opts: []op.Option{op.WithDevice(dev)}}
-		gr := vc.build(t, tensor.Float64, in)
-		out := gr.run(t, false)
-		res[i] = append(out[:], asFloat64s(t, gr.lse.Value()))
-	}
-	for j, name := range []string{"O", "dQ", "dK", "dV", "LSE"} {
-		for e, want := range res[1][j] {
-			if got := res[0][j][e]; !(math.Abs(got-want) <= 1e-10*max(1, math.Abs(want))) && got != want {
-				t.Fatalf("%s[%d] = %v on the GPU, %v on the CPU", name, e, got, want)
+	for _, u := range [][]float64{make([]float64, p.LSELen()), normals(rand.New(rand.NewPCG(42, 3)), p.LSELen())} {
+		in.u = u
+		var res [2][][]float64
+		for i, dev := range []op.Device{op.GPU, op.CPU} {
+			vc := variantCase{c: c, opts: []op.Option{op.WithDevice(dev)}}
+			gr := vc.build(t, tensor.Float64, in)
+			out := gr.run(t, false)
+			res[i] = append(out[:], asFloat64s(t, gr.lse.Value()))
+		}
+		for j, name := range []string{"O", "dQ", "dK", "dV", "LSE"} {
+			for e, want := range res[1][j] {
+				if got := res[0][j][e]; !(math.Abs(got-want) <= 1e-10*max(1, math.Abs(want))) && got != want {
+					t.Fatalf("%s[%d] = %v on the GPU, %v on the CPU", name, e, got, want)
+				}
 			}
 		}
 	}
-	in.u = normals(rand.New(rand.NewPCG(42, 3)), p.LSELen())
-	gr := variantCase{c: c, opts: []op.Option{op.WithDevice(op.GPU)}}.build(t, tensor.Float64, in)
-	if _, err := gorgonia.Grad(gr.c, gr.q, gr.k, gr.v); err != nil {
-		t.Fatal(err)
-	}
-	m := gorgonia.NewTapeMachine(gr.g)
-	defer m.Close()
-	if err := m.RunAll(); !machineErrorIs(err, cudakernels.ErrUnsupported) {
-		t.Fatalf("a gradient reaching the LSE on the GPU: got %v, want ErrUnsupported", err)
+}
+
+// TestGPUVariantGraphsMatchCPU runs the variant graphs of
+// TestVariantGraphsMatchReference on the GPU (FP32 and float64 on CUDA
+// cores) beside the CPU, Tape and Lisp machines: GQA, windows, softcap,
+// ALiBi and lengths, alone and together. Dropout is not on the GPU yet.
+func TestGPUVariantGraphsMatchCPU(t *testing.T) {
+	requireGPU(t)
+	for i, vc := range variantCases() {
+		p := vc.params()
+		if p.Dropout.On() {
+			continue
+		}
+		in := randomInputs(p, uint64(500+i))
+		for _, dt := range []tensor.Dtype{tensor.Float64, tensor.Float32} {
+			tol := 1e-10
+			if dt == tensor.Float32 {
+				tol = 1e-5
+			}
+			for _, lisp := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/%v/lisp=%v", vc.name, dt, lisp), func(t *testing.T) {
+					var res [2][4][]float64
+					for d, dev := range []op.Device{op.GPU, op.CPU} {
+						on := vc
+						on.opts = append(slices.Clone(vc.opts), op.WithDevice(dev))
+						res[d] = on.build(t, dt, in).run(t, lisp)
+					}
+					for j, name := range []string{"O", "dQ", "dK", "dV"} {
+						scale := max(1, slices.Max(absAll(res[1][j])))
+						for e, want := range res[1][j] {
+							if d := math.Abs(res[0][j][e] - want); !(d <= tol*scale) {
+								t.Fatalf("%s[%d] = %v on the GPU, %v on the CPU (diff %.3g)", name, e, res[0][j][e], want, d)
+							}
+						}
+					}
+				})
+			}
+		}
 	}
 }

@@ -8,11 +8,14 @@
 // and dP once more, the price of determinism on this path.
 #pragma once
 #include "simt_tile.cuh"
+#include "variants.cuh"
 
 namespace flash {
 namespace simt {
 
-// dot_do_o computes D_i = Σ_d dO_id·O_id, one thread per query row of the
+// dot_do_o computes D_i = Σ_d dO_id·O_id − dLSE_i (the LSE gradient,
+// where the caller gave one: the LSE's own contribution to dS_ij is
+// P_ij·dLSE_i, which folds into D), one thread per query row of the
 // b·h·nq rows, with the fma chain the other kernels use for dP = dO·V (see
 // simt_tile.cuh). The sizes are read once and the row split in 32 bits (a
 // tensor has at most kernels.MaxElements < 2³¹ elements, so b·h·nq fits);
@@ -29,20 +32,26 @@ __device__ void dot_do_o(const Params& p) {
   const T* o = head_of(static_cast<const T*>(p.o), bh, p.h, p.o_batch_stride, p.o_head_stride) + i * p.o_row_stride;
   const T* dout =
       head_of(static_cast<const T*>(p.dout), bh, p.h, p.dout_batch_stride, p.dout_head_stride) + i * p.dout_row_stride;
+  // Padding rows (past the lengths) get D = 0 whatever dO holds there: their
+  // probabilities are 0, and 0 times a NaN D would not be.
   T acc = T(0);
-  for (long long d = 0; d < dim; ++d) acc = Math<T>::fma(__ldg(dout + d), __ldg(o + d), acc);
+  if (i < seq_mask(p, bh).lq) {
+    for (long long d = 0; d < dim; ++d) acc = Math<T>::fma(__ldg(dout + d), __ldg(o + d), acc);
+    if (p.dlse != nullptr) acc -= static_cast<const T*>(p.dlse)[row];
+  }
   static_cast<T*>(p.delta)[row] = acc;
 }
 
-// dkdv_1colblock accumulates, for TILE keys j of one (batch, head),
-//   dV_j = Σ_i P_ij dO_i   and   dK_j = scale · Σ_i dS_ij Q_i,
-// with P_ij = exp(scale·Q_i·K_j − LSE_i) recomputed from the saved LSE and
-// dS_ij = P_ij (dO_i·V_j − D_i). Thread rows are keys here.
+// dkdv_1colblock accumulates, for TILE keys j of one key head,
+//   dV_j = Σ_h Σ_i P_ij dO_i   and   dK_j = scale · Σ_h Σ_i dS_ij Q_i,
+// over the query heads h of its group (one under plain attention, in
+// order), with P_ij = exp(s_ij − LSE_i) recomputed from the saved LSE,
+// s_ij the scaled and modified score, and dS_ij = P_ij (dO_i·V_j − D_i)
+// times the softcap's derivative. Thread rows are keys here.
 template <typename T, int DP, int TILE>
 __device__ void dkdv_1colblock(const Params& p) {
   using M = Math<T>;
   const long long nq = p.nq, nk = p.nk, dim = p.dim;
-  const bool causal = p.causal != 0;
   constexpr int kLd = ld<DP>();
   constexpr int kPerS = TILE / 8;
   constexpr int kPerO = DP / 8;
@@ -58,76 +67,96 @@ __device__ void dkdv_1colblock(const Params& p) {
   T* sDelta = sLse + TILE;
 
   const long long tiles = (nk + TILE - 1) / TILE;
-  const long long bh = blockIdx.x / tiles;
+  const long long kvh = blockIdx.x / tiles, kv_heads = p.h / p.kv_group;
   const long long k0 = (blockIdx.x % tiles) * TILE;
   const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
   const long long key = k0 + ty;
-  const T* qh = head_of(static_cast<const T*>(p.q), bh, p.h, p.q_batch_stride, p.q_head_stride);
-  const T* doh = head_of(static_cast<const T*>(p.dout), bh, p.h, p.dout_batch_stride, p.dout_head_stride);
-  const T* lh = static_cast<const T*>(p.lse) + bh * nq;
-  const T* dh = static_cast<const T*>(p.delta) + bh * nq;
 
-  load_tile<T, DP, TILE>(sK, head_of(static_cast<const T*>(p.k), bh, p.h, p.k_batch_stride, p.k_head_stride), k0, nk,
-                         dim, p.k_row_stride);
-  load_tile<T, DP, TILE>(sV, head_of(static_cast<const T*>(p.v), bh, p.h, p.v_batch_stride, p.v_head_stride), k0, nk,
-                         dim, p.v_row_stride);
+  // A group lies in one batch entry, so its heads share the mask. Padding
+  // rows and keys (past the lengths) load as zeros, here and below: their
+  // probabilities are 0, and 0 times whatever the caller left there could
+  // be NaN.
+  const SeqMask mask = seq_mask(p, kvh * p.kv_group);
+  load_tile<T, DP, TILE>(sK, head_of(static_cast<const T*>(p.k), kvh, kv_heads, p.k_batch_stride, p.k_head_stride),
+                         k0, mask.lk, dim, p.k_row_stride);
+  load_tile<T, DP, TILE>(sV, head_of(static_cast<const T*>(p.v), kvh, kv_heads, p.v_batch_stride, p.v_head_stride),
+                         k0, mask.lk, dim, p.v_row_stride);
   const T sc = T(p.scale);
 
   T acc_dk[kPerO], acc_dv[kPerO];
 #pragma unroll
   for (int c = 0; c < kPerO; ++c) acc_dk[c] = acc_dv[c] = T(0);
 
-  // Query tiles before the first row that sees key k0 contribute nothing.
-  const long long q_begin = first_query_seeing(k0, nq, nk, causal) / TILE * TILE;
-  for (long long q0 = q_begin; q0 < nq; q0 += TILE) {
-    __syncthreads();
-    load_tile<T, DP, TILE>(sQ, qh, q0, nq, dim, p.q_row_stride);
-    load_tile<T, DP, TILE>(sdO, doh, q0, nq, dim, p.dout_row_stride);
-    if (threadIdx.x < TILE) {
-      const long long i = q0 + threadIdx.x;
-      // Rows past nq, and rows that see no key (LSE = +inf), are masked below
-      // before their LSE is used.
-      sLse[threadIdx.x] = i < nq ? lh[i] : T(0);
-      sDelta[threadIdx.x] = i < nq ? dh[i] : T(0);
-    }
-    __syncthreads();
+  // Only rows from the first that sees key k0 to the last that sees the
+  // tile's last real key contribute.
+  const long long last_key = (k0 + TILE < mask.lk ? k0 + TILE : mask.lk) - 1;
+  const long long q_begin = k0 <= last_key ? mask.query_lo(k0) / TILE * TILE : 0;
+  const long long q_end = k0 <= last_key ? mask.query_hi(last_key) : 0;
+  for (long long r = 0; r < p.kv_group; ++r) {
+    const long long bh = kvh * p.kv_group + r;
+    const ScoreMod<T> mod = score_mod<T>(p, bh, mask);
+    const T* qh = head_of(static_cast<const T*>(p.q), bh, p.h, p.q_batch_stride, p.q_head_stride);
+    const T* doh = head_of(static_cast<const T*>(p.dout), bh, p.h, p.dout_batch_stride, p.dout_head_stride);
+    const T* lh = static_cast<const T*>(p.lse) + bh * nq;
+    const T* dh = static_cast<const T*>(p.delta) + bh * nq;
+    for (long long q0 = q_begin; q0 < q_end; q0 += TILE) {
+      __syncthreads();
+      load_tile<T, DP, TILE>(sQ, qh, q0, mask.lq, dim, p.q_row_stride);
+      load_tile<T, DP, TILE>(sdO, doh, q0, mask.lq, dim, p.dout_row_stride);
+      if (threadIdx.x < TILE) {
+        const long long i = q0 + threadIdx.x;
+        // Rows past nq, and rows that see no key (LSE = +inf), are masked
+        // below before their LSE is used.
+        sLse[threadIdx.x] = i < nq ? lh[i] : T(0);
+        sDelta[threadIdx.x] = i < mask.lq ? dh[i] : T(0);
+      }
+      __syncthreads();
 
-    T s[kPerS], dp[kPerS];
+      T s[kPerS], dp[kPerS];
 #pragma unroll
-    for (int c = 0; c < kPerS; ++c) s[c] = dp[c] = T(0);
+      for (int c = 0; c < kPerS; ++c) s[c] = dp[c] = T(0);
 #pragma unroll 8
-    for (int d = 0; d < DP; ++d) {
-      const T kd = sK[ty * kLd + d], vd = sV[ty * kLd + d];
+      for (int d = 0; d < DP; ++d) {
+        const T kd = sK[ty * kLd + d], vd = sV[ty * kLd + d];
+#pragma unroll
+        for (int c = 0; c < kPerS; ++c) {
+          s[c] = M::fma(sQ[(tx + 8 * c) * kLd + d], kd, s[c]);
+          dp[c] = M::fma(sdO[(tx + 8 * c) * kLd + d], vd, dp[c]);
+        }
+      }
 #pragma unroll
       for (int c = 0; c < kPerS; ++c) {
-        s[c] = M::fma(sQ[(tx + 8 * c) * kLd + d], kd, s[c]);
-        dp[c] = M::fma(sdO[(tx + 8 * c) * kLd + d], vd, dp[c]);
+        const int qi = tx + 8 * c;
+        const long long i = q0 + qi;
+        T pr = T(0), ds = T(0);
+        if (i < nq && mask.sees(i, key)) {
+          T dsoft;
+          const T si = mod.on ? mod.apply(s[c] * sc, i, key, dsoft) : s[c] * sc;
+          pr = M::exp(si - sLse[qi]);
+          ds = mod.on ? pr * (dp[c] - sDelta[qi]) * dsoft : pr * (dp[c] - sDelta[qi]);
+        }
+        sPt[ty * (TILE + 1) + qi] = pr;
+        sdSt[ty * (TILE + 1) + qi] = ds;
       }
-    }
-#pragma unroll
-    for (int c = 0; c < kPerS; ++c) {
-      const int qi = tx + 8 * c;
-      const long long i = q0 + qi;
-      const bool visible = i < nq && key < visible_keys(i, nq, nk, causal);
-      const T pr = visible ? M::exp(s[c] * sc - sLse[qi]) : T(0);
-      sPt[ty * (TILE + 1) + qi] = pr;
-      sdSt[ty * (TILE + 1) + qi] = pr * (dp[c] - sDelta[qi]);
-    }
-    __syncwarp();  // row ty of sPt/sdSt is written and read by one warp
+      __syncwarp();  // row ty of sPt/sdSt is written and read by one warp
 
-    for (int qi = 0; qi < TILE; ++qi) {
-      const T pr = sPt[ty * (TILE + 1) + qi], ds = sdSt[ty * (TILE + 1) + qi];
+      // Only the rows that see this key: a masked pair's zero times a NaN or
+      // infinite dO or Q elsewhere in the tile would not be zero.
+      const int qi_lo = clamp_tile(mask.query_lo(key) - q0, TILE), qi_hi = clamp_tile(mask.query_hi(key) - q0, TILE);
+      for (int qi = qi_lo; qi < qi_hi; ++qi) {
+        const T pr = sPt[ty * (TILE + 1) + qi], ds = sdSt[ty * (TILE + 1) + qi];
 #pragma unroll
-      for (int c = 0; c < kPerO; ++c) {
-        acc_dv[c] = M::fma(pr, sdO[qi * kLd + tx + 8 * c], acc_dv[c]);
-        acc_dk[c] = M::fma(ds, sQ[qi * kLd + tx + 8 * c], acc_dk[c]);
+        for (int c = 0; c < kPerO; ++c) {
+          acc_dv[c] = M::fma(pr, sdO[qi * kLd + tx + 8 * c], acc_dv[c]);
+          acc_dk[c] = M::fma(ds, sQ[qi * kLd + tx + 8 * c], acc_dk[c]);
+        }
       }
     }
   }
 
   if (key < nk) {
-    T* dk = head_of(static_cast<T*>(p.dk), bh, p.h, p.dk_batch_stride, p.dk_head_stride);
-    T* dv = head_of(static_cast<T*>(p.dv), bh, p.h, p.dv_batch_stride, p.dv_head_stride);
+    T* dk = head_of(static_cast<T*>(p.dk), kvh, kv_heads, p.dk_batch_stride, p.dk_head_stride);
+    T* dv = head_of(static_cast<T*>(p.dv), kvh, kv_heads, p.dv_batch_stride, p.dv_head_stride);
     store_row<T, DP>(dk + key * p.dk_row_stride, acc_dk, sc, dim);
     store_row<T, DP>(dv + key * p.dv_row_stride, acc_dv, T(1), dim);
   }
@@ -139,8 +168,7 @@ __device__ void dkdv_1colblock(const Params& p) {
 template <typename T, int DP, int TILE>
 __device__ void dq_1rowblock(const Params& p) {
   using M = Math<T>;
-  const long long nq = p.nq, nk = p.nk, dim = p.dim;
-  const bool causal = p.causal != 0;
+  const long long nq = p.nq, dim = p.dim;
   constexpr int kLd = ld<DP>();
   constexpr int kPerS = TILE / 8;
   constexpr int kPerO = DP / 8;
@@ -157,28 +185,33 @@ __device__ void dq_1rowblock(const Params& p) {
   const long long q0 = (blockIdx.x % tiles) * TILE;
   const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
   const long long row = q0 + ty;
-  const T* kh = head_of(static_cast<const T*>(p.k), bh, p.h, p.k_batch_stride, p.k_head_stride);
-  const T* vh = head_of(static_cast<const T*>(p.v), bh, p.h, p.v_batch_stride, p.v_head_stride);
+  const long long kvh = kv_pair(p, bh), kv_heads = p.h / p.kv_group;
+  const T* kh = head_of(static_cast<const T*>(p.k), kvh, kv_heads, p.k_batch_stride, p.k_head_stride);
+  const T* vh = head_of(static_cast<const T*>(p.v), kvh, kv_heads, p.v_batch_stride, p.v_head_stride);
+  const SeqMask mask = seq_mask(p, bh);
+  const ScoreMod<T> mod = score_mod<T>(p, bh, mask);
 
-  load_tile<T, DP, TILE>(sQ, head_of(static_cast<const T*>(p.q), bh, p.h, p.q_batch_stride, p.q_head_stride), q0, nq,
+  load_tile<T, DP, TILE>(sQ, head_of(static_cast<const T*>(p.q), bh, p.h, p.q_batch_stride, p.q_head_stride), q0, mask.lq,
                          dim, p.q_row_stride);
   load_tile<T, DP, TILE>(sdO, head_of(static_cast<const T*>(p.dout), bh, p.h, p.dout_batch_stride, p.dout_head_stride),
-                         q0, nq, dim, p.dout_row_stride);
+                         q0, mask.lq, dim, p.dout_row_stride);
   const T sc = T(p.scale);
-  const long long n_vis = row < nq ? visible_keys(row, nq, nk, causal) : 0;
-  const long long kv_end = visible_keys((q0 + TILE < nq ? q0 + TILE : nq) - 1, nq, nk, causal);
+  const long long lo = row < nq ? mask.key_lo(row) : 0, hi = row < nq ? mask.key_hi(row) : 0;
+  const long long last = (q0 + TILE < mask.lq ? q0 + TILE : mask.lq) - 1;
+  const long long kv_begin = q0 <= last ? mask.key_lo(q0) / TILE * TILE : 0;
+  const long long kv_end = q0 <= last ? mask.key_hi(last) : 0;
   // Only read for visible keys, so rows with LSE = +inf never use it.
-  const T lse_row = n_vis > 0 ? static_cast<const T*>(p.lse)[bh * nq + row] : T(0);
-  const T d_row = row < nq ? static_cast<const T*>(p.delta)[bh * nq + row] : T(0);
+  const T lse_row = lo < hi ? static_cast<const T*>(p.lse)[bh * nq + row] : T(0);
+  const T d_row = row < mask.lq ? static_cast<const T*>(p.delta)[bh * nq + row] : T(0);
 
   T acc[kPerO];
 #pragma unroll
   for (int c = 0; c < kPerO; ++c) acc[c] = T(0);
 
-  for (long long k0 = 0; k0 < kv_end; k0 += TILE) {
+  for (long long k0 = kv_begin; k0 < kv_end; k0 += TILE) {
     __syncthreads();
-    load_tile<T, DP, TILE>(sK, kh, k0, nk, dim, p.k_row_stride);
-    load_tile<T, DP, TILE>(sV, vh, k0, nk, dim, p.v_row_stride);
+    load_tile<T, DP, TILE>(sK, kh, k0, mask.lk, dim, p.k_row_stride);
+    load_tile<T, DP, TILE>(sV, vh, k0, mask.lk, dim, p.v_row_stride);
     __syncthreads();
 
     T s[kPerS], dp[kPerS];
@@ -196,12 +229,20 @@ __device__ void dq_1rowblock(const Params& p) {
 #pragma unroll
     for (int c = 0; c < kPerS; ++c) {
       const int kj = tx + 8 * c;
-      const T pr = k0 + kj < n_vis ? M::exp(s[c] * sc - lse_row) : T(0);
-      sdS[ty * (TILE + 1) + kj] = pr * (dp[c] - d_row);
+      const long long key = k0 + kj;
+      T ds = T(0);
+      if (lo <= key && key < hi) {
+        T dsoft;
+        const T pr = M::exp((mod.on ? mod.apply(s[c] * sc, row, key, dsoft) : s[c] * sc) - lse_row);
+        ds = mod.on ? pr * (dp[c] - d_row) * dsoft : pr * (dp[c] - d_row);
+      }
+      sdS[ty * (TILE + 1) + kj] = ds;
     }
     __syncwarp();
 
-    for (int kj = 0; kj < TILE; ++kj) {
+    // Only the keys this row sees (see dkdv_1colblock).
+    const int kj_lo = clamp_tile(lo - k0, TILE), kj_hi = clamp_tile(hi - k0, TILE);
+    for (int kj = kj_lo; kj < kj_hi; ++kj) {
       const T ds = sdS[ty * (TILE + 1) + kj];
 #pragma unroll
       for (int c = 0; c < kPerO; ++c) acc[c] = M::fma(ds, sK[kj * kLd + tx + 8 * c], acc[c]);

@@ -3,19 +3,21 @@
 // not apply; accurate rather than fast.
 #pragma once
 #include "simt_tile.cuh"
+#include "variants.cuh"
 
 namespace flash {
 namespace simt {
 
 // fwd_1rowblock computes one tile of TILE query rows of one (batch, head):
-// it loops over TILE-key tiles of K and V, keeps the running maximum m and sum
-// l of every row (online softmax) and rescales the output accumulators
-// whenever m grows. Writes O = acc / l and LSE = m + log l.
+// it loops over the TILE-key tiles of K and V that its rows see (the key
+// head of its group under GQA), keeps the running maximum m and sum l of
+// every row (online softmax) and rescales the output accumulators whenever
+// m grows. Writes O = acc / l and LSE = m + log l. Scores go through the
+// softcap and ALiBi (variants.cuh) before the mask.
 template <typename T, int DP, int TILE>
 __device__ void fwd_1rowblock(const Params& p) {
   using M = Math<T>;
-  const long long nq = p.nq, nk = p.nk, dim = p.dim;
-  const bool causal = p.causal != 0;
+  const long long nq = p.nq, dim = p.dim;
   constexpr int kLd = ld<DP>();
   constexpr int kPerS = TILE / 8;  // score columns per thread
   constexpr int kPerO = DP / 8;    // output columns per thread
@@ -31,15 +33,21 @@ __device__ void fwd_1rowblock(const Params& p) {
   const long long q0 = (blockIdx.x % tiles) * TILE;
   const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
   const long long row = q0 + ty;
+  const long long kvh = kv_pair(p, bh), kv_heads = p.h / p.kv_group;
   const T* qh = head_of(static_cast<const T*>(p.q), bh, p.h, p.q_batch_stride, p.q_head_stride);
-  const T* kh = head_of(static_cast<const T*>(p.k), bh, p.h, p.k_batch_stride, p.k_head_stride);
-  const T* vh = head_of(static_cast<const T*>(p.v), bh, p.h, p.v_batch_stride, p.v_head_stride);
+  const T* kh = head_of(static_cast<const T*>(p.k), kvh, kv_heads, p.k_batch_stride, p.k_head_stride);
+  const T* vh = head_of(static_cast<const T*>(p.v), kvh, kv_heads, p.v_batch_stride, p.v_head_stride);
+  const SeqMask mask = seq_mask(p, bh);
+  const ScoreMod<T> mod = score_mod<T>(p, bh, mask);
 
-  // Prologue: this tile's queries, the keys its rows see, and the keys the
-  // last (most-seeing) row sees; key tiles past that are skipped entirely.
+  // Prologue: this tile's queries and the keys its rows see: from the
+  // first row's first key to the last real row's last (both bounds are
+  // nondecreasing in the row); key tiles outside are skipped entirely.
   load_tile<T, DP, TILE>(sQ, qh, q0, nq, dim, p.q_row_stride);
-  const long long n_vis = row < nq ? visible_keys(row, nq, nk, causal) : 0;
-  const long long kv_end = visible_keys((q0 + TILE < nq ? q0 + TILE : nq) - 1, nq, nk, causal);
+  const long long lo = row < nq ? mask.key_lo(row) : 0, hi = row < nq ? mask.key_hi(row) : 0;
+  const long long last = (q0 + TILE < mask.lq ? q0 + TILE : mask.lq) - 1;
+  const long long kv_begin = q0 <= last ? mask.key_lo(q0) / TILE * TILE : 0;
+  const long long kv_end = q0 <= last ? mask.key_hi(last) : 0;
   const T sc = T(p.scale);
 
   T m = -M::inf(), l = T(0);
@@ -48,10 +56,12 @@ __device__ void fwd_1rowblock(const Params& p) {
   for (int c = 0; c < kPerO; ++c) acc[c] = T(0);
 
   // Main loop over key tiles.
-  for (long long k0 = 0; k0 < kv_end; k0 += TILE) {
+  for (long long k0 = kv_begin; k0 < kv_end; k0 += TILE) {
     __syncthreads();  // the previous tile's sK, sV, sP are no longer read
-    load_tile<T, DP, TILE>(sK, kh, k0, nk, dim, p.k_row_stride);
-    load_tile<T, DP, TILE>(sV, vh, k0, nk, dim, p.v_row_stride);
+    // Padding keys load as zeros: a masked probability is 0, and 0 times
+    // whatever the caller left in a padding row of V could be NaN.
+    load_tile<T, DP, TILE>(sK, kh, k0, mask.lk, dim, p.k_row_stride);
+    load_tile<T, DP, TILE>(sV, vh, k0, mask.lk, dim, p.v_row_stride);
     __syncthreads();
 
     T s[kPerS];
@@ -67,7 +77,9 @@ __device__ void fwd_1rowblock(const Params& p) {
     T tile_max = -M::inf();
 #pragma unroll
     for (int c = 0; c < kPerS; ++c) {
-      s[c] = k0 + tx + 8 * c < n_vis ? s[c] * sc : -M::inf();
+      const long long key = k0 + tx + 8 * c;
+      T dsoft;
+      s[c] = lo <= key && key < hi ? (mod.on ? mod.apply(s[c] * sc, row, key, dsoft) : s[c] * sc) : -M::inf();
       tile_max = s[c] > tile_max ? s[c] : tile_max;
     }
     const T tile_m = group8_max(tile_max);
@@ -91,7 +103,11 @@ __device__ void fwd_1rowblock(const Params& p) {
 
 #pragma unroll
     for (int c = 0; c < kPerO; ++c) acc[c] *= alpha;
-    for (int j = 0; j < TILE; ++j) {
+    // Only the keys this row sees: a masked probability is 0, but 0 times
+    // an infinite or NaN value of a key outside the row's range would not
+    // be, and the reference never touches such a pair.
+    const int j_lo = clamp_tile(lo - k0, TILE), j_hi = clamp_tile(hi - k0, TILE);
+    for (int j = j_lo; j < j_hi; ++j) {
       const T p = sP[ty * (TILE + 1) + j];
 #pragma unroll
       for (int c = 0; c < kPerO; ++c) acc[c] = M::fma(p, sV[j * kLd + tx + 8 * c], acc[c]);
@@ -104,9 +120,10 @@ __device__ void fwd_1rowblock(const Params& p) {
   // O = 0·(1/0) = NaN and LSE = −inf + log 0 = −inf.
   if (row < nq) {
     T* oh = head_of(static_cast<T*>(p.o), bh, p.h, p.o_batch_stride, p.o_head_stride);
-    const T inv_l = n_vis > 0 ? T(1) / l : T(0);
+    const bool any_key = lo < hi;
+    const T inv_l = any_key ? T(1) / l : T(0);
     store_row<T, DP>(oh + row * p.o_row_stride, acc, inv_l, dim);
-    if (tx == 0) static_cast<T*>(p.lse)[bh * nq + row] = n_vis > 0 ? m + M::log(l) : M::inf();
+    if (tx == 0) static_cast<T*>(p.lse)[bh * nq + row] = any_key ? m + M::log(l) : M::inf();
   }
 }
 

@@ -37,6 +37,12 @@ __device__ __forceinline__ void load_tile(T* __restrict__ dst, const T* __restri
   }
 }
 
+// clamp_tile clamps an index relative to a tile's first row or key into
+// [0, tile]: the bounds of the part of a tile that a row or key range covers.
+__device__ __forceinline__ int clamp_tile(long long x, int tile) {
+  return static_cast<int>(x < 0 ? 0 : (x > tile ? tile : x));
+}
+
 // store_row writes the thread's DP/8 accumulator columns of one row, times f,
 // skipping padded columns.
 template <typename T, int DP>
