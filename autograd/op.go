@@ -61,7 +61,16 @@ func (c Config) lengthDtypes() []tensor.Dtype {
 // result is in it, each ALiBi slope to full precision.
 func (c Config) String() string {
 	return fmt.Sprintf("scale=%v causal=%v window=%+v softcap=%v alibi=%v qlens=%v klens=%v dropout=%v/%#x lse=%v bnhd=%v backend=%s",
-		c.Scale, c.Causal, c.Window, c.Softcap, c.ALiBi, c.QLens, c.KLens, c.Dropout.P, c.Dropout.Seed, c.LSE, c.BNHD, c.Backend.Name())
+		c.Scale, c.Causal, c.Window, c.Softcap, c.ALiBi, lensName(c.QLens), lensName(c.KLens), c.Dropout.P, c.Dropout.Seed, c.LSE, c.BNHD, c.Backend.Name())
+}
+
+// lensName names a lengths input's dtype, or "none" for the zero Dtype (no
+// input), whose own String dereferences nil.
+func lensName(d tensor.Dtype) string {
+	if d == (tensor.Dtype{}) {
+		return "none"
+	}
+	return d.String()
 }
 
 // Op is fused attention as a Gorgonia op: (q, k, v, lengths…) → o, or

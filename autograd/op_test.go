@@ -3,6 +3,7 @@ package autograd_test
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/gorgonia-flash/flashattention/autograd"
@@ -123,7 +124,13 @@ func TestConfigStringNamesEveryOption(t *testing.T) {
 		"softcap":      {Backend: base.Backend, Scale: 0.5, Softcap: 30},
 		"alibi":        {Backend: base.Backend, Scale: 0.5, ALiBi: []float64{0.5, 0.25}},
 		"other alibi":  {Backend: base.Backend, Scale: 0.5, ALiBi: []float64{0.5, 0.25000000000000006}},
+		"qlens":        {Backend: base.Backend, Scale: 0.5, QLens: tensor.Int},
+		"klens int32":  {Backend: base.Backend, Scale: 0.5, KLens: tensor.Int32},
+		"klens int64":  {Backend: base.Backend, Scale: 0.5, KLens: tensor.Int64},
 	} {
+		if strings.Contains(c.String(), "PANIC") {
+			t.Errorf("%s: String %q", name, c.String())
+		}
 		if other, dup := seen[c.String()]; dup {
 			t.Errorf("%s and %s have the same String %q", name, other, c.String())
 		}

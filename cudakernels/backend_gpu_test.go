@@ -48,7 +48,7 @@ func newTestBackend(t testing.TB, opts ...Option) *Backend {
 // compute; tensorCoreVariants those of the tensor-core families.
 var (
 	gpuVariants = conformance.WithVariants(conformance.GQA, conformance.Window, conformance.Softcap, conformance.ALiBi,
-		conformance.Lengths, conformance.LSEGradient)
+		conformance.Lengths, conformance.Dropout, conformance.LSEGradient)
 	tensorCoreVariants = conformance.WithVariants(conformance.LSEGradient)
 )
 
@@ -161,5 +161,56 @@ func TestClose(t *testing.T) {
 	x := make([]float32, 8)
 	if err := b.Forward32(p, x, x, x, make([]float32, 8), make([]float32, 1)); err == nil {
 		t.Fatal("Forward32 after Close succeeded")
+	}
+}
+
+// TestDropoutMaskMatchesCPU reads the dropout mask the GPU draws out of the
+// forward, bit for bit: with D = Nk and V the identity, O[i, j] is P_ij
+// times the keep factor, so it is zero exactly where entry (i, j) is
+// dropped (P_ij > 0 for every visible key here). It must be zero where and
+// only where kernels.Dropout.Kept says so, on every (batch, head) pair, in
+// FP32 and float64, whatever the chunking (the pair index must be the
+// call's).
+func TestDropoutMaskMatchesCPU(t *testing.T) {
+	p := kernels.Params{B: 2, H: 3, Nq: 37, Nk: 120, D: 120, Scale: 0.01,
+		Dropout: kernels.Dropout{P: 0.3, Seed: 0xDEADBEEF12345, Offset: 1<<32 + 7}}
+	rng := rand.New(rand.NewPCG(11, 12))
+	b := newTestBackend(t)
+	q, k := randn[float32](rng, p.QLen()), randn[float32](rng, p.KLen())
+	v := make([]float32, p.KLen())
+	for bh := range p.B * p.H {
+		for j := range p.Nk {
+			v[(bh*p.Nk+j)*p.D+j] = 1
+		}
+	}
+	o, lse := make([]float32, p.QLen()), make([]float32, p.LSELen())
+	o64, lse64 := make([]float64, p.QLen()), make([]float64, p.LSELen())
+	kept := 0
+	for _, hc := range []int{p.B * p.H, 4, 1} {
+		b.xfer.chunkOverride = hc
+		if err := b.Forward32(p, q, k, v, o, lse); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Forward64(p, widen(q), widen(k), widen(v), o64, lse64); err != nil {
+			t.Fatal(err)
+		}
+		for bh := range p.B * p.H {
+			for i := range p.Nq {
+				for j := range p.Nk {
+					at := (bh*p.Nq+i)*p.D + j
+					want := p.Dropout.Kept(bh, i, j)
+					if (o[at] != 0) != want || (o64[at] != 0) != want {
+						t.Fatalf("chunks of %d: pair %d row %d key %d: O = %v (float32), %v (float64), want kept = %v",
+							hc, bh, i, j, o[at], o64[at], want)
+					}
+					if want {
+						kept++
+					}
+				}
+			}
+		}
+	}
+	if n := 3 * p.B * p.H * p.Nq * p.Nk; kept == n || kept == 0 {
+		t.Fatalf("%d of %d entries kept: the test would not see a wrong mask", kept, n)
 	}
 }

@@ -59,10 +59,38 @@
 // kernels.MaxElements or the grid limit, allocation failure (ErrOutOfMemory),
 // no device (ErrNoDevice), devices older than compute capability 8.0,
 // unknown precisions (ErrUnsupported), and the attention variants of
-// kernels.Params (grouped-query heads, windows, softcap, ALiBi), which the
-// kernels do not compute yet: every entry point refuses them with an error
-// wrapping ErrUnsupported that says they are not yet on the GPU, and the
-// tests run conformance.Run without claiming them, so their cases skip.
+// kernels.Params in TF32, BF16 and FP16, which the tensor-core kernels do
+// not compute yet (ErrUnsupported; the tests claim no variant there but
+// the LSE gradient, so those cases skip).
+//
+// # Attention variants
+//
+// The CUDA-core kernels (FP32 and float64) compute every variant of
+// kernels.Params, forward and backward, through Params' variant fields
+// (csrc/variants.cuh mirrors kernels.Mask and kernels.ModifyScore):
+//
+//   - Grouped-query attention: query pair bh reads key pair bh / (H/Hkv).
+//     The pipeline's chunks hold whole groups, so a chunk's keys are those
+//     of its query heads; each dK/dV block owns a key tile of one key head
+//     and sums the gradients of every query head of its group in a fixed
+//     order, so no expanded dK or dV exists and results stay bit-identical.
+//   - Windows, the causal mask and per-sequence lengths: each row sees one
+//     contiguous key range, and each key one contiguous row range, so
+//     blocks skip the tiles outside them and the products stop at their
+//     bounds. Padding rows and keys load as zeros, and products run only
+//     over the pairs the mask leaves, so NaN or ±Inf in a masked key, value
+//     or row never reaches another row (no MaskedNaNMayPropagate exception
+//     for the variants).
+//   - Softcap and ALiBi modify the scaled score before the mask; the
+//     backward multiplies dS by the softcap's derivative. tanh is the
+//     accurate library function.
+//   - Dropout draws kernels.Dropout's Philox4x32-10 mask (csrc/philox.cuh)
+//     from (seed, offset, b·H + h, i, j) of the call, the same bits as the
+//     CPU (TestDropoutMaskMatchesCPU reads it out of the forward).
+//
+// The lengths and the ALiBi slopes go to the device once per call, into the
+// workspace. A gradient with respect to the LSE runs in every precision:
+// dot_do_o writes D = rowsum(dO∘O) − dLSE, which every backward reads.
 //
 // # Precision modes
 //

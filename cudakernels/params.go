@@ -30,4 +30,7 @@ type kernelParams struct {
 	QLens, KLens, Alibi uint64
 	Softcap             float64
 	Dlse                uint64
+
+	DropoutThreshold, DropoutSeed, DropoutOffset int64
+	DropoutScale                                 float64
 }

@@ -65,6 +65,12 @@ func newParams(p kernels.Params, ops operands) kernelParams {
 	}
 	kp.QLens, kp.KLens, kp.Alibi, kp.Dlse = ops.vars.qLens, ops.vars.kLens, ops.vars.alibi, ops.vars.dlse
 	kp.Softcap = p.Softcap
+	if p.Dropout.On() {
+		// The seed's bits as they are; the kernels split them into the
+		// Philox key's two words.
+		kp.DropoutThreshold, kp.DropoutSeed = int64(p.Dropout.Threshold()), int64(p.Dropout.Seed)
+		kp.DropoutOffset, kp.DropoutScale = int64(uint32(p.Dropout.Offset)), p.Dropout.KeepScale()
+	}
 	kp.QBatchStride, kp.QHeadStride, kp.QRowStride = ops.q.strides(p.H)
 	kp.KBatchStride, kp.KHeadStride, kp.KRowStride = ops.k.strides(p.KVHeads())
 	kp.VBatchStride, kp.VHeadStride, kp.VRowStride = ops.v.strides(p.KVHeads())

@@ -38,17 +38,15 @@ func checkPlain(p kernels.Params) error {
 
 // checkVariants refuses what the kernels that would run p in precision prec
 // on elements of elem bytes do not compute yet, with an error wrapping
-// ErrUnsupported: dropout everywhere, and every other variant on the
-// tensor cores (TF32, BF16 and FP16 on float32); the CUDA-core kernels
-// (FP32 and float64) compute grouped-query attention, windows, softcap,
-// ALiBi and lengths. A gradient with respect to the LSE runs everywhere: it
-// is folded into D = rowsum(dO∘O) − dLSE, which every backward shares.
+// ErrUnsupported: every variant on the tensor cores (TF32, BF16 and FP16
+// on float32). The CUDA-core kernels (FP32 and float64) compute them all:
+// grouped-query attention, windows, softcap, ALiBi, lengths and dropout. A
+// gradient with respect to the LSE runs everywhere: it is folded into
+// D = rowsum(dO∘O) − dLSE, which every backward shares.
 func checkVariants(p kernels.Params, prec Precision, elem int) error {
-	if err := checkPlain(p); err == nil || p.Dropout.On() {
-		return err
+	err := checkPlain(p)
+	if err == nil || elem == 8 || prec == FP32 {
+		return nil
 	}
-	if elem == 4 && prec != FP32 {
-		return fmt.Errorf("%w: attention variants in %v: not yet on the tensor cores; use FP32 or the CPU backend", ErrUnsupported, prec)
-	}
-	return nil
+	return fmt.Errorf("%w (in %v, on the tensor cores; FP32 and float64 compute them)", err, prec)
 }

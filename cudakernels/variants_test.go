@@ -29,7 +29,7 @@ func TestCheckPlainRefusesVariants(t *testing.T) {
 }
 
 // TestCheckVariants runs without a GPU: the CUDA-core kernels (FP32 and
-// float64) take every variant but dropout, the tensor cores none yet.
+// float64) take every variant, the tensor cores none yet.
 func TestCheckVariants(t *testing.T) {
 	plain := kernels.Params{B: 2, H: 4, Nq: 8, Nk: 8, D: 16, Scale: 0.25, Causal: true}
 	gqa := plain
@@ -48,8 +48,9 @@ func TestCheckVariants(t *testing.T) {
 		{"GQA and lengths float64", gqa, BF16, 8, true},
 		{"GQA and lengths BF16", gqa, BF16, 4, false},
 		{"GQA and lengths TF32", gqa, TF32, 4, false},
-		{"dropout FP32", drop, FP32, 4, false},
-		{"dropout float64", drop, FP32, 8, false},
+		{"dropout FP32", drop, FP32, 4, true},
+		{"dropout float64", drop, FP32, 8, true},
+		{"dropout FP16", drop, FP16, 4, false},
 	} {
 		err := checkVariants(tc.p, tc.prec, tc.elem)
 		if tc.ok && err != nil || !tc.ok && !errors.Is(err, ErrUnsupported) {

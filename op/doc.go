@@ -49,10 +49,12 @@
 //
 // The order is: s = scale·q·k, softcap, − ALiBi, masks (causal, window),
 // softmax over the visible keys. The kernels package documentation
-// (Variants) gives the exact semantics. They run on the CPU backend; the
-// GPU kernels do not compute them yet, and a GPU run of a node that uses
-// one fails with an error wrapping cudakernels.ErrUnsupported ("not yet on
-// the GPU"), never with another problem's result.
+// (Variants) gives the exact semantics. They run on the CPU backend and on
+// the GPU's CUDA cores (FP32, the default GPU precision, and float64), with
+// the same dropout mask bit for bit; the GPU's tensor-core precisions (TF32,
+// BF16, FP16) do not compute them yet, and a run of a node that uses one
+// there fails with an error wrapping cudakernels.ErrUnsupported, never with
+// another problem's result.
 //
 // # Saved state and memory
 //

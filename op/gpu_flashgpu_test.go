@@ -311,14 +311,12 @@ func TestGPUAttentionLSE(t *testing.T) {
 // TestGPUVariantGraphsMatchCPU runs the variant graphs of
 // TestVariantGraphsMatchReference on the GPU (FP32 and float64 on CUDA
 // cores) beside the CPU, Tape and Lisp machines: GQA, windows, softcap,
-// ALiBi and lengths, alone and together. Dropout is not on the GPU yet.
+// ALiBi, lengths and dropout (the same mask on both machines), alone and
+// together.
 func TestGPUVariantGraphsMatchCPU(t *testing.T) {
 	requireGPU(t)
 	for i, vc := range variantCases() {
 		p := vc.params()
-		if p.Dropout.On() {
-			continue
-		}
 		in := randomInputs(p, uint64(500+i))
 		for _, dt := range []tensor.Dtype{tensor.Float64, tensor.Float32} {
 			tol := 1e-10

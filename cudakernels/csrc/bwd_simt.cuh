@@ -8,6 +8,7 @@
 // and dP once more, the price of determinism on this path.
 #pragma once
 #include "simt_tile.cuh"
+#include "philox.cuh"
 #include "variants.cuh"
 
 namespace flash {
@@ -77,6 +78,7 @@ __device__ void dkdv_1colblock(const Params& p) {
   // probabilities are 0, and 0 times whatever the caller left there could
   // be NaN.
   const SeqMask mask = seq_mask(p, kvh * p.kv_group);
+  const Dropout drop = dropout_of(p);
   load_tile<T, DP, TILE>(sK, head_of(static_cast<const T*>(p.k), kvh, kv_heads, p.k_batch_stride, p.k_head_stride),
                          k0, mask.lk, dim, p.k_row_stride);
   load_tile<T, DP, TILE>(sV, head_of(static_cast<const T*>(p.v), kvh, kv_heads, p.v_batch_stride, p.v_head_stride),
@@ -95,6 +97,7 @@ __device__ void dkdv_1colblock(const Params& p) {
   for (long long r = 0; r < p.kv_group; ++r) {
     const long long bh = kvh * p.kv_group + r;
     const ScoreMod<T> mod = score_mod<T>(p, bh, mask);
+    const long long pair = p.pair0 + bh;
     const T* qh = head_of(static_cast<const T*>(p.q), bh, p.h, p.q_batch_stride, p.q_head_stride);
     const T* doh = head_of(static_cast<const T*>(p.dout), bh, p.h, p.dout_batch_stride, p.dout_head_stride);
     const T* lh = static_cast<const T*>(p.lse) + bh * nq;
@@ -133,7 +136,17 @@ __device__ void dkdv_1colblock(const Params& p) {
           T dsoft;
           const T si = mod.on ? mod.apply(s[c] * sc, i, key, dsoft) : s[c] * sc;
           pr = M::exp(si - sLse[qi]);
-          ds = mod.on ? pr * (dp[c] - sDelta[qi]) * dsoft : pr * (dp[c] - sDelta[qi]);
+          T dpi = dp[c];
+          if (drop.on()) {
+            // O = Z·V with Z = P∘M/(1−p): dV takes Z and dP = (dO·Vᵀ)∘M/(1−p).
+            const bool kept = drop.kept(pair, i, key);
+            dpi = kept ? dpi * T(drop.scale) : T(0);
+            ds = pr * (dpi - sDelta[qi]);
+            pr = kept ? pr * T(drop.scale) : T(0);
+          } else {
+            ds = pr * (dpi - sDelta[qi]);
+          }
+          if (mod.on) ds *= dsoft;
         }
         sPt[ty * (TILE + 1) + qi] = pr;
         sdSt[ty * (TILE + 1) + qi] = ds;
@@ -190,6 +203,8 @@ __device__ void dq_1rowblock(const Params& p) {
   const T* vh = head_of(static_cast<const T*>(p.v), kvh, kv_heads, p.v_batch_stride, p.v_head_stride);
   const SeqMask mask = seq_mask(p, bh);
   const ScoreMod<T> mod = score_mod<T>(p, bh, mask);
+  const Dropout drop = dropout_of(p);
+  const long long pair = p.pair0 + bh;
 
   load_tile<T, DP, TILE>(sQ, head_of(static_cast<const T*>(p.q), bh, p.h, p.q_batch_stride, p.q_head_stride), q0, mask.lq,
                          dim, p.q_row_stride);
@@ -234,7 +249,10 @@ __device__ void dq_1rowblock(const Params& p) {
       if (lo <= key && key < hi) {
         T dsoft;
         const T pr = M::exp((mod.on ? mod.apply(s[c] * sc, row, key, dsoft) : s[c] * sc) - lse_row);
-        ds = mod.on ? pr * (dp[c] - d_row) * dsoft : pr * (dp[c] - d_row);
+        T dpi = dp[c];
+        if (drop.on()) dpi = drop.kept(pair, row, key) ? dpi * T(drop.scale) : T(0);
+        ds = pr * (dpi - d_row);
+        if (mod.on) ds *= dsoft;
       }
       sdS[ty * (TILE + 1) + kj] = ds;
     }

@@ -3,6 +3,7 @@
 // not apply; accurate rather than fast.
 #pragma once
 #include "simt_tile.cuh"
+#include "philox.cuh"
 #include "variants.cuh"
 
 namespace flash {
@@ -39,6 +40,8 @@ __device__ void fwd_1rowblock(const Params& p) {
   const T* vh = head_of(static_cast<const T*>(p.v), kvh, kv_heads, p.v_batch_stride, p.v_head_stride);
   const SeqMask mask = seq_mask(p, bh);
   const ScoreMod<T> mod = score_mod<T>(p, bh, mask);
+  const Dropout drop = dropout_of(p);
+  const long long pair = p.pair0 + bh;
 
   // Prologue: this tile's queries and the keys its rows see: from the
   // first row's first key to the last real row's last (both bounds are
@@ -95,7 +98,9 @@ __device__ void fwd_1rowblock(const Params& p) {
     for (int c = 0; c < kPerS; ++c) {
       const T p = M::exp(s[c] - ref);
       tile_sum += p;
-      sP[ty * (TILE + 1) + tx + 8 * c] = p;
+      // Dropout drops probabilities after the softmax: l sums them all.
+      sP[ty * (TILE + 1) + tx + 8 * c] =
+          drop.on() ? (drop.kept(pair, row, k0 + tx + 8 * c) ? p * T(drop.scale) : T(0)) : p;
     }
     l = l * alpha + group8_sum(tile_sum);
     m = m_new;

@@ -84,9 +84,15 @@ struct Params {
   // The gradient of the LSE, [b, h, nq] dense like lse, or null:
   // dot_do_o then writes D − dLSE.
   const void* dlse;
+  // Dropout (kernels.Dropout, philox.cuh): entries whose Philox word is
+  // below dropout_threshold (a uint32; 0 is off) are dropped, the others
+  // scaled by dropout_scale = 1/(1−p); the 64-bit seed and the run's
+  // offset (its low 32 bits) key and place the counter.
+  long long dropout_threshold, dropout_seed, dropout_offset;
+  double dropout_scale;
 };
 
-static_assert(sizeof(Params) == 56 * 8, "Params: every field is 8 bytes; update params.go's kernelParams too");
+static_assert(sizeof(Params) == 60 * 8, "Params: every field is 8 bytes; update params.go's kernelParams too");
 static_assert(__builtin_offsetof(Params, q_batch_stride) == 15 * 8, "Params: pointers come first");
 static_assert(__builtin_offsetof(Params, b) == 39 * 8, "Params: strides before sizes");
 static_assert(__builtin_offsetof(Params, scale) == 45 * 8, "Params: scale ends the plain problem");

@@ -1,0 +1,55 @@
+// Attention dropout's mask on the device: the function kernels.Dropout
+// defines (its documentation gives the counter layout), computed directly
+// rather than through curand, whose state and counter layout are its own.
+// The CPU, the float64 reference and every kernel draw the same bits for
+// the same (seed, offset, pair, row, key), so a forward and its backward,
+// and a run on either machine, drop the same entries.
+#pragma once
+#include "params.cuh"
+
+namespace flash {
+
+// philox_word returns word w (0 … 3) of Philox4x32-10 of Random123 at
+// counter (c0, c1, c2, c3) under key (k0, k1): ten rounds of two 32×32
+// multiplications, the key bumped by the Weyl constants after each.
+__device__ __forceinline__ unsigned philox_word(unsigned c0, unsigned c1, unsigned c2, unsigned c3, unsigned k0,
+                                                unsigned k1, int w) {
+#pragma unroll
+  for (int r = 0; r < 10; ++r) {
+    const unsigned hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+    const unsigned hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return w == 0 ? c0 : (w == 1 ? c1 : (w == 2 ? c2 : c3));
+}
+
+// Dropout is a launch's dropout: kept(pair, i, j) is kernels.Dropout.Kept
+// for query pair `pair` of the call (batch·heads + head), row i and key j.
+struct Dropout {
+  unsigned threshold, k0, k1, offset;
+  double scale;
+
+  __device__ __forceinline__ bool on() const { return threshold != 0; }
+  __device__ __forceinline__ bool kept(long long pair, long long i, long long j) const {
+    const unsigned w = philox_word(static_cast<unsigned>(j / 4), static_cast<unsigned>(i), static_cast<unsigned>(pair),
+                                   offset, k0, k1, static_cast<int>(j % 4));
+    return w >= threshold;
+  }
+};
+
+__device__ __forceinline__ Dropout dropout_of(const Params& p) {
+  Dropout d;
+  d.threshold = static_cast<unsigned>(p.dropout_threshold);
+  d.k0 = static_cast<unsigned>(static_cast<unsigned long long>(p.dropout_seed));
+  d.k1 = static_cast<unsigned>(static_cast<unsigned long long>(p.dropout_seed) >> 32);
+  d.offset = static_cast<unsigned>(p.dropout_offset);
+  d.scale = p.dropout_scale;
+  return d;
+}
+
+}  // namespace flash
