@@ -20,12 +20,13 @@ import (
 // backward's when backward is set, conversions to the operand type
 // included). The L2 cache is flushed before each run, so figures do not
 // depend on the problem fitting in it. Compare it with a whole call's time to
-// see what the copies cost.
+// see what the copies cost. p may use the variants the backend's precision
+// computes (see the package documentation).
 func (b *Backend) KernelTime(p kernels.Params, backward bool, reps int) (float64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, err
 	}
-	if err := checkPlain(p); err != nil {
+	if err := checkVariants(p, b.prec, 4); err != nil {
 		return 0, err
 	}
 	if reps < 1 {
@@ -56,14 +57,20 @@ func (b *Backend) KernelTime(p kernels.Params, backward bool, reps int) (float64
 		q4, k4, l4 := int64(p.QLen())*4, int64(p.KLen())*4, int64(p.LSELen())*4
 		var buf bwdBuffers
 		var fwdScratch, flush cu.DevicePtr
+		var aux auxArgs
 		a, err := newArena(part{&buf.q, q4}, part{&buf.k, k4}, part{&buf.v, k4}, part{&buf.o, q4}, part{&buf.lse, l4},
 			part{&buf.do, q4}, part{&buf.delta, l4}, part{&buf.dq, q4}, part{&buf.dk, k4}, part{&buf.dv, k4},
-			part{&fwdScratch, f.scratchBytes(p)}, part{&buf.scratch, bs}, part{&flush, flushBytes})
+			part{&fwdScratch, f.scratchBytes(p)}, part{&buf.scratch, bs}, part{&flush, flushBytes}, aux.part(p))
 		if err != nil {
 			return err
 		}
 		defer func() { err = errors.Join(err, a.free()) }()
-		fbuf := fwdBuffers{q: buf.q, k: buf.k, v: buf.v, o: buf.o, lse: buf.lse, scratch: fwdScratch}
+		if err := aux.upload(); err != nil {
+			return err
+		}
+		// The whole call is one chunk: the launches see its B and H.
+		buf.vars = aux.at(p, chunk{n: p.B * p.H}, 0)
+		fbuf := fwdBuffers{q: buf.q, k: buf.k, v: buf.v, o: buf.o, lse: buf.lse, scratch: fwdScratch, vars: buf.vars}
 		for _, c := range []struct {
 			dst cu.DevicePtr
 			n   int
