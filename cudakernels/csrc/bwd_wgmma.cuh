@@ -450,7 +450,7 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, const 
       });
     } else {
       with_variant(masked, mod, md.cap != 0.f, [&](auto kMasked, auto kMod, auto kCap) {
-        int a0[2] = {0, 0};  // a − key − q0 − 2t of each key
+        int a0[2] = {0, 0};  // a − j of query q0 + 2t and each key
         if constexpr (kMod)
           for (int h = 0; h < 2; ++h) a0[h] = offset_of(q0, md.shift, key0 + 8 * h) + 2 * t;
         probs_dkdv<E, true, kMod, kMasked, kCap>(s, pf, scale, scale_log2, lt, static_cast<int>(q0), t, qlo, qhi, md,
