@@ -17,7 +17,8 @@ import (
 // c.rows rows (tiles of wgmmaQTileRows), K and V to a multiple of the key
 // tile c.step, one image per key head (grouped-query attention reads each
 // for all the query heads of its group). fn is the plain kernel, fnVar the
-// one that computes the variants (csrc/sm90_variants.cuh); pick chooses.
+// one that computes the variants (csrc/sm90_variants.cuh); pickVariant
+// chooses.
 type wgmmaForward struct {
 	fn, fnVar, toRows, toVt cu.Function
 	c                       choice
