@@ -81,3 +81,90 @@ func BenchmarkKernelsGPU(b *testing.B) {
 		}
 	}
 }
+
+// variantShapes are issue 10's speed targets: BF16-sized problems at D =
+// 128 (B·N = 16384 tokens, H = 16), each variant beside the plain kernel
+// on the same shape. FLOPs are the visible ones (kernels.Params.
+// VisibleFLOPs: 4·D per row and key the masks leave), so that a variant
+// that costs no more than its visible work runs at the plain kernel's
+// TFLOP/s.
+func variantShapes() []struct {
+	name string
+	p    kernels.Params
+} {
+	const d = 128
+	at := func(n int, causal bool) kernels.Params {
+		return kernels.Params{B: 16384 / n, H: 2048 / d, Nq: n, Nk: n, D: d, Scale: 1 / math.Sqrt(d), Causal: causal}
+	}
+	slopes := make([]float64, 16)
+	for h := range slopes {
+		slopes[h] = math.Exp2(-8 * float64(h+1) / 16) // ALiBi's geometric slopes
+	}
+	gqa, softcap, alibi := at(8192, true), at(8192, true), at(8192, true)
+	gqa.Hkv, softcap.Softcap, alibi.ALiBi = 2, 30, slopes
+	window := at(16384, true)
+	window.Window = kernels.Window{On: true, Left: 1023, Right: 0} // 1024 keys, the row's own included
+	// Eight sequences padded to N = 8192, lengths averaging N/4.
+	lengths := kernels.Params{B: 8, H: 16, Nq: 8192, Nk: 8192, D: d, Scale: 1 / math.Sqrt(d), Causal: true,
+		QLens: []int{2048, 1024, 3072, 2048, 512, 3584, 2048, 2048}}
+	lengths.KLens = lengths.QLens
+	dropout := at(8192, true)
+	dropout.Dropout = kernels.Dropout{P: 0.1, Seed: 1}
+	return []struct {
+		name string
+		p    kernels.Params
+	}{
+		{"plain_N8192_causal", at(8192, true)},
+		{"plain_N16384_causal", at(16384, true)},
+		{"gqa8_N8192_causal", gqa},
+		{"window1024_N16384_causal", window},
+		{"softcap30_N8192_causal", softcap},
+		{"alibi_N8192_causal", alibi},
+		{"lengths_quarter_N8192_causal", lengths},
+		{"dropout0.1_N8192_causal", dropout},
+	}
+}
+
+// BenchmarkVariantsGPU times each attention variant's kernels alone
+// (KernelTime, as BenchmarkKernelsGPU) in FP32 (CUDA cores) and BF16
+// (tensor cores), forward and backward, reporting TFLOP/s on visible FLOPs
+// (backward 2.5× the forward's). A precision whose kernels do not compute a
+// variant yet reports it skipped, with the reason.
+// gpu_variants_side_by_side.py runs it beside FlexAttention and SDPA.
+func BenchmarkVariantsGPU(b *testing.B) {
+	for _, prec := range []cudakernels.Precision{cudakernels.BF16, cudakernels.FP32} {
+		be, err := cudakernels.NewBackend(cudakernels.WithPrecision(prec))
+		if errors.Is(err, cudakernels.ErrNoDevice) {
+			b.Skipf("no CUDA device: %v", err)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, pass := range []string{"fwd", "bwd"} {
+			for _, v := range variantShapes() {
+				if prec == cudakernels.FP32 && v.p.Nq > 8192 {
+					continue // minutes per call on the CUDA cores
+				}
+				b.Run(fmt.Sprintf("%v/%s/%s", prec, pass, v.name), func(b *testing.B) {
+					var ms float64
+					for b.Loop() {
+						if ms, err = be.KernelTime(v.p, pass == "bwd", 3); errors.Is(err, cudakernels.ErrUnsupported) {
+							b.Skip(err)
+						} else if err != nil {
+							b.Fatal(err)
+						}
+					}
+					flops := v.p.VisibleFLOPs()
+					if pass == "bwd" {
+						flops *= 2.5
+					}
+					b.ReportMetric(ms, "kernel-ms")
+					b.ReportMetric(flops/ms/1e9, "TFLOP/s")
+				})
+			}
+		}
+		if err := be.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

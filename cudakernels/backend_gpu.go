@@ -224,9 +224,6 @@ func forward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse []T,
 	if err := kernels.CheckForward(p, q, k, v, o, lse); err != nil {
 		return nil, err
 	}
-	if err := checkVariants(p, b.prec, elemSize[T]()); err != nil {
-		return nil, err
-	}
 	if _, err := paddedDim(p.D); err != nil {
 		return nil, err
 	}
@@ -234,6 +231,9 @@ func forward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse []T,
 	err := b.run(func() (err error) {
 		f, err := b.reg.forward(elemSize[T](), p.D)
 		if err != nil {
+			return err
+		}
+		if err := f.computes(p); err != nil {
 			return err
 		}
 		bh, g := p.B*p.H, p.H/p.KVHeads()
@@ -293,15 +293,19 @@ func backward[T kernels.Float](b *Backend, p kernels.Params, st *deviceState, q,
 			return err
 		}
 	}
-	if err := checkVariants(p, b.prec, elemSize[T]()); err != nil {
-		return err
-	}
 	if _, err := paddedDim(p.D); err != nil {
 		return err
 	}
 	return b.run(func() error {
 		if st != nil && st.a == nil {
 			return fmt.Errorf("%w: device state already released", kernels.ErrInvalidParams)
+		}
+		ks, _, err := b.reg.backward(elemSize[T](), p.D)
+		if err != nil {
+			return err
+		}
+		if err := ks.computes(p); err != nil {
+			return err
 		}
 		bh, g := p.B*p.H, p.H/p.KVHeads()
 		qd, kd := p.Nq*p.D, p.Nk*p.D

@@ -43,6 +43,12 @@ func (b *mmaBackward) carve(p kernels.Params, base cu.DevicePtr, s *mmaBwdScratc
 	return carve(base, part{&s.q, qBytes}, part{&s.k, kBytes}, part{&s.v, kBytes}, part{&s.dout, qBytes})
 }
 
+// computes refuses every variant: the mma.sync kernels compute plain
+// attention.
+func (b *mmaBackward) computes(p kernels.Params) error {
+	return refuseVariants(p, "the mma.sync kernels", false, false)
+}
+
 func (b *mmaBackward) scratchBytes(p kernels.Params) int64 { return b.carve(p, 0, &mmaBwdScratch{}) }
 
 // launch converts Q, K, V and dO into buf.scratch, then enqueues the dK/dV

@@ -32,6 +32,9 @@ func loadSimtBackward(mod cu.Module, c choice, maxSmem int) (*simtBackward, erro
 	return b, nil
 }
 
+// computes accepts every variant.
+func (b *simtBackward) computes(kernels.Params) error { return nil }
+
 func (b *simtBackward) scratchBytes(kernels.Params) int64 { return 0 }
 
 func (b *simtBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Stream) error {

@@ -15,10 +15,12 @@ import (
 // (dK, dV) or queries (dQ) and stream the other side in steps of c.step.
 // Its inputs are images in tiles of wgmmaBwdTile rows padded to a multiple
 // of wgmmaBwdPad rows: Q, K, V and dO by rows, Qᵀ, Kᵀ and dOᵀ transposed,
-// and the LSE (log2 units) and D padded likewise (flash_bwd_stats_sm90).
+// and the LSE (log2 units) and D padded likewise (flash_bwd_stats_sm90);
+// K, V and Kᵀ one image per key head. dkdvVar and dqVar compute the
+// variants (pickVariant).
 type wgmmaBackward struct {
-	dkdv, dq, toRows, toVt, stats cu.Function
-	c                             choice
+	dkdv, dq, dkdvVar, dqVar, toRows, toVt, stats cu.Function
+	c                                             choice
 }
 
 func loadWgmmaBackward(mod cu.Module, c choice, maxSmem int) (*wgmmaBackward, error) {
@@ -29,6 +31,12 @@ func loadWgmmaBackward(mod cu.Module, c choice, maxSmem int) (*wgmmaBackward, er
 		return nil, err
 	}
 	if b.dq, err = lookup(mod, "flash_bwd_dq"+suffix, c.smemDQ, maxSmem); err != nil {
+		return nil, err
+	}
+	if b.dkdvVar, err = lookup(mod, "flash_bwd_dkdv"+suffix+"_var", c.smem, maxSmem); err != nil {
+		return nil, err
+	}
+	if b.dqVar, err = lookup(mod, "flash_bwd_dq"+suffix+"_var", c.smemDQ, maxSmem); err != nil {
 		return nil, err
 	}
 	for _, f := range []struct {
@@ -54,19 +62,26 @@ func (b *wgmmaBackward) padded(p kernels.Params) (nq, nk int64) {
 }
 
 func (b *wgmmaBackward) carve(p kernels.Params, base cu.DevicePtr, s *wgmmaBwdScratch) int64 {
-	bh, row := int64(p.B)*int64(p.H), int64(b.c.dp)*int64(elemBytes(b.c.prec))
+	bh, bkv, row := int64(p.B)*int64(p.H), int64(p.B)*int64(p.KVHeads()), int64(b.c.dp)*int64(elemBytes(b.c.prec))
 	nq, nk := b.padded(p)
-	qb, kb, st := bh*nq*row, bh*nk*row, bh*nq*4
+	qb, kb, st := bh*nq*row, bkv*nk*row, bh*nq*4
 	return carve(base, part{&s.q, qb}, part{&s.qT, qb}, part{&s.dout, qb}, part{&s.doutT, qb},
 		part{&s.k, kb}, part{&s.kT, kb}, part{&s.v, kb}, part{&s.lseLog2, st}, part{&s.deltaPad, st})
+}
+
+// computes accepts every variant but dropout (the _var kernels).
+func (b *wgmmaBackward) computes(p kernels.Params) error {
+	return refuseVariants(p, "the Hopper (wgmma) kernels", true, false)
 }
 
 func (b *wgmmaBackward) scratchBytes(p kernels.Params) int64 {
 	return b.carve(p, 0, &wgmmaBwdScratch{})
 }
 
-// launch converts the inputs into images in buf.scratch, then enqueues the
-// dK/dV and the dQ kernels. buf.delta must already hold D.
+// launch converts the inputs into images in buf.scratch (K and V of the
+// B·KVHeads() key heads only), then enqueues the statistics, the dK/dV
+// kernel (a block per 128 keys of a key head: backwardGrids) and the dQ
+// kernel. buf.delta must already hold D.
 func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Stream) error {
 	gridK, gridQ, err := backwardGrids(p, b.c.rows)
 	if err != nil {
@@ -75,17 +90,19 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 	var s wgmmaBwdScratch
 	b.carve(p, buf.scratch, &s)
 	im := imaging{toRows: b.toRows, toVt: b.toVt, p: p, dp: b.c.dp, elemSz: elemBytes(b.c.prec), stream: stream}
+	kim := keyImaging(im, p)
 	nqPad, nkPad := b.padded(p)
 	for _, c := range []struct {
+		im                    imaging
 		src, rows, transposed cu.DevicePtr
 		n                     int
 		pad                   int64
-	}{{buf.q, s.q, s.qT, p.Nq, nqPad}, {buf.do, s.dout, s.doutT, p.Nq, nqPad}, {buf.k, s.k, s.kT, p.Nk, nkPad}, {buf.v, s.v, 0, p.Nk, nkPad}} {
-		if err := im.rows(c.src, c.rows, c.n, c.pad, wgmmaBwdTile); err != nil {
+	}{{im, buf.q, s.q, s.qT, p.Nq, nqPad}, {im, buf.do, s.dout, s.doutT, p.Nq, nqPad}, {kim, buf.k, s.k, s.kT, p.Nk, nkPad}, {kim, buf.v, s.v, 0, p.Nk, nkPad}} {
+		if err := c.im.rows(c.src, c.rows, c.n, c.pad, wgmmaBwdTile); err != nil {
 			return err
 		}
 		if c.transposed != 0 {
-			if err := im.transposed(c.src, c.transposed, c.n, c.pad, wgmmaBwdTile); err != nil {
+			if err := c.im.transposed(c.src, c.transposed, c.n, c.pad, wgmmaBwdTile); err != nil {
 				return err
 			}
 		}
@@ -102,8 +119,8 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 	if err := launch(b.stats, int(min((bh*nqPad+statThreads-1)/statThreads, maxBlocks)), statThreads, 0, stream, &kp); err != nil {
 		return err
 	}
-	if err := launch(b.dkdv, gridK, b.c.threads, b.c.smem, stream, &kp); err != nil {
+	if err := launch(pickVariant(&kp, b.dkdv, b.dkdvVar), gridK, b.c.threads, b.c.smem, stream, &kp); err != nil {
 		return err
 	}
-	return launch(b.dq, gridQ, b.c.threads, b.c.smemDQ, stream, &kp)
+	return launch(pickVariant(&kp, b.dq, b.dqVar), gridQ, b.c.threads, b.c.smemDQ, stream, &kp)
 }

@@ -147,8 +147,9 @@
 // backward of the low-precision modes) and flash.cu (the extern "C" entry
 // points); for the Hopper family, sm90.cuh (wgmma, descriptors, mbarriers,
 // bulk copies, the tile-image layout and the conversions into it),
-// fwd_wgmma.cuh (forward), bwd_wgmma.cuh (backward) and hopper.cu (its
-// entry points, compiled for compute_90a alone).
+// sm90_variants.cuh (the attention variants in its kernels), fwd_wgmma.cuh
+// (forward), bwd_wgmma.cuh (backward) and hopper.cu (its entry points,
+// compiled for compute_90a alone).
 //
 // The tensor-core forward is one kernel template over an operand type
 // (mma.cuh: BF16, FP16, TF32), which gives the storage element, the k of
@@ -206,6 +207,32 @@
 // streams steps of 32 rows and single-buffers Qᵀ and dOᵀ so that two
 // warpgroups fit shared memory (158 against 101 TFLOP/s with one), and
 // keeps the late refill, since its next step needs those tiles at once.
+//
+// The Hopper kernels compute the attention variants of kernels.Params
+// (csrc/variants.cuh mirrors kernels.Mask and ModifyScore). Each attention
+// kernel comes twice: the plain one, tuned, for problems with none of them
+// (the causal mask is plain), which traps if launched on one, and a _var
+// one that the launchers pick for any other problem, so that the variants
+// add nothing to the plain kernels' loops (csrc/sm90_variants.cuh).
+// Grouped-query attention: K and V are imaged once per key head, which
+// every query head of its group reads; the dK/dV grid runs over key heads,
+// each block summing the gradients of its group's query heads in its
+// registers, one head after the other in a fixed order, its (head, query
+// step) pairs one sequence through the copy pipeline, so results stay
+// deterministic without atomics. Masks (lengths, causal, windows): the
+// forward and dQ walk the key tiles from the block's first row's first
+// key to its last real row's last, the dK/dV kernel the query steps from
+// its first key's first row to its last real key's last, and only tiles
+// where some row misses some key are masked element by element. Padding
+// rows and rows that see no key get O = 0, LSE = +inf and dQ = 0, padding
+// keys and keys no row sees dK = dV = 0. Score modifiers (softcap, ALiBi)
+// act on the scaled score before the mask and the softmax's log2 units;
+// the backward recomputes P from the modified score and multiplies dS by
+// the softcap's derivative 1 − tanh² before dQ and dK. In the _var
+// kernels the element-wise work on a tile is compiled four times and
+// picked per tile: without modifiers masked and unmasked, with them with
+// and without the softcap (ALiBi needs no copy of its own: a slope of 0
+// leaves scores as they are).
 //
 // The CUDA-core family ("simt") works on tiles of 32 rows (16 for float64 at
 // D = 256) with 8 threads per row:

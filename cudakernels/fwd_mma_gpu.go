@@ -53,6 +53,12 @@ func (f *mmaForward) carve(p kernels.Params, base cu.DevicePtr, s *mmaFwdScratch
 	return carve(base, part{&s.q, bh * int64(p.Nq) * dp * eb}, part{&s.k, kBytes}, part{&s.v, vBytes})
 }
 
+// computes refuses every variant: the mma.sync kernels compute plain
+// attention.
+func (f *mmaForward) computes(p kernels.Params) error {
+	return refuseVariants(p, "the mma.sync kernels", false, false)
+}
+
 func (f *mmaForward) scratchBytes(p kernels.Params) int64 { return f.carve(p, 0, &mmaFwdScratch{}) }
 
 // launch enqueues the conversions into buf.scratch, then the forward.

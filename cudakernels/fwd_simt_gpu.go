@@ -34,6 +34,9 @@ func loadSimtForward(mod cu.Module, c choice, maxSmem int) (*simtForward, error)
 	return &simtForward{fn: fn, c: c}, nil
 }
 
+// computes accepts every variant.
+func (f *simtForward) computes(kernels.Params) error { return nil }
+
 func (f *simtForward) scratchBytes(kernels.Params) int64 { return 0 }
 
 func (f *simtForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream) error {

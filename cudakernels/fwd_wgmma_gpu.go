@@ -15,10 +15,13 @@ import (
 // inputs are tile images of Q, K and Vᵀ that two conversion kernels write
 // into scratch first, padded with zeros to whole tiles: Q to a multiple of
 // c.rows rows (tiles of wgmmaQTileRows), K and V to a multiple of the key
-// tile c.step.
+// tile c.step, one image per key head (grouped-query attention reads each
+// for all the query heads of its group). fn is the plain kernel, fnVar the
+// one that computes the variants (csrc/sm90_variants.cuh); pickVariant
+// chooses.
 type wgmmaForward struct {
-	fn, toRows, toVt cu.Function
-	c                choice
+	fn, fnVar, toRows, toVt cu.Function
+	c                       choice
 }
 
 func loadWgmmaForward(mod cu.Module, c choice, maxSmem int) (*wgmmaForward, error) {
@@ -30,10 +33,32 @@ func loadWgmmaForward(mod cu.Module, c choice, maxSmem int) (*wgmmaForward, erro
 	if f.toVt, err = function(mod, "flash_to_image_vt_"+c.prec.String()); err != nil {
 		return nil, err
 	}
-	if f.fn, err = lookup(mod, fmt.Sprintf("flash_fwd_wgmma_%v_d%d", c.prec, c.dp), c.smem, maxSmem); err != nil {
+	name := fmt.Sprintf("flash_fwd_wgmma_%v_d%d", c.prec, c.dp)
+	if f.fn, err = lookup(mod, name, c.smem, maxSmem); err != nil {
+		return nil, err
+	}
+	if f.fnVar, err = lookup(mod, name+"_var", c.smem, maxSmem); err != nil {
 		return nil, err
 	}
 	return f, nil
+}
+
+// pickVariant returns plain for a problem the plain kernels compute (the
+// causal mask and a window's right bound included), else withVariants. It
+// reads the kernels' argument, not the chunk's kernels.Params, which no
+// longer holds the lengths and slopes (they live on the device).
+func pickVariant(kp *kernelParams, plain, withVariants cu.Function) cu.Function {
+	if kp.KvGroup == 1 && kp.MaskLeft < 0 && kp.QLens == 0 && kp.KLens == 0 && kp.Softcap == 0 && kp.Alibi == 0 {
+		return plain
+	}
+	return withVariants
+}
+
+// keyImaging is im for the key-like tensors (K, V) of p: p.KVHeads() heads
+// per batch entry instead of p.H (imaging reads only B, H and D).
+func keyImaging(im imaging, p kernels.Params) imaging {
+	im.p.H = p.KVHeads()
+	return im
 }
 
 // wgmmaFwdScratch is where the images go.
@@ -45,15 +70,20 @@ func (f *wgmmaForward) padded(p kernels.Params) (nq, nk int64) {
 }
 
 func (f *wgmmaForward) carve(p kernels.Params, base cu.DevicePtr, s *wgmmaFwdScratch) int64 {
-	bh, row := int64(p.B)*int64(p.H), int64(f.c.dp)*int64(elemBytes(f.c.prec))
+	bh, bkv, row := int64(p.B)*int64(p.H), int64(p.B)*int64(p.KVHeads()), int64(f.c.dp)*int64(elemBytes(f.c.prec))
 	nq, nk := f.padded(p)
-	return carve(base, part{&s.q, bh * nq * row}, part{&s.k, bh * nk * row}, part{&s.vt, bh * nk * row})
+	return carve(base, part{&s.q, bh * nq * row}, part{&s.k, bkv * nk * row}, part{&s.vt, bkv * nk * row})
+}
+
+// computes accepts every variant but dropout (the _var kernels).
+func (f *wgmmaForward) computes(p kernels.Params) error {
+	return refuseVariants(p, "the Hopper (wgmma) kernels", true, false)
 }
 
 func (f *wgmmaForward) scratchBytes(p kernels.Params) int64 { return f.carve(p, 0, &wgmmaFwdScratch{}) }
 
-// launch enqueues the three conversions into images in buf.scratch, then
-// the forward.
+// launch enqueues the three conversions into images in buf.scratch (K and
+// Vᵀ of the B·KVHeads() key heads only), then the forward.
 func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream) error {
 	grid, err := gridFor(p, p.Nq, f.c.rows)
 	if err != nil {
@@ -66,14 +96,15 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 	if err := im.rows(buf.q, s.q, p.Nq, nqPad, wgmmaQTileRows); err != nil {
 		return err
 	}
-	if err := im.rows(buf.k, s.k, p.Nk, nkPad, f.c.step); err != nil {
+	kim := keyImaging(im, p)
+	if err := kim.rows(buf.k, s.k, p.Nk, nkPad, f.c.step); err != nil {
 		return err
 	}
-	if err := im.transposed(buf.v, s.vt, p.Nk, nkPad, f.c.step); err != nil {
+	if err := kim.transposed(buf.v, s.vt, p.Nk, nkPad, f.c.step); err != nil {
 		return err
 	}
 	dp := int64(f.c.dp)
 	kp := newParams(p, operands{q: tensorAt{uint64(s.q), nqPad, dp}, k: tensorAt{uint64(s.k), nkPad, dp},
 		v: tensorAt{uint64(s.vt), nkPad, dp}, o: dense(buf.o, p.Nq, p.D), lse: uint64(buf.lse), vars: buf.vars})
-	return launch(f.fn, grid, f.c.threads, f.c.smem, stream, &kp)
+	return launch(pickVariant(&kp, f.fn, f.fnVar), grid, f.c.threads, f.c.smem, stream, &kp)
 }

@@ -16,7 +16,11 @@ import (
 // A forwardKernel enqueues a forward, with the conversions its operands
 // need, on a stream; scratchBytes is the size of fwdBuffers.scratch it
 // needs for p.
+//
+// computes returns an error wrapping ErrUnsupported when p uses a variant
+// the kernel does not compute (refuseVariants).
 type forwardKernel interface {
+	computes(p kernels.Params) error
 	scratchBytes(p kernels.Params) int64
 	launch(p kernels.Params, buf fwdBuffers, stream cu.Stream) error
 }
@@ -25,6 +29,7 @@ type forwardKernel interface {
 // D = rowsum(dO∘O) is in buf.delta) with the conversions their operands
 // need; scratchBytes is the size of bwdBuffers.scratch it needs for p.
 type backwardKernel interface {
+	computes(p kernels.Params) error
 	scratchBytes(p kernels.Params) int64
 	launch(p kernels.Params, buf bwdBuffers, stream cu.Stream) error
 }

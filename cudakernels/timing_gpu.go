@@ -26,9 +26,6 @@ func (b *Backend) KernelTime(p kernels.Params, backward bool, reps int) (float64
 	if err := p.Validate(); err != nil {
 		return 0, err
 	}
-	if err := checkVariants(p, b.prec, 4); err != nil {
-		return 0, err
-	}
 	if reps < 1 {
 		return 0, fmt.Errorf("%w: reps = %d, want at least 1", kernels.ErrInvalidParams, reps)
 	}
@@ -50,10 +47,14 @@ func (b *Backend) KernelTime(p kernels.Params, backward bool, reps int) (float64
 		if err != nil {
 			return err
 		}
-		bs, err := backwardScratchBytes[float32](b, p)
+		ks, _, err := b.reg.backward(4, p.D)
 		if err != nil {
 			return err
 		}
+		if err := errors.Join(f.computes(p), ks.computes(p)); err != nil {
+			return err
+		}
+		bs := ks.scratchBytes(p)
 		q4, k4, l4 := int64(p.QLen())*4, int64(p.KLen())*4, int64(p.LSELen())*4
 		var buf bwdBuffers
 		var fwdScratch, flush cu.DevicePtr

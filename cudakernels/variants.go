@@ -9,44 +9,40 @@ import (
 
 // checkPlain refuses every attention variant of kernels.Params, listing
 // those p uses, with an error wrapping ErrUnsupported; plain attention
-// passes. checkVariants and KernelTime (plain problems only) use it.
-func checkPlain(p kernels.Params) error {
-	if p.IsPlain() {
-		return nil
-	}
+// passes.
+func checkPlain(p kernels.Params) error { return refuseVariants(p, "the GPU", false, false) }
+
+// refuseVariants returns an error wrapping ErrUnsupported that lists the
+// variants of p that kernels (a family's, named for the message) do not
+// compute: dropout unless withDropout, every other variant unless
+// withOthers. A problem that uses none of those passes. Each backend entry
+// point asks the kernels the registry chose (their computes method), so a
+// caller never gets plain attention's result for another problem.
+func refuseVariants(p kernels.Params, kernelsName string, withOthers, withDropout bool) error {
 	var used []string
-	if p.KVHeads() != p.H {
-		used = append(used, fmt.Sprintf("grouped-query attention (Hkv = %d, H = %d)", p.KVHeads(), p.H))
+	if !withOthers {
+		if p.KVHeads() != p.H {
+			used = append(used, fmt.Sprintf("grouped-query attention (Hkv = %d, H = %d)", p.KVHeads(), p.H))
+		}
+		if p.Window.On {
+			used = append(used, fmt.Sprintf("a window (%d, %d)", p.Window.Left, p.Window.Right))
+		}
+		if p.Softcap != 0 {
+			used = append(used, fmt.Sprintf("softcap %v", p.Softcap))
+		}
+		if p.ALiBi != nil {
+			used = append(used, "ALiBi")
+		}
+		if p.QLens != nil || p.KLens != nil {
+			used = append(used, "per-sequence lengths")
+		}
 	}
-	if p.Window.On {
-		used = append(used, fmt.Sprintf("a window (%d, %d)", p.Window.Left, p.Window.Right))
-	}
-	if p.Softcap != 0 {
-		used = append(used, fmt.Sprintf("softcap %v", p.Softcap))
-	}
-	if p.ALiBi != nil {
-		used = append(used, "ALiBi")
-	}
-	if p.QLens != nil || p.KLens != nil {
-		used = append(used, "per-sequence lengths")
-	}
-	if p.Dropout.On() {
+	if !withDropout && p.Dropout.On() {
 		used = append(used, fmt.Sprintf("dropout %v", p.Dropout.P))
 	}
-	return fmt.Errorf("%w: %s: not yet on the GPU; run it on the CPU backend", ErrUnsupported, strings.Join(used, ", "))
-}
-
-// checkVariants refuses what the kernels that would run p in precision prec
-// on elements of elem bytes do not compute yet, with an error wrapping
-// ErrUnsupported: every variant on the tensor cores (TF32, BF16 and FP16
-// on float32). The CUDA-core kernels (FP32 and float64) compute them all:
-// grouped-query attention, windows, softcap, ALiBi, lengths and dropout. A
-// gradient with respect to the LSE runs everywhere: it is folded into
-// D = rowsum(dO∘O) − dLSE, which every backward shares.
-func checkVariants(p kernels.Params, prec Precision, elem int) error {
-	err := checkPlain(p)
-	if err == nil || elem == 8 || prec == FP32 {
+	if len(used) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w (in %v, on the tensor cores; FP32 and float64 compute them)", err, prec)
+	return fmt.Errorf("%w: %s: not yet in %s; FP32 and float64 (CUDA cores) and the CPU backend compute every variant",
+		ErrUnsupported, strings.Join(used, ", "), kernelsName)
 }

@@ -2,6 +2,7 @@ package cudakernels
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/gorgonia-flash/flashattention/kernels"
@@ -28,33 +29,32 @@ func TestCheckPlainRefusesVariants(t *testing.T) {
 	}
 }
 
-// TestCheckVariants runs without a GPU: the CUDA-core kernels (FP32 and
-// float64) take every variant, the tensor cores none yet.
-func TestCheckVariants(t *testing.T) {
+// TestRefuseVariants runs without a GPU: a family refuses exactly the
+// variants it does not compute, and names only those.
+func TestRefuseVariants(t *testing.T) {
 	plain := kernels.Params{B: 2, H: 4, Nq: 8, Nk: 8, D: 16, Scale: 0.25, Causal: true}
 	gqa := plain
 	gqa.Hkv, gqa.KLens = 2, []int{3, 8}
-	drop := plain
+	drop := gqa
 	drop.Dropout = kernels.Dropout{P: 0.1, Seed: 1}
 	for _, tc := range []struct {
-		name string
-		p    kernels.Params
-		prec Precision
-		elem int
-		ok   bool
+		name                    string
+		p                       kernels.Params
+		withOthers, withDropout bool
+		refused                 string // "" when accepted
 	}{
-		{"plain BF16", plain, BF16, 4, true},
-		{"GQA and lengths FP32", gqa, FP32, 4, true},
-		{"GQA and lengths float64", gqa, BF16, 8, true},
-		{"GQA and lengths BF16", gqa, BF16, 4, false},
-		{"GQA and lengths TF32", gqa, TF32, 4, false},
-		{"dropout FP32", drop, FP32, 4, true},
-		{"dropout float64", drop, FP32, 8, true},
-		{"dropout FP16", drop, FP16, 4, false},
+		{"plain, nothing computed", plain, false, false, ""},
+		{"GQA and lengths, nothing computed", gqa, false, false, "grouped-query attention (Hkv = 2, H = 4), per-sequence lengths"},
+		{"GQA and lengths, all but dropout", gqa, true, false, ""},
+		{"GQA, lengths and dropout, all but dropout", drop, true, false, "dropout 0.1"},
+		{"GQA, lengths and dropout, everything", drop, true, true, ""},
 	} {
-		err := checkVariants(tc.p, tc.prec, tc.elem)
-		if tc.ok && err != nil || !tc.ok && !errors.Is(err, ErrUnsupported) {
-			t.Errorf("%s: got %v, want ok = %v (else ErrUnsupported)", tc.name, err, tc.ok)
+		err := refuseVariants(tc.p, "test kernels", tc.withOthers, tc.withDropout)
+		switch {
+		case tc.refused == "" && err != nil:
+			t.Errorf("%s: got %v, want nil", tc.name, err)
+		case tc.refused != "" && (!errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), ": "+tc.refused+": not yet in test kernels")):
+			t.Errorf("%s: got %v, want ErrUnsupported naming %q", tc.name, err, tc.refused)
 		}
 	}
 }

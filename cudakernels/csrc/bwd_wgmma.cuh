@@ -40,16 +40,44 @@
 // timed"). With one transposed stage, step it + 1 needs its transposed
 // tiles right after its softmax, so they are still loaded as soon as step
 // it is done.
+//
+// Variants (variants.cuh; plain and _var kernels as sm90_variants.cuh
+// says):
+//   - Grouped-query attention: K, V and Kᵀ are imaged once per key head.
+//     dq_rowblock reads its query head's kv_pair. A dkdv_colblock block
+//     owns keys of one key head (the grid runs over key heads) and sums dK
+//     and dV over the kv_group query heads of its group, in its registers,
+//     head after head in a fixed order: deterministic, without atomics or
+//     a reduction pass. Its steps over (head, query step) form one flat
+//     sequence through the stages and barriers, so the pipeline, the early
+//     refill included, crosses head boundaries as it crosses steps; each
+//     step brings its own head's Q, dO, Qᵀ, dOᵀ, LSE and D.
+//   - Masks (SeqMask): dq walks key steps as the forward walks key tiles,
+//     dkdv the query steps from its first key's query_lo to its last real
+//     key's query_hi. A step is masked element by element only where some
+//     of its rows miss some of its keys (dkdv: for the whole block, from
+//     the corner rows and keys, since every key's rows are contiguous).
+//     Padding rows (lq ≤ i < nq) get LSE +inf and D 0 from prep_stats,
+//     hence P = 0, and the mask; padding keys and keys no row sees are
+//     masked in every step (or walk none), so they get dK = dV = 0, rows
+//     that see no key dQ = 0.
+//   - Score modifiers: P is recomputed from the modified score as the
+//     forward computed it, and dS = P∘(dP − D) is multiplied by the
+//     softcap's derivative dsoft before dQ and dK (dsoft rides on P: dq
+//     keeps P·dsoft where P was; dkdv packs Pᵀ into its fragments first,
+//     one fragment at a time, then multiplies, so that P and dsoft are
+//     never both held whole). The group's heads share the softcap; each
+//     brings its own ALiBi slope.
 #pragma once
 #include "common.cuh"
 #include "sm90.cuh"
+#include "sm90_variants.cuh"
 
 namespace flash {
 namespace sm90 {
 
 constexpr int kBwdTile = 64;  // rows of every image tile, and of a warpgroup's share of a block
 constexpr int kBwdPad = 128;  // images and statistics are padded to a multiple of this many rows
-constexpr float kLog2e = 1.4426950408889634f;
 
 constexpr int kBwdWarpgroups = 2;
 constexpr int kBwdThreads = 128 * kBwdWarpgroups;
@@ -85,8 +113,9 @@ template <typename E, int DP> __host__ __device__ constexpr int bwd_dq_smem_byte
 }
 
 // prep_stats writes p.lse_log2[bh, i] = log2e·lse[bh, i] and
-// p.delta_pad[bh, i] = delta[bh, i] for i < nq, +inf and 0 up to nq rounded
-// up to kBwdPad; grid-stride.
+// p.delta_pad[bh, i] = delta[bh, i] for the real rows i < lq of head bh,
+// +inf and 0 for its padding rows and up to nq rounded up to kBwdPad, so
+// that padding rows get P = 0 and dS = 0 whatever their inputs; grid-stride.
 __device__ void prep_stats(const Params& p) {
   const float* __restrict__ lse = static_cast<const float*>(p.lse);
   const float* __restrict__ delta = static_cast<const float*>(p.delta);
@@ -96,8 +125,9 @@ __device__ void prep_stats(const Params& p) {
   const long long n = p.b * p.h * nq_pad, stride = static_cast<long long>(gridDim.x) * blockDim.x;
   for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const long long bh = i / nq_pad, r = i % nq_pad;
-    lse2[i] = r < nq ? lse[bh * nq + r] * kLog2e : Math<float>::inf();
-    dpad[i] = r < nq ? delta[bh * nq + r] : 0.f;
+    const bool real = r < seq_mask(p, bh).lq;
+    lse2[i] = real ? lse[bh * nq + r] * kLog2e : Math<float>::inf();
+    dpad[i] = real ? delta[bh * nq + r] : 0.f;
   }
 }
 
@@ -206,13 +236,55 @@ __device__ __forceinline__ void copy_transposed(uint32_t dst, const typename E::
   bulk_copy(dst, src + (r0 - tile0) * kEs / 128 * DP * 128, bwd_rows_bytes<E, DP, ROWS>(), bar);
 }
 
-// dkdv_colblock reads the images p.q, p.q_t, p.k, p.v, p.dout, p.dout_t and
-// the padded statistics p.lse_log2, p.delta_pad; it writes p.dk and p.dv.
-template <typename E, int DP>
-__device__ void dkdv_colblock(const Params& p) {
+// probs_dkdv turns Sᵀ (element e of tile j: key key0 + 8·(e/2), query
+// q0 + 8j + 2t + e%2) into Pᵀ = exp2(scale_log2·s − lt[query]) and its A
+// fragments pf, 0 where masked (kMasked) and the query does not see the
+// key: plain, query < qlo[key] (its rows see keys from 0); _var, outside
+// [qlo, qhi). With kMod the scores go through the modifiers first (a0: the
+// aligned offset a − j of query q0 + 2t and each key) and s is left holding
+// Pᵀ·dsoft, the factor dSᵀ takes, once pf holds Pᵀ: E::kK keys at a time,
+// so that dsoft lives for one fragment only (Pᵀ and Pᵀ·dsoft at once would
+// cost 32 registers more).
+template <typename E, bool kVar, bool kMod, bool kMasked, bool kCap, int NS>
+__device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[NS * 8 / E::kK][4], float scale,
+                                           float scale_log2, const float* lt, int q0, int t, const int (&qlo)[2],
+                                           const int (&qhi)[2], const Mods& md, const int (&a0)[2]) {
+  constexpr int kT = E::kK / 8;  // score tiles per fragment
+#pragma unroll
+  for (int kk = 0; kk < NS / kT; ++kk) {
+    float dsoft[kT][4];
+#pragma unroll
+    for (int c = 0; c < kT; ++c)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = kk * kT + c, col = 8 * j + 2 * t + (e & 1), h = e >> 1;
+        float x = s[j][e] * scale_log2;
+        dsoft[c][e] = 1.f;
+        if constexpr (kMod) x = modify<kCap>(s[j][e] * scale, md, a0[h] + 8 * j + (e & 1), dsoft[c][e]) * kLog2e;
+        float p = exp2f(x - lt[col]);
+        if constexpr (kVar) {
+          if (kMasked && (q0 + col < qlo[h] || q0 + col >= qhi[h])) p = 0.f, dsoft[c][e] = 0.f;
+        } else {
+          if (kMasked && q0 + col < qlo[h]) p = 0.f;
+        }
+        s[j][e] = p;
+      }
+    E::p_frag(pf[kk], s, kk);
+    if constexpr (kMod) {
+#pragma unroll
+      for (int c = 0; c < kT; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[kk * kT + c][e] *= dsoft[c][e];
+    }
+  }
+}
+
+// dkdv_body is dkdv_colblock for key head kvh of mask mk (the mask of its
+// group's batch entry).
+template <typename E, int DP, bool kVar>
+__device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, const SeqMask& mk) {
   using S = typename E::Storage;
   const long long nq = p.nq, nk = p.nk;
-  const bool causal = p.causal != 0;
   const S* __restrict__ q = static_cast<const S*>(p.q);
   const S* __restrict__ qt = static_cast<const S*>(p.q_t);
   const S* __restrict__ k = static_cast<const S*>(p.k);
@@ -227,7 +299,6 @@ __device__ void dkdv_colblock(const Params& p) {
   constexpr int kStats = STEP * 4;
   constexpr int kNS = STEP / 8;  // n8 tiles of Sᵀ per warp: queries
   constexpr int kND = DP / 8;    // n8 tiles of dK and dV per warp
-  require_launch(kBwdThreads, bwd_dkdv_smem_bytes<E, DP>());
 
   unsigned char* const sm = aligned_smem();
   const uint32_t base = smem_addr(sm);
@@ -245,13 +316,30 @@ __device__ void dkdv_colblock(const Params& p) {
   const long long nq_pad = (nq + kBwdPad - 1) / kBwdPad * kBwdPad;
   const long long nk_pad = (nk + kBwdPad - 1) / kBwdPad * kBwdPad;
   const long long blocks = (nk + kBwdBlock - 1) / kBwdBlock;
-  const long long bh = blockIdx.x / blocks, k0 = blockIdx.x % blocks * kBwdBlock;
+  const long long k0 = blockIdx.x % blocks * kBwdBlock;
   const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  // Causal block skipping: query steps before the first row that sees key
-  // k0 contribute nothing.
-  const int it0 = static_cast<int>(first_query_seeing(k0, nq, nk, causal) / STEP);
-  const int n_it = static_cast<int>((nq + STEP - 1) / STEP);
+  // Block skipping: the rows that see the block's real keys run from the
+  // first key's first (plain: 0 unless causal) to its last real key's last;
+  // per query head, query steps it0 … it0 + n_per − 1. A block of padding
+  // keys sees none and only writes dK = dV = 0.
+  int it0 = 0, n_per = 0;
+  if (k0 < mk.lk) {
+    const long long q_lo = mk.query_lo(k0), q_hi = mk.query_hi((k0 + kBwdBlock < mk.lk ? k0 + kBwdBlock : mk.lk) - 1);
+    it0 = static_cast<int>(q_lo / STEP);
+    if (q_hi > q_lo) n_per = static_cast<int>((q_hi + STEP - 1) / STEP) - it0;
+  }
+  // Grouped-query attention: the block sums the gradients of the kv_group
+  // query heads that read its key head, kvh·kv_group + r for r = 0, 1, …
+  // in that order, in its registers (deterministic: no atomics). The steps
+  // of all of them form one sequence i = r·n_per + (it − it0) through the
+  // stages and barriers.
+  const int group = kVar ? static_cast<int>(p.kv_group) : 1;
+  const int n_steps = group * n_per;
+  const long long bh0 = kVar ? kvh * group : kvh;  // the group's first query head
+  // The last key of the block the outputs hold (keys past nk are image
+  // padding, never stored).
+  const long long k_last = (k0 + kBwdBlock < nk ? k0 + kBwdBlock : nk) - 1;
 
   if (threadIdx.x == 0) {
     mbar_init(kv_full, 1);
@@ -259,11 +347,18 @@ __device__ void dkdv_colblock(const Params& p) {
     mbar_fence_init();
   }
   __syncthreads();
-  // Step it goes to stage (it − it0) mod 2 and transposed stage
-  // (it − it0) mod TST.
-  auto load_step = [&](int it) {
-    const long long r0 = static_cast<long long>(it) * STEP;
-    const int stage = (it - it0) % 2;
+  // head_step splits step i into its query head and query step.
+  auto head_step = [&](int i, long long& bh, long long& r0) {
+    int r = 0;
+    if constexpr (kVar) r = i / n_per;
+    bh = bh0 + r;
+    r0 = static_cast<long long>(it0 + i - r * n_per) * STEP;
+  };
+  // Step i goes to stage i mod 2 and transposed stage i mod TST.
+  auto load_step = [&](int i) {
+    long long bh, r0;
+    head_step(i, bh, r0);
+    const int stage = i % 2;
     const uint32_t st = sStage + stage * 2 * kStep, bar = full(stage);
     mbar_arrive_expect_tx(bar, 2 * kStep + 2 * kStats);
     copy_rows<E, DP, STEP>(st, q, bh, nq_pad, r0, bar);
@@ -271,9 +366,10 @@ __device__ void dkdv_colblock(const Params& p) {
     bulk_copy(base + stats_off + stage * kStats, lse2 + bh * nq_pad + r0, kStats, bar);
     bulk_copy(base + stats_off + (2 + stage) * kStats, dpad + bh * nq_pad + r0, kStats, bar);
   };
-  auto load_transposed = [&](int it) {
-    const long long r0 = static_cast<long long>(it) * STEP;
-    const int ts = (it - it0) % TST;
+  auto load_transposed = [&](int i) {
+    long long bh, r0;
+    head_step(i, bh, r0);
+    const int ts = i % TST;
     const uint32_t st = sTStage + ts * 2 * kStep, bar = tfull(ts);
     mbar_arrive_expect_tx(bar, 2 * kStep);
     copy_transposed<E, DP, STEP>(st, qt, bh, nq_pad, r0, bar);
@@ -281,30 +377,49 @@ __device__ void dkdv_colblock(const Params& p) {
   };
   if (threadIdx.x == 0) {
     mbar_arrive_expect_tx(kv_full, 2 * kFixed);
-    copy_rows<E, DP, kBwdBlock>(sK, k, bh, nk_pad, k0, kv_full);
-    copy_rows<E, DP, kBwdBlock>(sV, v, bh, nk_pad, k0, kv_full);
-    for (int s = 0; s < 2 && it0 + s < n_it; ++s) load_step(it0 + s);
-    for (int s = 0; s < TST && it0 + s < n_it; ++s) load_transposed(it0 + s);
+    copy_rows<E, DP, kBwdBlock>(sK, k, kvh, nk_pad, k0, kv_full);
+    copy_rows<E, DP, kBwdBlock>(sV, v, kvh, nk_pad, k0, kv_full);
+    for (int s = 0; s < 2 && s < n_steps; ++s) load_step(s);
+    for (int s = 0; s < TST && s < n_steps; ++s) load_transposed(s);
   }
 
   const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
+  const float scale = static_cast<float>(p.scale);
   float acc_dk[kND][4], acc_dv[kND][4];
 #pragma unroll
   for (int n = 0; n < kND; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc_dk[n][e] = acc_dv[n][e] = 0.f;
-  // This thread's keys: rows g and g+8 of its warp's 16.
+  // This thread's keys: rows g and g+8 of its warp's 16, and the queries
+  // that see each, qlo ≤ i < qhi (32 bits: kernels.MaxElements).
   const long long key0 = k0 + wg * kBwdTile + warp * 16 + g;
+  int qlo[2], qhi[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    qlo[h] = static_cast<int>(mk.query_lo(key0 + 8 * h));
+    qhi[h] = static_cast<int>(mk.query_hi(key0 + 8 * h));
+  }
   constexpr int kWgBytes = bwd_rows_bytes<E, DP, kBwdTile>();
+  // The modifiers: one choice for the whole group (the softcap is the
+  // problem's; the ALiBi slope, read per query head below, may be 0 for
+  // some heads, which leaves their scores as they are).
+  const bool mod = kVar && (p.softcap != 0.0 || p.alibi != nullptr);
+  Mods md{};
   mbar_wait(kv_full, 0);
 
-  for (int it = it0; it < n_it; ++it) {
-    const int i = it - it0, stage = i & 1, ts = i % TST;
+  int it = it0;           // the query step of step i …
+  long long bh = bh0;     // … and its query head (kVar)
+  for (int i = 0; i < n_steps; ++i) {
+    if constexpr (!kVar) it = it0 + i;
+    const int stage = i & 1, ts = i % TST;
     const unsigned parity = (i >> 1) & 1;
     const long long q0 = static_cast<long long>(it) * STEP;
     const uint32_t st = sStage + stage * 2 * kStep, tst = sTStage + ts * 2 * kStep;
     const float* lt = reinterpret_cast<const float*>(sm + stats_off + stage * kStats);
     const float* dt = reinterpret_cast<const float*>(sm + stats_off + (2 + stage) * kStats);
+    if constexpr (kVar) {
+      if (mod && it == it0) md = mods_of(score_mod<float>(p, bh, mk));  // a new query head: its ALiBi slope
+    }
     mbar_wait(full(stage), parity);
 
     // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, two groups: the softmax of the first runs
@@ -314,35 +429,40 @@ __device__ void dkdv_colblock(const Params& p) {
     two_products<E, DP, STEP>(s, dp, sK + wg * kWgBytes, st, sV + wg * kWgBytes, st + kStep, [&] {
       if constexpr (bwd_early_refill<E, DP>()) {
         static_assert(TST == 2, "the early refill needs two transposed stages");
-        if (threadIdx.x == 0 && i > 0 && it + 1 < n_it) {
-          mbar_wait(empty((i - 1) & 1), ((i - 1) >> 1) & 1);  // every thread is done with step it − 1
-          load_step(it + 1);
-          load_transposed(it + 1);
+        if (threadIdx.x == 0 && i > 0 && i + 1 < n_steps) {
+          mbar_wait(empty((i - 1) & 1), ((i - 1) >> 1) & 1);  // every thread is done with step i − 1
+          load_step(i + 1);
+          load_transposed(i + 1);
         }
       }
     });
-    // Only steps where the first query misses some of the block's keys need
-    // the causal mask.
-    const bool masked = causal && visible_keys(q0, nq, nk, causal) < k0 + kBwdBlock;
-    with_mask(masked, [&](auto kMasked) {
-#pragma unroll
-      for (int j = 0; j < kNS; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = 8 * j + 2 * t + (e & 1);
-          float p = exp2f(s[j][e] * scale_log2 - lt[col]);
-          if (kMasked && key0 + 8 * (e >> 1) >= visible_keys(q0 + col, nq, nk, true)) p = 0.f;
-          s[j][e] = p;
-        }
-    });
+    // Only steps where some row misses some of the block's keys need the
+    // mask: every row of [q0, q_last] sees every key of [k0, k_last] when
+    // the last row's first key is at most k0 and the first row's last key
+    // at least k_last (plain: every row's first key is 0).
+    const long long q_last = (q0 + STEP < nq ? q0 + STEP : nq) - 1;
+    const bool masked = !(k_last < mk.key_hi(q0) && (!kVar || mk.key_lo(q_last) <= k0));
     uint32_t pf[STEP / E::kK][4];
-    to_frags<E>(pf, s);
+    if constexpr (!kVar) {
+      with_mask(masked, [&](auto kMasked) {
+        probs_dkdv<E, false, false, kMasked, false>(s, pf, scale, scale_log2, lt, static_cast<int>(q0), t, qlo, qhi,
+                                                    md, qlo);
+      });
+    } else {
+      with_variant(masked, mod, md.cap != 0.f, [&](auto kMasked, auto kMod, auto kCap) {
+        int a0[2] = {0, 0};  // a − j of query q0 + 2t and each key
+        if constexpr (kMod)
+          for (int h = 0; h < 2; ++h) a0[h] = offset_of(q0, md.shift, key0 + 8 * h) + 2 * t;
+        probs_dkdv<E, true, kMod, kMasked, kCap>(s, pf, scale, scale_log2, lt, static_cast<int>(q0), t, qlo, qhi, md,
+                                                 a0);
+      });
+    }
     mbar_wait(tfull(ts), (i / TST) & 1);
     wgmma_fence();
     gemm_rs<E, DP, STEP>(acc_dv, pf, tst + kStep);  // dV += Pᵀ·dO
     wgmma_commit();
     wgmma_wait<1>();  // dPᵀ has landed
-    ds_by_col(dp, s, dt, t);
+    ds_by_col(dp, s, dt, t);  // with kMod, s holds Pᵀ·dsoft: dSᵀ·dsoft
     uint32_t df[STEP / E::kK][4];
     to_frags<E>(df, dp);
     wgmma_fence();
@@ -351,32 +471,76 @@ __device__ void dkdv_colblock(const Params& p) {
     wgmma_wait<0>();
 
     // Every thread arrives (an arrive releases only its own reads); once
-    // all have, step it + 2 goes to this stage and step it + TST to this
+    // all have, step i + 2 goes to this stage and step i + TST to this
     // transposed stage.
     mbar_arrive(empty(stage));
     if constexpr (!bwd_early_refill<E, DP>()) {
-      if (threadIdx.x == 0 && it + TST < n_it) {
+      if (threadIdx.x == 0 && i + TST < n_steps) {
         mbar_wait(empty(stage), parity);
-        if (it + 2 < n_it) load_step(it + 2);
-        load_transposed(it + TST);
+        if (i + 2 < n_steps) load_step(i + 2);
+        load_transposed(i + TST);
       }
+    }
+    if constexpr (kVar) {
+      if (++it == it0 + n_per) it = it0, ++bh;
     }
   }
 
-  const long long warp_key = k0 + wg * kBwdTile + warp * 16;
-  store_warp_rows<DP>(head_of(static_cast<float*>(p.dk), bh, p.h, p.dk_batch_stride, p.dk_head_stride), acc_dk,
-                      warp_key, nk, p.dim, p.dk_row_stride, static_cast<float>(p.scale));
-  store_warp_rows<DP>(head_of(static_cast<float*>(p.dv), bh, p.h, p.dv_batch_stride, p.dv_head_stride), acc_dv,
-                      warp_key, nk, p.dim, p.dv_row_stride, 1.f);
+  // dK and dV of key head kvh: k-like tensors have p.h / p.kv_group heads
+  // per batch entry (their strides are per key head).
+  const long long warp_key = k0 + wg * kBwdTile + warp * 16, kv_heads = kVar ? p.h / p.kv_group : p.h;
+  store_warp_rows<DP>(head_of(static_cast<float*>(p.dk), kvh, kv_heads, p.dk_batch_stride, p.dk_head_stride),
+                      acc_dk, warp_key, nk, p.dim, p.dk_row_stride, static_cast<float>(p.scale));
+  store_warp_rows<DP>(head_of(static_cast<float*>(p.dv), kvh, kv_heads, p.dv_batch_stride, p.dv_head_stride),
+                      acc_dv, warp_key, nk, p.dim, p.dv_row_stride, 1.f);
 }
 
-// dq_rowblock reads the images p.q, p.k, p.k_t, p.v, p.dout and the padded
-// statistics; it writes p.dq.
-template <typename E, int DP>
-__device__ void dq_rowblock(const Params& p) {
+// dkdv_colblock reads the images p.q, p.q_t, p.k, p.v, p.dout, p.dout_t and
+// the padded statistics p.lse_log2, p.delta_pad; it writes p.dk and p.dv of
+// the key head blockIdx.x / key blocks. kVar: the _var entry point (every
+// variant; see sm90_variants.cuh).
+template <typename E, int DP, bool kVar>
+__device__ void dkdv_colblock(const Params& p) {
+  require_launch(kBwdThreads, bwd_dkdv_smem_bytes<E, DP>());
+  const long long kvh = blockIdx.x / ((p.nk + kBwdBlock - 1) / kBwdBlock);
+  if constexpr (!kVar) {
+    require_plain(p);
+    dkdv_body<E, DP, false>(p, kvh, seq_mask(p, kvh));
+  } else {
+    // A group lies in one batch entry, so its first head's mask is all's.
+    dkdv_body<E, DP, true>(p, kvh, seq_mask(p, kvh * p.kv_group));
+  }
+}
+
+// probs_dq turns S (element e of tile j: row e/2, key k0 + 8j + 2t + e%2)
+// into P = exp2(scale_log2·s − lse2[row]), 0 where masked (kMasked) and the
+// key lies outside the row's [lo, hi); with kMod the scores go through the
+// modifiers first (a0: the aligned offset a − j of each row and key k0 + 2t)
+// and s holds P·dsoft, the factor dS takes.
+template <bool kMod, bool kMasked, bool kCap, int NS>
+__device__ __forceinline__ void probs_dq(float (&s)[NS][4], float scale, float scale_log2, const float (&lse2)[2],
+                                         int k0, int t, const int (&lo)[2], const int (&hi)[2], const Mods& md,
+                                         const int (&a0)[2]) {
+#pragma unroll
+  for (int j = 0; j < NS; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = k0 + 8 * j + 2 * t + (e & 1), h = e >> 1;
+      float x = s[j][e] * scale_log2, dsoft = 1.f;
+      if constexpr (kMod) x = modify<kCap>(s[j][e] * scale, md, a0[h] - 8 * j - (e & 1), dsoft) * kLog2e;
+      float p = exp2f(x - lse2[h]);
+      if constexpr (kMod) p *= dsoft;
+      if (kMasked && (key < lo[h] || key >= hi[h])) p = 0.f;
+      s[j][e] = p;
+    }
+}
+
+// dq_body is dq_rowblock for query head bh of mask mk and score modifiers
+// md (kVar only).
+template <typename E, int DP, bool kVar>
+__device__ __forceinline__ void dq_body(const Params& p, long long bh, const SeqMask& mk, const Mods& md) {
   using S = typename E::Storage;
   const long long nq = p.nq, nk = p.nk;
-  const bool causal = p.causal != 0;
   const S* __restrict__ q = static_cast<const S*>(p.q);
   const S* __restrict__ k = static_cast<const S*>(p.k);
   const S* __restrict__ kt = static_cast<const S*>(p.k_t);
@@ -389,7 +553,6 @@ __device__ void dq_rowblock(const Params& p) {
   constexpr int kStep = bwd_rows_bytes<E, DP, STEP>();        // one streamed operand
   constexpr int kNS = STEP / 8;  // n8 tiles of S per warp: keys
   constexpr int kND = DP / 8;
-  require_launch(kBwdThreads, bwd_dq_smem_bytes<E, DP>());
 
   const uint32_t base = smem_addr(aligned_smem());
   // Q and dO, then stages of [K, V, Kᵀ], then the mbarriers qd_full,
@@ -403,27 +566,40 @@ __device__ void dq_rowblock(const Params& p) {
   const long long nq_pad = (nq + kBwdPad - 1) / kBwdPad * kBwdPad;
   const long long nk_pad = (nk + kBwdPad - 1) / kBwdPad * kBwdPad;
   const long long blocks = (nq + kBwdBlock - 1) / kBwdBlock;
-  const long long bh = blockIdx.x / blocks, q0 = blockIdx.x % blocks * kBwdBlock;
+  const long long q0 = blockIdx.x % blocks * kBwdBlock;
   const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
+  // Grouped-query attention: K, V and Kᵀ of the key head of bh's group.
+  const long long kvh = kVar ? kv_pair(p, bh) : bh;
 
-  // This thread's rows g and g+8 of its warp's 16: keys they see, LSE in
-  // log2 units and D (padded rows: +inf and 0, and no key).
+  // This thread's rows g and g+8 of its warp's 16: keys they see (lo ≤ j <
+  // vis; row_keys), LSE in log2 units and D (padded rows: +inf and 0, and
+  // no key).
   const long long row0 = q0 + wg * kBwdTile + warp * 16 + g;
-  long long vis[2];
+  long long vis[2], lo[2];
   float l2[2], dr[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const long long row = row0 + 8 * h;
-    vis[h] = row < nq ? visible_keys(row, nq, nk, causal) : 0;
+    row_keys(mk, row, lo[h], vis[h]);
     // __ldg: read-only for the whole kernel, which nvcc cannot prove
     // when the pointers come from p (it did from __restrict__ arguments).
     l2[h] = __ldg(lse2 + bh * nq_pad + row);
     dr[h] = __ldg(dpad + bh * nq_pad + row);
   }
-  const long long vis_min = vis[0] < vis[1] ? vis[0] : vis[1];
-  const long long kv_end = visible_keys((q0 + kBwdBlock < nq ? q0 + kBwdBlock : nq) - 1, nq, nk, causal);
-  const int n_it = static_cast<int>((kv_end + STEP - 1) / STEP);
+  const long long vis_min = vis[0] < vis[1] ? vis[0] : vis[1], lo_max = lo[0] > lo[1] ? lo[0] : lo[1];
+  const int lo32[2] = {static_cast<int>(lo[0]), static_cast<int>(lo[1])};
+  const int hi32[2] = {static_cast<int>(vis[0]), static_cast<int>(vis[1])};
+  // Block skipping as in the forward: key steps t0 … t0 + n_it − 1, from
+  // the first row's first key (plain: 0) to the last real row's last; a
+  // block of padding rows runs none and writes dQ = 0.
+  long long kv_begin = 0, kv_end = 0;
+  if (q0 < mk.lq) {
+    kv_begin = mk.key_lo(q0);
+    kv_end = mk.key_hi((q0 + kBwdBlock < mk.lq ? q0 + kBwdBlock : mk.lq) - 1);
+  }
+  const int t0 = kVar ? static_cast<int>(kv_begin / STEP) : 0;
+  const int n_it = static_cast<int>((kv_end + STEP - 1) / STEP) - t0;
 
   if (threadIdx.x == 0) {
     mbar_init(qd_full, 1);
@@ -432,12 +608,12 @@ __device__ void dq_rowblock(const Params& p) {
   }
   __syncthreads();
   auto load_step = [&](int stage, int it) {
-    const long long r0 = static_cast<long long>(it) * STEP;
+    const long long r0 = static_cast<long long>(t0 + it) * STEP;
     const uint32_t st = sStage + stage * 3 * kStep, bar = full(stage);
     mbar_arrive_expect_tx(bar, 3 * kStep);
-    copy_rows<E, DP, STEP>(st, k, bh, nk_pad, r0, bar);
-    copy_rows<E, DP, STEP>(st + kStep, v, bh, nk_pad, r0, bar);
-    copy_transposed<E, DP, STEP>(st + 2 * kStep, kt, bh, nk_pad, r0, bar);
+    copy_rows<E, DP, STEP>(st, k, kvh, nk_pad, r0, bar);
+    copy_rows<E, DP, STEP>(st + kStep, v, kvh, nk_pad, r0, bar);
+    copy_transposed<E, DP, STEP>(st + 2 * kStep, kt, kvh, nk_pad, r0, bar);
   };
   if (threadIdx.x == 0) {
     mbar_arrive_expect_tx(qd_full, 2 * kFixed);
@@ -447,6 +623,7 @@ __device__ void dq_rowblock(const Params& p) {
   }
 
   const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
+  const float scale = static_cast<float>(p.scale);
   float acc[kND][4];
 #pragma unroll
   for (int n = 0; n < kND; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
@@ -456,13 +633,13 @@ __device__ void dq_rowblock(const Params& p) {
   for (int it = 0; it < n_it; ++it) {
     const int stage = it & 1;
     const unsigned parity = (it >> 1) & 1;
-    const long long k0 = static_cast<long long>(it) * STEP;
+    const long long k0 = static_cast<long long>(t0 + it) * STEP;
     const uint32_t st = sStage + stage * 3 * kStep;
     mbar_wait(full(stage), parity);
 
     // S = Q·Kᵀ and dP = dO·Vᵀ; element e of tile j is row row0 + 8·(e/2),
-    // key k0 + 8j + 2t + e%2. Keys past a row's last visible one (past nk
-    // too: those were zero-filled) are masked where a step reaches them.
+    // key k0 + 8j + 2t + e%2. Keys outside a row's range (past nk too:
+    // those were zero-filled) are masked where a step reaches them.
     float s[kNS][4], dp[kNS][4];
     two_products<E, DP, STEP>(s, dp, sQ + wg * kWgBytes, st, sdO + wg * kWgBytes, st + kStep, [&] {
       if constexpr (bwd_early_refill<E, DP>()) {
@@ -472,9 +649,19 @@ __device__ void dq_rowblock(const Params& p) {
         }
       }
     });
-    probs_by_row(s, scale_log2, l2, k0 + STEP > vis_min, k0, t, vis);
+    if constexpr (!kVar) {
+      probs_by_row(s, scale_log2, l2, k0 + STEP > vis_min, k0, t, vis);
+    } else {
+      const bool masked = !(lo_max <= k0 && k0 + STEP <= vis_min);
+      with_variant(masked, md.on, md.cap != 0.f, [&](auto kMasked, auto kMod, auto kCap) {
+        int a0[2] = {0, 0};  // a − k0 − 2t of each row
+        if constexpr (kMod)
+          for (int h = 0; h < 2; ++h) a0[h] = offset_of(row0 + 8 * h, md.shift, k0) - 2 * t;
+        probs_dq<kMod, kMasked, kCap>(s, scale, scale_log2, l2, static_cast<int>(k0), t, lo32, hi32, md, a0);
+      });
+    }
     wgmma_wait<0>();
-    ds_by_row(dp, s, dr);
+    ds_by_row(dp, s, dr);  // with kMod, s holds P·dsoft: dS·dsoft
     uint32_t df[STEP / E::kK][4];
     to_frags<E>(df, dp);
     wgmma_fence();
@@ -493,6 +680,22 @@ __device__ void dq_rowblock(const Params& p) {
 
   store_warp_rows<DP>(head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride), acc,
                       q0 + wg * kBwdTile + warp * 16, nq, p.dim, p.dq_row_stride, static_cast<float>(p.scale));
+}
+
+// dq_rowblock reads the images p.q, p.k, p.k_t, p.v, p.dout and the padded
+// statistics; it writes p.dq. kVar: the _var entry point (every variant;
+// see sm90_variants.cuh).
+template <typename E, int DP, bool kVar>
+__device__ void dq_rowblock(const Params& p) {
+  require_launch(kBwdThreads, bwd_dq_smem_bytes<E, DP>());
+  const long long bh = blockIdx.x / ((p.nq + kBwdBlock - 1) / kBwdBlock);
+  const SeqMask mk = seq_mask(p, bh);
+  if constexpr (!kVar) {
+    require_plain(p);
+    dq_body<E, DP, false>(p, bh, mk, Mods{});
+  } else {
+    dq_body<E, DP, true>(p, bh, mk, mods_of(score_mod<float>(p, bh, mk)));
+  }
 }
 
 }  // namespace sm90

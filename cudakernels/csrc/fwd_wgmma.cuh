@@ -18,9 +18,23 @@
 // overlaps the work on tile i+1. Per tile, each warpgroup computes
 // S = Q·Kᵀ (wgmma, both operands in shared memory), the online softmax on
 // the accumulators, and O += P·V with P from registers (wgmma).
+//
+// Variants (variants.cuh; plain and _var kernels as sm90_variants.cuh
+// says). Grouped-query attention: K and Vᵀ are imaged once per key head
+// and query head bh reads kv_pair(bh)'s. Masks: row i sees keys
+// key_lo(i) ≤ j < key_hi(i) of SeqMask (lengths, causal, window); the block
+// walks the key tiles from its first row's key_lo to its last real row's
+// key_hi (both bounds are nondecreasing in the row), and a tile is masked
+// element by element only where one of a thread's rows misses one of its
+// keys, so whole tiles inside every row's range keep the unmasked loop.
+// Padding rows and rows that see no key get O = 0 and LSE = +inf (a block
+// of them walks no tile). Score modifiers: the scaled score goes through
+// the softcap and ALiBi (modify) in natural units, before the mask and the
+// conversion to log2 units that the online softmax works in.
 #pragma once
 #include "common.cuh"
 #include "sm90.cuh"
+#include "sm90_variants.cuh"
 
 namespace flash {
 namespace sm90 {
@@ -49,13 +63,13 @@ template <typename E, int DP> __host__ __device__ constexpr int fwd_smem_bytes()
   return 1024 + fwd_q_bytes<E, DP>() + 4 * fwd_kv_bytes<E, DP>() + 5 * 8;
 }
 
-// fwd_rowblock reads the images p.q, p.k and p.v (Vᵀ) and writes p.o and
-// p.lse.
-template <typename E, int DP>
-__device__ void fwd_rowblock(const Params& p) {
+// fwd_body is fwd_rowblock for head bh of mask mk (the plain kernel's mask
+// too: its rows see keys from 0, so only the upper bounds are compared) and
+// score modifiers md (kVar only).
+template <typename E, int DP, bool kVar>
+__device__ __forceinline__ void fwd_body(const Params& p, long long bh, const SeqMask& mk, const Mods& md) {
   using S = typename E::Storage;
   const long long nq = p.nq, nk = p.nk;
-  const bool causal = p.causal != 0;
   const S* __restrict__ q = static_cast<const S*>(p.q);
   const S* __restrict__ k = static_cast<const S*>(p.k);
   const S* __restrict__ vt = static_cast<const S*>(p.v);
@@ -64,7 +78,6 @@ __device__ void fwd_rowblock(const Params& p) {
   constexpr int kNS = BK / 8;  // n8 tiles of scores per warp
   constexpr int kNO = DP / 8;  // n8 tiles of output per warp
   const float kInf = Math<float>::inf();
-  require_launch(kFwdThreads, fwd_smem_bytes<E, DP>());
 
   // Shared memory: Q, K stages 0 and 1, Vᵀ stages 0 and 1, then the
   // mbarriers full[2], empty[2] and q_full.
@@ -75,11 +88,19 @@ __device__ void fwd_rowblock(const Params& p) {
   const uint32_t q_full = bars + 32;
 
   const long long q_tiles = (nq + kFwdRows - 1) / kFwdRows;
-  const long long bh = blockIdx.x / q_tiles, q0 = blockIdx.x % q_tiles * kFwdRows;
-  const long long k_tiles = (nk + BK - 1) / BK;  // image tiles per head
-  // Causal block skipping: no row of the block sees past its last row's keys.
-  const long long kv_end = visible_keys((q0 + kFwdRows < nq ? q0 + kFwdRows : nq) - 1, nq, nk, causal);
-  const int n_tiles = static_cast<int>((kv_end + BK - 1) / BK);
+  const long long q0 = blockIdx.x % q_tiles * kFwdRows;
+  const long long k_tiles = (nk + BK - 1) / BK;  // image tiles per key head
+  // Block skipping: the block's rows see keys from its first row's first
+  // (plain: 0) to its last real row's last, the bounds being nondecreasing
+  // in the row; a block of padding rows sees none and only writes O = 0 and
+  // LSE = +inf. Tiles t0 … t0 + n_tiles − 1.
+  long long kv_begin = 0, kv_end = 0;
+  if (q0 < mk.lq) {
+    kv_begin = mk.key_lo(q0);
+    kv_end = mk.key_hi((q0 + kFwdRows < mk.lq ? q0 + kFwdRows : mk.lq) - 1);
+  }
+  const int t0 = kVar ? static_cast<int>(kv_begin / BK) : 0;
+  const int n_tiles = static_cast<int>((kv_end + BK - 1) / BK) - t0;
   const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
 
@@ -92,8 +113,11 @@ __device__ void fwd_rowblock(const Params& p) {
     mbar_fence_init();
   }
   __syncthreads();
-  const typename E::Storage* kh = k + bh * k_tiles * BK * DP;
-  const typename E::Storage* vh = vt + bh * k_tiles * BK * DP;
+  // Grouped-query attention: the K and Vᵀ images hold one head per key
+  // head, which every query head of its group reads.
+  const long long kvh = kVar ? kv_pair(p, bh) : bh;
+  const typename E::Storage* kh = k + kvh * k_tiles * BK * DP;
+  const typename E::Storage* vh = vt + kvh * k_tiles * BK * DP;
   auto load_kv = [&](int stage, int tile) {
     mbar_arrive_expect_tx(full(stage), 2 * kKVBytes);
     bulk_copy(sK + stage * kKVBytes, kh + static_cast<long long>(tile) * BK * DP, kKVBytes, full(stage));
@@ -102,20 +126,28 @@ __device__ void fwd_rowblock(const Params& p) {
   if (threadIdx.x == 0) {
     mbar_arrive_expect_tx(q_full, kQBytes);
     bulk_copy(sQ, q + blockIdx.x * static_cast<long long>(kFwdRows) * DP, kQBytes, q_full);
-    for (int s = 0; s < 2 && s < n_tiles; ++s) load_kv(s, s);
+    for (int s = 0; s < 2 && s < n_tiles; ++s) load_kv(s, t0 + s);
   }
 
   // Rows of this thread: g and g + 8 of its warp's 16, and the keys each
-  // sees (none past nq), counted once here: the loop then compares key
-  // indices with registers instead of redoing the causal clamp per tile.
+  // sees, lo[r] ≤ j < vis[r] (row_keys: 0 and 0 for none), found once here:
+  // the loop then compares key indices with registers instead of redoing
+  // the mask per tile.
   auto row_of = [&](int r) { return q0 + wg * 64 + warp * 16 + g + 8 * r; };
-  long long vis[2];
+  long long vis[2], lo[2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) vis[r] = row_of(r) < nq ? visible_keys(row_of(r), nq, nk, causal) : 0;
-  // Tiles wholly below the fewest keys either row sees need no mask.
+  for (int r = 0; r < 2; ++r) row_keys(mk, row_of(r), lo[r], vis[r]);
+  // A tile needs no mask when both rows see all its keys: plain, the tiles
+  // below the fewer keys either row sees; _var, loop steps u_lo … u_hi − 1.
   const int n_unmasked = static_cast<int>((vis[0] < vis[1] ? vis[0] : vis[1]) / BK);
+  const long long lo_max = lo[0] > lo[1] ? lo[0] : lo[1];
+  const int u_lo = static_cast<int>((lo_max + BK - 1) / BK) - t0, u_hi = n_unmasked - t0;
+  // The _var masks in 32 bits (keys and rows fit: kernels.MaxElements).
+  const int lo32[2] = {static_cast<int>(lo[0]), static_cast<int>(lo[1])};
+  const int hi32[2] = {static_cast<int>(vis[0]), static_cast<int>(vis[1])};
 
   const float scale_log2 = static_cast<float>(p.scale) * 1.4426950408889634f;
+  const float scale = static_cast<float>(p.scale);
   float m[2] = {-kInf, -kInf}, l[2] = {0.f, 0.f};  // l: this thread's partial sums
   float acc[kNO][4];
 #pragma unroll
@@ -126,7 +158,7 @@ __device__ void fwd_rowblock(const Params& p) {
   for (int it = 0; it < n_tiles; ++it) {
     const int stage = it & 1;
     const unsigned parity = (it >> 1) & 1;
-    const long long k0 = static_cast<long long>(it) * BK;
+    const long long k0 = static_cast<long long>(t0 + it) * BK;
     mbar_wait(full(stage), parity);
 
     // S = Q·Kᵀ: 64 rows × BK keys per warpgroup.
@@ -142,15 +174,36 @@ __device__ void fwd_rowblock(const Params& p) {
 
     // Online softmax in log2 units, as in fwd_mma.cuh: element e of tile j
     // is row e/2, key k0 + 8j + 2t + (e & 1).
-    with_mask(it >= n_unmasked, [&](auto kMasked) {
+    const bool masked = kVar ? it < u_lo || it >= u_hi : it >= n_unmasked;
+    if constexpr (!kVar) {
+      with_mask(masked, [&](auto kMasked) {
 #pragma unroll
-      for (int j = 0; j < kNS; ++j)
+        for (int j = 0; j < kNS; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[j][e] *= scale_log2;
-          if (kMasked && k0 + j * 8 + 2 * t + (e & 1) >= vis[e / 2]) s[j][e] = -kInf;
-        }
-    });
+          for (int e = 0; e < 4; ++e) {
+            s[j][e] *= scale_log2;
+            if (kMasked && k0 + j * 8 + 2 * t + (e & 1) >= vis[e / 2]) s[j][e] = -kInf;
+          }
+      });
+    } else {
+      // The modifiers act on the scaled score in natural units, before the
+      // mask and the conversion to log2 units.
+      with_variant(masked, md.on, md.cap != 0.f, [&](auto kMasked, auto kMod, auto kCap) {
+        int a0[2] = {0, 0};  // a − k0 − 2t of each row
+        if constexpr (kMod)
+          for (int r = 0; r < 2; ++r) a0[r] = offset_of(row_of(r), md.shift, k0) - 2 * t;
+#pragma unroll
+        for (int j = 0; j < kNS; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float x = s[j][e] * scale_log2, dsoft;
+            if constexpr (kMod) x = modify<kCap>(s[j][e] * scale, md, a0[e / 2] - j * 8 - (e & 1), dsoft) * kLog2e;
+            const int key = static_cast<int>(k0) + j * 8 + 2 * t + (e & 1);
+            if (kMasked && (key < lo32[e / 2] || key >= hi32[e / 2])) x = -kInf;
+            s[j][e] = x;
+          }
+      });
+    }
     float ref[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -195,13 +248,29 @@ __device__ void fwd_rowblock(const Params& p) {
     mbar_arrive(empty(stage));
     if (threadIdx.x == 0 && it + 2 < n_tiles) {
       mbar_wait(empty(stage), parity);
-      load_kv(stage, it + 2);
+      load_kv(stage, t0 + it + 2);
     }
   }
 
-  // Epilogue: O = acc / l and LSE, row by row.
+  // Epilogue: O = acc / l and LSE, row by row; rows that see no key get
+  // O = 0 and LSE = +inf.
 #pragma unroll
   for (int r = 0; r < 2; ++r) finish_row(p, bh, row_of(r), vis[r] > 0, acc, r, m[r], l[r]);
+}
+
+// fwd_rowblock reads the images p.q, p.k and p.v (Vᵀ) and writes p.o and
+// p.lse. kVar: the _var entry point (every variant; see sm90_variants.cuh).
+template <typename E, int DP, bool kVar>
+__device__ void fwd_rowblock(const Params& p) {
+  require_launch(kFwdThreads, fwd_smem_bytes<E, DP>());
+  const long long bh = blockIdx.x / ((p.nq + kFwdRows - 1) / kFwdRows);
+  const SeqMask mk = seq_mask(p, bh);
+  if constexpr (!kVar) {
+    require_plain(p);
+    fwd_body<E, DP, false>(p, bh, mk, Mods{});
+  } else {
+    fwd_body<E, DP, true>(p, bh, mk, mods_of(score_mod<float>(p, bh, mk)));
+  }
 }
 
 }  // namespace sm90

@@ -10,11 +10,19 @@
 // The forward: kFwdThreads threads, kFwdRows query rows per block
 // (blockIdx.x = (b·H + h) · tiles + tile), fwd_smem_bytes of dynamic shared
 // memory; p.q, p.k and p.v are the images the conversions below write (V
-// transposed). select.go's wgmma constants must match.
+// transposed; K and Vᵀ one image per key head). select.go's wgmma constants
+// must match. Each attention kernel comes twice: plain (no grouped heads,
+// lengths, left window bound or score modifier; it traps on those) and _var
+// (every variant of Params; sm90_variants.cuh), which the host launches
+// when the problem is not plain, so that the plain kernels keep their code.
 #define FLASH_FWD_WGMMA(NAME, E, DP)                                                                \
   extern "C" __global__ void __launch_bounds__(flash::sm90::kFwdThreads, 1)                        \
       flash_fwd_wgmma_##NAME##_d##DP(const __grid_constant__ flash::Params p) {                    \
-    flash::sm90::fwd_rowblock<flash::mma::E, DP>(p);                                               \
+    flash::sm90::fwd_rowblock<flash::mma::E, DP, false>(p);                                        \
+  }                                                                                                \
+  extern "C" __global__ void __launch_bounds__(flash::sm90::kFwdThreads, 1)                        \
+      flash_fwd_wgmma_##NAME##_d##DP##_var(const __grid_constant__ flash::Params p) {              \
+    flash::sm90::fwd_rowblock<flash::mma::E, DP, true>(p);                                         \
   }
 
 FLASH_FWD_WGMMA(bf16, BF16, 64)
@@ -46,20 +54,26 @@ FLASH_TO_IMAGE(bf16, BF16)
 FLASH_TO_IMAGE(fp16, FP16)
 FLASH_TO_IMAGE(tf32, TF32)
 
-// The backward (bwd_wgmma.cuh): kBwdThreads threads and kBwdBlock keys
-// (dkdv) or queries (dq) per block, on row images of Q, K, V, dO in tiles of
-// kBwdTile rows and transposed images Qᵀ, Kᵀ, dOᵀ of kBwdTile columns, all
-// padded to kBwdPad rows (p.q, p.k, p.v, p.dout and p.q_t, p.k_t,
-// p.dout_t); p.lse_log2 and p.delta_pad come from flash_bwd_stats_sm90.
-#define FLASH_BWD_WGMMA(NAME, E, DP)                                                                \
+// The backward (bwd_wgmma.cuh), plain and _var like the forward:
+// kBwdThreads threads and kBwdBlock keys of one key head (dkdv, which sums
+// the gradients of its group's query heads) or queries of one query head
+// (dq) per block, on row images of Q, K, V, dO in tiles of kBwdTile rows and
+// transposed images Qᵀ, Kᵀ, dOᵀ of kBwdTile columns, all padded to kBwdPad
+// rows (p.q, p.k, p.v, p.dout and p.q_t, p.k_t, p.dout_t; K, V and Kᵀ one
+// image per key head); p.lse_log2 and p.delta_pad come from
+// flash_bwd_stats_sm90.
+#define FLASH_BWD_WGMMA_KERNELS(NAME, E, DP, SUFFIX, VAR)                                       \
   extern "C" __global__ void __launch_bounds__(flash::sm90::kBwdThreads, 1)                        \
-      flash_bwd_dkdv_wgmma_##NAME##_d##DP(const __grid_constant__ flash::Params p) {               \
-    flash::sm90::dkdv_colblock<flash::mma::E, DP>(p);                                              \
+      flash_bwd_dkdv_wgmma_##NAME##_d##DP##SUFFIX(const __grid_constant__ flash::Params p) {       \
+    flash::sm90::dkdv_colblock<flash::mma::E, DP, VAR>(p);                                         \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(flash::sm90::kBwdThreads, 1)                        \
-      flash_bwd_dq_wgmma_##NAME##_d##DP(const __grid_constant__ flash::Params p) {                 \
-    flash::sm90::dq_rowblock<flash::mma::E, DP>(p);                                                \
+      flash_bwd_dq_wgmma_##NAME##_d##DP##SUFFIX(const __grid_constant__ flash::Params p) {         \
+    flash::sm90::dq_rowblock<flash::mma::E, DP, VAR>(p);                                           \
   }
+#define FLASH_BWD_WGMMA(NAME, E, DP)                \
+  FLASH_BWD_WGMMA_KERNELS(NAME, E, DP, , false)    \
+  FLASH_BWD_WGMMA_KERNELS(NAME, E, DP, _var, true)
 
 FLASH_BWD_WGMMA(bf16, BF16, 64)
 FLASH_BWD_WGMMA(bf16, BF16, 128)

@@ -128,7 +128,8 @@ func (o options) skipUnsupported(t *testing.T, b kernels.Backend, p kernels.Para
 }
 
 // MaskedNaNMayPropagate accepts NaN where the reference is finite in the
-// non-finite cases that have a causal mask: a tiled kernel multiplies the
+// non-finite cases that have a causal mask, and in those of the variants
+// (windows, lengths, grouped heads) that the backend claims: a tiled kernel multiplies the
 // masked probabilities of a tile that the mask cuts, zeros, with every key,
 // value or query row of that tile, and 0·NaN = 0·Inf = NaN, while the naive
 // reference never touches a masked pair (kernels' doc, Masking convention).
