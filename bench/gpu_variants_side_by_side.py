@@ -90,18 +90,17 @@ class Case:
         return None if self.lens is None else torch.tensor(self.lens, device="cuda", dtype=torch.int32)
 
     def score_mod(self):
-        cap = self.softcap
-        slopes = None
-        if self.alibi:
-            slopes = torch.tensor([2 ** (-8 * (h + 1) / self.h) for h in range(self.h)], device="cuda")
-        if not cap and slopes is None:
+        cap, alibi, heads = self.softcap, self.alibi, self.h
+        if not cap and not alibi:
             return None
 
         def mod(score, b, h, q, kv):
             if cap:
                 score = cap * torch.tanh(score / cap)
-            if slopes is not None:
-                score = score - slopes[h] * (q - kv).abs()
+            if alibi:
+                # The slopes 2^(−8(h+1)/H) computed from h: a captured slope
+                # tensor fails to compile here.
+                score = score - torch.exp2(-8.0 * (h + 1) / heads) * (q - kv).abs()
             return score
 
         return mod
