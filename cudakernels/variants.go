@@ -46,5 +46,8 @@ func checkPlain(p kernels.Params) error {
 	if p.Dropout.On() {
 		used = append(used, fmt.Sprintf("dropout %v", p.Dropout.P))
 	}
+	if p.Bias != nil {
+		used = append(used, "an additive bias")
+	}
 	return fmt.Errorf("%w: %s: not yet on the GPU; run it on the CPU backend", ErrUnsupported, strings.Join(used, ", "))
 }
