@@ -67,6 +67,24 @@ func subtract[T kernels.Float](s, t []T) {
 	}
 }
 
+// add sets s[i] += t[i]: the bias entries of one row's visible keys in
+// the forward.
+func add[T kernels.Float](s, t []T) {
+	t = t[:len(s)]
+	for i := range s {
+		s[i] += t[i]
+	}
+}
+
+// addColumn sets s[r] += t[r·stride]: the bias entries of one key's
+// visible rows in the backward, which works on transposed tiles while the
+// bias is stored by rows.
+func addColumn[T kernels.Float](s, t []T, stride int) {
+	for r := range s {
+		s[r] += t[r*stride]
+	}
+}
+
 // blockFinite reports whether block i holds no NaN or ±Inf: known[i] when
 // the caller scanned every block up front (known not nil), else a scan of
 // x, that block's elements, now.
