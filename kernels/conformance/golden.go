@@ -125,8 +125,8 @@ type goldenFile struct {
 	WindowLeft  *int `json:"window_left"`
 	WindowRight *int `json:"window_right"`
 	Softcap     float64
-	AlibiSlopes []float64       `json:"alibi_slopes"`
-	SeqlensQ    []int           `json:"seqlens_q"`
+	AlibiSlopes []float64    `json:"alibi_slopes"`
+	SeqlensQ    []int        `json:"seqlens_q"`
 	SeqlensK    []int        `json:"seqlens_k"`
 	BiasShape   []int        `json:"bias_shape"`
 	Bias, Dbias goldenFloats // with bias_shape: [Bb, Hb, Nq, Nk] each
