@@ -105,6 +105,9 @@ type backwardScratch[T kernels.Float] struct {
 	tab    []T       // Br+Bc: the tile's ALiBi terms (alibiTable); nil without ALiBi
 	grad   []T       // Br: the softcap's derivative along one key's rows; nil without a softcap
 	keep   []bool    // Br×Bc: dropout's mask of one tile; nil without dropout
+	// Bc×Br: the tile's bias, and its dS for dBias, transposed like pt
+	// (biasTile); nil without a bias.
+	bt, dbt []T
 	// The query heads of the unit's key head (H/Hkv of them), reused from
 	// unit to unit: a slice made per unit cost one allocation per head
 	// when B·H is large and N small. Without GQA qhs is one[:], so that
@@ -122,7 +125,7 @@ type backwardScratch[T kernels.Float] struct {
 func backwardScratchLen(d int) int {
 	// tmp counted as 2·Br (float64 in a float32 call), keep as Br·Bc/4
 	// (bytes, in a float32 call).
-	return 2*blockCols*(d+1) + d*blockCols + 2*blockCols*blockRows + 2*blockCols*d + 4*blockRows + blockCols + blockRows*blockCols/4
+	return 2*blockCols*(d+1) + d*blockCols + 4*blockCols*blockRows + 2*blockCols*d + 4*blockRows + blockCols + blockRows*blockCols/4
 }
 
 func newBackwardScratch[T kernels.Float](p kernels.Params) *backwardScratch[T] {
@@ -146,6 +149,9 @@ func newBackwardScratch[T kernels.Float](p kernels.Params) *backwardScratch[T] {
 	}
 	if p.Dropout.On() {
 		sc.keep = make([]bool, blockRows*blockCols)
+	}
+	if p.Bias != nil {
+		sc.bt, sc.dbt = make([]T, blockCols*blockRows), make([]T, blockCols*blockRows)
 	}
 	return sc
 }
@@ -408,6 +414,20 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 	// key's end decide it, once per tile rather than once per key. An uncut
 	// tile (every tile without a mask) clamps no key's range.
 	cut := sc.qlo[cols-1] > row0 || sc.qhi[0] < row0+rows
+	// The bias is stored by rows and the tile works by keys: reading it
+	// (and adding into dBias) a column at a time, Nk apart, cost eight
+	// times the whole backward, so the tile's bias is transposed into bt
+	// once, with contiguous reads, and its dS gathered in dbt, added into
+	// dBias by rows after the loop.
+	var bt, dbt []T
+	if qh.bias != nil {
+		bt = sc.bt[:cols*blockRows]
+		transpose(rows, cols, qh.bias[row0*p.Nk+col0:], p.Nk, bt, blockRows)
+	}
+	if qh.dbias != nil {
+		dbt = sc.dbt[:cols*blockRows]
+		clear(dbt) // the pairs the masks hide add 0
+	}
 	// Dropout's mask of the tile, drawn row by row (the generator runs
 	// along the keys) and read column by column: keep[r·Bc + c].
 	var keep []bool
@@ -443,8 +463,10 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 		if tab != nil {
 			subtract(vis, tab[cols-1-c+from:])
 		}
-		if qh.bias != nil {
-			addColumn(vis, qh.bias[(row0+from)*p.Nk+col0+c:], p.Nk)
+		if bt != nil {
+			// Only the visible pairs' entries: a masked pair's bias, even
+			// NaN, never reaches P.
+			add(vis, bt[c*blockRows+from:])
 		}
 		ops.expShift(vis, 0) // P = exp(S − LSE)
 		var colKeep []bool
@@ -455,8 +477,8 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 		// scale·dS = scale·P∘(dP − D), scale folded in once here rather
 		// than into both dQ and dK; with a softcap, times its derivative.
 		switch {
-		case qh.dbias != nil:
-			biasGradient(dsv, vis, grad, scale, qh.dbias[(row0+from)*p.Nk+col0+c:], p.Nk)
+		case dbt != nil:
+			biasGradient(dsv, vis, grad, scale, dbt[c*blockRows+from:])
 		case grad != nil:
 			for r := range dsv {
 				dsv[r] = scale * vis[r] * dsv[r] * grad[r]
@@ -470,22 +492,26 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 			dropProbabilities(vis, colKeep, blockCols, T(p.Dropout.KeepScale()))
 		}
 	}
+	if dbt != nil {
+		addTransposed(cols, rows, dbt, blockRows, qh.dbias[row0*p.Nk+col0:], p.Nk)
+	}
 	return cut
 }
 
 // biasGradient is the scale·dS step of backwardTile for one key's visible
 // rows when dBias is wanted: dS = P∘(dP − D) (p holds P, dst dP − D) is
-// added into dBias, row r at dbias[r·stride], before the softcap's
-// derivative (grad, nil without a softcap) and the scale, which belong to
-// scale·q·k alone; dst then holds scale·dS·grad.
-func biasGradient[T kernels.Float](dst, p, grad []T, scale T, dbias []T, stride int) {
+// stored in ds for dBias, before the softcap's derivative (grad, nil
+// without a softcap) and the scale, which belong to scale·q·k alone; dst
+// then holds scale·dS·grad.
+func biasGradient[T kernels.Float](dst, p, grad []T, scale T, ds []T) {
+	ds = ds[:len(dst)]
 	for r := range dst {
-		ds := p[r] * dst[r]
-		dbias[r*stride] += ds
+		x := p[r] * dst[r]
+		ds[r] = x
 		if grad != nil {
-			ds *= grad[r]
+			x *= grad[r]
 		}
-		dst[r] = scale * ds
+		dst[r] = scale * x
 	}
 }
 

@@ -68,7 +68,7 @@ func subtract[T kernels.Float](s, t []T) {
 }
 
 // add sets s[i] += t[i]: the bias entries of one row's visible keys in
-// the forward.
+// the forward, of one key's visible rows in the backward.
 func add[T kernels.Float](s, t []T) {
 	t = t[:len(s)]
 	for i := range s {
@@ -76,12 +76,15 @@ func add[T kernels.Float](s, t []T) {
 	}
 }
 
-// addColumn sets s[r] += t[r·stride]: the bias entries of one key's
-// visible rows in the backward, which works on transposed tiles while the
-// bias is stored by rows.
-func addColumn[T kernels.Float](s, t []T, stride int) {
-	for r := range s {
-		s[r] += t[r*stride]
+// addTransposed adds the rows×cols matrix src (row stride lds), transposed,
+// into dst (cols×rows, row stride ldd): a tile's dSᵀ into dBias, by rows
+// of dBias.
+func addTransposed[T kernels.Float](rows, cols int, src []T, lds int, dst []T, ldd int) {
+	for c := range cols {
+		d := dst[c*ldd : c*ldd+rows]
+		for r := range d {
+			d[r] += src[r*lds+c]
+		}
 	}
 }
 
