@@ -35,6 +35,11 @@ func TestNewRefuses(t *testing.T) {
 		{"window < -1", autograd.Config{Backend: cpukernels.Backend{}, Scale: 1, Window: kernels.Window{On: true, Left: -2, Right: 0}}, tensor.Float64, q, k, k},
 		{"negative softcap", autograd.Config{Backend: cpukernels.Backend{}, Scale: 1, Softcap: -3}, tensor.Float64, q, k, k},
 		{"two slopes for three heads", autograd.Config{Backend: cpukernels.Backend{}, Scale: 1, ALiBi: []float64{1, 2}}, tensor.Float64, q, k, k},
+		{"bias of rank 3", autograd.Config{Backend: cpukernels.Backend{}, Scale: 1, Bias: tensor.Shape{3, 5, 7}}, tensor.Float64, q, k, k},
+		{"bias Bb 3 of B 2", autograd.Config{Backend: cpukernels.Backend{}, Scale: 1, Bias: tensor.Shape{3, 3, 5, 7}}, tensor.Float64, q, k, k},
+		{"bias Hb 2 of H 3", autograd.Config{Backend: cpukernels.Backend{}, Scale: 1, Bias: tensor.Shape{1, 2, 5, 7}}, tensor.Float64, q, k, k},
+		{"bias of Nk 5", autograd.Config{Backend: cpukernels.Backend{}, Scale: 1, Bias: tensor.Shape{1, 1, 5, 5}}, tensor.Float64, q, k, k},
+		{"empty bias shape", autograd.Config{Backend: cpukernels.Backend{}, Scale: 1, Bias: tensor.Shape{}}, tensor.Float64, q, k, k},
 	} {
 		if op, err := autograd.New(c.cfg, c.dt, c.q, c.k, c.v); op != nil || !errors.Is(err, kernels.ErrInvalidParams) {
 			t.Errorf("%s: got %v, %v; want an error wrapping kernels.ErrInvalidParams", c.name, op, err)
@@ -123,6 +128,8 @@ func TestConfigStringNamesEveryOption(t *testing.T) {
 		"softcap":      {Backend: base.Backend, Scale: 0.5, Softcap: 30},
 		"alibi":        {Backend: base.Backend, Scale: 0.5, ALiBi: []float64{0.5, 0.25}},
 		"other alibi":  {Backend: base.Backend, Scale: 0.5, ALiBi: []float64{0.5, 0.25000000000000006}},
+		"bias":         {Backend: base.Backend, Scale: 0.5, Bias: tensor.Shape{1, 2, 3, 3}},
+		"shared bias":  {Backend: base.Backend, Scale: 0.5, Bias: tensor.Shape{1, 1, 3, 3}},
 	} {
 		if other, dup := seen[c.String()]; dup {
 			t.Errorf("%s and %s have the same String %q", name, other, c.String())

@@ -73,7 +73,7 @@ func TestBiasBadInput(t *testing.T) {
 		return gorgonia.NewTensor(g, dt, len(shape), gorgonia.WithShape(shape...))
 	}
 	f64 := tensor.Float64
-	q, k := tn(g, f64, 2, 3, 5, 8), tn(g, f64, 2, 3, 7, 8) // B 2, H 3, Nq 5, Nk 7
+	q, k := tn(g, f64, 2, 3, 5, 8), tn(g, f64, 2, 3, 7, 8)   // B 2, H 3, Nq 5, Nk 7
 	qn, kn := tn(g, f64, 2, 5, 3, 8), tn(g, f64, 2, 7, 3, 8) // the same in BNHD
 	for _, c := range []struct {
 		name   string

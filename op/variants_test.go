@@ -230,6 +230,12 @@ func TestHashDistinguishesVariants(t *testing.T) {
 		"other seed": gorgonia.Must(op.Attention(q, q, q, op.WithDropout(0.1, 2))),
 		"key lengths": gorgonia.Must(op.Attention(q, q, q,
 			op.WithLengths(nil, gorgonia.NewVector(g, tensor.Int, gorgonia.WithShape(1), gorgonia.WithName("b"))))),
+		"bias": gorgonia.Must(op.Attention(q, q, q,
+			op.WithBias(gorgonia.NewTensor(g, tensor.Float64, 4, gorgonia.WithShape(1, 4, 6, 6), gorgonia.WithName("c"))))),
+		"shared bias": gorgonia.Must(op.Attention(q, q, q,
+			op.WithBias(gorgonia.NewTensor(g, tensor.Float64, 4, gorgonia.WithShape(1, 1, 6, 6), gorgonia.WithName("d"))))),
+		"other bias": gorgonia.Must(op.Attention(q, q, q,
+			op.WithBias(gorgonia.NewTensor(g, tensor.Float64, 4, gorgonia.WithShape(1, 1, 6, 6), gorgonia.WithName("e"))))),
 	}
 	seen := map[uint32]string{}
 	for name, n := range nodes {
