@@ -315,3 +315,17 @@ func TestGPUAttentionLSE(t *testing.T) {
 		t.Fatalf("a gradient reaching the LSE on the GPU: got %v, want ErrUnsupported", err)
 	}
 }
+
+// TestGPURefusesBias: the CUDA kernels do not add a bias yet, so a GPU run
+// with one fails with ErrUnsupported rather than computing attention
+// without it.
+func TestGPURefusesBias(t *testing.T) {
+	requireGPU(t)
+	vc := variantCase{c: graphCase{1, 2, 16, 16, 64, true}, bias: [2]int{1, 2}, opts: []op.Option{op.WithDevice(op.GPU)}}
+	gr := vc.build(t, tensor.Float32, randomInputs(vc.params(), 1))
+	m := gorgonia.NewTapeMachine(gr.g)
+	defer m.Close()
+	if err := m.RunAll(); !machineErrorIs(err, cudakernels.ErrUnsupported) {
+		t.Fatalf("a bias on the GPU: got %v, want ErrUnsupported", err)
+	}
+}
