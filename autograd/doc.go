@@ -12,13 +12,17 @@
 // that LSE, recomputing the probabilities block by block, and three nodes
 // that view dQ, dK and dV in its packed result (Gorgonia ops have a single
 // output). DoDiff runs the same backward directly, for the LispMachine.
-// Nothing of size Nq×Nk exists at any point. Both directions reach the
+// Nothing of size Nq×Nk exists at any point but a bias the user gives and
+// its gradient. Both directions reach the
 // backend through one dispatch path (engine, in run.go).
 //
 // # Extra inputs and outputs
 //
-// Per-sequence lengths (Config.QLens, KLens) are integer vector inputs
-// after q, k and v, read at every run, without gradient. With Config.LSE
+// An additive bias (Config.Bias) is the fourth input, right after v, in
+// q's dtype and [Bb, Hb, Nq, Nk] in every layout; its gradient is a fourth
+// part of the backward's packed result, [dQ | dK | dV | dBias], viewed by
+// a fourth unpack node. Per-sequence lengths (Config.QLens, KLens) are
+// integer vector inputs after those, read at every run, without gradient. With Config.LSE
 // the Op's single output is the vector [O | LSE], which Op.Split views as
 // two nodes whose gradients unpackOp's SymDiff places back into one packed
 // gradient; the backward then folds dLSE into D. With Config.BNHD the
