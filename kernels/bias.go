@@ -10,9 +10,10 @@ import "fmt"
 // (package documentation, Variants).
 //
 // The bias is the only Nq×Nk object of the problem, and the caller's: a
-// backend reads it where it is, never copies it, and reads only the
-// entries of visible (row, key) pairs. A −Inf entry removes its key from
-// its row; a masked key stays masked whatever its entry holds.
+// backend reads it where it is and never copies it whole (tiles of it at
+// most). The entry of a masked (row, key) pair never reaches a result,
+// whatever it holds, NaN included: a masked key stays masked. A −Inf entry
+// removes its key from its row.
 //
 // A call reads the data of its own element type (Data32 in Forward32 and
 // Backward32, Data64 in the 64-bit entry points), which must then be there;
