@@ -13,8 +13,8 @@
 // that view dQ, dK and dV in its packed result (Gorgonia ops have a single
 // output). DoDiff runs the same backward directly, for the LispMachine.
 // Nothing of size Nq×Nk exists at any point but a bias the user gives and
-// its gradient. Both directions reach the
-// backend through one dispatch path (engine, in run.go).
+// its gradient. Both directions reach the backend through one dispatch
+// path (engine, in run.go).
 //
 // # Extra inputs and outputs
 //
@@ -22,10 +22,10 @@
 // q's dtype and [Bb, Hb, Nq, Nk] in every layout; its gradient is a fourth
 // part of the backward's packed result, [dQ | dK | dV | dBias], viewed by
 // a fourth unpack node. Per-sequence lengths (Config.QLens, KLens) are
-// integer vector inputs after those, read at every run, without gradient. With Config.LSE
-// the Op's single output is the vector [O | LSE], which Op.Split views as
-// two nodes whose gradients unpackOp's SymDiff places back into one packed
-// gradient; the backward then folds dLSE into D. With Config.BNHD the
+// integer vector inputs after those, read at every run, without gradient.
+// With Config.LSE the Op's single output is the vector [O | LSE], which
+// Op.Split views as two nodes whose gradients unpackOp's SymDiff places
+// back into one packed gradient; the backward then folds dLSE into D. With Config.BNHD the
 // graph's tensors are [B, N, H, D] and the Op copies them, a row of D
 // elements at a time, to and from the kernels' [B, H, N, D]. With
 // Config.Dropout each forward run takes the number of runs before it as
