@@ -25,11 +25,11 @@
 // integer vector inputs after those, read at every run, without gradient.
 // With Config.LSE the Op's single output is the vector [O | LSE], which
 // Op.Split views as two nodes whose gradients unpackOp's SymDiff places
-// back into one packed gradient; the backward then folds dLSE into D. With Config.BNHD the
-// graph's tensors are [B, N, H, D] and the Op copies them, a row of D
-// elements at a time, to and from the kernels' [B, H, N, D]. With
-// Config.Dropout each forward run takes the number of runs before it as
-// the mask's offset, saved for its backward.
+// back into one packed gradient; the backward then folds dLSE into D.
+// With Config.BNHD the graph's tensors are [B, N, H, D] and the Op copies
+// them, a row of D elements at a time, to and from the kernels' [B, H, N,
+// D]. With Config.Dropout each forward run takes the number of runs before
+// it as the mask's offset, saved for its backward.
 //
 // The shapes and dtype an Op is built for are checked again on every run:
 // a node whose value was replaced by one of another shape or dtype gets an
