@@ -9,9 +9,9 @@
 // and keeps only the per-row log-sum-exp LSE = m + log l ([B, H, Nq]), the
 // way Gorgonia's maxPoolOp keeps its mask for maxPoolDiffOp. Its SymDiff adds
 // one gradOp node that runs the backend's backward on (q, k, v, o, dO) and
-// that LSE, recomputing the probabilities block by block, and three nodes
-// that view dQ, dK and dV in its packed result (Gorgonia ops have a single
-// output). DoDiff runs the same backward directly, for the LispMachine.
+// that LSE, recomputing the probabilities block by block, and nodes that
+// view dQ, dK and dV (and dBias) in its packed result (Gorgonia ops have a
+// single output). DoDiff runs the same backward directly, for the LispMachine.
 // Nothing of size Nq×Nk exists at any point but a bias the user gives and
 // its gradient. Both directions reach the backend through one dispatch
 // path (engine, in run.go).
