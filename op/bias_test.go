@@ -248,3 +248,34 @@ func TestBiasMasksWin(t *testing.T) {
 		}
 	}
 }
+
+// TestBiasConstant passes the bias as a gorgonia.NewConstant, as a fixed
+// mask or position bias would be: the forward and dQ are the reference's
+// on both machines, and the constant takes no gradient.
+func TestBiasConstant(t *testing.T) {
+	vc := variantCase{c: graphCase{2, 2, 5, 7, 8, true}, bias: [2]int{1, 2}}
+	p := vc.params()
+	in := randomInputs(p, 17)
+	o, _, grads := naiveReference(t, p, in)
+	for _, lisp := range []bool{false, true} {
+		g := gorgonia.NewGraph()
+		c := vc.c
+		q := valueNode(g, tensor.Float64, "q", []int{c.B, c.H, c.Nq, c.D}, in.q)
+		k := valueNode(g, tensor.Float64, "k", []int{c.B, c.H, c.Nk, c.D}, in.k)
+		v := valueNode(g, tensor.Float64, "v", []int{c.B, c.H, c.Nk, c.D}, in.v)
+		bias := gorgonia.NewConstant(tensor.New(tensor.WithShape(in.biasShape...), tensor.WithBacking(slices.Clone(in.bias))))
+		out, err := op.Attention(q, k, v, op.WithCausal(c.causal), op.WithBias(bias))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := valueNode(g, tensor.Float64, "w", []int{c.B, c.H, c.Nq, c.D}, in.w)
+		cost := gorgonia.Must(gorgonia.Sum(gorgonia.Must(gorgonia.HadamardProd(out, w))))
+		gr := graph{g: g, q: q, k: k, v: v, o: out, c: cost}
+		got := gr.run(t, lisp)
+		for j, want := range [][]float64{o, grads[0], grads[1], grads[2]} {
+			if e := maxRelErr(got[j], want); !(e <= 1e-10) {
+				t.Errorf("lisp=%v: output %d differs from the reference by %g", lisp, j, e)
+			}
+		}
+	}
+}
