@@ -9,23 +9,27 @@
 // and keeps only the per-row log-sum-exp LSE = m + log l ([B, H, Nq]), the
 // way Gorgonia's maxPoolOp keeps its mask for maxPoolDiffOp. Its SymDiff adds
 // one gradOp node that runs the backend's backward on (q, k, v, o, dO) and
-// that LSE, recomputing the probabilities block by block, and three nodes
-// that view dQ, dK and dV in its packed result (Gorgonia ops have a single
-// output). DoDiff runs the same backward directly, for the LispMachine.
-// Nothing of size Nq×Nk exists at any point. Both directions reach the
-// backend through one dispatch path (engine, in run.go).
+// that LSE, recomputing the probabilities block by block, and nodes that
+// view dQ, dK and dV (and dBias) in its packed result (Gorgonia ops have a
+// single output). DoDiff runs the same backward directly, for the LispMachine.
+// Nothing of size Nq×Nk exists at any point but a bias the user gives and
+// its gradient. Both directions reach the backend through one dispatch
+// path (engine, in run.go).
 //
 // # Extra inputs and outputs
 //
-// Per-sequence lengths (Config.QLens, KLens) are integer vector inputs
-// after q, k and v, read at every run, without gradient. With Config.LSE
-// the Op's single output is the vector [O | LSE], which Op.Split views as
-// two nodes whose gradients unpackOp's SymDiff places back into one packed
-// gradient; the backward then folds dLSE into D. With Config.BNHD the
-// graph's tensors are [B, N, H, D] and the Op copies them, a row of D
-// elements at a time, to and from the kernels' [B, H, N, D]. With
-// Config.Dropout each forward run takes the number of runs before it as
-// the mask's offset, saved for its backward.
+// An additive bias (Config.Bias) is the fourth input, right after v, in
+// q's dtype and [Bb, Hb, Nq, Nk] in every layout; its gradient is a fourth
+// part of the backward's packed result, [dQ | dK | dV | dBias], viewed by
+// a fourth unpack node. Per-sequence lengths (Config.QLens, KLens) are
+// integer vector inputs after those, read at every run, without gradient.
+// With Config.LSE the Op's single output is the vector [O | LSE], which
+// Op.Split views as two nodes whose gradients unpackOp's SymDiff places
+// back into one packed gradient; the backward then folds dLSE into D.
+// With Config.BNHD the graph's tensors are [B, N, H, D] and the Op copies
+// them, a row of D elements at a time, to and from the kernels' [B, H, N,
+// D]. With Config.Dropout each forward run takes the number of runs before
+// it as the mask's offset, saved for its backward.
 //
 // The shapes and dtype an Op is built for are checked again on every run:
 // a node whose value was replaced by one of another shape or dtype gets an

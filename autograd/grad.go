@@ -11,27 +11,27 @@ import (
 )
 
 // gradOp is the backward of an Op, as maxPoolDiffOp is maxPoolOp's: it
-// computes the packed gradients [dQ | dK | dV] from (q, k, v, o, dO) and the
-// LSE its forward saved, recomputing P block by block. It has a single
-// output because Gorgonia ops have one; unpackOp views the three parts.
+// computes the packed gradients [dQ | dK | dV], and dBias after them with a
+// bias, from (q, k, v, o, dO, bias) and the LSE its forward saved,
+// recomputing P block by block. It has a single output because Gorgonia
+// ops have one; unpackOp views the parts.
 type gradOp struct{ *Op }
 
 var _ gorgonia.Op = (*gradOp)(nil)
 
-// Arity: q, k, v, o and dO, then the forward's length inputs.
-func (op *gradOp) Arity() int { return 5 + op.cfg.lengthInputs() }
+// Arity: q, k, v, o and dO, then the forward's extra inputs (the bias, the
+// lengths).
+func (op *gradOp) Arity() int { return 5 + op.cfg.extraInputs() }
 
 func (op *gradOp) Type() hm.Type {
-	t4 := gorgonia.TensorType{Dims: 4, Of: hm.TypeVariable('a')}
-	ts := append([]hm.Type{t4, t4, t4, op.outType(), op.outType()}, op.lengthTypes()...)
-	return hm.NewFnType(append(ts, gorgonia.TensorType{Dims: 1, Of: hm.TypeVariable('a')})...)
+	return hm.NewFnType(append(op.inputTypes(2), gorgonia.TensorType{Dims: 1, Of: hm.TypeVariable('a')})...)
 }
 
 func (op *gradOp) InferShape(in ...gorgonia.DimSizer) (tensor.Shape, error) {
 	if len(in) != op.Arity() {
 		return nil, fmt.Errorf("attention backward: %d inputs, want %d", len(in), op.Arity())
 	}
-	return tensor.Shape{op.shapes[0].TotalSize() + 2*op.shapes[1].TotalSize()}, nil
+	return tensor.Shape{op.shapes[0].TotalSize() + 2*op.shapes[1].TotalSize() + op.p.BiasLen()}, nil
 }
 
 // Do runs the backward on the forward's saved state: its device copies when
@@ -65,13 +65,34 @@ func (op *gradOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 		err = errors.Join(err, st.Release())
 	}
 	if err == nil && op.cfg.BNHD {
-		qp, kp := [4]int{p.B, p.H, p.Nq, p.D}, [4]int{p.B, p.KVHeads(), p.Nk, p.D}
-		packed, err = e.relayout(packed, qp, kp, kp)
+		packed, err = op.gradsToBNHD(e, packed)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("attention backward on %s: %w", op.cfg.Backend.Name(), err)
 	}
 	return packed, nil
+}
+
+// gradsToBNHD moves dQ, dK and dV of the packed gradients to the BNHD
+// layout; dBias, [Bb, Hb, Nq, Nk] in every layout, stays. relayout copies
+// the whole vector, so with a bias only the first three parts go through it
+// and are copied back into packed: a second Nq×Nk buffer for dBias is what
+// the op never allocates.
+func (op *gradOp) gradsToBNHD(e engine, packed *tensor.Dense) (*tensor.Dense, error) {
+	p := op.p
+	qp, kp := [4]int{p.B, p.H, p.Nq, p.D}, [4]int{p.B, p.KVHeads(), p.Nk, p.D}
+	if p.Bias == nil {
+		return e.relayout(packed, qp, kp, kp)
+	}
+	head, err := unpackOp{0, tensor.Shape{p.QLen() + 2*p.KLen()}, false}.view(packed)
+	if err != nil {
+		return nil, err
+	}
+	moved, err := e.relayout(head, qp, kp, kp)
+	if err != nil {
+		return nil, err
+	}
+	return packed, tensor.Copy(head, moved)
 }
 
 func (op *gradOp) ReturnsPtr() bool      { return false }
@@ -101,10 +122,15 @@ func (op *gradOp) splitOutputs(out, dOut *tensor.Dense) (o, dO, dLSE *tensor.Den
 	return o, dO, dLSE, nil
 }
 
-// gradParts returns the ops that view dQ, dK and dV in gradOp's result.
-func (op *Op) gradParts() [3]unpackOp {
+// gradParts returns the ops that view dQ, dK, dV and, with a bias, dBias
+// in gradOp's result, in the order of the Op's inputs.
+func (op *Op) gradParts() []unpackOp {
 	qLen, kLen := op.shapes[0].TotalSize(), op.shapes[1].TotalSize()
-	return [3]unpackOp{{0, op.shapes[0], false}, {qLen, op.shapes[1], false}, {qLen + kLen, op.shapes[2], false}}
+	parts := []unpackOp{{0, op.shapes[0], false}, {qLen, op.shapes[1], false}, {qLen + kLen, op.shapes[2], false}}
+	if op.cfg.Bias != nil {
+		parts = append(parts, unpackOp{qLen + 2*kLen, op.cfg.Bias.Clone(), false})
+	}
+	return parts
 }
 
 // unpackOp views one part of a packed result: O or the LSE in an Op's

@@ -43,7 +43,25 @@ type Config struct {
 	// [B, Nk, Hkv, D]) rather than [B, H, N, D]; the Op moves them to the
 	// kernels' [B, H, N, D] and back (layout.go). The LSE stays [B, H, Nq].
 	BNHD bool
+	// Bias, when not nil, is the shape [Bb, Hb, Nq, Nk] of an additive
+	// bias on the scores (kernels.Bias), Bb 1 or B and Hb 1 or H, which
+	// the op takes as its fourth input, after v and before any lengths, in
+	// q's dtype and whatever the layout. It is differentiable: its
+	// gradient is the fourth part of the backward's result.
+	Bias tensor.Shape
 }
+
+// biasInputs is the number of bias inputs the op takes after v: 0 or 1.
+func (c Config) biasInputs() int {
+	if c.Bias == nil {
+		return 0
+	}
+	return 1
+}
+
+// extraInputs is the number of inputs the op takes after q, k and v: the
+// bias, then the lengths.
+func (c Config) extraInputs() int { return c.biasInputs() + c.lengthInputs() }
 
 // lengthDtypes are the dtypes of the length inputs, in input order.
 func (c Config) lengthDtypes() []tensor.Dtype {
@@ -60,8 +78,8 @@ func (c Config) lengthDtypes() []tensor.Dtype {
 // Gorgonia merges nodes whose hashes are equal: every field that changes the
 // result is in it, each ALiBi slope to full precision.
 func (c Config) String() string {
-	return fmt.Sprintf("scale=%v causal=%v window=%+v softcap=%v alibi=%v qlens=%v klens=%v dropout=%v/%#x lse=%v bnhd=%v backend=%s",
-		c.Scale, c.Causal, c.Window, c.Softcap, c.ALiBi, lensName(c.QLens), lensName(c.KLens), c.Dropout.P, c.Dropout.Seed, c.LSE, c.BNHD, c.Backend.Name())
+	return fmt.Sprintf("scale=%v causal=%v window=%+v softcap=%v alibi=%v qlens=%v klens=%v dropout=%v/%#x lse=%v bnhd=%v bias=%v backend=%s",
+		c.Scale, c.Causal, c.Window, c.Softcap, c.ALiBi, lensName(c.QLens), lensName(c.KLens), c.Dropout.P, c.Dropout.Seed, c.LSE, c.BNHD, []int(c.Bias), c.Backend.Name())
 }
 
 // lensName names a lengths input's dtype, or "none" for the zero Dtype (no
@@ -73,15 +91,16 @@ func lensName(d tensor.Dtype) string {
 	return d.String()
 }
 
-// Op is fused attention as a Gorgonia op: (q, k, v, lengths…) → o, or
-// → [O | LSE] with Config.LSE. Its backward is gradOp, which SymDiff adds
+// Op is fused attention as a Gorgonia op: (q, k, v, bias, lengths…) → o,
+// or → [O | LSE] with Config.LSE; the bias and the lengths are there when
+// Config asks for them. Its backward is gradOp, which SymDiff adds
 // to the graph and DoDiff runs directly; the two share the forward's saved
 // state.
 type Op struct {
 	cfg    Config
 	dtype  tensor.Dtype
 	shapes [3]tensor.Shape // q, k and v, as built
-	p      kernels.Params  // the problem those shapes describe under cfg
+	p      kernels.Params  // the problem those shapes describe under cfg; its Bias has the shape, no data
 	saved  *saved
 }
 
@@ -93,8 +112,8 @@ var (
 // New returns the op for q, k and v of dtype dt (Float32 or Float64) and the
 // given shapes: q [B, H, Nq, D], k and v [B, Hkv, Nk, D] with Hkv dividing
 // H (grouped-query attention when Hkv < H), or with Config.BNHD [B, Nq, H,
-// D] and [B, Nk, Hkv, D]. It checks everything
-// that can be checked before the graph runs: the shapes, the dtype, the
+// D] and [B, Nk, Hkv, D]. It checks everything that can be checked before
+// the graph runs: the shapes (the bias's included), the dtype, the
 // backend, and that the scale is finite and representable in dt (a float32
 // tensor cannot take a scale of 1e39, nor one that rounds to 0). Errors wrap
 // kernels.ErrInvalidParams.
@@ -114,6 +133,9 @@ func New(cfg Config, dt tensor.Dtype, q, k, v tensor.Shape) (*Op, error) {
 		}
 	}
 	cfg.ALiBi = slices.Clone(cfg.ALiBi)
+	if cfg.Bias != nil {
+		cfg.Bias = cfg.Bias.Clone()
+	}
 	kq, kk, kv := q, k, v
 	if cfg.BNHD {
 		for _, s := range []tensor.Shape{q, k, v} {
@@ -128,6 +150,9 @@ func New(cfg Config, dt tensor.Dtype, q, k, v tensor.Shape) (*Op, error) {
 		if cfg.BNHD {
 			return nil, fmt.Errorf("%w (BNHD shapes, read as [B, H, N, D])", err)
 		}
+		return nil, err
+	}
+	if p.Bias, err = biasShape(cfg.Bias, p); err != nil {
 		return nil, err
 	}
 	return &Op{cfg: cfg, dtype: dt, shapes: [3]tensor.Shape{q.Clone(), k.Clone(), v.Clone()}, p: p, saved: new(saved)}, nil
@@ -187,6 +212,24 @@ func params(cfg Config, q, k, v tensor.Shape) (kernels.Params, error) {
 	return p, nil
 }
 
+// biasShape checks the bias shape s (nil: no bias) against the problem p
+// and returns the kernels' Bias for it, shape alone (the data comes with
+// each run).
+func biasShape(s tensor.Shape, p kernels.Params) (*kernels.Bias, error) {
+	if s == nil {
+		return nil, nil
+	}
+	if s.Dims() != 4 || s[2] != p.Nq || s[3] != p.Nk {
+		return nil, invalid("bias has shape %v, want [Bb, Hb, Nq, Nk] with Nq = %d, Nk = %d", s, p.Nq, p.Nk)
+	}
+	b := &kernels.Bias{Bb: s[0], Hb: s[1]}
+	p.Bias = b
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("attention: %w", err)
+	}
+	return b, nil
+}
+
 // invalid formats an error wrapping kernels.ErrInvalidParams.
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("attention: %w: "+format, append([]any{kernels.ErrInvalidParams}, args...)...)
@@ -196,13 +239,27 @@ func invalid(format string, args ...any) error {
 // and v.
 func (c Config) lengthInputs() int { return len(c.lengthDtypes()) }
 
-func (op *Op) Arity() int { return 3 + op.cfg.lengthInputs() }
+func (op *Op) Arity() int { return 3 + op.cfg.extraInputs() }
 
-// Type is (Tensor4 a, Tensor4 a, Tensor4 a) → Tensor4 a, with an integer
-// vector before the result for each length input.
+// Type is (Tensor4 a, Tensor4 a, Tensor4 a) → Tensor4 a, with a Tensor4 a
+// after v for the bias and an integer vector before the result for each
+// length input.
 func (op *Op) Type() hm.Type {
+	return hm.NewFnType(append(op.inputTypes(0), op.outType())...)
+}
+
+// inputTypes are the types of the op's inputs: q, k and v, outs more of
+// the result's type (gradOp's o and dO), then the extra inputs.
+func (op *Op) inputTypes(outs int) []hm.Type {
 	t := gorgonia.TensorType{Dims: 4, Of: hm.TypeVariable('a')}
-	return hm.NewFnType(append(append([]hm.Type{t, t, t}, op.lengthTypes()...), op.outType())...)
+	ts := []hm.Type{t, t, t}
+	for range outs {
+		ts = append(ts, op.outType())
+	}
+	if op.cfg.Bias != nil {
+		ts = append(ts, t)
+	}
+	return append(ts, op.lengthTypes()...)
 }
 
 // outType is the type of the op's result (outShape).
@@ -287,9 +344,15 @@ func (op *Op) InferShape(in ...gorgonia.DimSizer) (tensor.Shape, error) {
 	}
 	for i, ds := range in {
 		s, ok := ds.(tensor.Shape)
+		if i == 3 && op.cfg.Bias != nil {
+			if !ok || !s.Eq(op.cfg.Bias) {
+				return nil, invalid("the bias has shape %v, the op was built for %v", ds, op.cfg.Bias)
+			}
+			continue
+		}
 		if i >= 3 {
 			if !ok || s.TotalSize() != op.p.B {
-				return nil, invalid("length input %d has shape %v, want [%d], one length per batch entry", i-3, ds, op.p.B)
+				return nil, invalid("length input %d has shape %v, want [%d], one length per batch entry", i-3-op.cfg.biasInputs(), ds, op.p.B)
 			}
 			continue
 		}
@@ -405,17 +468,28 @@ func (op *Op) Split(packed *gorgonia.Node) (o, lse *gorgonia.Node, err error) {
 }
 
 // inputs checks the values a machine passes to Do: tensors first (want of
-// them: q, k and v, then any of q's shape), then the length inputs. It
-// checks the tensors against the shapes and dtype the op was built for (a
-// node's value can be replaced by one of another shape), and returns them
-// as contiguous tensors, with the problem the lengths make of the Op's.
+// them: q, k and v, then any of the result's shape), then the extra
+// inputs, the bias and the lengths. It checks the tensors against the
+// shapes and dtype the op was built for (a node's value can be replaced by
+// one of another shape), and returns them as contiguous tensors, with the
+// problem the bias and the lengths make of the Op's.
 func (op *Op) inputs(in []gorgonia.Value, want int) ([]*tensor.Dense, kernels.Params, error) {
-	if len(in) != want+op.cfg.lengthInputs() {
-		return nil, op.p, fmt.Errorf("attention: %d inputs, want %d", len(in), want+op.cfg.lengthInputs())
+	if len(in) != want+op.cfg.extraInputs() {
+		return nil, op.p, fmt.Errorf("attention: %d inputs, want %d", len(in), want+op.cfg.extraInputs())
 	}
-	p, err := op.withLengths(in[want:])
+	extra := in[want:]
+	var bias gorgonia.Value
+	if op.cfg.Bias != nil {
+		bias, extra = extra[0], extra[1:]
+	}
+	p, err := op.withLengths(extra)
 	if err != nil {
 		return nil, p, err
+	}
+	if op.cfg.Bias != nil {
+		if p.Bias, err = op.biasOf(bias); err != nil {
+			return nil, p, err
+		}
 	}
 	names := []string{"q", "k", "v", "o", "dO"}
 	ts := make([]*tensor.Dense, want)
@@ -439,6 +513,26 @@ func (op *Op) inputs(in []gorgonia.Value, want int) ([]*tensor.Dense, kernels.Pa
 	return ts, p, nil
 }
 
+// biasOf checks the bias's value against the shape and dtype the op was
+// built for and returns it as the kernels' Bias, reading its data in
+// place (copied only if it is a view that is not contiguous).
+func (op *Op) biasOf(v gorgonia.Value) (*kernels.Bias, error) {
+	if v == nil {
+		return nil, invalid("the bias node has no value (bind one before running the graph)")
+	}
+	d, err := dense(v)
+	if err != nil {
+		return nil, fmt.Errorf("attention: bias: %w", err)
+	}
+	if !d.Shape().Eq(op.cfg.Bias) {
+		return nil, invalid("the bias has shape %v at run time, the op was built for %v", d.Shape(), op.cfg.Bias)
+	}
+	if d.Dtype() != op.dtype {
+		return nil, invalid("the bias is %v at run time, the op was built for %v", d.Dtype(), op.dtype)
+	}
+	return engineFor(op.dtype).bias(op.p.Bias, d), nil
+}
+
 // dense returns the contiguous backing of a Gorgonia value, copying a view
 // that is not contiguous.
 func dense(v any) (*tensor.Dense, error) {
@@ -452,17 +546,18 @@ func dense(v any) (*tensor.Dense, error) {
 	return d, nil
 }
 
-// DiffWRT: q, k and v; the length inputs have no gradient.
+// DiffWRT: q, k, v and the bias; the length inputs have no gradient.
 func (op *Op) DiffWRT(inputs int) []bool {
 	diff := make([]bool, inputs)
-	for i := range min(3, inputs) {
+	for i := range min(3+op.cfg.biasInputs(), inputs) {
 		diff[i] = true
 	}
 	return diff
 }
 
 // SymDiff adds the recomputing backward to the graph: one gradOp node for
-// the packed [dQ | dK | dV] and three views of it. From now on the forward
+// the packed [dQ | dK | dV], with dBias after them when there is a bias,
+// and a view of it for each part. From now on the forward
 // keeps its device state for that backward (see saved).
 func (op *Op) SymDiff(in gorgonia.Nodes, output, grad *gorgonia.Node) (gorgonia.Nodes, error) {
 	if len(in) != op.Arity() {
@@ -473,7 +568,7 @@ func (op *Op) SymDiff(in gorgonia.Nodes, output, grad *gorgonia.Node) (gorgonia.
 	if err != nil {
 		return nil, fmt.Errorf("attention backward: %w", err)
 	}
-	grads := make(gorgonia.Nodes, len(in)) // none for the lengths
+	grads := make(gorgonia.Nodes, len(in)) // q, k, v, the bias; none for the lengths
 	for i, part := range op.gradParts() {
 		if grads[i], err = gorgonia.ApplyOp(part, packed); err != nil {
 			return nil, fmt.Errorf("attention backward: %w", err)

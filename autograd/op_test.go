@@ -36,6 +36,11 @@ func TestNewRefuses(t *testing.T) {
 		{"window < -1", autograd.Config{Backend: cpukernels.Backend{}, Scale: 1, Window: kernels.Window{On: true, Left: -2, Right: 0}}, tensor.Float64, q, k, k},
 		{"negative softcap", autograd.Config{Backend: cpukernels.Backend{}, Scale: 1, Softcap: -3}, tensor.Float64, q, k, k},
 		{"two slopes for three heads", autograd.Config{Backend: cpukernels.Backend{}, Scale: 1, ALiBi: []float64{1, 2}}, tensor.Float64, q, k, k},
+		{"bias of rank 3", autograd.Config{Backend: cpukernels.Backend{}, Scale: 1, Bias: tensor.Shape{3, 5, 7}}, tensor.Float64, q, k, k},
+		{"bias Bb 3 of B 2", autograd.Config{Backend: cpukernels.Backend{}, Scale: 1, Bias: tensor.Shape{3, 3, 5, 7}}, tensor.Float64, q, k, k},
+		{"bias Hb 2 of H 3", autograd.Config{Backend: cpukernels.Backend{}, Scale: 1, Bias: tensor.Shape{1, 2, 5, 7}}, tensor.Float64, q, k, k},
+		{"bias of Nk 5", autograd.Config{Backend: cpukernels.Backend{}, Scale: 1, Bias: tensor.Shape{1, 1, 5, 5}}, tensor.Float64, q, k, k},
+		{"empty bias shape", autograd.Config{Backend: cpukernels.Backend{}, Scale: 1, Bias: tensor.Shape{}}, tensor.Float64, q, k, k},
 	} {
 		if op, err := autograd.New(c.cfg, c.dt, c.q, c.k, c.v); op != nil || !errors.Is(err, kernels.ErrInvalidParams) {
 			t.Errorf("%s: got %v, %v; want an error wrapping kernels.ErrInvalidParams", c.name, op, err)
@@ -127,6 +132,8 @@ func TestConfigStringNamesEveryOption(t *testing.T) {
 		"qlens":        {Backend: base.Backend, Scale: 0.5, QLens: tensor.Int},
 		"klens int32":  {Backend: base.Backend, Scale: 0.5, KLens: tensor.Int32},
 		"klens int64":  {Backend: base.Backend, Scale: 0.5, KLens: tensor.Int64},
+		"bias":         {Backend: base.Backend, Scale: 0.5, Bias: tensor.Shape{1, 2, 3, 3}},
+		"shared bias":  {Backend: base.Backend, Scale: 0.5, Bias: tensor.Shape{1, 1, 3, 3}},
 	} {
 		if strings.Contains(c.String(), "PANIC") {
 			t.Errorf("%s: String %q", name, c.String())

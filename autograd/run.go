@@ -16,11 +16,14 @@ type engine interface {
 	// [B, H, Nq] flat) and, with keep (b must then be a kernels.Resident),
 	// the device state kept.
 	forward(b kernels.Backend, keep bool, p kernels.Params, q, k, v *tensor.Dense) (packed *tensor.Dense, st kernels.DeviceState, err error)
-	// backward returns [dQ | dK | dV] in one vector, computed on st's
-	// device copies when st is not nil (b must then be a kernels.Resident),
-	// else on the inputs given. dLSE, the gradient with respect to the
-	// LSE, may be nil.
+	// backward returns [dQ | dK | dV] in one vector, followed by dBias
+	// when p has a bias, computed on st's device copies when st is not nil
+	// (b must then be a kernels.Resident), else on the inputs given. dLSE,
+	// the gradient with respect to the LSE, may be nil.
 	backward(b kernels.Backend, st kernels.DeviceState, p kernels.Params, q, k, v, o, lse, dO, dLSE *tensor.Dense) (*tensor.Dense, error)
+	// bias returns a copy of shape (a bias's shape, no data) reading d's
+	// data in place as the data of this element type.
+	bias(shape *kernels.Bias, d *tensor.Dense) *kernels.Bias
 	// relayout is the package function relayout of this element type.
 	relayout(x *tensor.Dense, parts ...[4]int) (*tensor.Dense, error)
 }
@@ -57,11 +60,19 @@ func (typed[T]) forward(b kernels.Backend, keep bool, p kernels.Params, q, k, v 
 }
 
 func (typed[T]) backward(b kernels.Backend, st kernels.DeviceState, p kernels.Params, q, k, v, o, lse, dO, dLSE *tensor.Dense) (*tensor.Dense, error) {
-	if err := hostmem.CheckElems[T](p.QLen() + 2*p.KLen()); err != nil {
+	n := p.QLen() + 2*p.KLen()
+	if err := hostmem.CheckElems[T](n + p.BiasLen()); err != nil {
 		return nil, err
 	}
-	buf := make([]T, p.QLen()+2*p.KLen())
-	dq, dk, dv := buf[:p.QLen()], buf[p.QLen():p.QLen()+p.KLen()], buf[p.QLen()+p.KLen():]
+	// dBias, the one Nq×Nk buffer, is the graph's gradient of the bias;
+	// the kernels write it in place, at the end of the packed result.
+	buf := make([]T, n+p.BiasLen())
+	dq, dk, dv := buf[:p.QLen()], buf[p.QLen():p.QLen()+p.KLen()], buf[p.QLen()+p.KLen():n]
+	if p.Bias != nil {
+		b := *p.Bias
+		setBiasGrad(&b, buf[n:])
+		p.Bias = &b
+	}
 	var err error
 	if st != nil {
 		_, bwd := kernels.ResidentEntryPoints[T](b.(kernels.Resident))
@@ -71,6 +82,27 @@ func (typed[T]) backward(b kernels.Backend, st kernels.DeviceState, p kernels.Pa
 		err = bwd(p, q.Data().([]T), k.Data().([]T), v.Data().([]T), o.Data().([]T), lse.Data().([]T), dO.Data().([]T), dataOf[T](dLSE), dq, dk, dv)
 	}
 	return tensor.New(tensor.WithShape(len(buf)), tensor.WithBacking(buf)), err
+}
+
+func (typed[T]) bias(shape *kernels.Bias, d *tensor.Dense) *kernels.Bias {
+	b := &kernels.Bias{Bb: shape.Bb, Hb: shape.Hb}
+	switch x := any(d.Data().([]T)).(type) {
+	case []float32:
+		b.Data32 = x
+	case []float64:
+		b.Data64 = x
+	}
+	return b
+}
+
+// setBiasGrad makes b's gradient of element type T be g.
+func setBiasGrad[T kernels.Float](b *kernels.Bias, g []T) {
+	switch x := any(g).(type) {
+	case []float32:
+		b.Grad32 = x
+	case []float64:
+		b.Grad64 = x
+	}
 }
 
 // dataOf is t's backing, or nil for a nil t.

@@ -11,11 +11,75 @@ import (
 // backward, and so how many dQ buffers exist.
 const maxKeyChunks = 4
 
-// keyChunks picks, from the shape alone, how many chunks each head's keys are
-// split into: enough for about 32 work units in all, and at most one per key
-// block. Never from the worker count, so that results do not depend on it.
+// keyChunks picks, from the shape alone, how many chunks each group of key
+// heads (keyGroups) splits its keys into: enough for about 32 work units
+// in all, and at most one per key block. Never from the worker count, so
+// that results do not depend on it.
 func keyChunks(p kernels.Params) int {
-	return max(1, min(maxKeyChunks, ceilDiv(32, p.B*p.KVHeads()), ceilDiv(p.Nk, blockCols)))
+	groups, _ := keyGroups(p)
+	return max(1, min(maxKeyChunks, ceilDiv(32, groups), ceilDiv(p.Nk, blockCols)))
+}
+
+// keyGroups returns how the backward's work units gather key heads: groups
+// of per key heads each, one work unit per group and key chunk, every key
+// head of a group visited by that unit in order.
+//
+// A work unit must own everything it writes, so that no two units add into
+// one element and each element's sum runs in one fixed order: that is what
+// keeps the backward deterministic without atomics. Without a bias it
+// writes dK and dV of its key head (summed over the query heads that read
+// it, in head order), so a group is one key head. dBias of a slice that
+// query heads of several key heads share, a bias broadcast over the batch
+// (Bb = 1) or the heads (Hb = 1), is a sum over all of them, so those key
+// heads form one group: the unit of a group and key chunk owns dBias of
+// its slices at the chunk's keys, and adds the key heads' shares in key
+// head order, then query head, then query block. The alternative, a
+// partial dBias per unit summed in order at the end, would take an Nq×Nk
+// buffer per unit, which the kernels never allocate. The price is
+// parallelism: a bias broadcast over both leaves one group, so at most
+// maxKeyChunks units run at once.
+//
+// With Bb = B and Hb = H (and without a bias) the groups are the B·Hkv key
+// heads; with Bb = 1 a group takes every batch entry's key head of its
+// index, with Hb = 1 every key head of its batch entry. Key head x of
+// group u is groupKeyHead(p, u, x).
+func keyGroups(p kernels.Params) (groups, per int) {
+	byB, byH := keyGroupSplit(p)
+	groups, per = 1, 1
+	if byB {
+		groups *= p.B
+	} else {
+		per *= p.B
+	}
+	if byH {
+		groups *= p.KVHeads()
+	} else {
+		per *= p.KVHeads()
+	}
+	return groups, per
+}
+
+// keyGroupSplit reports whether the groups of keyGroups split the key
+// heads by batch entry and by head index: true unless a bias is broadcast
+// over that dimension.
+func keyGroupSplit(p kernels.Params) (byB, byH bool) {
+	return p.Bias == nil || p.Bias.Bb == p.B, p.Bias == nil || p.Bias.Hb == p.H
+}
+
+// groupKeyHead returns the index, among the B·Hkv, of key head x of group
+// u (keyGroups): x runs over the group's batch entries, and within each
+// over its head indices.
+func groupKeyHead(p kernels.Params, u, x int) int {
+	byB, byH := keyGroupSplit(p)
+	switch {
+	case byB && byH: // the group is key head u
+		return u
+	case byB: // the key heads of batch entry u
+		return u*p.KVHeads() + x
+	case byH: // key head u of every batch entry
+		return x*p.KVHeads() + u
+	}
+	return x // every key head
 }
 
 // The backward works on transposed tiles — Sᵀ, Pᵀ, dSᵀ, one row per key —
@@ -41,6 +105,9 @@ type backwardScratch[T kernels.Float] struct {
 	tab    []T       // Br+Bc: the tile's ALiBi terms (alibiTable); nil without ALiBi
 	grad   []T       // Br: the softcap's derivative along one key's rows; nil without a softcap
 	keep   []bool    // Br×Bc: dropout's mask of one tile; nil without dropout
+	// Bc×Br: the tile's bias, and its dS for dBias, transposed like pt
+	// (biasTile); nil without a bias.
+	bt, dbt []T
 	// The query heads of the unit's key head (H/Hkv of them), reused from
 	// unit to unit: a slice made per unit cost one allocation per head
 	// when B·H is large and N small. Without GQA qhs is one[:], so that
@@ -58,7 +125,7 @@ type backwardScratch[T kernels.Float] struct {
 func backwardScratchLen(d int) int {
 	// tmp counted as 2·Br (float64 in a float32 call), keep as Br·Bc/4
 	// (bytes, in a float32 call).
-	return 2*blockCols*(d+1) + d*blockCols + 2*blockCols*blockRows + 2*blockCols*d + 4*blockRows + blockCols + blockRows*blockCols/4
+	return 2*blockCols*(d+1) + d*blockCols + 4*blockCols*blockRows + 2*blockCols*d + 4*blockRows + blockCols + blockRows*blockCols/4
 }
 
 func newBackwardScratch[T kernels.Float](p kernels.Params) *backwardScratch[T] {
@@ -83,6 +150,9 @@ func newBackwardScratch[T kernels.Float](p kernels.Params) *backwardScratch[T] {
 	if p.Dropout.On() {
 		sc.keep = make([]bool, blockRows*blockCols)
 	}
+	if p.Bias != nil {
+		sc.bt, sc.dbt = make([]T, blockCols*blockRows), make([]T, blockCols*blockRows)
+	}
 	return sc
 }
 
@@ -93,11 +163,13 @@ type keyHead[T kernels.Float] struct{ k, v, dk, dv []T }
 // touches; h is its index among the H heads. qsT and doT hold, per query
 // block of r rows, (scale·Q)ᵀ over −LSE (over 0 with a softcap, which
 // needs the bare scores) and dOᵀ over −D, each (D+1)×r; dqT holds this
-// chunk's dQᵀ per query block, D×r.
+// chunk's dQᵀ per query block, D×r. bias and dbias are the Nq×Nk slice of
+// the bias it reads and of its gradient (nil: no bias, no gradient wanted).
 type queryHead[T kernels.Float] struct {
 	h, bh         int // among the H heads of its batch entry, and among all B·H
 	q, do, lse    []T
 	qsT, doT, dqT []T
+	bias, dbias   []T
 	finite        []bool // per query block: Q and dO hold no NaN or ±Inf; nil: not known (blockFinite)
 }
 
@@ -135,6 +207,7 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 	}
 	scale := T(p.Scale)
 	masks := entryMasks(p)
+	biasData, dbias := kernels.BiasData[T](p.Bias), kernels.BiasGrad[T](p.Bias)
 	parallelFor(workers, heads*qBlocks, func(_, unit int) {
 		bh, qb := unit/qBlocks, unit%qBlocks
 		mask := &masks[bh/p.H]
@@ -143,6 +216,13 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 		at := (bh*p.Nq + row0) * d
 		for _, part := range dqT {
 			clear(part[at : at+rows*d])
+		}
+		if dbias != nil && bh/p.H < p.Bias.Bb && bh%p.H < p.Bias.Hb {
+			// The key blocks add only visible pairs into dBias, so it
+			// starts at 0; each slice is cleared by the first query head
+			// that reads it, (b, h) with b < Bb and h < Hb.
+			from := p.BiasOffset(bh) + row0*p.Nk
+			clear(dbias[from : from+rows*p.Nk])
 		}
 		if row0 >= mask.Lq {
 			return // padding rows, which no key block visits
@@ -187,33 +267,46 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 		scratch[w] = newBackwardScratch[T](p)
 	}
 	ops := opsFor[T]()
-	// One unit is a chunk of one key head's blocks; it loops over the
-	// query heads that read that key head, so dK and dV of a group are
-	// summed in one accumulator, in head order, without atomics.
+	// One unit is a chunk of the key blocks of a group of key heads (one
+	// key head unless a bias is broadcast, see keyGroups); for each key
+	// head it loops over the query heads that read it, so dK and dV of a
+	// GQA group are summed in one accumulator, in head order, without
+	// atomics.
 	group := p.H / p.KVHeads()
-	parallelFor(workers, p.B*p.KVHeads()*chunks, func(w, unit int) {
-		kvh, c := unit/chunks, unit%chunks
-		kOff := kvh * p.Nk * d
-		kh := keyHead[T]{k: k[kOff : kOff+p.Nk*d], v: v[kOff : kOff+p.Nk*d], dk: dk[kOff : kOff+p.Nk*d], dv: dv[kOff : kOff+p.Nk*d]}
-		qhs := scratch[w].qhs
-		for x := range qhs {
-			// Key head b·Hkv + g is read by query heads b·H + g·group + x,
-			// which is kvh·group + x as H = Hkv·group: no division.
-			bh := kvh*group + x
-			qOff := bh * p.Nq * d
-			qhs[x] = queryHead[T]{
-				h: bh % p.H, bh: bh, q: q[qOff : qOff+p.Nq*d], do: do[qOff : qOff+p.Nq*d], lse: lse[bh*p.Nq : (bh+1)*p.Nq],
-				qsT: qsT[bh*p.Nq*da : (bh+1)*p.Nq*da],
-				doT: doT[bh*p.Nq*da : (bh+1)*p.Nq*da],
-				dqT: dqT[c][qOff : qOff+p.Nq*d],
+	groups, perGroup := keyGroups(p)
+	parallelFor(workers, groups*chunks, func(w, unit int) {
+		u, c := unit/chunks, unit%chunks
+		for x := range perGroup {
+			kvh := groupKeyHead(p, u, x)
+			kOff := kvh * p.Nk * d
+			kh := keyHead[T]{k: k[kOff : kOff+p.Nk*d], v: v[kOff : kOff+p.Nk*d], dk: dk[kOff : kOff+p.Nk*d], dv: dv[kOff : kOff+p.Nk*d]}
+			qhs := scratch[w].qhs
+			for y := range qhs {
+				// Key head b·Hkv + g is read by query heads b·H + g·group + y,
+				// which is kvh·group + y as H = Hkv·group: no division.
+				bh := kvh*group + y
+				qOff := bh * p.Nq * d
+				qhs[y] = queryHead[T]{
+					h: bh % p.H, bh: bh, q: q[qOff : qOff+p.Nq*d], do: do[qOff : qOff+p.Nq*d], lse: lse[bh*p.Nq : (bh+1)*p.Nq],
+					qsT: qsT[bh*p.Nq*da : (bh+1)*p.Nq*da],
+					doT: doT[bh*p.Nq*da : (bh+1)*p.Nq*da],
+					dqT: dqT[c][qOff : qOff+p.Nq*d],
+				}
+				if rowsFinite != nil {
+					qhs[y].finite = rowsFinite[bh*qBlocks : (bh+1)*qBlocks]
+				}
+				if biasData != nil {
+					at := p.BiasOffset(bh)
+					qhs[y].bias = biasData[at : at+p.Nq*p.Nk]
+					if dbias != nil {
+						qhs[y].dbias = dbias[at : at+p.Nq*p.Nk]
+					}
+				}
 			}
-			if rowsFinite != nil {
-				qhs[x].finite = rowsFinite[bh*qBlocks : (bh+1)*qBlocks]
+			mask := &masks[kvh/p.KVHeads()]
+			for kb := c * perChunk; kb < min(kBlocks, (c+1)*perChunk); kb++ {
+				backwardKeyBlock(ops, scratch[w], &p, mask, kb*blockCols, kh, qhs)
 			}
-		}
-		mask := &masks[kvh/p.KVHeads()]
-		for kb := c * perChunk; kb < min(kBlocks, (c+1)*perChunk); kb++ {
-			backwardKeyBlock(ops, scratch[w], &p, mask, kb*blockCols, kh, qhs)
 		}
 	})
 	// dQ = Σ_chunks dQᵀ, summed in chunk order, then transposed.
@@ -321,6 +414,20 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 	// key's end decide it, once per tile rather than once per key. An uncut
 	// tile (every tile without a mask) clamps no key's range.
 	cut := sc.qlo[cols-1] > row0 || sc.qhi[0] < row0+rows
+	// The bias is stored by rows and the tile works by keys: reading it
+	// (and adding into dBias) a column at a time, Nk apart, cost eight
+	// times the whole backward, so the tile's bias is transposed into bt
+	// once, with contiguous reads, and its dS gathered in dbt, added into
+	// dBias by rows after the loop.
+	var bt, dbt []T
+	if qh.bias != nil {
+		bt = sc.bt[:cols*blockRows]
+		transpose(rows, cols, qh.bias[row0*p.Nk+col0:], p.Nk, bt, blockRows)
+	}
+	if qh.dbias != nil {
+		dbt = sc.dbt[:cols*blockRows]
+		clear(dbt) // the pairs the masks hide add 0
+	}
 	// Dropout's mask of the tile, drawn row by row (the generator runs
 	// along the keys) and read column by column: keep[r·Bc + c].
 	var keep []bool
@@ -356,6 +463,11 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 		if tab != nil {
 			subtract(vis, tab[cols-1-c+from:])
 		}
+		if bt != nil {
+			// Only the visible pairs' entries: a masked pair's bias, even
+			// NaN, never reaches P.
+			add(vis, bt[c*blockRows+from:])
+		}
 		ops.expShift(vis, 0) // P = exp(S − LSE)
 		var colKeep []bool
 		if keep != nil && to > from {
@@ -364,11 +476,14 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 		}
 		// scale·dS = scale·P∘(dP − D), scale folded in once here rather
 		// than into both dQ and dK; with a softcap, times its derivative.
-		if grad != nil {
+		switch {
+		case dbt != nil:
+			biasGradient(dsv, vis, grad, scale, dbt[c*blockRows+from:])
+		case grad != nil:
 			for r := range dsv {
 				dsv[r] = scale * vis[r] * dsv[r] * grad[r]
 			}
-		} else {
+		default:
 			for r := range dsv {
 				dsv[r] = scale * vis[r] * dsv[r]
 			}
@@ -377,7 +492,27 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 			dropProbabilities(vis, colKeep, blockCols, T(p.Dropout.KeepScale()))
 		}
 	}
+	if dbt != nil {
+		addTransposed(cols, rows, dbt, blockRows, qh.dbias[row0*p.Nk+col0:], p.Nk)
+	}
 	return cut
+}
+
+// biasGradient is the scale·dS step of backwardTile for one key's visible
+// rows when dBias is wanted: dS = P∘(dP − D) (p holds P, dst dP − D) is
+// stored in ds for dBias, before the softcap's derivative (grad, nil
+// without a softcap) and the scale, which belong to scale·q·k alone; dst
+// then holds scale·dS·grad.
+func biasGradient[T kernels.Float](dst, p, grad []T, scale T, ds []T) {
+	ds = ds[:len(dst)]
+	for r := range dst {
+		x := p[r] * dst[r]
+		ds[r] = x
+		if grad != nil {
+			x *= grad[r]
+		}
+		dst[r] = scale * x
+	}
 }
 
 // backwardProducts adds one tile's products: dV_j += Pᵀ·dO_i, dK_j +=

@@ -87,6 +87,10 @@ func variantShapes() []struct {
 			p.QLens, p.KLens = []int{1024, 512, 256, 256}, []int{1024, 512, 256, 256}
 		})},
 		{"dropout0.1", with(func(p *kernels.Params) { p.Dropout = kernels.Dropout{P: 0.1, Seed: 1} })},
+		// A bias per head ([1, 8, N, N], 128 MiB) and one shared by every
+		// head ([1, 1, N, N]), with dBias written by the backward.
+		{"bias_per_head", with(func(p *kernels.Params) { p.Bias = &kernels.Bias{Bb: 1, Hb: 8} })},
+		{"bias_shared", with(func(p *kernels.Params) { p.Bias = &kernels.Bias{Bb: 1, Hb: 1} })},
 	}
 }
 
@@ -98,6 +102,10 @@ func benchVariants(b *testing.B, backward bool) {
 		b.Run(s.name, func(b *testing.B) {
 			p := s.p
 			t := newTensors[float32](p, 1)
+			if p.Bias != nil {
+				bias := newTensors[float32](kernels.Params{B: 1, H: 1, Nq: p.BiasLen(), D: 1}, 2).q
+				p.Bias = &kernels.Bias{Bb: p.Bias.Bb, Hb: p.Bias.Hb, Data32: bias, Grad32: make([]float32, len(bias))}
+			}
 			be := cpukernels.Backend{}
 			if err := be.Forward32(p, t.q, t.k, t.v, t.o, t.lse); err != nil {
 				b.Fatal(err)

@@ -34,6 +34,19 @@
 // tanh comes between: it subtracts LSE per score after the cap and
 // multiplies dS by 1 − tanh².
 //
+// An additive bias (kernels.Params.Bias) is read where the caller keeps it,
+// never copied whole: the forward adds each row's visible entries after
+// ALiBi; the backward transposes a tile's entries into a Bc×Br scratch tile
+// (the bias is stored by rows, the backward's tiles by keys), adds the
+// visible ones, and gathers dS = P∘(dP − D) of the tile in another such
+// tile that it adds into dBias by rows. dBias of a bias broadcast over the
+// batch or the heads sums over key heads that would be separate work
+// units; those key heads are then one unit (keyGroups in backward.go), so
+// that every element of dBias is summed by one goroutine in one order:
+// deterministic, with no atomics and no Nq×Nk scratch, at the cost of
+// fewer parallel units (down to the key chunks alone for a bias shared by
+// every head).
+//
 // # NaN and infinities
 //
 // The results follow the rules of the kernels package doc. The running
@@ -81,7 +94,8 @@
 // Per call: one transposed copy of K (forward); transposed copies of Q and
 // dO, each with one extra row, and up to maxKeyChunks dQᵀ buffers
 // (backward); per worker, a few tiles of at most Br×Bc and Bc×(D+1)
-// elements. Every packed block is stored with its actual number of rows or
+// elements. A bias and its gradient are the caller's: the kernels add no
+// buffer of their size. Every packed block is stored with its actual number of rows or
 // keys as its stride, never padded to Br or Bc, so the total is a bounded
 // multiple of the data (under twice the bytes of all nine tensors, plus the
 // tiles) for any shape, however many heads of short sequences. Nothing of

@@ -101,6 +101,7 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 	}
 	ops := opsFor[T]()
 	group := p.H / p.KVHeads()
+	biasData := kernels.BiasData[T](p.Bias)
 	parallelFor(workers, heads*qBlocks, func(w, unit int) {
 		bh, qb := unit/qBlocks, unit%qBlocks
 		b, h := bh/p.H, bh%p.H
@@ -127,20 +128,26 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 		if vFinite != nil {
 			vf = vFinite[kvh*kBlocks : (kvh+1)*kBlocks]
 		}
+		var bias []T
+		if biasData != nil {
+			at := p.BiasOffset(bh) + row0*p.Nk
+			bias = biasData[at : at+live*p.Nk]
+		}
 		forwardRowBlock(ops, scratch[w], &p, mask, bh, row0, live, vf,
-			q[qOff:qOff+live*p.D], kt[kOff:kOff+p.Nk*p.D], v[kOff:kOff+p.Nk*p.D], o, lse)
+			q[qOff:qOff+live*p.D], kt[kOff:kOff+p.Nk*p.D], v[kOff:kOff+p.Nk*p.D], bias, o, lse)
 	})
 	return nil
 }
 
 // forwardRowBlock computes rows [row0, row0+rows) of query head bh (of
-// the B·H) in a batch entry whose masks are mask, softcapping its scores
-// and lowering them by ALiBi (in that order) before the online softmax,
-// and dropping probabilities after it: q and o hold those rows, kt is its
-// key head's Kᵀ by key blocks (D×w each) and v its V (Nk×D), vFinite
-// whether each of its key blocks of V is finite (nil: not known, see
-// blockFinite).
-func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p *kernels.Params, mask *kernels.Mask, bh, row0, rows int, vFinite []bool, q, kt, v, o, lse []T) {
+// the B·H) in a batch entry whose masks are mask, softcapping its scores,
+// lowering them by ALiBi and adding the bias (in that order) before the
+// online softmax, and dropping probabilities after it: q and o hold those
+// rows, bias their rows of the head's bias slice (rows×Nk; nil without a
+// bias), kt is its key head's Kᵀ by key blocks (D×w each) and v its V
+// (Nk×D), vFinite whether each of its key blocks of V is finite (nil: not
+// known, see blockFinite).
+func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p *kernels.Params, mask *kernels.Mask, bh, row0, rows int, vFinite []bool, q, kt, v, bias, o, lse []T) {
 	d := p.D
 	scale := T(p.Scale)
 	copy(sc.qs, q)
@@ -197,6 +204,11 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p *
 			}
 			if tab != nil {
 				subtract(sr[from:to], tab[rows-1-r+from:])
+			}
+			if bias != nil {
+				// Only the visible keys' entries are read: a masked
+				// pair's bias, even NaN, never reaches the row.
+				add(sr[from:to], bias[r*p.Nk+c0+from:])
 			}
 			onlineSoftmax(ops, sc, r, sr[from:to], d)
 			if sc.keep != nil {

@@ -52,6 +52,35 @@ func TestMemoryProportionalToData(t *testing.T) {
 	}
 }
 
+// TestBiasAllocatesNoScores measures what forward+backward allocate with a
+// bias broadcast over everything, on a shape where one Nq×Nk buffer (64
+// MiB) is fifteen times the data (4.2 MiB): the bias and its gradient are
+// the caller's, and the kernels must stay within
+// TestMemoryProportionalToData's bound, which no Nq×Nk scratch fits in.
+func TestBiasAllocatesNoScores(t *testing.T) {
+	const workers = 4
+	p := kernels.Params{B: 1, H: 1, Nq: 4096, Nk: 4096, D: 32, Scale: 0.2, Causal: true}
+	x := newTensors[float32](p, 5)
+	p.Bias = &kernels.Bias{Bb: 1, Hb: 1, Data32: make([]float32, p.Nq*p.Nk), Grad32: make([]float32, p.Nq*p.Nk)}
+	b := cpukernels.Backend{Workers: workers}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if err := b.Forward32(p, x.q, x.k, x.v, x.o, x.lse); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Backward32(p, x.q, x.k, x.v, x.o, x.lse, x.do, nil, x.dq, x.dk, x.dv); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	data := 4 * (4*p.QLen() + 4*p.KLen() + p.LSELen())
+	got := after.TotalAlloc - before.TotalAlloc
+	bound := uint64(2*data + workers*512<<10)
+	t.Logf("allocated %d bytes for %d bytes of data and a %d-byte bias (bound %d)", got, data, 4*p.BiasLen(), bound)
+	if got > bound {
+		t.Errorf("allocated %d bytes, more than %d (twice the %d bytes of data plus 512 KiB per worker)", got, bound, data)
+	}
+}
+
 // TestOutOfMemoryIsAnError lowers the Go memory limit below what a problem's
 // scratch needs: Forward and Backward must return an error wrapping
 // kernels.ErrOutOfMemory instead of allocating, and write nothing.

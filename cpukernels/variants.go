@@ -67,6 +67,27 @@ func subtract[T kernels.Float](s, t []T) {
 	}
 }
 
+// add sets s[i] += t[i]: the bias entries of one row's visible keys in
+// the forward, of one key's visible rows in the backward.
+func add[T kernels.Float](s, t []T) {
+	t = t[:len(s)]
+	for i := range s {
+		s[i] += t[i]
+	}
+}
+
+// addTransposed adds the rows×cols matrix src (row stride lds), transposed,
+// into dst (cols×rows, row stride ldd): a tile's dSᵀ into dBias, by rows
+// of dBias.
+func addTransposed[T kernels.Float](rows, cols int, src []T, lds int, dst []T, ldd int) {
+	for c := range cols {
+		d := dst[c*ldd : c*ldd+rows]
+		for r := range d {
+			d[r] += src[r*lds+c]
+		}
+	}
+}
+
 // blockFinite reports whether block i holds no NaN or ±Inf: known[i] when
 // the caller scanned every block up front (known not nil), else a scan of
 // x, that block's elements, now.

@@ -40,6 +40,9 @@ func refuseVariants(p kernels.Params, kernelsName string, withOthers, withDropou
 	if !withDropout && p.Dropout.On() {
 		used = append(used, fmt.Sprintf("dropout %v", p.Dropout.P))
 	}
+	if p.Bias != nil {
+		used = append(used, "an additive bias") // no GPU kernel computes it yet
+	}
 	if len(used) == 0 {
 		return nil
 	}

@@ -11,6 +11,7 @@
 //	q, o, dq, do  [B, H, Nq, D]
 //	k, v, dk, dv  [B, Hkv, Nk, D]   (Hkv = Params.KVHeads(), H unless grouped)
 //	lse           [B, H, Nq]
+//	bias, dbias   [Bb, Hb, Nq, Nk]  (Params.Bias; Bb ∈ {1, B}, Hb ∈ {1, H})
 //
 // # Semantics
 //
@@ -57,23 +58,40 @@
 //     side at a.
 //   - Softcap (0 is off): s = Softcap·tanh(s/Softcap).
 //   - ALiBi (nil is off): one slope per query head, s = s − ALiBi[h]·|a − j|.
+//   - Bias (nil is off): an additive bias [Bb, Hb, Nq, Nk], Bb ∈ {1, B},
+//     Hb ∈ {1, H}, broadcast over the dimensions of size 1: s = s +
+//     bias[b or 0, h or 0, i, j]. It is the caller's, the only Nq×Nk object
+//     of a problem; a backend reads its visible entries in place. Its
+//     gradient dBias = dS, the gradient of the loss with respect to S_ij,
+//     summed over the broadcast dimensions, is written by the backward when
+//     asked for (Bias.Grad32, Grad64), and is exactly 0 at every pair no
+//     head sharing the entry sees (masked or padding). A −Inf entry removes
+//     a key from its row like a mask, but it is arithmetic, not a mask: a
+//     row whose visible keys all have −Inf scores is the all-−Inf row of
+//     the rules below (O NaN, LSE −Inf), not a row without keys, and its
+//     gradients are NaN as the naive computation's are. A backward that
+//     sums dBias over broadcast heads must still be deterministic.
 //
 // The score of row i and key j is computed in this order, then masked:
 //
 //	s = scale·q_i·k_j
 //	s = Softcap·tanh(s/Softcap)             if Softcap ≠ 0
 //	s = s − ALiBi[h]·|a − j|                if ALiBi ≠ nil
+//	s = s + bias[b', h', i, j]              if Bias ≠ nil (b' = b or 0, h' = h or 0)
 //	S_ij = s if j is visible to i (causal, window), else −∞
 //
 // and the backward multiplies dS by the softcap's derivative 1 − tanh²
-// before it reaches dQ and dK (ModifyScore computes both, for references).
+// before it reaches dQ and dK (ModifyScore computes both, for references);
+// dBias takes dS before that factor and without the scale.
 // Every mask leaves a row a contiguous range of keys, Mask.KeyRange(i) =
 // [lo, hi), and a key a contiguous range of rows, Mask.QueryRange(j); both
 // bounds grow with i (with j), so a fused backend skips whole blocks outside
 // them and a window of w keys costs about w/Nk of full attention.
 // Validate refuses an Hkv that does not divide H, a window bound below −1, a
-// negative or non-finite Softcap, and ALiBi slopes that are not H finite
-// numbers. Backends that do not compute a variant yet refuse it with an
+// negative or non-finite Softcap, ALiBi slopes that are not H finite
+// numbers, and a bias whose Bb or Hb does not broadcast or whose slices do
+// not hold Bb·Hb·Nq·Nk elements (CheckForward and CheckBackward also
+// require the data of the call's element type). Backends that do not compute a variant yet refuse it with an
 // error (cudakernels: ErrUnsupported), never computing another problem.
 //
 // # Masking convention
@@ -110,7 +128,8 @@
 //
 // The naive computation never touches a masked (row, key) pair. The CPU
 // backend keeps that too: a masked key's NaN or ±Inf never reaches the row,
-// and a row's never reaches a key it does not see. Tiled GPU kernels do not:
+// and a row's never reaches a key it does not see; nor does a bias entry of
+// a masked pair, which is never read. Tiled GPU kernels do not:
 // they multiply the zero probabilities of a tile that the causal mask cuts
 // with every key, value and row of the tile, and 0·NaN = 0·Inf = NaN. With
 // non-finite inputs under a causal mask they may therefore give NaN where

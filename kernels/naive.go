@@ -64,7 +64,10 @@ func NaiveForward[T Float](p Params, q, k, v, o, lse []T) error {
 
 // NaiveBackward computes dq, dk and dv row by row in the precision of T from
 // the saved lse, following the formulas in the package documentation; dlse,
-// when not nil, is the gradient with respect to the LSE.
+// when not nil, is the gradient with respect to the LSE. With a bias whose
+// Grad of type T is not nil it writes dBias there too: dS before the
+// softcap's derivative and the scale, summed over the heads that share a
+// slice in head order.
 func NaiveBackward[T Float](p Params, q, k, v, o, lse, do, dlse, dq, dk, dv []T) error {
 	if err := CheckBackward(p, q, k, v, o, lse, do, dlse, dq, dk, dv); err != nil {
 		return err
@@ -72,6 +75,8 @@ func NaiveBackward[T Float](p Params, q, k, v, o, lse, do, dlse, dq, dk, dv []T)
 	clear(dq)
 	clear(dk)
 	clear(dv)
+	dbias := BiasGrad[T](p.Bias)
+	clear(dbias)
 	scale := T(p.Scale)
 	pr, grad := make([]T, p.Nk), make([]T, p.Nk)
 	for bh := range p.B * p.H {
@@ -106,7 +111,13 @@ func NaiveBackward[T Float](p Params, q, k, v, o, lse, do, dlse, dq, dk, dv []T)
 				if p.Dropout.On() {
 					dp, z = dropped(p.Dropout, bh, i, j, dp), dropped(p.Dropout, bh, i, j, z)
 				}
-				ds := pr[j] * (dp - rowD) * grad[j]
+				ds := pr[j] * (dp - rowD)
+				if dbias != nil {
+					// The bias is added to the score after the softcap:
+					// its gradient is dS itself.
+					dbias[p.BiasOffset(bh)+i*p.Nk+j] += ds
+				}
+				ds *= grad[j]
 				for d := range p.D {
 					dvj[d] += z * doi[d]
 					dqi[d] += scale * ds * kj[d]

@@ -12,8 +12,8 @@ import (
 //
 // The variant fields are chosen so that their zero values mean plain
 // attention: Hkv 0 is H (one key head per query head), a zero Window is
-// off, Softcap 0 is off and a nil ALiBi is off. The package documentation
-// (Variants) gives their exact semantics.
+// off, Softcap 0 is off, and nil ALiBi, lengths and Bias are off. The
+// package documentation (Variants) gives their exact semantics.
 type Params struct {
 	B, H   int // batch size and number of query heads
 	Nq, Nk int // query and key sequence lengths
@@ -42,6 +42,12 @@ type Params struct {
 	// probability Dropout.P and scales the kept ones by 1/(1−P), drawing
 	// its mask from (Seed, Offset, b·H+h, i, j) (see Dropout).
 	Dropout Dropout
+	// Bias, when not nil, is an additive bias [Bb, Hb, Nq, Nk] on the
+	// scores, after ALiBi and before the masks; Backward writes its
+	// gradient into Bias's Grad of the call's element type, when not nil
+	// (see Bias). It is a pointer so that Params stays small to copy and
+	// nil is off.
+	Bias *Bias
 }
 
 // Window is a local attention window: with On, row i sees keys j with
@@ -53,13 +59,16 @@ type Window struct {
 	Left, Right int
 }
 
-// Equal reports whether p and o describe the same problem. Params holds a
-// slice (ALiBi), so it cannot be compared with ==.
+// Equal reports whether p and o describe the same problem. Params holds
+// slices (ALiBi, lengths, the bias), so it cannot be compared with ==. Two
+// biases are equal when their shapes and data are (NaN matching NaN),
+// wherever the data lives; their gradient slices, outputs, are not
+// compared.
 func (p Params) Equal(o Params) bool {
 	return p.B == o.B && p.H == o.H && p.Nq == o.Nq && p.Nk == o.Nk && p.D == o.D &&
 		p.Scale == o.Scale && p.Causal == o.Causal && p.Hkv == o.Hkv && p.Window == o.Window &&
 		p.Softcap == o.Softcap && sameSlice(p.ALiBi, o.ALiBi) && sameSlice(p.QLens, o.QLens) && sameSlice(p.KLens, o.KLens) &&
-		p.Dropout == o.Dropout
+		p.Dropout == o.Dropout && sameBias(p.Bias, o.Bias)
 }
 
 // sameSlice is slices.Equal that also tells nil (off) from empty.
@@ -83,11 +92,11 @@ func (p Params) KVHead(bh int) int {
 }
 
 // IsPlain reports whether p uses none of the variants (grouped heads,
-// window, softcap, ALiBi, lengths, dropout): the problem every backend
-// computes.
+// window, softcap, ALiBi, lengths, dropout, bias): the problem every
+// backend computes.
 func (p Params) IsPlain() bool {
 	return p.KVHeads() == p.H && !p.Window.On && p.Softcap == 0 && p.ALiBi == nil && p.QLens == nil && p.KLens == nil &&
-		!p.Dropout.On()
+		!p.Dropout.On() && p.Bias == nil
 }
 
 // MaxElements bounds every tensor a backend touches so that index arithmetic
@@ -162,6 +171,9 @@ func (p Params) validateVariants() error {
 		}
 	}
 	if err := p.Dropout.Validate(); err != nil {
+		return err
+	}
+	if err := p.validateBias(); err != nil {
 		return err
 	}
 	if p.ALiBi != nil {
@@ -274,11 +286,11 @@ func (m Mask) QueryRange(j int) (lo, hi int) {
 	return lo, hi
 }
 
-// ModifyScore applies the softcap and ALiBi of p to the scaled score s of
-// query row i of head bh (of the B·H) and key j, in the order of the
+// ModifyScore applies the softcap, ALiBi and bias of p to the scaled score
+// s of query row i of head bh (of the B·H) and key j, in the order of the
 // package documentation, and returns the new score with its derivative with
-// respect to s (the softcap's 1 − tanh², or 1). It is the references'
-// form, one score at a time.
+// respect to s (the softcap's 1 − tanh², or 1). It reads the bias data of
+// the element type T. It is the references' form, one score at a time.
 func ModifyScore[T Float](p Params, bh, i, j int, s T) (score, grad T) {
 	grad = 1
 	if c := T(p.Softcap); c != 0 {
@@ -287,6 +299,9 @@ func ModifyScore[T Float](p Params, bh, i, j int, s T) (score, grad T) {
 	}
 	if p.ALiBi != nil {
 		s -= T(p.ALiBi[bh%p.H]) * T(abs(p.Mask(bh/p.H).Aligned(i)-j))
+	}
+	if p.Bias != nil {
+		s += BiasData[T](p.Bias)[p.BiasOffset(bh)+i*p.Nk+j]
 	}
 	return s, grad
 }
@@ -346,18 +361,26 @@ func (p Params) checkLens(qLike, kLike, lseLike []int) error {
 	return nil
 }
 
-// CheckForward validates p and the slice lengths of a forward call.
+// CheckForward validates p and the slice lengths of a forward call, and
+// that a bias has data of the element type T.
 func CheckForward[T Float](p Params, q, k, v, o, lse []T) error {
 	if err := p.Validate(); err != nil {
+		return err
+	}
+	if err := checkBias[T](p); err != nil {
 		return err
 	}
 	return p.checkLens([]int{len(q), len(o)}, []int{len(k), len(v)}, []int{len(lse)})
 }
 
-// CheckBackward validates p and the slice lengths of a backward call;
-// dlse may be nil (no gradient reaches the LSE).
+// CheckBackward validates p and the slice lengths of a backward call, and
+// that a bias has data of the element type T; dlse may be nil (no gradient
+// reaches the LSE), and so may the bias's gradient.
 func CheckBackward[T Float](p Params, q, k, v, o, lse, do, dlse, dq, dk, dv []T) error {
 	if err := p.Validate(); err != nil {
+		return err
+	}
+	if err := checkBias[T](p); err != nil {
 		return err
 	}
 	lseLike := []int{len(lse)}

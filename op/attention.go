@@ -106,6 +106,10 @@ func build(q, k, v *gorgonia.Node, withLSE bool, opts []Option) (*autograd.Op, g
 	if err != nil {
 		return nil, nil, err
 	}
+	bias, biasShape, err := cfg.biasNode(q, k)
+	if err != nil {
+		return nil, nil, err
+	}
 	dtypeOf := func(n *gorgonia.Node) tensor.Dtype {
 		if n == nil {
 			return tensor.Dtype{}
@@ -114,12 +118,49 @@ func build(q, k, v *gorgonia.Node, withLSE bool, opts []Option) (*autograd.Op, g
 	}
 	fwd, err := autograd.New(autograd.Config{Backend: backend, Scale: scale, Causal: cfg.causal,
 		Window: cfg.window, Softcap: cfg.softcap, ALiBi: cfg.alibi, QLens: dtypeOf(cfg.qLens), KLens: dtypeOf(cfg.kLens),
-		Dropout: cfg.dropout, LSE: withLSE, BNHD: cfg.layout == BNHD},
+		Dropout: cfg.dropout, LSE: withLSE, BNHD: cfg.layout == BNHD, Bias: biasShape},
 		q.Dtype(), q.Shape(), k.Shape(), v.Shape())
 	if err != nil {
 		return nil, nil, fmt.Errorf("op.Attention: %w", err)
 	}
-	return fwd, append(gorgonia.Nodes{q, k, v}, lens...), nil
+	// The op's inputs: q, k, v, then the bias, then the lengths.
+	in := gorgonia.Nodes{q, k, v}
+	if bias != nil {
+		in = append(in, bias)
+	}
+	return fwd, append(in, lens...), nil
+}
+
+// biasNode checks the bias of WithBias against q and k (already checked:
+// rank 4, one dtype) and returns it with its shape; nil and a nil shape
+// without WithBias. The bias is [Bb, Hb, Nq, Nk] in either layout.
+func (c *config) biasNode(q, k *gorgonia.Node) (*gorgonia.Node, tensor.Shape, error) {
+	if !c.biasSet {
+		return nil, nil, nil
+	}
+	n := c.bias
+	if n == nil {
+		return nil, nil, invalid("the bias is nil")
+	}
+	qs, ks := q.Shape(), k.Shape()
+	b, h, nq, nk := qs[0], qs[1], qs[2], ks[2]
+	if c.layout == BNHD {
+		h, nq, nk = qs[2], qs[1], ks[1]
+	}
+	s := n.Shape()
+	if s.Dims() != 4 {
+		return nil, nil, invalid("the bias has shape %v (rank %d), want [Bb, Hb, Nq, Nk] = [1 or %d, 1 or %d, %d, %d]", s, s.Dims(), b, h, nq, nk)
+	}
+	if (s[0] != 1 && s[0] != b) || (s[1] != 1 && s[1] != h) || s[2] != nq || s[3] != nk {
+		return nil, nil, invalid("the bias has shape %v, which does not broadcast to the scores: want [1 or %d, 1 or %d, %d, %d]", s, b, h, nq, nk)
+	}
+	if n.Dtype() != q.Dtype() {
+		return nil, nil, invalid("the bias is %v but q is %v; convert one of them", n.Dtype(), q.Dtype())
+	}
+	if g := n.Graph(); g != nil && q.Graph() != nil && g != q.Graph() {
+		return nil, nil, invalid("the bias belongs to another graph than q")
+	}
+	return n, s.Clone(), nil
 }
 
 // lengthNodes checks the length inputs of WithLengths, which must be

@@ -31,9 +31,16 @@ func (c graphCase) params() kernels.Params {
 
 // inputs holds q, k, v and the upstream gradient w as float64, so that the
 // loss sum(O∘w) has dO = w; with u (B·H·Nq values, for AttentionLSE) the
-// loss adds sum(LSE∘u), so that dLSE = u.
-type inputs struct{ q, k, v, w, u []float64 }
+// loss adds sum(LSE∘u), so that dLSE = u. With bias (of biasShape, [Bb, Hb,
+// Nq, Nk]) the graph adds op.WithBias of a node holding it.
+type inputs struct {
+	q, k, v, w, u []float64
+	bias          []float64
+	biasShape     []int
+}
 
+// randomInputs draws the inputs of p, a bias too when p has one (shape
+// alone).
 func randomInputs(p kernels.Params, seed uint64) inputs {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	fill := func(n int) []float64 {
@@ -43,14 +50,54 @@ func randomInputs(p kernels.Params, seed uint64) inputs {
 		}
 		return x
 	}
-	return inputs{q: fill(p.QLen()), k: fill(p.KLen()), v: fill(p.KLen()), w: fill(p.QLen())}
+	in := inputs{q: fill(p.QLen()), k: fill(p.KLen()), v: fill(p.KLen()), w: fill(p.QLen())}
+	if p.Bias != nil {
+		in.bias, in.biasShape = fill(p.BiasLen()), []int{p.Bias.Bb, p.Bias.Hb, p.Nq, p.Nk}
+	}
+	return in
+}
+
+// naiveReference returns O, the LSE and the gradients dQ, dK, dV (and dBias
+// with a bias) of the loss of in, from the float64 naive kernels; p's bias,
+// if any, gives the shape alone.
+func naiveReference(t testing.TB, p kernels.Params, in inputs) (o, lse []float64, grads [][]float64) {
+	t.Helper()
+	var dbias []float64
+	if p.Bias != nil {
+		dbias = make([]float64, p.BiasLen())
+		p.Bias = &kernels.Bias{Bb: p.Bias.Bb, Hb: p.Bias.Hb, Data64: in.bias, Grad64: dbias}
+	}
+	o, lse = make([]float64, p.QLen()), make([]float64, p.LSELen())
+	dq, dk, dv := make([]float64, p.QLen()), make([]float64, p.KLen()), make([]float64, p.KLen())
+	if err := kernels.NaiveForward(p, in.q, in.k, in.v, o, lse); err != nil {
+		t.Fatal(err)
+	}
+	if err := kernels.NaiveBackward(p, in.q, in.k, in.v, o, lse, in.w, in.u, dq, dk, dv); err != nil {
+		t.Fatal(err)
+	}
+	grads = [][]float64{dq, dk, dv}
+	if dbias != nil {
+		grads = append(grads, dbias)
+	}
+	return o, lse, grads
 }
 
 // graph builds cost = sum(Attention(q, k, v) ∘ w) in dtype dt, or with
-// in.u sum(O∘w) + sum(LSE∘u) of AttentionLSE.
+// in.u sum(O∘w) + sum(LSE∘u) of AttentionLSE; bias is nil without one.
 type graph struct {
 	g                  *gorgonia.ExprGraph
 	q, k, v, o, lse, c *gorgonia.Node
+	bias               *gorgonia.Node
+}
+
+// wrt are the nodes whose gradients the tests check: q, k, v and the bias
+// when there is one.
+func (gr graph) wrt() gorgonia.Nodes {
+	ns := gorgonia.Nodes{gr.q, gr.k, gr.v}
+	if gr.bias != nil {
+		ns = append(ns, gr.bias)
+	}
+	return ns
 }
 
 func buildGraph(t testing.TB, c graphCase, dt tensor.Dtype, in inputs, opts ...op.Option) graph {
@@ -69,6 +116,11 @@ func buildGraphIn(t testing.TB, g *gorgonia.ExprGraph, c graphCase, dt tensor.Dt
 	q, k, v := node("q", c.Nq, in.q), node("k", c.Nk, in.k), node("v", c.Nk, in.v)
 	w := node("w", c.Nq, in.w)
 	opts = append([]op.Option{op.WithCausal(c.causal)}, opts...)
+	var bias *gorgonia.Node
+	if in.bias != nil {
+		bias = valueNode(g, dt, "bias", in.biasShape, in.bias)
+		opts = append(opts, op.WithBias(bias))
+	}
 	var o, lse *gorgonia.Node
 	var err error
 	if in.u == nil {
@@ -84,7 +136,7 @@ func buildGraphIn(t testing.TB, g *gorgonia.ExprGraph, c graphCase, dt tensor.Dt
 		u := valueNode(g, dt, "u", []int{c.B, c.H, c.Nq}, in.u)
 		cost = gorgonia.Must(gorgonia.Add(cost, gorgonia.Must(gorgonia.Sum(gorgonia.Must(gorgonia.HadamardProd(lse, u))))))
 	}
-	return graph{g, q, k, v, o, lse, cost}
+	return graph{g, q, k, v, o, lse, cost, bias}
 }
 
 // valueNode is a tensor node of g named name, of dtype dt and the given
@@ -102,15 +154,15 @@ func valueNode(g *gorgonia.ExprGraph, dt tensor.Dtype, name string, shape []int,
 	return gorgonia.NewTensor(g, dt, len(shape), gorgonia.WithShape(shape...), gorgonia.WithName(name), gorgonia.WithValue(val))
 }
 
-// checkGradients compares the gradients of q, k and v with finite
-// differences (gradcheck), on a TapeMachine or the LispMachine.
+// checkGradients compares the gradients of q, k, v and the bias with
+// finite differences (gradcheck), on a TapeMachine or the LispMachine.
 func (gr graph) checkGradients(t *testing.T, lisp bool) {
 	t.Helper()
 	var check []gradcheck.Option
 	if lisp {
 		check = append(check, gradcheck.WithLispMachine())
 	}
-	report, err := gradcheck.Check(gr.c, gorgonia.Nodes{gr.q, gr.k, gr.v}, check...)
+	report, err := gradcheck.Check(gr.c, gr.wrt(), check...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,14 +172,14 @@ func (gr graph) checkGradients(t *testing.T, lisp bool) {
 }
 
 // run executes the graph on a TapeMachine (after gorgonia.Grad) or a
-// LispMachine and returns O, dQ, dK, dV as float64.
-func (gr graph) run(t testing.TB, lisp bool) [4][]float64 {
+// LispMachine and returns O, dQ, dK, dV, and dBias with a bias, as float64.
+func (gr graph) run(t testing.TB, lisp bool) [][]float64 {
 	t.Helper()
 	var m gorgonia.VM
 	if lisp {
 		m = gorgonia.NewLispMachine(gr.g)
 	} else {
-		if _, err := gorgonia.Grad(gr.c, gr.q, gr.k, gr.v); err != nil {
+		if _, err := gorgonia.Grad(gr.c, gr.wrt()...); err != nil {
 			t.Fatal(err)
 		}
 		m = gorgonia.NewTapeMachine(gr.g)
@@ -136,14 +188,13 @@ func (gr graph) run(t testing.TB, lisp bool) [4][]float64 {
 	if err := m.RunAll(); err != nil {
 		t.Fatal(err)
 	}
-	var out [4][]float64
-	out[0] = asFloat64s(t, gr.o.Value())
-	for i, n := range []*gorgonia.Node{gr.q, gr.k, gr.v} {
+	out := [][]float64{asFloat64s(t, gr.o.Value())}
+	for _, n := range gr.wrt() {
 		gv, err := n.Grad()
 		if err != nil {
 			t.Fatal(err)
 		}
-		out[i+1] = asFloat64s(t, gv)
+		out = append(out, asFloat64s(t, gv))
 	}
 	return out
 }

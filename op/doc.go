@@ -46,15 +46,23 @@
 //     gradients 0 whatever the incoming gradient holds there; the kernels
 //     skip padded blocks. With lengths, a = i + kLens[b] − qLens[b], per
 //     sequence, for the causal mask, the window and ALiBi alike.
+//   - WithBias(bias): an additive bias node [Bb, Hb, Nq, Nk] (Bb 1 or B,
+//     Hb 1 or H, broadcast over a 1; in either layout), differentiable:
+//     its gradient dS is summed over the broadcast dimensions, 0 at masked
+//     and padding pairs, and bit-identical from run to run. It is the one
+//     Nq×Nk input, read in place; dBias is the one Nq×Nk result.
 //
-// The order is: s = scale·q·k, softcap, − ALiBi, masks (causal, window),
-// softmax over the visible keys. The kernels package documentation
-// (Variants) gives the exact semantics. They run on the CPU backend and on
-// the GPU's CUDA cores (FP32, the default GPU precision, and float64), with
-// the same dropout mask bit for bit; the GPU's tensor-core precisions (TF32,
-// BF16, FP16) do not compute them yet, and a run of a node that uses one
-// there fails with an error wrapping cudakernels.ErrUnsupported, never with
-// another problem's result.
+// The order is: s = scale·q·k, softcap, − ALiBi, + bias, masks (causal,
+// window), softmax over the visible keys. A masked key stays masked
+// whatever its bias; a −Inf bias removes a key like a mask would, but a
+// row whose visible keys all have −Inf gets NaN, as naive attention does,
+// not the zeros of a row without keys. The kernels package documentation
+// (Variants) gives the exact semantics. They run on the CPU backend; on the
+// GPU, what each precision computes is in the README's table (the CUDA
+// cores, FP32 and float64, compute all but the bias, with the CPU's
+// dropout mask bit for bit). A GPU run of a node that uses one its kernels
+// do not compute fails with an error wrapping cudakernels.ErrUnsupported,
+// never with another problem's result.
 //
 // # Saved state and memory
 //
@@ -62,7 +70,10 @@
 // the backward, in state shared by the op and its backward nodes (package
 // autograd). The backward recomputes the attention probabilities block by
 // block from Q, K, V, O, dO and LSE. Memory is O(N) in the sequence length:
-// see bench/RESULTS.md for the measured figures.
+// see bench/RESULTS.md for the measured figures. A bias is the exception
+// the user chose: it is Nq×Nk, and so is its gradient, which the backward
+// allocates (on the TapeMachine that is the only such buffer; the
+// LispMachine adds the gradient into the bias node's own, a second one).
 //
 // On the GPU (or any backend implementing kernels.Resident) the forward of a
 // node whose gradient has been built with gorgonia.Grad also keeps its device
@@ -91,12 +102,14 @@
 // or non-float dtypes, a zero dimension, a scale that is NaN, infinite, or
 // not representable in the inputs' dtype (float32 overflows past 3.4e38 and
 // flushes below 1.4e-45), a window bound below −1, a negative, NaN or
-// infinite softcap, or ALiBi slopes that are not H finite numbers.
+// infinite softcap, ALiBi slopes that are not H finite numbers, or a bias
+// that is nil, not of rank 4, not of q's dtype or graph, or of a shape that
+// does not broadcast to [B, H, Nq, Nk].
 // Constant inputs (gorgonia.NewConstant) are accepted and receive no
 // gradient. Each run checks again that the values bound to q, k and v have
-// the shapes and dtype the node was built for: a value reshaped in place, or
-// bound with another shape, is an error wrapping ErrInvalidInput, never
-// reinterpreted.
+// the shapes and dtype the node was built for (the bias's too): a value
+// reshaped in place, or bound with another shape, is an error wrapping
+// ErrInvalidInput, never reinterpreted.
 //
 // # Devices and backends
 //

@@ -36,6 +36,8 @@ func TestLayoutBNHD(t *testing.T) {
 		{name: "GQA+window+lengths", c: graphCase{2, 4, 20, 30, 8, true}, hkv: 2, qLens: []int{20, 7}, kLens: []int{11, 30},
 			opts: []op.Option{op.WithWindow(6, -1)},
 			set:  func(p *kernels.Params) { p.Window = kernels.Window{On: true, Left: 6, Right: -1} }},
+		{name: "bias over batch+GQA+lengths", c: graphCase{2, 4, 20, 30, 8, true}, hkv: 2, qLens: []int{20, 7}, kLens: []int{11, 30},
+			bias: [2]int{1, 4}},
 	}
 	for i, vc := range cases {
 		p := vc.params()
@@ -45,8 +47,10 @@ func TestLayoutBNHD(t *testing.T) {
 			for _, lisp := range []bool{false, true} {
 				t.Run(fmt.Sprintf("%s/%v/lisp=%v", vc.name, dt, lisp), func(t *testing.T) {
 					want := vc.build(t, dt, in).run(t, lisp)
+					// The bias is [Bb, Hb, Nq, Nk] in either layout.
 					bnhd := inputs{q: swapHeads(in.q, p.B, p.H, p.Nq, p.D), k: swapHeads(in.k, p.B, hkv, p.Nk, p.D),
-						v: swapHeads(in.v, p.B, hkv, p.Nk, p.D), w: swapHeads(in.w, p.B, p.H, p.Nq, p.D)}
+						v: swapHeads(in.v, p.B, hkv, p.Nk, p.D), w: swapHeads(in.w, p.B, p.H, p.Nq, p.D),
+						bias: in.bias, biasShape: in.biasShape}
 					gr := buildBNHD(t, vc, dt, bnhd)
 					if s := gr.o.Shape(); !s.Eq(tensor.Shape{p.B, p.Nq, p.H, p.D}) {
 						t.Fatalf("output shape %v, want [B, Nq, H, D] = [%d %d %d %d]", s, p.B, p.Nq, p.H, p.D)
@@ -54,8 +58,14 @@ func TestLayoutBNHD(t *testing.T) {
 					got := gr.run(t, lisp)
 					heads := []int{p.H, p.H, hkv, hkv}
 					rows := []int{p.Nq, p.Nq, p.Nk, p.Nk}
-					for j, name := range []string{"O", "dQ", "dK", "dV"} {
-						back := swapHeads(got[j], p.B, rows[j], heads[j], p.D)
+					if len(got) != len(want) {
+						t.Fatalf("%d results in BNHD, %d in BHND", len(got), len(want))
+					}
+					for j, name := range []string{"O", "dQ", "dK", "dV", "dBias"}[:len(want)] {
+						back := got[j]
+						if j < 4 {
+							back = swapHeads(got[j], p.B, rows[j], heads[j], p.D)
+						}
 						for e := range want[j] {
 							if math.Float64bits(back[e]) != math.Float64bits(want[j][e]) {
 								t.Fatalf("%s[%d] = %v in BNHD, %v in BHND", name, e, back[e], want[j][e])
@@ -81,23 +91,29 @@ func buildBNHD(t *testing.T, vc variantCase, dt tensor.Dtype, in inputs) graph {
 	if vc.qLens != nil || vc.kLens != nil {
 		opts = append(opts, op.WithLengths(intVector(g, "qlens", vc.qLens), intVector(g, "klens", vc.kLens)))
 	}
+	var bias *gorgonia.Node
+	if in.bias != nil {
+		bias = valueNode(g, dt, "bias", in.biasShape, in.bias)
+		opts = append(opts, op.WithBias(bias))
+	}
 	o, err := op.Attention(q, k, v, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cost := gorgonia.Must(gorgonia.Sum(gorgonia.Must(gorgonia.HadamardProd(o, node("w", c.Nq, in.w)))))
-	return graph{g: g, q: q, k: k, v: v, o: o, c: cost}
+	return graph{g: g, q: q, k: k, v: v, o: o, c: cost, bias: bias}
 }
 
 // TestLayoutBNHDFiniteDifferences checks BNHD gradients against finite
-// differences, on both machines.
+// differences, on both machines, without and with a bias (dBias included).
 func TestLayoutBNHDFiniteDifferences(t *testing.T) {
-	vc := variantCase{c: graphCase{2, 2, 5, 7, 4, true}}
-	p := vc.params()
-	for _, lisp := range []bool{false, true} {
-		t.Run(fmt.Sprintf("lisp=%v", lisp), func(t *testing.T) {
-			buildBNHD(t, vc, tensor.Float64, randomInputs(p, 5)).checkGradients(t, lisp)
-		})
+	for _, vc := range []variantCase{{c: graphCase{2, 2, 5, 7, 4, true}}, {c: graphCase{2, 2, 5, 7, 4, true}, bias: [2]int{2, 1}}} {
+		p := vc.params()
+		for _, lisp := range []bool{false, true} {
+			t.Run(fmt.Sprintf("bias=%v/lisp=%v", vc.bias, lisp), func(t *testing.T) {
+				buildBNHD(t, vc, tensor.Float64, randomInputs(p, 5)).checkGradients(t, lisp)
+			})
+		}
 	}
 }
 

@@ -14,27 +14,20 @@ import (
 )
 
 // lseCases are AttentionLSE graphs: plain, with every variant and lengths
-// (padding rows have LSE +Inf), with dropout (the LSE is the undropped
-// softmax's), and one whose loss uses only the LSE.
-func lseCases() []struct {
+// (padding rows have LSE +Inf), with a bias too, with dropout (the LSE is
+// the undropped softmax's), and one whose loss uses only the LSE.
+func lseCases(t testing.TB) []struct {
 	vc      variantCase
 	lseOnly bool
 } {
-	all := variantCases()
-	pick := func(name string) variantCase {
-		for _, vc := range all {
-			if vc.name == name {
-				return vc
-			}
-		}
-		panic("no variant case " + name)
-	}
+	pick := func(name string) variantCase { return pickVariant(t, name) }
 	return []struct {
 		vc      variantCase
 		lseOnly bool
 	}{
 		{variantCase{name: "plain", c: graphCase{2, 2, 17, 23, 8, true}}, false},
 		{pick("all+lengths"), false},
+		{pick("bias+all+lengths"), false},
 		{pick("dropout+GQA+causal+lengths"), false},
 		{variantCase{name: "LSE only", c: graphCase{1, 2, 20, 20, 8, false}}, true},
 	}
@@ -45,7 +38,7 @@ func lseCases() []struct {
 // must be the reference forward's, and the gradients the reference
 // backward's with dLSE = u.
 func TestAttentionLSEMatchesReference(t *testing.T) {
-	for i, lc := range lseCases() {
+	for i, lc := range lseCases(t) {
 		vc := lc.vc
 		p := vc.params()
 		in := randomInputs(p, uint64(700+i))
@@ -53,14 +46,7 @@ func TestAttentionLSEMatchesReference(t *testing.T) {
 		if lc.lseOnly {
 			clear(in.w)
 		}
-		o, lse := make([]float64, p.QLen()), make([]float64, p.LSELen())
-		dq, dk, dv := make([]float64, p.QLen()), make([]float64, p.KLen()), make([]float64, p.KLen())
-		if err := kernels.NaiveForward(p, in.q, in.k, in.v, o, lse); err != nil {
-			t.Fatal(err)
-		}
-		if err := kernels.NaiveBackward(p, in.q, in.k, in.v, o, lse, in.w, in.u, dq, dk, dv); err != nil {
-			t.Fatal(err)
-		}
+		o, lse, grads := naiveReference(t, p, in)
 		for _, dt := range []tensor.Dtype{tensor.Float64, tensor.Float32} {
 			tol := 1e-10
 			if dt == tensor.Float32 {
@@ -74,10 +60,18 @@ func TestAttentionLSEMatchesReference(t *testing.T) {
 					if s := gr.lse.Shape(); !s.Eq(tensor.Shape{p.B, p.H, p.Nq}) {
 						t.Fatalf("LSE has shape %v, want [%d %d %d]", s, p.B, p.H, p.Nq)
 					}
-					for j, c := range []struct {
+					if len(got) != 1+len(grads) {
+						t.Fatalf("%d results, want %d", len(got), 1+len(grads))
+					}
+					type output struct {
 						name      string
 						got, want []float64
-					}{{"O", got[0], o}, {"LSE", gotLSE, lse}, {"dQ", got[1], dq}, {"dK", got[2], dk}, {"dV", got[3], dv}} {
+					}
+					cs := []output{{"O", got[0], o}, {"LSE", gotLSE, lse}, {"dQ", got[1], grads[0]}, {"dK", got[2], grads[1]}, {"dV", got[3], grads[2]}}
+					if len(grads) == 4 {
+						cs = append(cs, output{"dBias", got[4], grads[3]})
+					}
+					for j, c := range cs {
 						if len(c.got) != len(c.want) {
 							t.Fatalf("%s has %d elements, want %d", c.name, len(c.got), len(c.want))
 						}

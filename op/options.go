@@ -27,6 +27,8 @@ type config struct {
 	kLens      *gorgonia.Node
 	dropout    kernels.Dropout
 	layout     Layout
+	bias       *gorgonia.Node
+	biasSet    bool // WithBias was given, so that a nil node is an error, not "no bias"
 }
 
 // WithCausal applies a bottom-right aligned causal mask: query i sees key j
@@ -114,4 +116,25 @@ func WithLengths(qLens, kLens *gorgonia.Node) Option {
 // CPU draws the same bits as the reference, kernels.Dropout.Kept.
 func WithDropout(p float64, seed uint64) Option {
 	return func(c *config) { c.dropout = kernels.Dropout{P: p, Seed: seed} }
+}
+
+// WithBias adds bias to the scores: s_ij = scale·q_i·k_j (softcapped,
+// lowered by ALiBi) + bias[b, h, i, j], before the masks and the softmax.
+// bias is a node of q's graph and dtype, of shape [Bb, Hb, Nq, Nk] with Bb
+// 1 or B and Hb 1 or H (a dimension of 1 is broadcast over the batch or
+// the heads), whatever the layout. Its value is read at every run, in
+// place: it is the one Nq×Nk tensor of the op, and the caller's.
+//
+// The bias is differentiable: its gradient is dS, the gradient of the loss
+// with respect to the scores, summed over the broadcast dimensions, and 0
+// at the pairs the masks hide and at padding rows and keys (WithLengths);
+// it is the only other Nq×Nk tensor the op allocates, and it is
+// deterministic, bit for bit, from run to run. A masked key stays masked
+// whatever its bias; a −Inf entry removes a key from its row (a row whose
+// every visible key has a −Inf bias gets NaN, as naive attention does).
+// A nil node, a rank other than 4, a shape that does not broadcast, or a
+// dtype other than q's is an error. On the CPU only, for now: the GPU
+// refuses it with an error wrapping cudakernels.ErrUnsupported.
+func WithBias(bias *gorgonia.Node) Option {
+	return func(c *config) { c.bias, c.biasSet = bias, true }
 }

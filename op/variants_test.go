@@ -14,8 +14,10 @@ import (
 )
 
 // variantCase is a graph with the options of issue 10: hkv key heads (0
-// means H), options with the Params they stand for, and per-sequence
-// lengths (nil: none), which become Int vectors of the graph.
+// means H), options with the Params they stand for, per-sequence lengths
+// (nil: none), which become Int vectors of the graph, and a bias of shape
+// [Bb, Hb, Nq, Nk] when bias (Bb, Hb) is not zero, whose values come with
+// the inputs (randomInputs).
 type variantCase struct {
 	name         string
 	c            graphCase
@@ -23,6 +25,7 @@ type variantCase struct {
 	opts         []op.Option
 	set          func(p *kernels.Params)
 	qLens, kLens []int
+	bias         [2]int
 }
 
 func (v variantCase) params() kernels.Params {
@@ -32,6 +35,9 @@ func (v variantCase) params() kernels.Params {
 		v.set(&p)
 	}
 	p.QLens, p.KLens = v.qLens, v.kLens
+	if v.bias != [2]int{} {
+		p.Bias = &kernels.Bias{Bb: v.bias[0], Hb: v.bias[1]}
+	}
 	return p
 }
 
@@ -94,7 +100,31 @@ func variantCases() []variantCase {
 			set: func(p *kernels.Params) {
 				p.Window, p.Softcap, p.ALiBi = kernels.Window{On: true, Left: 6, Right: 2}, 1.5, slopes4
 			}},
+		{name: "bias", c: graphCase{2, 3, 17, 23, 8, false}, bias: [2]int{2, 3}},
+		{name: "bias over batch+causal", c: graphCase{2, 3, 23, 17, 8, true}, bias: [2]int{1, 3}},
+		{name: "bias over heads+MQA", c: graphCase{2, 4, 17, 23, 8, false}, hkv: 1, bias: [2]int{2, 1}},
+		{name: "bias shared+GQA+causal", c: graphCase{3, 4, 19, 19, 8, true}, hkv: 2, bias: [2]int{1, 1}},
+		{name: "bias+dropout", c: graphCase{2, 2, 17, 30, 8, false}, bias: [2]int{1, 2},
+			opts: []op.Option{op.WithDropout(0.25, 7)},
+			set:  func(p *kernels.Params) { p.Dropout = kernels.Dropout{P: 0.25, Seed: 7} }},
+		{name: "bias+all+lengths", c: graphCase{2, 4, 21, 27, 8, true}, hkv: 2, qLens: []int{7, 21}, kLens: []int{27, 9}, bias: [2]int{1, 4},
+			opts: []op.Option{op.WithWindow(6, 2), op.WithSoftcap(1.5), op.WithALiBi(slopes4)},
+			set: func(p *kernels.Params) {
+				p.Window, p.Softcap, p.ALiBi = kernels.Window{On: true, Left: 6, Right: 2}, 1.5, slopes4
+			}},
 	}
+}
+
+// pickVariant returns the variant case of that name.
+func pickVariant(t testing.TB, name string) variantCase {
+	t.Helper()
+	for _, vc := range variantCases() {
+		if vc.name == name {
+			return vc
+		}
+	}
+	t.Fatalf("no variant case %q", name)
+	return variantCase{}
 }
 
 // TestVariantGraphsMatchReference runs each option in real graphs, on both
@@ -103,15 +133,8 @@ func TestVariantGraphsMatchReference(t *testing.T) {
 	for i, vc := range variantCases() {
 		p := vc.params()
 		in := randomInputs(p, uint64(300+i))
-		o, lse := make([]float64, p.QLen()), make([]float64, p.LSELen())
-		dq, dk, dv := make([]float64, p.QLen()), make([]float64, p.KLen()), make([]float64, p.KLen())
-		if err := kernels.NaiveForward(p, in.q, in.k, in.v, o, lse); err != nil {
-			t.Fatal(err)
-		}
-		if err := kernels.NaiveBackward(p, in.q, in.k, in.v, o, lse, in.w, nil, dq, dk, dv); err != nil {
-			t.Fatal(err)
-		}
-		want := [4][]float64{o, dq, dk, dv}
+		o, _, grads := naiveReference(t, p, in)
+		want := append([][]float64{o}, grads...)
 		for _, dt := range []tensor.Dtype{tensor.Float64, tensor.Float32} {
 			tol := 1e-10
 			if dt == tensor.Float32 {
@@ -120,7 +143,10 @@ func TestVariantGraphsMatchReference(t *testing.T) {
 			for _, lisp := range []bool{false, true} {
 				t.Run(fmt.Sprintf("%s/%v/lisp=%v", vc.name, dt, lisp), func(t *testing.T) {
 					got := vc.build(t, dt, in).run(t, lisp)
-					for j, name := range []string{"O", "dQ", "dK", "dV"} {
+					if len(got) != len(want) {
+						t.Fatalf("%d results, want %d", len(got), len(want))
+					}
+					for j, name := range []string{"O", "dQ", "dK", "dV", "dBias"}[:len(want)] {
 						if len(got[j]) != len(want[j]) {
 							t.Fatalf("%s has %d elements, want %d", name, len(got[j]), len(want[j]))
 						}
@@ -141,7 +167,7 @@ func TestVariantGraphsMatchReference(t *testing.T) {
 // with all four variants at once against finite differences, on both
 // machines. The softcap is small enough to bend the scores.
 func TestVariantFiniteDifferences(t *testing.T) {
-	vc := variantCases()[len(variantCases())-1]
+	vc := pickVariant(t, "all+lengths")
 	vc.c = graphCase{2, 4, 7, 9, 4, true}
 	vc.qLens, vc.kLens = []int{5, 7}, []int{9, 3}
 	for _, lisp := range []bool{false, true} {
@@ -204,6 +230,12 @@ func TestHashDistinguishesVariants(t *testing.T) {
 		"other seed": gorgonia.Must(op.Attention(q, q, q, op.WithDropout(0.1, 2))),
 		"key lengths": gorgonia.Must(op.Attention(q, q, q,
 			op.WithLengths(nil, gorgonia.NewVector(g, tensor.Int, gorgonia.WithShape(1), gorgonia.WithName("b"))))),
+		"bias": gorgonia.Must(op.Attention(q, q, q,
+			op.WithBias(gorgonia.NewTensor(g, tensor.Float64, 4, gorgonia.WithShape(1, 4, 6, 6), gorgonia.WithName("c"))))),
+		"shared bias": gorgonia.Must(op.Attention(q, q, q,
+			op.WithBias(gorgonia.NewTensor(g, tensor.Float64, 4, gorgonia.WithShape(1, 1, 6, 6), gorgonia.WithName("d"))))),
+		"other bias": gorgonia.Must(op.Attention(q, q, q,
+			op.WithBias(gorgonia.NewTensor(g, tensor.Float64, 4, gorgonia.WithShape(1, 1, 6, 6), gorgonia.WithName("e"))))),
 	}
 	seen := map[uint32]string{}
 	for name, n := range nodes {

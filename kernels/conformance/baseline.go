@@ -6,21 +6,27 @@ import (
 	"github.com/gorgonia-flash/flashattention/kernels"
 )
 
-// result holds the outputs of one forward and backward pass.
+// result holds the outputs of one forward and backward pass; dbias is nil
+// without a bias.
 type result[T kernels.Float] struct {
-	o, lse, dq, dk, dv []T
+	o, lse, dq, dk, dv, dbias []T
 }
 
 // naive32 is the baseline for precision prec: attention as an eager
 // framework computes it in float32, one row at a time, with the rounding of
 // prec applied to matrix-product operands and results (see
 // rounding). For FP32 it is kernels.NaiveForward/Backward in
-// float32 with D taken from P·dP, as autograd of softmax computes it.
+// float32 with D taken from P·dP, as autograd of softmax computes it. With
+// a bias, p must hold its float32 data; dBias is dS rounded as stored,
+// summed in head order.
 func naive32(p kernels.Params, prec kernels.Precision, q, k, v, do, dlse []float32) result[float32] {
 	in, out := rounding(prec)
 	r := result[float32]{
 		o: make([]float32, p.QLen()), lse: make([]float32, p.LSELen()),
 		dq: make([]float32, p.QLen()), dk: make([]float32, p.KLen()), dv: make([]float32, p.KLen()),
+	}
+	if p.Bias != nil {
+		r.dbias = make([]float32, p.BiasLen())
 	}
 	rnd := func(x []float32) []float32 {
 		y := make([]float32, len(x))
@@ -96,6 +102,9 @@ func naive32(p kernels.Params, prec kernels.Precision, q, k, v, do, dlse []float
 			}
 			dqi := row(r.dq, qOff, i)
 			for j := lo; j < hi; j++ {
+				if r.dbias != nil {
+					r.dbias[p.BiasOffset(bh)+i*p.Nk+j] += out(pr[j] * (dsr[j] - rowD))
+				}
 				ds := out(pr[j] * (dsr[j] - rowD) * grad[j])
 				for d, x := range row(kr, kOff, j) {
 					dqi[d] += in(ds) * x
@@ -115,6 +124,9 @@ func naive32(p kernels.Params, prec kernels.Precision, q, k, v, do, dlse []float
 	for i := range r.dk {
 		r.dk[i] = out(scale * r.dk[i])
 		r.dv[i] = out(r.dv[i])
+	}
+	for i := range r.dbias {
+		r.dbias[i] = out(r.dbias[i])
 	}
 	return r
 }

@@ -80,8 +80,8 @@ type tensorCheck[T kernels.Float] struct {
 	floor float64
 }
 
-// checks lists the five outputs of a forward+backward pass, each with its
-// rounding floor.
+// checks lists the five outputs of a forward+backward pass, and dBias with
+// a bias, each with its rounding floor.
 //
 // The floor follows the usual probabilistic bound for a sum of n rounded
 // terms of magnitude at most M: about √n·u·M (Higham, Accuracy and Stability
@@ -103,6 +103,11 @@ type tensorCheck[T kernels.Float] struct {
 // This matters only where a result cancels to about 0: dQ and dK of rows
 // that see one key, where dP − D is a difference of two dot products of
 // the same numbers summed by different hardware.
+//
+// dBias is dS itself, without the scale, summed over the n = B·H/(Bb·Hb)
+// query heads that share a slice: its residue is that of dS, about
+// √D·u·|dO|·|V| per head, and the sum of n such independent errors grows
+// like √n.
 func checks[T kernels.Float](p kernels.Params, tensorCores bool, got result[T], want result[float64], q, k, v, do []float64) []tensorCheck[T] {
 	dot := math.Sqrt(float64(p.D)) // error growth of one dot product, in rounding units
 	if tensorCores {
@@ -111,13 +116,18 @@ func checks[T kernels.Float](p kernels.Params, tensorCores bool, got result[T], 
 	dS := dot * math.Abs(p.Scale) * maxAbs(do) * maxAbs(v)
 	mass := math.Sqrt(columnMass(p, q, k, want.lse))
 	scores := dot * math.Abs(p.Scale) * maxAbs(q) * maxAbs(k)
-	return []tensorCheck[T]{
+	cs := []tensorCheck[T]{
 		{"O", got.o, want.o, maxAbs(v)},
 		{"LSE", got.lse, want.lse, maxAbs(want.lse) + scores},
 		{"dQ", got.dq, want.dq, dS * maxAbs(k)},
 		{"dK", got.dk, want.dk, dS * maxAbs(q) * mass},
 		{"dV", got.dv, want.dv, maxAbs(do) * mass},
 	}
+	if p.Bias != nil {
+		shared := float64(p.B*p.H) / float64(p.Bias.Bb*p.Bias.Hb)
+		cs = append(cs, tensorCheck[T]{"dBias", got.dbias, want.dbias, dot * maxAbs(do) * maxAbs(v) * math.Sqrt(shared)})
+	}
+	return cs
 }
 
 // columnMass is the largest Σ_i P_ij over the keys j of every head, with P
@@ -173,6 +183,8 @@ func describe(name string, p kernels.Params, i int) string {
 		rows, cols = p.Nq, 1
 	case "dK", "dV":
 		rows, cols = p.Nk, p.D
+	case "dBias":
+		rows, cols = p.Nq, p.Nk
 	default:
 		rows, cols = p.Nq, p.D
 	}
@@ -181,8 +193,11 @@ func describe(name string, p kernels.Params, i int) string {
 	r := i % rows
 	i /= rows
 	heads := p.H
-	if name == "dK" || name == "dV" {
+	switch name {
+	case "dK", "dV":
 		heads = p.KVHeads()
+	case "dBias":
+		heads = p.Bias.Hb
 	}
 	return fmt.Sprintf("%s[b=%d,h=%d,row=%d,col=%d]", name, i/heads, i%heads, r, c)
 }

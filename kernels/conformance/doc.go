@@ -7,17 +7,18 @@
 //   - Golden cases: testdata/golden/*.json at the module root, computed by
 //     PyTorch in float64 (an independent reference), and the variant cases
 //     testdata/variants/*.json.gz (GQA, a local causal window, a cross
-//     window, softcap, ALiBi; testdata/golden/README.md, Variants, gives
-//     their fields). The shared set has four more variant cases (an MQA
-//     decode with cache lengths, varlen, and two with a bias); they need
-//     per-sequence lengths or a bias, which kernels.Params cannot express
-//     yet, so they are not copied and the loader refuses such files.
+//     window, softcap, ALiBi, varlen, an MQA decode with cache lengths, a
+//     full bias and one broadcast over the batch; testdata/variants/README.md
+//     names them), whose bias cases compare dBias too.
 //   - A variant sweep against the float64 reference: GQA ratios 1, 2, 8
 //     and all heads on one key head; windows of width 0, one-sided, and with
 //     bounds that cut tiles at odd places; softcaps well below large scores;
-//     ALiBi; and all of them at once; causal on and off, Nq = Nk and
-//     Nq ≠ Nk. A backend's variant cases run only for the variants it
-//     claims (WithVariants); the others skip, naming the variant.
+//     ALiBi; a bias full and broadcast over the batch, the heads or both,
+//     with −Inf, +Inf and NaN entries (those of masked pairs must change
+//     nothing), and dBias exactly 0 at pairs no head sharing it sees; and
+//     all of them at once; causal on and off, Nq = Nk and Nq ≠ Nk. A
+//     backend's variant cases run only for the variants it claims
+//     (WithVariants); the others skip, naming the variant.
 //   - A sweep of odd sizes against kernels.NaiveForward/NaiveBackward in
 //     float64: N in {1, 17, 113, 255, 1023}, D in {8, 24, 40, 64, 80, 128},
 //     causal on and off, Nq = Nk and Nq ≠ Nk both ways.
@@ -29,7 +30,8 @@
 //     reference's exactly, in every precision, and finite elements meet the
 //     tolerances below. Rows that see no key stay 0, +Inf and 0 whatever
 //     the other rows hold. The rules are in the kernels package doc.
-//   - Determinism: two calls give bit-identical results.
+//   - Determinism: two calls give bit-identical results, dBias summed
+//     over broadcast heads included.
 //   - Inputs are not modified, and bad slice lengths give an error.
 //
 // # Tolerances

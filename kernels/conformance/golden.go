@@ -14,12 +14,15 @@ import (
 	"github.com/gorgonia-flash/flashattention/kernels"
 )
 
-// goldenCase is one file of testdata/golden (see its README).
+// goldenCase is one file of testdata/golden (see its README). Params.Bias,
+// when not nil, gives the bias's shape; Bias holds its values and DBias
+// its gradient.
 type goldenCase struct {
 	Name               string
 	Params             kernels.Params
-	Q, K, V, DO        []float64
+	Q, K, V, DO, Bias  []float64
 	O, LSE, DQ, DK, DV []float64
+	DBias              []float64
 }
 
 // goldenFloats decodes a JSON array whose entries are numbers or the
@@ -110,9 +113,7 @@ func readGzip(f string) ([]byte, error) {
 }
 
 // goldenFile is the JSON of one case: testdata/golden/README.md gives the
-// fields, its Variants section the optional ones. A file that uses a bias,
-// which Params cannot express yet, is refused rather than read as plain
-// attention.
+// fields, testdata/variants/README.md the optional ones.
 type goldenFile struct {
 	B, H, Nq, Nk, D     int
 	Causal              bool
@@ -124,19 +125,28 @@ type goldenFile struct {
 	WindowLeft  *int `json:"window_left"`
 	WindowRight *int `json:"window_right"`
 	Softcap     float64
-	AlibiSlopes []float64       `json:"alibi_slopes"`
-	SeqlensQ    []int           `json:"seqlens_q"`
-	SeqlensK    []int           `json:"seqlens_k"`
-	BiasShape   json.RawMessage `json:"bias_shape"`
+	AlibiSlopes []float64    `json:"alibi_slopes"`
+	SeqlensQ    []int        `json:"seqlens_q"`
+	SeqlensK    []int        `json:"seqlens_k"`
+	BiasShape   []int        `json:"bias_shape"`
+	Bias, Dbias goldenFloats // with bias_shape: [Bb, Hb, Nq, Nk] each
 }
 
-// params returns the problem c describes.
+// params returns the problem c describes, its Bias (when bias_shape is
+// not null) with the shape alone.
 func (c goldenFile) params() (kernels.Params, error) {
-	if len(c.BiasShape) > 0 && string(c.BiasShape) != "null" {
-		return kernels.Params{}, errors.New("an additive bias is not supported yet")
-	}
 	p := kernels.Params{B: c.B, H: c.H, Nq: c.Nq, Nk: c.Nk, D: c.D, Scale: c.Scale, Causal: c.Causal,
 		Softcap: c.Softcap, ALiBi: c.AlibiSlopes, QLens: c.SeqlensQ, KLens: c.SeqlensK}
+	if c.BiasShape != nil {
+		s := c.BiasShape
+		if len(s) != 4 || s[2] != c.Nq || s[3] != c.Nk {
+			return p, fmt.Errorf("bias_shape %v, want [Bb, Hb, Nq, Nk] with Nq = %d, Nk = %d", s, c.Nq, c.Nk)
+		}
+		p.Bias = &kernels.Bias{Bb: s[0], Hb: s[1]}
+		if len(c.Bias) != p.BiasLen() || len(c.Dbias) != p.BiasLen() {
+			return p, fmt.Errorf("bias and dbias have %d and %d elements, want %d", len(c.Bias), len(c.Dbias), p.BiasLen())
+		}
+	}
 	if c.Hkv != nil && *c.Hkv != c.H {
 		p.Hkv = *c.Hkv
 	}
@@ -178,7 +188,10 @@ func loadCases(pattern string, read func(string) ([]byte, error)) ([]goldenCase,
 			Params: p,
 			Q:      c.Q, K: c.K, V: c.V, DO: c.Do, O: c.O, LSE: c.Lse, DQ: c.Dq, DK: c.Dk, DV: c.Dv,
 		}
-		if err := kernels.CheckBackward(gc.Params, gc.Q, gc.K, gc.V, gc.O, gc.LSE, gc.DO, nil, gc.DQ, gc.DK, gc.DV); err != nil {
+		if p.Bias != nil {
+			gc.Bias, gc.DBias = c.Bias, c.Dbias
+		}
+		if err := kernels.CheckBackward(withBiasData(gc.Params, nil, gc.Bias), gc.Q, gc.K, gc.V, gc.O, gc.LSE, gc.DO, nil, gc.DQ, gc.DK, gc.DV); err != nil {
 			return nil, fmt.Errorf("conformance: %s: %w", f, err)
 		}
 		cases = append(cases, gc)

@@ -55,6 +55,9 @@ const (
 	// LSEGradient is a backward given a gradient with respect to the LSE
 	// (dlse not nil), which the backend must fold into D.
 	LSEGradient
+	// Bias is an additive bias with its gradient: Params.Bias ≠ nil, full
+	// or broadcast over the batch, the heads or both.
+	Bias
 )
 
 func (v Variant) String() string {
@@ -73,12 +76,14 @@ func (v Variant) String() string {
 		return "dropout"
 	case LSEGradient:
 		return "LSE gradient"
+	case Bias:
+		return "bias"
 	}
 	return fmt.Sprintf("Variant(%d)", int(v))
 }
 
 // AllVariants lists every Variant.
-var AllVariants = []Variant{GQA, Window, Softcap, ALiBi, Lengths, Dropout, LSEGradient}
+var AllVariants = []Variant{GQA, Window, Softcap, ALiBi, Lengths, Dropout, LSEGradient, Bias}
 
 // WithVariants says that the backend computes the variants vs: their golden
 // cases and sweep run. Without it, Run checks plain attention only.
@@ -113,6 +118,9 @@ func variantsOf(p kernels.Params) []Variant {
 	}
 	if p.Dropout.On() {
 		vs = append(vs, Dropout)
+	}
+	if p.Bias != nil {
+		vs = append(vs, Bias)
 	}
 	return vs
 }
@@ -183,15 +191,18 @@ func run(t *testing.T, b kernels.Backend, prec kernels.Precision, o options) {
 	t.Run("sharp-softmax", func(t *testing.T) { testSharpSoftmax(t, b, prec) })
 	t.Run("rows-without-keys", func(t *testing.T) { testRowsWithoutKeys(t, b) })
 	t.Run("non-finite", func(t *testing.T) { testNonFinite(t, b, prec, o.maskedNaN) })
-	t.Run("determinism", func(t *testing.T) { testDeterminism(t, b) })
+	t.Run("determinism", func(t *testing.T) { testDeterminism(t, b, o) })
 	t.Run("bad-arguments", func(t *testing.T) { testBadArguments(t, b) })
 }
 
 // problem is one set of inputs, held in float32 so that both paths and the
 // float64 reference see exactly the same numbers.
 type problem struct {
+	// p describes the problem; its Bias, when not nil, gives only the
+	// shape (Bb, Hb), and bias the values (params puts them in).
 	p           kernels.Params
 	q, k, v, do []float32
+	bias        []float32
 	dlse        []float32 // the gradient with respect to the LSE; nil: none
 	// leak accepts NaN where the reference is finite (see
 	// MaskedNaNMayPropagate).
@@ -201,7 +212,44 @@ type problem struct {
 func randomProblem(p kernels.Params, seed uint64) problem {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	fill := func(n int) []float32 { return normals(rng, n) }
-	return problem{p: p, q: fill(p.QLen()), k: fill(p.KLen()), v: fill(p.KLen()), do: fill(p.QLen())}
+	pr := problem{p: p, q: fill(p.QLen()), k: fill(p.KLen()), v: fill(p.KLen()), do: fill(p.QLen())}
+	if p.Bias != nil {
+		pr.bias = fill(p.BiasLen())
+	}
+	return pr
+}
+
+// params returns pr.p with the bias values in both element types, so that
+// the float32 and float64 passes, the float32 baseline and the float64
+// reference read the same numbers.
+func (pr problem) params() kernels.Params {
+	return withBiasData(pr.p, pr.bias, widen(pr.bias))
+}
+
+// withBiasData returns p with a bias of p's shape holding d32 and d64 (no
+// gradient slices); p without a bias is returned as it is.
+func withBiasData(p kernels.Params, d32 []float32, d64 []float64) kernels.Params {
+	if p.Bias != nil {
+		p.Bias = &kernels.Bias{Bb: p.Bias.Bb, Hb: p.Bias.Hb, Data32: d32, Data64: d64}
+	}
+	return p
+}
+
+// withBiasGrad returns p whose bias (a copy) writes its gradient of
+// element type T into grad; p without a bias is returned as it is.
+func withBiasGrad[T kernels.Float](p kernels.Params, grad []T) kernels.Params {
+	if p.Bias == nil {
+		return p
+	}
+	b := *p.Bias
+	switch g := any(grad).(type) {
+	case []float32:
+		b.Grad32 = g
+	case []float64:
+		b.Grad64 = g
+	}
+	p.Bias = &b
+	return p
 }
 
 // normals returns n unit-normal values drawn from rng.
@@ -231,38 +279,48 @@ func narrow(x []float64) []float32 {
 
 // reference computes the float64 answer with the naive kernels.
 // dlse, when not nil, is the gradient with respect to the LSE.
+// With a bias, p must hold its float64 data.
 func reference(p kernels.Params, q, k, v, do, dlse []float64) (result[float64], error) {
 	r := newResult[float64](p)
 	if err := kernels.NaiveForward(p, q, k, v, r.o, r.lse); err != nil {
 		return r, err
 	}
-	err := kernels.NaiveBackward(p, q, k, v, r.o, r.lse, do, dlse, r.dq, r.dk, r.dv)
+	err := kernels.NaiveBackward(withBiasGrad(p, r.dbias), q, k, v, r.o, r.lse, do, dlse, r.dq, r.dk, r.dv)
 	return r, err
 }
 
 func newResult[T kernels.Float](p kernels.Params) result[T] {
-	return result[T]{
+	r := result[T]{
 		o: make([]T, p.QLen()), lse: make([]T, p.LSELen()),
 		dq: make([]T, p.QLen()), dk: make([]T, p.KLen()), dv: make([]T, p.KLen()),
 	}
+	if p.Bias != nil {
+		r.dbias = make([]T, p.BiasLen())
+	}
+	return r
 }
 
-// runPass calls the backend's forward then, unless only the forward is
-// checked, its backward, and fails the test if the inputs changed.
+// runPass calls the backend's forward then its backward, with dBias into
+// the result when p has a bias (whose data of type T must be there), and
+// fails the test if the inputs changed.
 func runPass[T kernels.Float](t *testing.T, b kernels.Backend, p kernels.Params, q, k, v, do, dlse []T) result[T] {
 	t.Helper()
 	forward, backward := kernels.EntryPoints[T](b)
-	in := [][]T{slices.Clone(q), slices.Clone(k), slices.Clone(v), slices.Clone(do)}
+	bias := kernels.BiasData[T](p.Bias)
+	in := [][]T{slices.Clone(q), slices.Clone(k), slices.Clone(v), slices.Clone(do), slices.Clone(bias)}
 	r := newResult[T](p)
+	for i := range r.dbias {
+		r.dbias[i] = T(math.NaN()) // overwritten, never added into
+	}
 	if err := forward(p, q, k, v, r.o, r.lse); err != nil {
 		t.Fatalf("%s forward (%T, %+v): %v", b.Name(), q, p, err)
 	}
-	if err := backward(p, q, k, v, r.o, r.lse, do, dlse, r.dq, r.dk, r.dv); err != nil {
+	if err := backward(withBiasGrad(p, r.dbias), q, k, v, r.o, r.lse, do, dlse, r.dq, r.dk, r.dv); err != nil {
 		t.Fatalf("%s backward (%T, %+v): %v", b.Name(), q, p, err)
 	}
 	// NaN ≠ NaN, so equality is that of every element or of both NaN.
 	same := func(a, b T) bool { return a == b || (a != a && b != b) }
-	for i, x := range [][]T{q, k, v, do} {
+	for i, x := range [][]T{q, k, v, do, bias} {
 		if !slices.EqualFunc(x, in[i], same) {
 			t.Fatalf("%s modified input %d", b.Name(), i)
 		}
@@ -321,18 +379,20 @@ func testGolden(t *testing.T, b kernels.Backend, prec kernels.Precision, o optio
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			o.skipUnsupported(t, b, c.Params)
-			want := result[float64]{c.O, c.LSE, c.DQ, c.DK, c.DV}
-			got := runPass(t, b, c.Params, c.Q, c.K, c.V, c.DO, nil)
-			check64(t, b, c.Params, got, want, c.Q, c.K, c.V, c.DO, false)
+			want := result[float64]{c.O, c.LSE, c.DQ, c.DK, c.DV, c.DBias}
+			p := withBiasData(c.Params, nil, c.Bias)
+			got := runPass(t, b, p, c.Q, c.K, c.V, c.DO, nil)
+			check64(t, b, p, got, want, c.Q, c.K, c.V, c.DO, false)
 			// The float32 path sees the inputs rounded to float32; its
 			// reference is recomputed from exactly those inputs.
-			q, k, v, do := narrow(c.Q), narrow(c.K), narrow(c.V), narrow(c.DO)
-			want32, err := reference(c.Params, widen(q), widen(k), widen(v), widen(do), nil)
+			q, k, v, do, bias := narrow(c.Q), narrow(c.K), narrow(c.V), narrow(c.DO), narrow(c.Bias)
+			p32 := withBiasData(c.Params, bias, widen(bias))
+			want32, err := reference(p32, widen(q), widen(k), widen(v), widen(do), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got32 := runPass(t, b, c.Params, q, k, v, do, nil)
-			check32(t, b, c.Params, prec, got32, want32, q, k, v, do, nil, false)
+			got32 := runPass(t, b, p32, q, k, v, do, nil)
+			check32(t, b, p32, prec, got32, want32, q, k, v, do, nil, false)
 		})
 	}
 }
@@ -387,23 +447,27 @@ func shapeName(p kernels.Params) string {
 	if p.ALiBi != nil {
 		name += "_alibi"
 	}
+	if p.Bias != nil {
+		name += fmt.Sprintf("_bias%dx%d", p.Bias.Bb, p.Bias.Hb)
+	}
 	return name
 }
 
 // checkProblem runs both paths on pr and checks them against the reference.
 func checkProblem(t *testing.T, b kernels.Backend, prec kernels.Precision, pr problem) {
 	t.Helper()
+	p := pr.params()
 	q, k, v, do := widen(pr.q), widen(pr.k), widen(pr.v), widen(pr.do)
 	var dlse []float64
 	if pr.dlse != nil {
 		dlse = widen(pr.dlse)
 	}
-	want, err := reference(pr.p, q, k, v, do, dlse)
+	want, err := reference(p, q, k, v, do, dlse)
 	if err != nil {
 		t.Fatal(err)
 	}
-	check64(t, b, pr.p, runPass(t, b, pr.p, q, k, v, do, dlse), want, q, k, v, do, pr.leak)
-	check32(t, b, pr.p, prec, runPass(t, b, pr.p, pr.q, pr.k, pr.v, pr.do, pr.dlse), want, pr.q, pr.k, pr.v, pr.do, pr.dlse, pr.leak)
+	check64(t, b, p, runPass(t, b, p, q, k, v, do, dlse), want, q, k, v, do, pr.leak)
+	check32(t, b, p, prec, runPass(t, b, p, pr.q, pr.k, pr.v, pr.do, pr.dlse), want, pr.q, pr.k, pr.v, pr.do, pr.dlse, pr.leak)
 }
 
 // testSharpSoftmax makes the row maximum grow from one key block to the next,
@@ -455,19 +519,36 @@ func testRowsWithoutKeys(t *testing.T, b kernels.Backend) {
 }
 
 // testDeterminism runs a problem large enough to use every parallel path
-// twice and requires bit-identical results.
-func testDeterminism(t *testing.T, b kernels.Backend) {
+// twice and requires bit-identical results; then the same with a bias
+// broadcast over the batch and the heads, whose gradient sums over every
+// head, and over the batch alone with grouped heads.
+func testDeterminism(t *testing.T, b kernels.Backend, o options) {
 	p := kernels.Params{B: 1, H: 3, Nq: 300, Nk: 700, D: 40, Scale: 0.15, Causal: true}
-	pr := randomProblem(p, 11)
+	t.Run("plain", func(t *testing.T) { checkDeterministic(t, b, randomProblem(p, 11)) })
+	for _, bp := range []kernels.Params{
+		{B: 2, H: 3, Nq: 300, Nk: 700, D: 40, Scale: 0.15, Causal: true, Bias: &kernels.Bias{Bb: 1, Hb: 1}},
+		{B: 3, H: 4, Hkv: 2, Nq: 200, Nk: 300, D: 24, Scale: 0.2, Bias: &kernels.Bias{Bb: 1, Hb: 4}},
+	} {
+		t.Run(shapeName(bp), func(t *testing.T) {
+			o.skipUnsupported(t, b, bp)
+			checkDeterministic(t, b, randomProblem(bp, 12))
+		})
+	}
+}
+
+// checkDeterministic runs pr twice in each element type and requires
+// bit-identical outputs.
+func checkDeterministic(t *testing.T, b kernels.Backend, pr problem) {
+	p := pr.params()
 	first, second := runPass(t, b, p, pr.q, pr.k, pr.v, pr.do, nil), runPass(t, b, p, pr.q, pr.k, pr.v, pr.do, nil)
 	q, k, v, do := widen(pr.q), widen(pr.k), widen(pr.v), widen(pr.do)
 	first64, second64 := runPass(t, b, p, q, k, v, do, nil), runPass(t, b, p, q, k, v, do, nil)
-	for i, pair := range [][2][]float32{{first.o, second.o}, {first.lse, second.lse}, {first.dq, second.dq}, {first.dk, second.dk}, {first.dv, second.dv}} {
+	for i, pair := range [][2][]float32{{first.o, second.o}, {first.lse, second.lse}, {first.dq, second.dq}, {first.dk, second.dk}, {first.dv, second.dv}, {first.dbias, second.dbias}} {
 		if !slices.Equal(pair[0], pair[1]) {
 			t.Errorf("float32 output %d differs between two identical calls", i)
 		}
 	}
-	for i, pair := range [][2][]float64{{first64.o, second64.o}, {first64.lse, second64.lse}, {first64.dq, second64.dq}, {first64.dk, second64.dk}, {first64.dv, second64.dv}} {
+	for i, pair := range [][2][]float64{{first64.o, second64.o}, {first64.lse, second64.lse}, {first64.dq, second64.dq}, {first64.dk, second64.dk}, {first64.dv, second64.dv}, {first64.dbias, second64.dbias}} {
 		if !slices.Equal(pair[0], pair[1]) {
 			t.Errorf("float64 output %d differs between two identical calls", i)
 		}
@@ -502,6 +583,31 @@ func testBadArguments(t *testing.T, b kernels.Backend) {
 		},
 		"long dv": func() error {
 			return b.Backward32(good, pr.q, pr.k, pr.v, r.o, r.lse, pr.do, nil, r.dq, r.dk, append(r.dv, 0))
+		},
+		"bias Bb = 2 of B = 1": func() error {
+			p := good
+			p.Bias = &kernels.Bias{Bb: 2, Hb: 1, Data32: make([]float32, 2*5*7)}
+			return b.Forward32(p, pr.q, pr.k, pr.v, r.o, r.lse)
+		},
+		"bias Hb = 3 of H = 2": func() error {
+			p := good
+			p.Bias = &kernels.Bias{Bb: 1, Hb: 3, Data32: make([]float32, 3*5*7)}
+			return b.Forward32(p, pr.q, pr.k, pr.v, r.o, r.lse)
+		},
+		"short bias": func() error {
+			p := good
+			p.Bias = &kernels.Bias{Bb: 1, Hb: 2, Data32: make([]float32, 2*5*7-1)}
+			return b.Forward32(p, pr.q, pr.k, pr.v, r.o, r.lse)
+		},
+		"bias without float32 data": func() error {
+			p := good
+			p.Bias = &kernels.Bias{Bb: 1, Hb: 1, Data64: make([]float64, 5*7)}
+			return b.Forward32(p, pr.q, pr.k, pr.v, r.o, r.lse)
+		},
+		"long bias gradient": func() error {
+			p := good
+			p.Bias = &kernels.Bias{Bb: 1, Hb: 1, Data32: make([]float32, 5*7), Grad32: make([]float32, 5*7+1)}
+			return b.Backward32(p, pr.q, pr.k, pr.v, r.o, r.lse, pr.do, nil, r.dq, r.dk, r.dv)
 		},
 	}
 	for name, call := range bad {

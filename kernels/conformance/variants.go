@@ -34,7 +34,9 @@ type variantCase struct {
 // exercise its edges: GQA ratios 1, 2, 8 and all heads on one key head;
 // windows of width 0, one-sided, unbounded on either side, and bounds that
 // cut the kernels' tiles (64 rows, 128 keys) off their edges; softcaps well
-// below the scores; ALiBi, alone and with everything else.
+// below the scores; ALiBi, alone and with everything else; a bias full and
+// broadcast over the batch, the heads and both, alone, with grouped heads
+// and with everything else.
 func variantParams(short bool) []variantCase {
 	sizes := [][2]int{{113, 113}, {255, 77}, {40, 300}}
 	if !short {
@@ -50,6 +52,7 @@ func variantParams(short bool) []variantCase {
 				if n[0] > 255 || n[1] > 517 {
 					p.B = 1
 				}
+				p.Bias = fitBias(p)
 				cs = append(cs, variantCase{p: p, qGain: gain})
 			}
 		}
@@ -72,6 +75,7 @@ func variantParams(short bool) []variantCase {
 		for i := from; i < len(cs); i++ {
 			p := &cs[i].p
 			p.B = 4
+			p.Bias = fitBias(*p)
 			q, k := []int{p.Nq, 0, 1, p.Nq * 2 / 3}, []int{1, p.Nk, 0, p.Nk / 3}
 			switch (i + which) % 3 {
 			case 0:
@@ -106,7 +110,42 @@ func variantParams(short bool) []variantCase {
 	for i := n; i < len(cs); i++ {
 		cs[i].lseGrad = true
 	}
+	// A bias full, broadcast over the batch, over the heads, and over
+	// both; with grouped heads, where a key head's query heads read
+	// different slices or one; with everything else, with lengths, and
+	// with dropout and a gradient reaching the LSE too. (Last, so that
+	// the cases before keep their seeds.)
+	for _, bh := range [][2]int{{2, 4}, {1, 4}, {2, 1}, {1, 1}} {
+		add(kernels.Params{B: 2, H: 4, D: 32, Bias: &kernels.Bias{Bb: bh[0], Hb: bh[1]}}, 1)
+	}
+	for _, bh := range [][2]int{{1, 4}, {2, 1}} {
+		add(kernels.Params{B: 2, H: 4, Hkv: 2, D: 24, Bias: &kernels.Bias{Bb: bh[0], Hb: bh[1]}}, 1)
+	}
+	add(kernels.Params{B: 2, H: 4, Hkv: 2, D: 40, Window: kernels.Window{On: true, Left: 70, Right: 9},
+		Softcap: 5, ALiBi: alibiSlopes(4), Bias: &kernels.Bias{Bb: 1, Hb: 1}}, 3)
+	n = len(cs)
+	add(kernels.Params{H: 2, D: 24, Bias: &kernels.Bias{Bb: 2, Hb: 2}}, 1)
+	add(kernels.Params{H: 4, Hkv: 2, D: 40, Window: kernels.Window{On: true, Left: 70, Right: 9},
+		Softcap: 5, ALiBi: alibiSlopes(4), Dropout: kernels.Dropout{P: 0.2, Seed: 1 << 40}, Bias: &kernels.Bias{Bb: 4, Hb: 1}}, 3)
+	withLengths(n, 0)
+	n = len(cs)
+	add(kernels.Params{H: 4, Hkv: 2, D: 40, Window: kernels.Window{On: true, Left: 70, Right: 9},
+		Softcap: 5, ALiBi: alibiSlopes(4), Dropout: kernels.Dropout{P: 0.3, Seed: 5}, Bias: &kernels.Bias{Bb: 1, Hb: 4}}, 3)
+	withLengths(n, 1)
+	for i := n; i < len(cs); i++ {
+		cs[i].lseGrad = true
+	}
 	return append(cs, nonFiniteVariants()...)
+}
+
+// fitBias returns p's bias shape fitted to p's batch size, which the sweep
+// changes: a Bb that was the batch size stays the batch size (full), 1
+// stays 1 (broadcast). The sweep's cases hold the shape alone (problem).
+func fitBias(p kernels.Params) *kernels.Bias {
+	if p.Bias == nil || p.Bias.Bb == 1 {
+		return p.Bias
+	}
+	return &kernels.Bias{Bb: p.B, Hb: p.Bias.Hb}
 }
 
 // nonFiniteVariants plant NaN and ±Inf where a window (and GQA) cut the
@@ -129,6 +168,46 @@ func nonFiniteVariants() []variantCase {
 			pr.q[(2*pr.p.Nq+200)*d+1] = nan // query head 2, row 200
 			pr.do[(3*pr.p.Nq+10)*d] = -inf  // query head 3, row 10: no key when causal
 		}})
+	}
+	return append(cs, nonFiniteBias()...)
+}
+
+// nonFiniteBias plant −Inf, +Inf and NaN in a bias: keys that −Inf
+// removes from a row (whose results stay finite), a row whose every key
+// is −Inf (O NaN, LSE −Inf, and NaN gradients, as the naive computation
+// gives), a +Inf entry (O NaN, LSE +Inf), a NaN entry a row sees, and
+// under the causal mask a NaN entry of a masked pair, which must change
+// nothing. Broadcast over everything, only what keeps the results finite
+// is planted: every head reads it.
+func nonFiniteBias() []variantCase {
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	var cs []variantCase
+	for _, full := range []bool{false, true} {
+		for _, causal := range []bool{false, true} {
+			p := kernels.Params{B: 2, H: 3, Nq: 150, Nk: 200, D: 32, Scale: 0.2, Causal: causal,
+				Bias: &kernels.Bias{Bb: 1, Hb: 1}}
+			if full {
+				p.Bias = &kernels.Bias{Bb: 2, Hb: 3}
+			}
+			cs = append(cs, variantCase{p: p, qGain: 1, plant: func(pr problem) {
+				nk := pr.p.Nk
+				at := func(slice, i, j int) *float32 { return &pr.bias[(slice*pr.p.Nq+i)*nk+j] }
+				for j := 3; j < nk; j += 7 {
+					*at(0, 10, j) = -inf // row 10 (a = 60 when causal) loses every 7th key
+				}
+				if pr.p.Causal {
+					*at(0, 90, 199) = nan // key 199 is masked for row 90 (a = 140)
+				}
+				if !full {
+					return
+				}
+				for j := range nk {
+					*at(0, 40, j) = -inf
+				}
+				*at(0, 120, 5) = inf
+				*at(4, 60, 33) = nan // batch entry 1, head 1; a = 110
+			}})
+		}
 	}
 	return cs
 }
@@ -155,13 +234,40 @@ func testVariants(t *testing.T, b kernels.Backend, prec kernels.Precision, o opt
 				pr.leak = o.maskedNaN
 			}
 			checkProblem(t, b, prec, pr)
-			if c.p.QLens != nil || c.p.KLens != nil {
-				// Padding is exact: zeros, not values within tolerance.
-				r := runPass(t, b, c.p, pr.q, pr.k, pr.v, pr.do, nil)
+			if c.p.QLens != nil || c.p.KLens != nil || c.p.Bias != nil {
+				// Padding is exact: zeros, not values within tolerance;
+				// so is dBias where no head that reads it sees the pair.
+				r := runPass(t, b, pr.params(), pr.q, pr.k, pr.v, pr.do, nil)
 				checkEmptyRows(t, c.p, r, true)
 				checkPaddingKeys(t, c.p, r)
+				checkUnseenBias(t, c.p, r)
 			}
 		})
+	}
+}
+
+// checkUnseenBias requires dBias = 0 exactly at every pair (i, j) of a
+// slice that no query head reading the slice sees: masked by every one,
+// or padding in every one. Nothing to check without a bias.
+func checkUnseenBias[T kernels.Float](t *testing.T, p kernels.Params, r result[T]) {
+	t.Helper()
+	if p.Bias == nil {
+		return
+	}
+	seen := make([]bool, p.BiasLen())
+	for bh := range p.B * p.H {
+		mask, off := p.Mask(bh/p.H), p.BiasOffset(bh)
+		for i := range p.Nq {
+			lo, hi := mask.KeyRange(i)
+			for j := lo; j < hi; j++ {
+				seen[off+i*p.Nk+j] = true
+			}
+		}
+	}
+	for e, s := range seen {
+		if !s && r.dbias[e] != 0 {
+			t.Fatalf("%T: %s is a pair no head sees: %v, want 0", r.dbias[0], describe("dBias", p, e), r.dbias[e])
+		}
 	}
 }
 
