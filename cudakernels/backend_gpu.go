@@ -245,7 +245,8 @@ func forward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse []T,
 		sb := f.scratchBytes(chunkParams(p, hc))
 		var scratch [slots]cu.DevicePtr
 		var aux auxArgs
-		parts := []part{{&scratch[0], sb}, {&scratch[1], sb}, aux.part(p)}
+		var bias biasArgs[T]
+		parts := append([]part{{&scratch[0], sb}, {&scratch[1], sb}, aux.part(p)}, bias.parts(p)...)
 		if keep {
 			st = &deviceState{b: b, p: p, elem: elemSize[T]()}
 			if st.a, err = newArena(part{&st.q, int64(tq.heads(bh)) * tq.bytes()}, part{&st.k, int64(tk.heads(bh)) * tk.bytes()},
@@ -268,12 +269,13 @@ func forward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse []T,
 		if err := b.xfer.workspace(parts...); err != nil {
 			return err
 		}
-		if err := aux.upload(); err != nil {
+		if err := errors.Join(aux.upload(), bias.upload()); err != nil {
 			return err
 		}
 		return pipeline(&b.xfer, bh, hc, []*staged[T]{&tq, &tk, &tv}, []*staged[T]{&to, &tl}, func(c chunk, s cu.Stream) error {
 			buf := fwdBuffers{q: tq.dev(c), k: tk.dev(c), v: tv.dev(c), o: to.dev(c), lse: tl.dev(c), scratch: scratch[c.slot],
 				vars: aux.at(p, c, 0)}
+			bias.set(&buf.vars)
 			if err := f.launch(chunkParams(p, c.n), buf, s); err != nil {
 				return fmt.Errorf("cudakernels: forward launch: %w", err)
 			}
@@ -331,23 +333,30 @@ func backward[T kernels.Float](b *Backend, p kernels.Params, st *deviceState, q,
 			return err
 		}
 		hc := groupHeads(p, capScratch(b.xfer.chunkHeads(bh, hb), perGroup/int64(g), hb))
+		var bias biasArgs[T]
+		biasParts := bias.parts(p)
+		if bias.wantsGrad() {
+			// dBias sums over every pair that shares a bias slice in one
+			// kernel, in a fixed order: the whole call is one chunk.
+			hc = bh
+		}
 		sb, err := backwardScratchBytes[T](b, chunkParams(p, hc))
 		if err != nil {
 			return err
 		}
 		var scratch [slots]cu.DevicePtr
 		var aux auxArgs
-		parts := []part{{&scratch[0], sb}, {&scratch[1], sb}, aux.part(p)}
+		parts := append([]part{{&scratch[0], sb}, {&scratch[1], sb}, aux.part(p)}, biasParts...)
 		for _, t := range slotted {
 			parts = append(parts, t.slotParts(hc)...)
 		}
 		if err := b.xfer.workspace(parts...); err != nil {
 			return err
 		}
-		if err := aux.upload(); err != nil {
+		if err := errors.Join(aux.upload(), bias.upload()); err != nil {
 			return err
 		}
-		return pipeline(&b.xfer, bh, hc, in, out, func(c chunk, s cu.Stream) error {
+		err = pipeline(&b.xfer, bh, hc, in, out, func(c chunk, s cu.Stream) error {
 			var dlseAt cu.DevicePtr
 			if dlse != nil {
 				dlseAt = tdlse.dev(c)
@@ -355,8 +364,13 @@ func backward[T kernels.Float](b *Backend, p kernels.Params, st *deviceState, q,
 			buf := bwdBuffers{q: tq.dev(c), k: tk.dev(c), v: tv.dev(c), o: to.dev(c), lse: tl.dev(c),
 				do: tdo.dev(c), delta: tdelta.dev(c), dq: tdq.dev(c), dk: tdk.dev(c), dv: tdv.dev(c), scratch: scratch[c.slot],
 				vars: aux.at(p, c, dlseAt)}
+			bias.set(&buf.vars)
 			return enqueueBackward[T](b, chunkParams(p, c.n), buf, s)
 		})
+		if err != nil {
+			return err
+		}
+		return bias.download()
 	})
 }
 

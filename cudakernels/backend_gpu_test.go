@@ -48,7 +48,7 @@ func newTestBackend(t testing.TB, opts ...Option) *Backend {
 // compute; tensorCoreVariants those of the tensor-core families.
 var (
 	gpuVariants = conformance.WithVariants(conformance.GQA, conformance.Window, conformance.Softcap, conformance.ALiBi,
-		conformance.Lengths, conformance.Dropout, conformance.LSEGradient)
+		conformance.Lengths, conformance.Dropout, conformance.LSEGradient, conformance.Bias)
 	familyVariants = map[Family]conformance.Option{
 		FamilySM80: conformance.WithVariants(conformance.LSEGradient),
 		FamilySM90: conformance.WithVariants(conformance.GQA, conformance.Window, conformance.Softcap, conformance.ALiBi,

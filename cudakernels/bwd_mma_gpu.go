@@ -46,7 +46,7 @@ func (b *mmaBackward) carve(p kernels.Params, base cu.DevicePtr, s *mmaBwdScratc
 // computes refuses every variant: the mma.sync kernels compute plain
 // attention.
 func (b *mmaBackward) computes(p kernels.Params) error {
-	return refuseVariants(p, "the mma.sync kernels", false, false)
+	return refuseVariants(p, "the mma.sync kernels", 0)
 }
 
 func (b *mmaBackward) scratchBytes(p kernels.Params) int64 { return b.carve(p, 0, &mmaBwdScratch{}) }

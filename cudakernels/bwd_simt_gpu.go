@@ -14,9 +14,13 @@ import (
 // type and padded head dimension: dK and dV per tile of keys, then dQ per
 // tile of queries, on the caller's tensors (rounded first where c.rounded:
 // enqueueBackward).
+//
+// With a bias gradient wanted it then runs dbias: one block per tile of
+// rows and keys of each bias slice, summing dS over the pairs that share
+// the slice (the launch then holds the whole call: backward).
 type simtBackward struct {
-	dkdv, dq cu.Function
-	c        choice
+	dkdv, dq, dbias cu.Function
+	c               choice
 }
 
 func loadSimtBackward(mod cu.Module, c choice, maxSmem int) (*simtBackward, error) {
@@ -29,10 +33,13 @@ func loadSimtBackward(mod cu.Module, c choice, maxSmem int) (*simtBackward, erro
 	if b.dq, err = lookup(mod, "flash_bwd_dq"+suffix, c.smemDQ, maxSmem); err != nil {
 		return nil, err
 	}
+	if b.dbias, err = lookup(mod, "flash_bwd_dbias"+suffix, c.smemDQ, maxSmem); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
-// computes accepts every variant.
+// computes accepts every variant, the bias included.
 func (b *simtBackward) computes(kernels.Params) error { return nil }
 
 func (b *simtBackward) scratchBytes(kernels.Params) int64 { return 0 }
@@ -46,7 +53,18 @@ func (b *simtBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Stream
 	if err := launch(b.dkdv, gridK, b.c.threads, b.c.smem, stream, &kp); err != nil {
 		return err
 	}
-	return launch(b.dq, gridQ, b.c.threads, b.c.smemDQ, stream, &kp)
+	if err := launch(b.dq, gridQ, b.c.threads, b.c.smemDQ, stream, &kp); err != nil {
+		return err
+	}
+	if kp.Dbias == 0 {
+		return nil
+	}
+	tiles := int64((p.Nq + b.c.rows - 1) / b.c.rows)
+	gridB, err := gridOver(buf.vars.biasSlices*tiles, p.Nk, b.c.rows)
+	if err != nil {
+		return err
+	}
+	return launch(b.dbias, gridB, b.c.threads, b.c.smemDQ, stream, &kp)
 }
 
 // callerOperands are the caller's dense tensors of a backward call.

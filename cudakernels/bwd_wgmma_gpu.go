@@ -69,9 +69,10 @@ func (b *wgmmaBackward) carve(p kernels.Params, base cu.DevicePtr, s *wgmmaBwdSc
 		part{&s.k, kb}, part{&s.kT, kb}, part{&s.v, kb}, part{&s.lseLog2, st}, part{&s.deltaPad, st})
 }
 
-// computes accepts every variant but dropout (the _var kernels).
+// computes accepts every variant but dropout and the bias (the _var
+// kernels).
 func (b *wgmmaBackward) computes(p kernels.Params) error {
-	return refuseVariants(p, "the Hopper (wgmma) kernels", true, false)
+	return refuseVariants(p, "the Hopper (wgmma) kernels", masksAndMods)
 }
 
 func (b *wgmmaBackward) scratchBytes(p kernels.Params) int64 {

@@ -87,9 +87,16 @@
 //   - Dropout draws kernels.Dropout's Philox4x32-10 mask (csrc/philox.cuh)
 //     from (seed, offset, b·H + h, i, j) of the call, the same bits as the
 //     CPU (TestDropoutMaskMatchesCPU reads it out of the forward).
+//   - The additive bias is added after ALiBi, read for visible pairs only.
+//     dBias, when wanted, comes from one more kernel (dbias_1tile): a
+//     block per tile of rows and keys of each bias slice recomputes S and
+//     dP for every pair that reads the slice, in a fixed order, and writes
+//     their dS summed, so dBias needs no scratch and no atomics; the whole
+//     call then runs as one chunk, since every pair of a slice must be on
+//     the device.
 //
-// The lengths and the ALiBi slopes go to the device once per call, into the
-// workspace. A gradient with respect to the LSE runs in every precision:
+// The lengths, the ALiBi slopes and the bias go to the device once per
+// call, into the workspace. A gradient with respect to the LSE runs in every precision:
 // dot_do_o writes D = rowsum(dO∘O) − dLSE, which every backward reads.
 //
 // # Precision modes

@@ -56,7 +56,7 @@ func (f *mmaForward) carve(p kernels.Params, base cu.DevicePtr, s *mmaFwdScratch
 // computes refuses every variant: the mma.sync kernels compute plain
 // attention.
 func (f *mmaForward) computes(p kernels.Params) error {
-	return refuseVariants(p, "the mma.sync kernels", false, false)
+	return refuseVariants(p, "the mma.sync kernels", 0)
 }
 
 func (f *mmaForward) scratchBytes(p kernels.Params) int64 { return f.carve(p, 0, &mmaFwdScratch{}) }

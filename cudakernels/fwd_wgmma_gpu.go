@@ -75,9 +75,10 @@ func (f *wgmmaForward) carve(p kernels.Params, base cu.DevicePtr, s *wgmmaFwdScr
 	return carve(base, part{&s.q, bh * nq * row}, part{&s.k, bkv * nk * row}, part{&s.vt, bkv * nk * row})
 }
 
-// computes accepts every variant but dropout (the _var kernels).
+// computes accepts every variant but dropout and the bias (the _var
+// kernels).
 func (f *wgmmaForward) computes(p kernels.Params) error {
-	return refuseVariants(p, "the Hopper (wgmma) kernels", true, false)
+	return refuseVariants(p, "the Hopper (wgmma) kernels", masksAndMods)
 }
 
 func (f *wgmmaForward) scratchBytes(p kernels.Params) int64 { return f.carve(p, 0, &wgmmaFwdScratch{}) }

@@ -33,4 +33,7 @@ type kernelParams struct {
 
 	DropoutThreshold, DropoutSeed, DropoutOffset int64
 	DropoutScale                                 float64
+
+	Bias, Dbias                     uint64
+	BiasBatchStride, BiasHeadStride int64
 }

@@ -37,6 +37,12 @@ type operands struct {
 type variantArgs struct {
 	pair0, heads              int64
 	qLens, kLens, alibi, dlse uint64
+	// The bias and its gradient (0: none wanted), the strides of the
+	// bias's batch and head dimensions (0 where broadcast), and its
+	// number of Nq×Nk slices, which sizes the dBias launch.
+	bias, dbias                     uint64
+	biasBatchStride, biasHeadStride int64
+	biasSlices                      int64
 }
 
 // newParams builds the kernels' argument for problem p on the tensors of ops.
@@ -65,6 +71,8 @@ func newParams(p kernels.Params, ops operands) kernelParams {
 	}
 	kp.QLens, kp.KLens, kp.Alibi, kp.Dlse = ops.vars.qLens, ops.vars.kLens, ops.vars.alibi, ops.vars.dlse
 	kp.Softcap = p.Softcap
+	kp.Bias, kp.Dbias = ops.vars.bias, ops.vars.dbias
+	kp.BiasBatchStride, kp.BiasHeadStride = ops.vars.biasBatchStride, ops.vars.biasHeadStride
 	if p.Dropout.On() {
 		// The seed's bits as they are; the kernels split them into the
 		// Philox key's two words.

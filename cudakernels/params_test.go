@@ -97,7 +97,7 @@ func TestParamsMirrorDetects(t *testing.T) {
 	swapped := append([]cField(nil), fields...)
 	swapped[0], swapped[1] = swapped[1], swapped[0]
 	retyped := append([]cField(nil), fields...)
-	retyped[len(retyped)-1].typ = "long long"
+	retyped[0].typ = "double"
 	for name, f := range map[string][]cField{"swapped": swapped, "retyped": retyped, "missing": fields[1:]} {
 		if len(checkMirror(f, typ)) == 0 {
 			t.Errorf("%s fields: no difference reported", name)

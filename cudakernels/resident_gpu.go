@@ -94,14 +94,14 @@ func (x *transfers) chunkHeads(bh int, headBytes int64) int {
 
 // chunkParams is p restricted to n (batch, head) pairs, as the chunk's
 // dense tensors hold them: B = 1, H = n, and n / (H/Hkv) key heads. The
-// lengths and ALiBi slopes, indexed by the call's batch entries and heads,
-// reach the kernels as device copies instead (variantArgs).
+// lengths, ALiBi slopes and bias, indexed by the call's batch entries and
+// heads, reach the kernels as device copies instead (variantArgs).
 func chunkParams(p kernels.Params, n int) kernels.Params {
 	if p.Hkv != 0 {
 		p.Hkv = n / (p.H / p.Hkv)
 	}
 	p.B, p.H = 1, n
-	p.QLens, p.KLens, p.ALiBi = nil, nil, nil
+	p.QLens, p.KLens, p.ALiBi, p.Bias = nil, nil, nil, nil
 	return p
 }
 

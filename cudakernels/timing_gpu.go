@@ -26,6 +26,9 @@ func (b *Backend) KernelTime(p kernels.Params, backward bool, reps int) (float64
 	if err := p.Validate(); err != nil {
 		return 0, err
 	}
+	if p.Bias != nil {
+		return 0, fmt.Errorf("%w: KernelTime does not time a bias yet", ErrUnsupported)
+	}
 	if reps < 1 {
 		return 0, fmt.Errorf("%w: reps = %d, want at least 1", kernels.ErrInvalidParams, reps)
 	}

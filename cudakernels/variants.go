@@ -10,17 +10,30 @@ import (
 // checkPlain refuses every attention variant of kernels.Params, listing
 // those p uses, with an error wrapping ErrUnsupported; plain attention
 // passes.
-func checkPlain(p kernels.Params) error { return refuseVariants(p, "the GPU", false, false) }
+func checkPlain(p kernels.Params) error { return refuseVariants(p, "the GPU", 0) }
+
+// variantSet is a set of attention variants that kernels compute.
+type variantSet uint8
+
+const (
+	// masksAndMods are grouped-query heads, windows, lengths, softcap and
+	// ALiBi.
+	masksAndMods variantSet = 1 << iota
+	dropoutVariant
+	biasVariant
+
+	allVariants = masksAndMods | dropoutVariant | biasVariant
+)
 
 // refuseVariants returns an error wrapping ErrUnsupported that lists the
-// variants of p that kernels (a family's, named for the message) do not
-// compute: dropout unless withDropout, every other variant unless
-// withOthers. A problem that uses none of those passes. Each backend entry
-// point asks the kernels the registry chose (their computes method), so a
-// caller never gets plain attention's result for another problem.
-func refuseVariants(p kernels.Params, kernelsName string, withOthers, withDropout bool) error {
+// variants of p outside computed, the set that kernels (a family's, named
+// for the message) compute. A problem that uses none of those passes. Each
+// backend entry point asks the kernels the registry chose (their computes
+// method), so a caller never gets plain attention's result for another
+// problem.
+func refuseVariants(p kernels.Params, kernelsName string, computed variantSet) error {
 	var used []string
-	if !withOthers {
+	if computed&masksAndMods == 0 {
 		if p.KVHeads() != p.H {
 			used = append(used, fmt.Sprintf("grouped-query attention (Hkv = %d, H = %d)", p.KVHeads(), p.H))
 		}
@@ -37,11 +50,11 @@ func refuseVariants(p kernels.Params, kernelsName string, withOthers, withDropou
 			used = append(used, "per-sequence lengths")
 		}
 	}
-	if !withDropout && p.Dropout.On() {
+	if computed&dropoutVariant == 0 && p.Dropout.On() {
 		used = append(used, fmt.Sprintf("dropout %v", p.Dropout.P))
 	}
-	if p.Bias != nil {
-		used = append(used, "an additive bias") // no GPU kernel computes it yet
+	if computed&biasVariant == 0 && p.Bias != nil {
+		used = append(used, "an additive bias")
 	}
 	if len(used) == 0 {
 		return nil

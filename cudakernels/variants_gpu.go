@@ -77,3 +77,76 @@ func (a *auxArgs) at(p kernels.Params, c chunk, dlse cu.DevicePtr) variantArgs {
 	v.qLens, v.kLens, v.alibi = addr(a.qLens), addr(a.kLens), addr(a.alibi)
 	return v
 }
+
+// biasArgs are the device copies of a call's bias and, when the caller
+// wants it, of its gradient, each a part of the workspace. The bias goes up
+// whole, once per call: every chunk's pairs read their slices of it.
+type biasArgs[T kernels.Float] struct {
+	p          kernels.Params
+	data, grad cu.DevicePtr
+}
+
+// parts returns the workspace parts of p's bias and gradient (none without
+// a bias; no gradient part unless the call wants dBias).
+func (a *biasArgs[T]) parts(p kernels.Params) []part {
+	a.p = p
+	if p.Bias == nil {
+		return nil
+	}
+	n := int64(p.BiasLen()) * int64(elemSize[T]())
+	parts := []part{{&a.data, n}}
+	if a.wantsGrad() {
+		parts = append(parts, part{&a.grad, n})
+	}
+	return parts
+}
+
+// wantsGrad reports whether the call writes dBias.
+func (a *biasArgs[T]) wantsGrad() bool { return a.p.Bias != nil && kernels.BiasGrad[T](a.p.Bias) != nil }
+
+// upload copies the bias to the device; like auxArgs.upload, it waits for
+// the pageable copy to land before any kernel may read it.
+func (a *biasArgs[T]) upload() error {
+	if a.p.Bias == nil {
+		return nil
+	}
+	if err := upload(a.data, kernels.BiasData[T](a.p.Bias)); err != nil {
+		return fmt.Errorf("cudakernels: copying the bias to the device: %w", err)
+	}
+	if err := cu.Synchronize(); err != nil {
+		return fmt.Errorf("cudakernels: copying the bias to the device: %w", err)
+	}
+	return nil
+}
+
+// download copies dBias back to the caller once every kernel is done.
+func (a *biasArgs[T]) download() error {
+	if !a.wantsGrad() {
+		return nil
+	}
+	g := kernels.BiasGrad[T](a.p.Bias)
+	if err := cu.MemcpyDtoH(unsafe.Pointer(&g[0]), a.grad, int64(len(g))*int64(elemSize[T]())); err != nil {
+		return fmt.Errorf("cudakernels: copying the bias gradient from the device: %w", err)
+	}
+	return nil
+}
+
+// set places the bias in v: its device addresses, and the strides of its
+// batch and head dimensions in elements, 0 where broadcast.
+func (a *biasArgs[T]) set(v *variantArgs) {
+	b := a.p.Bias
+	if b == nil {
+		return
+	}
+	v.bias, v.biasSlices = uint64(a.data), int64(b.Bb)*int64(b.Hb)
+	if a.wantsGrad() {
+		v.dbias = uint64(a.grad)
+	}
+	slice := int64(a.p.Nq) * int64(a.p.Nk)
+	if b.Hb != 1 {
+		v.biasHeadStride = slice
+	}
+	if b.Bb != 1 {
+		v.biasBatchStride = int64(b.Hb) * slice
+	}
+}

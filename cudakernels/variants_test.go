@@ -37,19 +37,24 @@ func TestRefuseVariants(t *testing.T) {
 	gqa.Hkv, gqa.KLens = 2, []int{3, 8}
 	drop := gqa
 	drop.Dropout = kernels.Dropout{P: 0.1, Seed: 1}
+	bias := drop
+	bias.Bias = &kernels.Bias{Bb: 1, Hb: 4}
 	for _, tc := range []struct {
-		name                    string
-		p                       kernels.Params
-		withOthers, withDropout bool
-		refused                 string // "" when accepted
+		name     string
+		p        kernels.Params
+		computed variantSet
+		refused  string // "" when accepted
 	}{
-		{"plain, nothing computed", plain, false, false, ""},
-		{"GQA and lengths, nothing computed", gqa, false, false, "grouped-query attention (Hkv = 2, H = 4), per-sequence lengths"},
-		{"GQA and lengths, all but dropout", gqa, true, false, ""},
-		{"GQA, lengths and dropout, all but dropout", drop, true, false, "dropout 0.1"},
-		{"GQA, lengths and dropout, everything", drop, true, true, ""},
+		{"plain, nothing computed", plain, 0, ""},
+		{"GQA and lengths, nothing computed", gqa, 0, "grouped-query attention (Hkv = 2, H = 4), per-sequence lengths"},
+		{"GQA and lengths, masks and modifiers", gqa, masksAndMods, ""},
+		{"GQA, lengths and dropout, masks and modifiers", drop, masksAndMods, "dropout 0.1"},
+		{"GQA, lengths and dropout, everything", drop, allVariants, ""},
+		{"bias and dropout, masks and modifiers", bias, masksAndMods, "dropout 0.1, an additive bias"},
+		{"bias and dropout, all but the bias", bias, masksAndMods | dropoutVariant, "an additive bias"},
+		{"bias and dropout, everything", bias, allVariants, ""},
 	} {
-		err := refuseVariants(tc.p, "test kernels", tc.withOthers, tc.withDropout)
+		err := refuseVariants(tc.p, "test kernels", tc.computed)
 		switch {
 		case tc.refused == "" && err != nil:
 			t.Errorf("%s: got %v, want nil", tc.name, err)

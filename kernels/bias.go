@@ -10,8 +10,8 @@ import "fmt"
 // (package documentation, Variants).
 //
 // The bias is the only Nq×Nk object of the problem, and the caller's: a
-// backend reads it where it is and never copies it whole (tiles of it at
-// most). The entry of a masked (row, key) pair never reaches a result,
+// CPU backend reads it where it is and never copies it whole (tiles of it
+// at most); a device backend copies it to the device once per call. The entry of a masked (row, key) pair never reaches a result,
 // whatever it holds, NaN included: a masked key stays masked. A −Inf entry
 // removes its key from its row.
 //

@@ -59,8 +59,8 @@
 // not the zeros of a row without keys. The kernels package documentation
 // (Variants) gives the exact semantics. They run on the CPU backend; on the
 // GPU, what each precision computes is in the README's table (the CUDA
-// cores, FP32 and float64, compute all but the bias, with the CPU's
-// dropout mask bit for bit). A GPU run of a node that uses one its kernels
+// cores, FP32 and float64, compute them all, with the CPU's dropout mask
+// bit for bit). A GPU run of a node that uses one its kernels
 // do not compute fails with an error wrapping cudakernels.ErrUnsupported,
 // never with another problem's result.
 //

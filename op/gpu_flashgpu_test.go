@@ -312,14 +312,11 @@ func TestGPUAttentionLSE(t *testing.T) {
 // TestVariantGraphsMatchReference on the GPU (FP32 and float64 on CUDA
 // cores) beside the CPU, Tape and Lisp machines: GQA, windows, softcap,
 // ALiBi, lengths and dropout (the same mask on both machines), alone and
-// together. The bias is not on the GPU yet (TestGPURefusesBias).
+// together, and the bias with its gradient.
 func TestGPUVariantGraphsMatchCPU(t *testing.T) {
 	requireGPU(t)
 	for i, vc := range variantCases() {
 		p := vc.params()
-		if p.Bias != nil {
-			continue
-		}
 		in := randomInputs(p, uint64(500+i))
 		for _, dt := range []tensor.Dtype{tensor.Float64, tensor.Float32} {
 			tol := 1e-10
@@ -334,7 +331,7 @@ func TestGPUVariantGraphsMatchCPU(t *testing.T) {
 						on.opts = append(slices.Clone(vc.opts), op.WithDevice(dev))
 						res[d] = on.build(t, dt, in).run(t, lisp)
 					}
-					for j, name := range []string{"O", "dQ", "dK", "dV"} {
+					for j, name := range []string{"O", "dQ", "dK", "dV", "dBias"}[:len(res[1])] {
 						scale := max(1, slices.Max(absAll(res[1][j])))
 						for e, want := range res[1][j] {
 							if d := math.Abs(res[0][j][e] - want); !(d <= tol*scale) {
@@ -348,16 +345,17 @@ func TestGPUVariantGraphsMatchCPU(t *testing.T) {
 	}
 }
 
-// TestGPURefusesBias: the CUDA kernels do not add a bias yet, so a GPU run
-// with one fails with ErrUnsupported rather than computing attention
-// without it.
-func TestGPURefusesBias(t *testing.T) {
+// TestGPURefusesBiasOnTensorCores: the tensor-core kernels do not add a
+// bias yet, so a BF16 run with one fails with ErrUnsupported rather than
+// computing attention without it.
+func TestGPURefusesBiasOnTensorCores(t *testing.T) {
 	requireGPU(t)
-	vc := variantCase{c: graphCase{1, 2, 16, 16, 64, true}, bias: [2]int{1, 2}, opts: []op.Option{op.WithDevice(op.GPU)}}
+	vc := variantCase{c: graphCase{1, 2, 16, 16, 64, true}, bias: [2]int{1, 2},
+		opts: []op.Option{op.WithDevice(op.GPU), op.WithPrecision(kernels.BF16)}}
 	gr := vc.build(t, tensor.Float32, randomInputs(vc.params(), 1))
 	m := gorgonia.NewTapeMachine(gr.g)
 	defer m.Close()
 	if err := m.RunAll(); !machineErrorIs(err, cudakernels.ErrUnsupported) {
-		t.Fatalf("a bias on the GPU: got %v, want ErrUnsupported", err)
+		t.Fatalf("a bias on the GPU in BF16: got %v, want ErrUnsupported", err)
 	}
 }

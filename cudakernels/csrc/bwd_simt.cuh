@@ -43,6 +43,20 @@ __device__ void dot_do_o(const Params& p) {
   static_cast<T*>(p.delta)[row] = acc;
 }
 
+// pair_grad returns dS = P∘(dP·Z − D) of a visible pair, the gradient with
+// respect to its score, given pr = P, dp = dO·V and d = D of its row, with
+// Z the pair's dropout factor (1/(1−p) kept, 0 dropped; 1 without dropout),
+// and turns pr into P·Z, the probability that dV takes. A dropped pair's
+// factors are selected, not multiplied, so that an infinite dP stays out.
+template <typename T>
+__device__ __forceinline__ T pair_grad(T& pr, T dp, T d, const Dropout& drop, long long pair, long long i, long long j) {
+  if (!drop.on()) return pr * (dp - d);
+  const bool kept = drop.kept(pair, i, j);
+  const T ds = pr * ((kept ? dp * T(drop.scale) : T(0)) - d);
+  pr = kept ? pr * T(drop.scale) : T(0);
+  return ds;
+}
+
 // dkdv_1colblock accumulates, for TILE keys j of one key head,
 //   dV_j = Σ_h Σ_i P_ij dO_i   and   dK_j = scale · Σ_h Σ_i dS_ij Q_i,
 // over the query heads h of its group (one under plain attention, in
@@ -96,7 +110,7 @@ __device__ void dkdv_1colblock(const Params& p) {
   const long long q_end = k0 <= last_key ? mask.query_hi(last_key) : 0;
   for (long long r = 0; r < p.kv_group; ++r) {
     const long long bh = kvh * p.kv_group + r;
-    const ScoreMod<T> mod = score_mod<T>(p, bh, mask);
+    const Scores<T> score = scores_of<T>(p, bh, mask);
     const long long pair = p.pair0 + bh;
     const T* qh = head_of(static_cast<const T*>(p.q), bh, p.h, p.q_batch_stride, p.q_head_stride);
     const T* doh = head_of(static_cast<const T*>(p.dout), bh, p.h, p.dout_batch_stride, p.dout_head_stride);
@@ -133,20 +147,11 @@ __device__ void dkdv_1colblock(const Params& p) {
         const long long i = q0 + qi;
         T pr = T(0), ds = T(0);
         if (i < nq && mask.sees(i, key)) {
+          // dK takes the gradient of scale·q·k: dS times the softcap's
+          // derivative.
           T dsoft;
-          const T si = mod.on ? mod.apply(s[c] * sc, i, key, dsoft) : s[c] * sc;
-          pr = M::exp(si - sLse[qi]);
-          T dpi = dp[c];
-          if (drop.on()) {
-            // O = Z·V with Z = P∘M/(1−p): dV takes Z and dP = (dO·Vᵀ)∘M/(1−p).
-            const bool kept = drop.kept(pair, i, key);
-            dpi = kept ? dpi * T(drop.scale) : T(0);
-            ds = pr * (dpi - sDelta[qi]);
-            pr = kept ? pr * T(drop.scale) : T(0);
-          } else {
-            ds = pr * (dpi - sDelta[qi]);
-          }
-          if (mod.on) ds *= dsoft;
+          pr = M::exp(score(s[c], i, key, dsoft) - sLse[qi]);
+          ds = pair_grad(pr, dp[c], sDelta[qi], drop, pair, i, key) * dsoft;
         }
         sPt[ty * (TILE + 1) + qi] = pr;
         sdSt[ty * (TILE + 1) + qi] = ds;
@@ -202,7 +207,7 @@ __device__ void dq_1rowblock(const Params& p) {
   const T* kh = head_of(static_cast<const T*>(p.k), kvh, kv_heads, p.k_batch_stride, p.k_head_stride);
   const T* vh = head_of(static_cast<const T*>(p.v), kvh, kv_heads, p.v_batch_stride, p.v_head_stride);
   const SeqMask mask = seq_mask(p, bh);
-  const ScoreMod<T> mod = score_mod<T>(p, bh, mask);
+  const Scores<T> score = scores_of<T>(p, bh, mask);
   const Dropout drop = dropout_of(p);
   const long long pair = p.pair0 + bh;
 
@@ -248,11 +253,8 @@ __device__ void dq_1rowblock(const Params& p) {
       T ds = T(0);
       if (lo <= key && key < hi) {
         T dsoft;
-        const T pr = M::exp((mod.on ? mod.apply(s[c] * sc, row, key, dsoft) : s[c] * sc) - lse_row);
-        T dpi = dp[c];
-        if (drop.on()) dpi = drop.kept(pair, row, key) ? dpi * T(drop.scale) : T(0);
-        ds = pr * (dpi - d_row);
-        if (mod.on) ds *= dsoft;
+        T pr = M::exp(score(s[c], row, key, dsoft) - lse_row);
+        ds = pair_grad(pr, dp[c], d_row, drop, pair, row, key) * dsoft;
       }
       sdS[ty * (TILE + 1) + kj] = ds;
     }
@@ -270,6 +272,101 @@ __device__ void dq_1rowblock(const Params& p) {
   if (row < nq) {
     T* dq = head_of(static_cast<T*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride);
     store_row<T, DP>(dq + row * p.dq_row_stride, acc, sc, dim);
+  }
+}
+
+// dbias_1tile writes dBias for TILE rows × TILE keys of one bias slice:
+// the sum of dS = P∘(dP − D) (no softcap derivative: the bias is added
+// after the softcap) over every query pair that reads the slice, batch
+// entries then heads in order, and 0 where none sees the entry. It
+// recomputes S and dP as dq_1rowblock does; the host launches it only when
+// the caller wants dBias, and then with the whole call in one launch, so
+// that every pair that shares a slice is on the device (pair0 = 0). Thread
+// rows are queries.
+template <typename T, int DP, int TILE>
+__device__ void dbias_1tile(const Params& p) {
+  using M = Math<T>;
+  const long long nq = p.nq, nk = p.nk, dim = p.dim;
+  constexpr int kLd = ld<DP>();
+  constexpr int kPerS = TILE / 8;
+  require_launch(TILE * 8, bwd_smem_elems<DP, TILE>() * sizeof(T));
+
+  T* sQ = reinterpret_cast<T*>(smem);
+  T* sdO = sQ + TILE * kLd;
+  T* sK = sdO + TILE * kLd;
+  T* sV = sK + TILE * kLd;
+
+  const long long q_tiles = (nq + TILE - 1) / TILE, k_tiles = (nk + TILE - 1) / TILE;
+  const long long slice = blockIdx.x / (q_tiles * k_tiles);
+  const long long q0 = blockIdx.x / k_tiles % q_tiles * TILE, k0 = blockIdx.x % k_tiles * TILE;
+  const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
+  const long long row = q0 + ty;
+  // The slice's batch entries and heads: one of each, or all of a broadcast
+  // dimension (stride 0).
+  const long long heads = p.heads, batches = p.b * p.h / heads;
+  const long long slice_heads = p.bias_head_stride != 0 ? heads : 1;
+  const long long sb = slice / slice_heads, sh = slice % slice_heads;
+  const long long b_lo = p.bias_batch_stride != 0 ? sb : 0, b_hi = p.bias_batch_stride != 0 ? sb + 1 : batches;
+  const long long h_lo = p.bias_head_stride != 0 ? sh : 0, h_hi = p.bias_head_stride != 0 ? sh + 1 : heads;
+  const long long kv_heads = p.h / p.kv_group;
+  const Dropout drop = dropout_of(p);
+
+  T acc[kPerS];
+#pragma unroll
+  for (int c = 0; c < kPerS; ++c) acc[c] = T(0);
+
+  for (long long b = b_lo; b < b_hi; ++b) {
+    const SeqMask mask = seq_mask(p, b * heads);
+    const long long last = (q0 + TILE < mask.lq ? q0 + TILE : mask.lq) - 1;
+    // No row of the tile sees a key of it: nothing to add for this entry.
+    if (q0 > last || mask.key_lo(q0) >= k0 + TILE || mask.key_hi(last) <= k0) continue;
+    const long long lo = row < nq ? mask.key_lo(row) : 0, hi = row < nq ? mask.key_hi(row) : 0;
+    for (long long h = h_lo; h < h_hi; ++h) {
+      const long long bh = b * heads + h, kvh = kv_pair(p, bh);
+      const Scores<T> score = scores_of<T>(p, bh, mask);
+      __syncthreads();  // the previous pair's tiles are no longer read
+      load_tile<T, DP, TILE>(sQ, head_of(static_cast<const T*>(p.q), bh, p.h, p.q_batch_stride, p.q_head_stride), q0,
+                             mask.lq, dim, p.q_row_stride);
+      load_tile<T, DP, TILE>(sdO, head_of(static_cast<const T*>(p.dout), bh, p.h, p.dout_batch_stride, p.dout_head_stride),
+                             q0, mask.lq, dim, p.dout_row_stride);
+      load_tile<T, DP, TILE>(sK, head_of(static_cast<const T*>(p.k), kvh, kv_heads, p.k_batch_stride, p.k_head_stride),
+                             k0, mask.lk, dim, p.k_row_stride);
+      load_tile<T, DP, TILE>(sV, head_of(static_cast<const T*>(p.v), kvh, kv_heads, p.v_batch_stride, p.v_head_stride),
+                             k0, mask.lk, dim, p.v_row_stride);
+      __syncthreads();
+      if (lo >= hi || hi <= k0 || lo >= k0 + TILE) continue;  // this row sees none of the tile's keys
+
+      T s[kPerS], dp[kPerS];
+#pragma unroll
+      for (int c = 0; c < kPerS; ++c) s[c] = dp[c] = T(0);
+#pragma unroll 8
+      for (int d = 0; d < DP; ++d) {
+        const T qd = sQ[ty * kLd + d], dod = sdO[ty * kLd + d];
+#pragma unroll
+        for (int c = 0; c < kPerS; ++c) {
+          s[c] = M::fma(qd, sK[(tx + 8 * c) * kLd + d], s[c]);
+          dp[c] = M::fma(dod, sV[(tx + 8 * c) * kLd + d], dp[c]);
+        }
+      }
+      const T lse_row = static_cast<const T*>(p.lse)[bh * nq + row];
+      const T d_row = static_cast<const T*>(p.delta)[bh * nq + row];
+#pragma unroll
+      for (int c = 0; c < kPerS; ++c) {
+        const long long key = k0 + tx + 8 * c;
+        if (lo <= key && key < hi) {
+          T dsoft;
+          T pr = M::exp(score(s[c], row, key, dsoft) - lse_row);
+          acc[c] += pair_grad(pr, dp[c], d_row, drop, p.pair0 + bh, row, key);
+        }
+      }
+    }
+  }
+
+  if (row < nq) {
+    T* out = static_cast<T*>(p.dbias) + sb * p.bias_batch_stride + sh * p.bias_head_stride + row * nk;
+#pragma unroll
+    for (int c = 0; c < kPerS; ++c)
+      if (k0 + tx + 8 * c < nk) out[k0 + tx + 8 * c] = acc[c];
   }
 }
 

@@ -24,6 +24,10 @@
   extern "C" __global__ void __launch_bounds__(TILE * 8)                                                     \
       flash_bwd_dq_simt_##NAME##_d##DP(const __grid_constant__ flash::Params p) {                            \
     flash::simt::dq_1rowblock<T, DP, TILE>(p);                                                               \
+  }                                                                                                          \
+  extern "C" __global__ void __launch_bounds__(TILE * 8)                                                     \
+      flash_bwd_dbias_simt_##NAME##_d##DP(const __grid_constant__ flash::Params p) {                         \
+    flash::simt::dbias_1tile<T, DP, TILE>(p);                                                                \
   }
 
 // Tile sizes: 32 rows (256 threads) everywhere except float64 at DP = 256,

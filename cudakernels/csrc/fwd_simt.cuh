@@ -39,7 +39,7 @@ __device__ void fwd_1rowblock(const Params& p) {
   const T* kh = head_of(static_cast<const T*>(p.k), kvh, kv_heads, p.k_batch_stride, p.k_head_stride);
   const T* vh = head_of(static_cast<const T*>(p.v), kvh, kv_heads, p.v_batch_stride, p.v_head_stride);
   const SeqMask mask = seq_mask(p, bh);
-  const ScoreMod<T> mod = score_mod<T>(p, bh, mask);
+  const Scores<T> score = scores_of<T>(p, bh, mask);
   const Dropout drop = dropout_of(p);
   const long long pair = p.pair0 + bh;
 
@@ -51,7 +51,6 @@ __device__ void fwd_1rowblock(const Params& p) {
   const long long last = (q0 + TILE < mask.lq ? q0 + TILE : mask.lq) - 1;
   const long long kv_begin = q0 <= last ? mask.key_lo(q0) / TILE * TILE : 0;
   const long long kv_end = q0 <= last ? mask.key_hi(last) : 0;
-  const T sc = T(p.scale);
 
   T m = -M::inf(), l = T(0);
   T acc[kPerO];
@@ -82,7 +81,7 @@ __device__ void fwd_1rowblock(const Params& p) {
     for (int c = 0; c < kPerS; ++c) {
       const long long key = k0 + tx + 8 * c;
       T dsoft;
-      s[c] = lo <= key && key < hi ? (mod.on ? mod.apply(s[c] * sc, row, key, dsoft) : s[c] * sc) : -M::inf();
+      s[c] = lo <= key && key < hi ? score(s[c], row, key, dsoft) : -M::inf();
       tile_max = s[c] > tile_max ? s[c] : tile_max;
     }
     const T tile_m = group8_max(tile_max);
@@ -128,7 +127,15 @@ __device__ void fwd_1rowblock(const Params& p) {
     const bool any_key = lo < hi;
     const T inv_l = any_key ? T(1) / l : T(0);
     store_row<T, DP>(oh + row * p.o_row_stride, acc, inv_l, dim);
-    if (tx == 0) static_cast<T*>(p.lse)[bh * nq + row] = any_key ? m + M::log(l) : M::inf();
+    // With m = +inf (an infinite bias or input), exp(s − m) is NaN at the
+    // scores equal to m, so l is NaN, but log Σ exp(s) is m itself, as the
+    // reference has it; the backward's P = exp(s − LSE) is then 0 at every
+    // finite score. (m = −inf is left to the formula: l = 0 gives −inf, and
+    // NaN scores, which the running maximum skips, make l and LSE NaN. A
+    // row with both a +inf and a NaN score gets +inf, where the reference,
+    // whose maximum is NaN, has NaN.)
+    const T lse = !any_key ? M::inf() : (m == M::inf() ? m : m + M::log(l));
+    if (tx == 0) static_cast<T*>(p.lse)[bh * nq + row] = lse;
   }
 }
 

@@ -90,9 +90,17 @@ struct Params {
   // offset (its low 32 bits) key and place the counter.
   long long dropout_threshold, dropout_seed, dropout_offset;
   double dropout_scale;
+  // The additive bias (kernels.Bias), [Bb, Hb, nq, nk] of the whole call
+  // in the kernels' element type, or null: query pair (batch b, head h)
+  // reads the slice at b·bias_batch_stride + h·bias_head_stride (0 for a
+  // broadcast dimension), rows nk apart. dbias, when not null, receives
+  // its gradient (dbias_1tile): dS summed over the pairs of each slice.
+  const void* bias;
+  void* dbias;
+  long long bias_batch_stride, bias_head_stride;
 };
 
-static_assert(sizeof(Params) == 60 * 8, "Params: every field is 8 bytes; update params.go's kernelParams too");
+static_assert(sizeof(Params) == 64 * 8, "Params: every field is 8 bytes; update params.go's kernelParams too");
 static_assert(__builtin_offsetof(Params, q_batch_stride) == 15 * 8, "Params: pointers come first");
 static_assert(__builtin_offsetof(Params, b) == 39 * 8, "Params: strides before sizes");
 static_assert(__builtin_offsetof(Params, scale) == 45 * 8, "Params: scale ends the plain problem");

@@ -121,4 +121,39 @@ __device__ __forceinline__ ScoreMod<T> score_mod(const Params& p, long long bh, 
   return f;
 }
 
+// bias_rows returns the bias slice of query pair bh (rows nk apart), or
+// null without a bias.
+template <typename T>
+__device__ __forceinline__ const T* bias_rows(const Params& p, long long bh) {
+  if (p.bias == nullptr) return nullptr;
+  const long long pair = p.pair0 + bh;
+  return static_cast<const T*>(p.bias) + pair / p.heads * p.bias_batch_stride + pair % p.heads * p.bias_head_stride;
+}
+
+// Scores turns the product q·k of query pair bh's row i and key j into
+// the score its softmax sees: scaled, then the softcap and ALiBi
+// (ScoreMod), then the bias; dsoft receives the softcap's derivative. The
+// CUDA-core kernels call it per element, for visible pairs only, so a
+// masked pair's bias is never read.
+template <typename T>
+struct Scores {
+  T scale;
+  ScoreMod<T> mod;
+  const T* bias;
+  long long nk;
+
+  __device__ __forceinline__ T operator()(T qk, long long i, long long j, T& dsoft) const {
+    dsoft = T(1);
+    T s = qk * scale;
+    if (mod.on) s = mod.apply(s, i, j, dsoft);
+    if (bias != nullptr) s += bias[i * nk + j];
+    return s;
+  }
+};
+
+template <typename T>
+__device__ __forceinline__ Scores<T> scores_of(const Params& p, long long bh, const SeqMask& m) {
+  return Scores<T>{static_cast<T>(p.scale), score_mod<T>(p, bh, m), bias_rows<T>(p, bh), p.nk};
+}
+
 }  // namespace flash
