@@ -102,7 +102,9 @@ func (a *biasArgs[T]) parts(p kernels.Params) []part {
 }
 
 // wantsGrad reports whether the call writes dBias.
-func (a *biasArgs[T]) wantsGrad() bool { return a.p.Bias != nil && kernels.BiasGrad[T](a.p.Bias) != nil }
+func (a *biasArgs[T]) wantsGrad() bool {
+	return a.p.Bias != nil && kernels.BiasGrad[T](a.p.Bias) != nil
+}
 
 // upload copies the bias to the device; like auxArgs.upload, it waits for
 // the pageable copy to land before any kernel may read it.
