@@ -59,14 +59,24 @@
 // kernels.MaxElements or the grid limit, allocation failure (ErrOutOfMemory),
 // no device (ErrNoDevice), devices older than compute capability 8.0,
 // unknown precisions (ErrUnsupported), and the attention variants of
-// kernels.Params in TF32, BF16 and FP16, which the tensor-core kernels do
-// not compute yet (ErrUnsupported; the tests claim no variant there but
-// the LSE gradient, so those cases skip).
+// kernels.Params that the kernels a call would run do not compute yet
+// (ErrUnsupported naming them; see Attention variants).
 //
 // # Attention variants
 //
-// The CUDA-core kernels (FP32 and float64) compute every variant of
-// kernels.Params, forward and backward, through Params' variant fields
+// Which kernels compute which variants of kernels.Params, forward and
+// backward (each kernel object's computes method says, and an entry point
+// refuses the rest with ErrUnsupported before any work):
+//
+//   - the CUDA-core kernels (FP32, float64, and the CUDA-core backward of
+//     the low precisions): all of them;
+//   - the Hopper family (wgmma, TF32, BF16, FP16): grouped-query heads,
+//     windows, lengths, softcap and ALiBi, in separate _var
+//     instantiations so that plain attention keeps its tuned kernels; not
+//     yet dropout or the bias;
+//   - the mma.sync family: none yet.
+//
+// The CUDA-core kernels work through Params' variant fields
 // (csrc/variants.cuh mirrors kernels.Mask and kernels.ModifyScore):
 //
 //   - Grouped-query attention: query pair bh reads key pair bh / (H/Hkv).

@@ -57,6 +57,27 @@ __device__ __forceinline__ T pair_grad(T& pr, T dp, T d, const Dropout& drop, lo
   return ds;
 }
 
+// row_products computes, for the thread's query row ty of the shared tiles
+// and its keys tx + 8c, s = q·k and dp = dO·v with one fma chain each, in
+// the order the forward's products use.
+template <typename T, int DP, int TILE>
+__device__ __forceinline__ void row_products(T (&s)[TILE / 8], T (&dp)[TILE / 8], const T* sQ, const T* sdO,
+                                             const T* sK, const T* sV) {
+  constexpr int kLd = ld<DP>();
+  const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
+#pragma unroll
+  for (int c = 0; c < TILE / 8; ++c) s[c] = dp[c] = T(0);
+#pragma unroll 8
+  for (int d = 0; d < DP; ++d) {
+    const T qd = sQ[ty * kLd + d], dod = sdO[ty * kLd + d];
+#pragma unroll
+    for (int c = 0; c < TILE / 8; ++c) {
+      s[c] = Math<T>::fma(qd, sK[(tx + 8 * c) * kLd + d], s[c]);
+      dp[c] = Math<T>::fma(dod, sV[(tx + 8 * c) * kLd + d], dp[c]);
+    }
+  }
+}
+
 // dkdv_1colblock accumulates, for TILE keys j of one key head,
 //   dV_j = Σ_h Σ_i P_ij dO_i   and   dK_j = scale · Σ_h Σ_i dS_ij Q_i,
 // over the query heads h of its group (one under plain attention, in
@@ -235,17 +256,7 @@ __device__ void dq_1rowblock(const Params& p) {
     __syncthreads();
 
     T s[kPerS], dp[kPerS];
-#pragma unroll
-    for (int c = 0; c < kPerS; ++c) s[c] = dp[c] = T(0);
-#pragma unroll 8
-    for (int d = 0; d < DP; ++d) {
-      const T qd = sQ[ty * kLd + d], dod = sdO[ty * kLd + d];
-#pragma unroll
-      for (int c = 0; c < kPerS; ++c) {
-        s[c] = M::fma(qd, sK[(tx + 8 * c) * kLd + d], s[c]);
-        dp[c] = M::fma(dod, sV[(tx + 8 * c) * kLd + d], dp[c]);
-      }
-    }
+    row_products<T, DP, TILE>(s, dp, sQ, sdO, sK, sV);
 #pragma unroll
     for (int c = 0; c < kPerS; ++c) {
       const int kj = tx + 8 * c;
@@ -337,17 +348,7 @@ __device__ void dbias_1tile(const Params& p) {
       if (lo >= hi || hi <= k0 || lo >= k0 + TILE) continue;  // this row sees none of the tile's keys
 
       T s[kPerS], dp[kPerS];
-#pragma unroll
-      for (int c = 0; c < kPerS; ++c) s[c] = dp[c] = T(0);
-#pragma unroll 8
-      for (int d = 0; d < DP; ++d) {
-        const T qd = sQ[ty * kLd + d], dod = sdO[ty * kLd + d];
-#pragma unroll
-        for (int c = 0; c < kPerS; ++c) {
-          s[c] = M::fma(qd, sK[(tx + 8 * c) * kLd + d], s[c]);
-          dp[c] = M::fma(dod, sV[(tx + 8 * c) * kLd + d], dp[c]);
-        }
-      }
+      row_products<T, DP, TILE>(s, dp, sQ, sdO, sK, sV);
       const T lse_row = static_cast<const T*>(p.lse)[bh * nq + row];
       const T d_row = static_cast<const T*>(p.delta)[bh * nq + row];
 #pragma unroll
