@@ -225,14 +225,17 @@
 // its first key's first row to its last real key's last, and only tiles
 // where some row misses some key are masked element by element. Padding
 // rows and rows that see no key get O = 0, LSE = +inf and dQ = 0, padding
-// keys and keys no row sees dK = dV = 0. Score modifiers (softcap, ALiBi)
-// act on the scaled score before the mask and the softmax's log2 units;
-// the backward recomputes P from the modified score and multiplies dS by
-// the softcap's derivative 1 − tanh² before dQ and dK. In the _var
-// kernels the element-wise work on a tile is compiled four times and
-// picked per tile: without modifiers masked and unmasked, with them with
-// and without the softcap (ALiBi needs no copy of its own: a slope of 0
-// leaves scores as they are).
+// keys and keys no row sees dK = dV = 0; a block with nothing to compute
+// writes those zeros and returns before any barrier or copy, and with
+// lengths the conversions image each sequence only up to its length
+// rounded up to a block, the tiles the kernels read. Score modifiers
+// (softcap, ALiBi) act on the scaled score before the mask and the
+// softmax's log2 units; the backward recomputes P from the modified score
+// and multiplies dS by the softcap's derivative 1 − tanh² before dQ and
+// dK. In the _var kernels the element-wise work on a tile is compiled four
+// times and picked per tile: without modifiers masked and unmasked, with
+// them with and without the softcap (ALiBi needs no copy of its own: a
+// slope of 0 leaves scores as they are).
 //
 // The CUDA-core family ("simt") works on tiles of 32 rows (16 for float64 at
 // D = 256) with 8 threads per row:

@@ -116,6 +116,10 @@ template <typename E, int DP> __host__ __device__ constexpr int bwd_dq_smem_byte
 // p.delta_pad[bh, i] = delta[bh, i] for the real rows i < lq of head bh,
 // +inf and 0 for its padding rows and up to nq rounded up to kBwdPad, so
 // that padding rows get P = 0 and dS = 0 whatever their inputs; grid-stride.
+// kVar (the _var kernels' statistics) stops at lq rounded up to kBwdPad:
+// the _var kernels read no row past it (a dQ block of padding rows loads
+// nothing, and dK/dV blocks step over real rows only).
+template <bool kVar>
 __device__ void prep_stats(const Params& p) {
   const float* __restrict__ lse = static_cast<const float*>(p.lse);
   const float* __restrict__ delta = static_cast<const float*>(p.delta);
@@ -124,8 +128,11 @@ __device__ void prep_stats(const Params& p) {
   const long long nq = p.nq, nq_pad = (nq + kBwdPad - 1) / kBwdPad * kBwdPad;
   const long long n = p.b * p.h * nq_pad, stride = static_cast<long long>(gridDim.x) * blockDim.x;
   for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const long long bh = i / nq_pad, r = i % nq_pad;
-    const bool real = r < seq_mask(p, bh).lq;
+    const long long bh = i / nq_pad, r = i % nq_pad, lq = seq_mask(p, bh).lq;
+    if constexpr (kVar) {
+      if (r >= (lq + kBwdPad - 1) / kBwdPad * kBwdPad) continue;
+    }
+    const bool real = r < lq;
     lse2[i] = real ? lse[bh * nq + r] * kLog2e : Math<float>::inf();
     dpad[i] = real ? delta[bh * nq + r] : 0.f;
   }
@@ -340,6 +347,20 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, const 
   // The last key of the block the outputs hold (keys past nk are image
   // padding, never stored).
   const long long k_last = (k0 + kBwdBlock < nk ? k0 + kBwdBlock : nk) - 1;
+  if constexpr (kVar) {
+    // No key is seen (padding keys, or keys no row's window reaches): dK =
+    // dV = 0, before any barrier or copy (the images of padding keys are
+    // not even written). k-like tensors have p.h / p.kv_group heads per
+    // batch entry.
+    if (n_steps <= 0) {
+      const long long kv_heads = p.h / p.kv_group;
+      zero_rows<kBwdThreads>(head_of(static_cast<float*>(p.dk), kvh, kv_heads, p.dk_batch_stride, p.dk_head_stride),
+                             k0, k_last + 1, p.dim, p.dk_row_stride);
+      zero_rows<kBwdThreads>(head_of(static_cast<float*>(p.dv), kvh, kv_heads, p.dv_batch_stride, p.dv_head_stride),
+                             k0, k_last + 1, p.dim, p.dv_row_stride);
+      return;
+    }
+  }
 
   if (threadIdx.x == 0) {
     mbar_init(kv_full, 1);
@@ -571,6 +592,16 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, const Seq
   const int g = lane / 4, t = lane % 4;
   // Grouped-query attention: K, V and Kᵀ of the key head of bh's group.
   const long long kvh = kVar ? kv_pair(p, bh) : bh;
+  if constexpr (kVar) {
+    // No row sees a key (padding rows, or a window past every key): dQ = 0,
+    // before any barrier, copy or statistic is read (the images and
+    // statistics of padding rows are not even written).
+    if (q0 >= mk.lq || mk.key_hi((q0 + kBwdBlock < mk.lq ? q0 + kBwdBlock : mk.lq) - 1) <= mk.key_lo(q0)) {
+      zero_rows<kBwdThreads>(head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride), q0,
+                             q0 + kBwdBlock < nq ? q0 + kBwdBlock : nq, p.dim, p.dq_row_stride);
+      return;
+    }
+  }
 
   // This thread's rows g and g+8 of its warp's 16: keys they see (lo ≤ j <
   // vis; row_keys), LSE in log2 units and D (padded rows: +inf and 0, and

@@ -103,6 +103,18 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, const Se
   const int n_tiles = static_cast<int>((kv_end + BK - 1) / BK) - t0;
   const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
+  if constexpr (kVar) {
+    // No row sees a key (padding rows, or a window past every key): O = 0
+    // and LSE = +inf, before any barrier or copy (the Q image of padding
+    // rows is not even written: to_image_rows_len).
+    if (kv_end <= kv_begin) {
+      const long long row_end = q0 + kFwdRows < nq ? q0 + kFwdRows : nq;
+      zero_rows<kFwdThreads>(head_of(static_cast<float*>(p.o), bh, p.h, p.o_batch_stride, p.o_head_stride), q0,
+                             row_end, p.dim, p.o_row_stride);
+      for (long long r = q0 + threadIdx.x; r < row_end; r += kFwdThreads) static_cast<float*>(p.lse)[bh * nq + r] = kInf;
+      return;
+    }
+  }
 
   if (threadIdx.x == 0) {
     mbar_init(full(0), 1);

@@ -97,5 +97,21 @@ __device__ __forceinline__ int offset_of(long long i, long long shift, long long
   return static_cast<int>(static_cast<unsigned>(i) + static_cast<unsigned>(shift) - static_cast<unsigned>(j));
 }
 
+// zero_rows writes 0 into rows [row0, row_end) of y (row stride ld),
+// columns below dim, with every thread of a block of kThreads: warps take
+// rows, lanes consecutive columns, so each store instruction writes one
+// contiguous run. The _var kernels' blocks with nothing to compute (every
+// row padding, or seeing no key; every key padding, or seen by no row)
+// write their outputs with it and return before setting up barriers or
+// loading a tile.
+template <int kThreads>
+__device__ __forceinline__ void zero_rows(float* y, long long row0, long long row_end, long long dim, long long ld) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (long long r = row0 + warp; r < row_end; r += kThreads / 32) {
+    float* yr = y + r * ld;
+    for (long long c = lane; c < dim; c += 32) yr[c] = 0.f;
+  }
+}
+
 }  // namespace sm90
 }  // namespace flash
