@@ -509,11 +509,24 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, const 
 
   // dK and dV of key head kvh: k-like tensors have p.h / p.kv_group heads
   // per batch entry (their strides are per key head).
-  const long long warp_key = k0 + wg * kBwdTile + warp * 16, kv_heads = kVar ? p.h / p.kv_group : p.h;
-  store_warp_rows<DP>(head_of(static_cast<float*>(p.dk), kvh, kv_heads, p.dk_batch_stride, p.dk_head_stride),
-                      acc_dk, warp_key, nk, p.dim, p.dk_row_stride, static_cast<float>(p.scale));
-  store_warp_rows<DP>(head_of(static_cast<float*>(p.dv), kvh, kv_heads, p.dv_batch_stride, p.dv_head_stride),
-                      acc_dv, warp_key, nk, p.dim, p.dv_row_stride, 1.f);
+  const long long kv_heads = kVar ? p.h / p.kv_group : p.h;
+  if constexpr (!kVar) {
+    const long long warp_key = k0 + wg * kBwdTile + warp * 16;
+    store_warp_rows<DP>(head_of(static_cast<float*>(p.dk), kvh, kv_heads, p.dk_batch_stride, p.dk_head_stride),
+                        acc_dk, warp_key, nk, p.dim, p.dk_row_stride, static_cast<float>(p.scale));
+    store_warp_rows<DP>(head_of(static_cast<float*>(p.dv), kvh, kv_heads, p.dv_batch_stride, p.dv_head_stride),
+                        acc_dv, warp_key, nk, p.dim, p.dv_row_stride, 1.f);
+  } else {
+    // Through the warpgroup's K and V tiles (store_wg_rows), which its
+    // products are done reading.
+    float* dk = head_of(static_cast<float*>(p.dk), kvh, kv_heads, p.dk_batch_stride, p.dk_head_stride);
+    float* dv = head_of(static_cast<float*>(p.dv), kvh, kv_heads, p.dv_batch_stride, p.dv_head_stride);
+    const float sk[2] = {scale, scale}, sv[2] = {1.f, 1.f};
+    store_wg_rows<DP, kWgBytes>(dk, p.dk_row_stride, k0 + wg * kBwdTile, nk, p.dim, sK + wg * kWgBytes, acc_dk, sk,
+                                wg, rows_vec(dk, p.dk_row_stride, p.dim));
+    store_wg_rows<DP, kWgBytes>(dv, p.dv_row_stride, k0 + wg * kBwdTile, nk, p.dim, sV + wg * kWgBytes, acc_dv, sv,
+                                wg, rows_vec(dv, p.dv_row_stride, p.dim));
+  }
 }
 
 // dkdv_colblock reads the images p.q, p.q_t, p.k, p.v, p.dout, p.dout_t and
@@ -709,8 +722,17 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, const Seq
     }
   }
 
-  store_warp_rows<DP>(head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride), acc,
-                      q0 + wg * kBwdTile + warp * 16, nq, p.dim, p.dq_row_stride, static_cast<float>(p.scale));
+  if constexpr (!kVar) {
+    store_warp_rows<DP>(head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride), acc,
+                        q0 + wg * kBwdTile + warp * 16, nq, p.dim, p.dq_row_stride, static_cast<float>(p.scale));
+  } else {
+    // Through the warpgroup's Q tile (store_wg_rows), which its products
+    // are done reading.
+    float* dq = head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride);
+    const float sq[2] = {scale, scale};
+    store_wg_rows<DP, kWgBytes>(dq, p.dq_row_stride, q0 + wg * kBwdTile, nq, p.dim, sQ + wg * kWgBytes, acc, sq, wg,
+                                rows_vec(dq, p.dq_row_stride, p.dim));
+  }
 }
 
 // dq_rowblock reads the images p.q, p.k, p.k_t, p.v, p.dout and the padded

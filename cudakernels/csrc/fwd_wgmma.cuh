@@ -266,8 +266,28 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, const Se
 
   // Epilogue: O = acc / l and LSE, row by row; rows that see no key get
   // O = 0 and LSE = +inf.
+  if constexpr (!kVar) {
 #pragma unroll
-  for (int r = 0; r < 2; ++r) finish_row(p, bh, row_of(r), vis[r] > 0, acc, r, m[r], l[r]);
+    for (int r = 0; r < 2; ++r) finish_row(p, bh, row_of(r), vis[r] > 0, acc, r, m[r], l[r]);
+  } else {
+    // As finish_row, with O stored through the warpgroup's Q tile
+    // (store_wg_rows), which its last S = Q·Kᵀ is done reading.
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+      const bool any_key = vis[r] > 0;
+      inv[r] = any_key ? 1.f / l[r] : 0.f;
+      if (t == 0 && row_of(r) < nq)
+        static_cast<float*>(p.lse)[bh * nq + row_of(r)] =
+            any_key ? (m[r] + log2f(l[r])) * 0.6931471805599453f : kInf;
+    }
+    float* o = head_of(static_cast<float*>(p.o), bh, p.h, p.o_batch_stride, p.o_head_stride);
+    constexpr int kWgQBytes = kQTileRows * DP * static_cast<int>(sizeof(typename E::Storage));
+    store_wg_rows<DP, kWgQBytes>(o, p.o_row_stride, q0 + wg * 64, nq, p.dim, sQ + wg * kWgQBytes, acc, inv, wg,
+                                 rows_vec(o, p.o_row_stride, p.dim));
+  }
 }
 
 // fwd_rowblock reads the images p.q, p.k and p.v (Vᵀ) and writes p.o and

@@ -113,5 +113,77 @@ __device__ __forceinline__ void zero_rows(float* y, long long row0, long long ro
   }
 }
 
+// wg_bar synchronises the 128 threads of warpgroup wg (named barrier
+// 1 + wg; barrier 0 is __syncthreads).
+__device__ __forceinline__ void wg_bar(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); }
+
+// store_wg_rows writes a warpgroup's fp32 accumulators c of DP columns
+// (64 rows: warp w holds rows 16w + g and 16w + g + 8, scaled by s[0] and
+// s[1]; n8 tile n holds columns 8n + 2t and 8n + 2t + 1) to rows row0 …
+// row0 + 63 of y (row stride ld; rows ≥ n and columns ≥ dim skipped)
+// through BYTES of shared memory at the shared address region, which no
+// other warpgroup touches. Stored straight from the accumulators, each
+// 4-byte store instruction of a warp hits 8 rows (8 lines, 8 cycles of the
+// L1 for 128 bytes); here the columns go through shared memory in passes of
+// W = BYTES / 256, in 16-byte chunks swizzled by row (chunk c of row r at
+// c ⊕ 2(r mod 4), so that a half-warp's 8-byte writes hit 32 distinct
+// banks, and 8 lanes' 16-byte reads of one row too), and come back a row
+// at a time: each warp stores 512 contiguous bytes per instruction (float4
+// where y, ld and dim allow: vec). Every thread of the warpgroup calls it;
+// it starts with a warpgroup barrier, so the region may still be in use by
+// the warpgroup (its wgmma must be complete) up to the call.
+template <int DP, int BYTES>
+__device__ __forceinline__ void store_wg_rows(float* y, long long ld, long long row0, long long n, long long dim,
+                                              uint32_t region, const float (&c)[DP / 8][4], const float (&s)[2],
+                                              int wg, bool vec) {
+  constexpr int W = BYTES / 256 < DP ? BYTES / 256 : DP;  // columns per pass
+  static_assert(W % 32 == 0 && DP % W == 0, "whole groups of 8 chunks per staged row, whole passes");
+  constexpr int kChunks = W / 4;  // 16-byte chunks per staged row
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int pass = 0; pass < DP / W; ++pass) {
+    wg_bar(wg);  // the region's earlier readers (wgmma, the last pass) are done
+#pragma unroll
+    for (int j = 0; j < W / 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = warp * 16 + g + 8 * h, col = 8 * j + 2 * t, n8 = pass * (W / 8) + j;
+        const uint32_t a = region + (r * kChunks + ((col / 4) ^ (2 * (r & 3)))) * 16 + (col & 3) * 4;
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(c[n8][2 * h] * s[h]),
+                     "f"(c[n8][2 * h + 1] * s[h])
+                     : "memory");
+      }
+    wg_bar(wg);
+#pragma unroll
+    for (int i = tid; i < 64 * kChunks; i += 128) {
+      const int r = i / kChunks, c4 = i % kChunks;
+      float4 v;
+      asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                   : "r"(region + (r * kChunks + (c4 ^ (2 * (r & 3)))) * 16)
+                   : "memory");
+      const long long row = row0 + r;
+      const int col = pass * W + 4 * c4;
+      if (row >= n || col >= dim) continue;
+      float* yr = y + row * ld + col;
+      if (vec) {  // asm: nvcc merged a plain float4 store with the scalar ones below into 4 scalar stores
+        asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(yr), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+                     : "memory");
+      } else {
+        yr[0] = v.x;
+        if (col + 1 < dim) yr[1] = v.y;
+        if (col + 2 < dim) yr[2] = v.z;
+        if (col + 3 < dim) yr[3] = v.w;
+      }
+    }
+  }
+}
+
+// rows_vec reports whether rows of y (row stride ld) take 16-byte stores
+// of 4 columns up to dim: store_wg_rows' vec.
+__device__ __forceinline__ bool rows_vec(const float* y, long long ld, long long dim) {
+  return (reinterpret_cast<unsigned long long>(y) & 15) == 0 && ld % 4 == 0 && dim % 4 == 0;
+}
+
 }  // namespace sm90
 }  // namespace flash
