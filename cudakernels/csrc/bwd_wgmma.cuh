@@ -247,15 +247,15 @@ __device__ __forceinline__ void copy_transposed(uint32_t dst, const typename E::
 // q0 + 8j + 2t + e%2) into Pᵀ = exp2(scale_log2·s − lt[query]) and its A
 // fragments pf, 0 where masked (kMasked) and the query does not see the
 // key: plain, query < qlo[key] (its rows see keys from 0); _var, outside
-// [qlo, qhi). With kMod the scores go through the modifiers first (a0: the
-// aligned offset a − j of query q0 + 2t and each key) and s is left holding
-// Pᵀ·dsoft, the factor dSᵀ takes, once pf holds Pᵀ: E::kK keys at a time,
-// so that dsoft lives for one fragment only (Pᵀ and Pᵀ·dsoft at once would
-// cost 32 registers more).
+// [qlo, qhi). With kMod the scores go through the modifiers first
+// (modified; ar: each key's ALiBi bias over the step's queries) and s is
+// left holding Pᵀ·dsoft, the factor dSᵀ takes, once pf holds Pᵀ: E::kK
+// keys at a time, so that dsoft lives for one fragment only (Pᵀ and
+// Pᵀ·dsoft at once would cost 32 registers more).
 template <typename E, bool kVar, bool kMod, bool kMasked, bool kCap, int NS>
-__device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[NS * 8 / E::kK][4], float scale,
-                                           float scale_log2, const float* lt, int q0, int t, const int (&qlo)[2],
-                                           const int (&qhi)[2], const Mods& md, const int (&a0)[2]) {
+__device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[NS * 8 / E::kK][4], float scale_log2,
+                                           const float* lt, int q0, int t, const int (&qlo)[2], const int (&qhi)[2],
+                                           const Mods& md, const AlibiRow<1> (&ar)[2]) {
   constexpr int kT = E::kK / 8;  // score tiles per fragment
 #pragma unroll
   for (int kk = 0; kk < NS / kT; ++kk) {
@@ -265,9 +265,7 @@ __device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[NS 
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int j = kk * kT + c, col = 8 * j + 2 * t + (e & 1), h = e >> 1;
-        float x = s[j][e] * scale_log2;
-        dsoft[c][e] = 1.f;
-        if constexpr (kMod) x = modify<kCap>(s[j][e] * scale, md, a0[h] + 8 * j + (e & 1), dsoft[c][e]) * kLog2e;
+        const float x = modified<kMod, kCap, kMasked>(s[j][e], scale_log2, md, ar[h], 8 * j + (e & 1), dsoft[c][e]);
         float p = exp2f(x - lt[col]);
         if constexpr (kVar) {
           if (kMasked && (q0 + col < qlo[h] || q0 + col >= qhi[h])) p = 0.f, dsoft[c][e] = 0.f;
@@ -439,7 +437,7 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, const 
     const float* lt = reinterpret_cast<const float*>(sm + stats_off + stage * kStats);
     const float* dt = reinterpret_cast<const float*>(sm + stats_off + (2 + stage) * kStats);
     if constexpr (kVar) {
-      if (mod && it == it0) md = mods_of(score_mod<float>(p, bh, mk));  // a new query head: its ALiBi slope
+      if (mod && it == it0) md = mods_of(score_mod<float>(p, bh, mk), scale);  // a new query head: its ALiBi slope
     }
     mbar_wait(full(stage), parity);
 
@@ -464,18 +462,22 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, const 
     const long long q_last = (q0 + STEP < nq ? q0 + STEP : nq) - 1;
     const bool masked = !(k_last < mk.key_hi(q0) && (!kVar || mk.key_lo(q_last) <= k0));
     uint32_t pf[STEP / E::kK][4];
+    AlibiRow<1> ar[2];  // each key's ALiBi bias over the step (a − j of query q0 + 2t: column offset 0)
     if constexpr (!kVar) {
       with_mask(masked, [&](auto kMasked) {
-        probs_dkdv<E, false, false, kMasked, false>(s, pf, scale, scale_log2, lt, static_cast<int>(q0), t, qlo, qhi,
-                                                    md, qlo);
+        probs_dkdv<E, false, false, kMasked, false>(s, pf, scale_log2, lt, static_cast<int>(q0), t, qlo, qhi, md, ar);
       });
     } else {
-      with_variant(masked, mod, md.cap != 0.f, [&](auto kMasked, auto kMod, auto kCap) {
-        int a0[2] = {0, 0};  // a − j of query q0 + 2t and each key
-        if constexpr (kMod)
-          for (int h = 0; h < 2; ++h) a0[h] = offset_of(q0, md.shift, key0 + 8 * h) + 2 * t;
-        probs_dkdv<E, true, kMod, kMasked, kCap>(s, pf, scale, scale_log2, lt, static_cast<int>(q0), t, qlo, qhi, md,
-                                                 a0);
+      // A key whose queries cross its diagonal in this step takes the
+      // masked copy (AlibiRow).
+      bool uniform = true;
+      if (md.slope_l2 != 0.f) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          uniform &= ar[h].set(offset_of(q0, md.shift, key0 + 8 * h) + 2 * t, STEP - 7, md.slope_l2);
+      }
+      with_variant(masked || !uniform, mod, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
+        probs_dkdv<E, true, kMod, kMasked, kCap>(s, pf, scale_log2, lt, static_cast<int>(q0), t, qlo, qhi, md, ar);
       });
     }
     mbar_wait(tfull(ts), (i / TST) & 1);
@@ -549,21 +551,21 @@ __device__ void dkdv_colblock(const Params& p) {
 // probs_dq turns S (element e of tile j: row e/2, key k0 + 8j + 2t + e%2)
 // into P = exp2(scale_log2·s − lse2[row]), 0 where masked (kMasked) and the
 // key lies outside the row's [lo, hi); with kMod the scores go through the
-// modifiers first (a0: the aligned offset a − j of each row and key k0 + 2t)
+// modifiers first (modified; ar: each row's ALiBi bias over the step's keys)
 // and s holds P·dsoft, the factor dS takes.
 template <bool kMod, bool kMasked, bool kCap, int NS>
-__device__ __forceinline__ void probs_dq(float (&s)[NS][4], float scale, float scale_log2, const float (&lse2)[2],
-                                         int k0, int t, const int (&lo)[2], const int (&hi)[2], const Mods& md,
-                                         const int (&a0)[2]) {
+__device__ __forceinline__ void probs_dq(float (&s)[NS][4], float scale_log2, const float (&lse2)[2], int k0, int t,
+                                         const int (&lo)[2], const int (&hi)[2], const Mods& md,
+                                         const AlibiRow<-1> (&ar)[2]) {
 #pragma unroll
   for (int j = 0; j < NS; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int key = k0 + 8 * j + 2 * t + (e & 1), h = e >> 1;
-      float x = s[j][e] * scale_log2, dsoft = 1.f;
-      if constexpr (kMod) x = modify<kCap>(s[j][e] * scale, md, a0[h] - 8 * j - (e & 1), dsoft) * kLog2e;
+      float dsoft;
+      const float x = modified<kMod, kCap, kMasked>(s[j][e], scale_log2, md, ar[h], 8 * j + (e & 1), dsoft);
       float p = exp2f(x - lse2[h]);
-      if constexpr (kMod) p *= dsoft;
+      if constexpr (kCap) p *= dsoft;
       if (kMasked && (key < lo[h] || key >= hi[h])) p = 0.f;
       s[j][e] = p;
     }
@@ -697,11 +699,17 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, const Seq
       probs_by_row(s, scale_log2, l2, k0 + STEP > vis_min, k0, t, vis);
     } else {
       const bool masked = !(lo_max <= k0 && k0 + STEP <= vis_min);
-      with_variant(masked, md.on, md.cap != 0.f, [&](auto kMasked, auto kMod, auto kCap) {
-        int a0[2] = {0, 0};  // a − k0 − 2t of each row
-        if constexpr (kMod)
-          for (int h = 0; h < 2; ++h) a0[h] = offset_of(row0 + 8 * h, md.shift, k0) - 2 * t;
-        probs_dq<kMod, kMasked, kCap>(s, scale, scale_log2, l2, static_cast<int>(k0), t, lo32, hi32, md, a0);
+      // Each row's ALiBi bias over the step (a − k0 − 2t: column offset 0);
+      // a row crossing its diagonal takes the masked copy.
+      AlibiRow<-1> ar[2];
+      bool uniform = true;
+      if (md.slope_l2 != 0.f) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          uniform &= ar[h].set(offset_of(row0 + 8 * h, md.shift, k0) - 2 * t, STEP - 7, md.slope_l2);
+      }
+      with_variant(masked || !uniform, md.on, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
+        probs_dq<kMod, kMasked, kCap>(s, scale_log2, l2, static_cast<int>(k0), t, lo32, hi32, md, ar);
       });
     }
     wgmma_wait<0>();
@@ -747,7 +755,7 @@ __device__ void dq_rowblock(const Params& p) {
     require_plain(p);
     dq_body<E, DP, false>(p, bh, mk, Mods{});
   } else {
-    dq_body<E, DP, true>(p, bh, mk, mods_of(score_mod<float>(p, bh, mk)));
+    dq_body<E, DP, true>(p, bh, mk, mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale)));
   }
 }
 

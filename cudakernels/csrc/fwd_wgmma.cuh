@@ -28,9 +28,9 @@
 // element by element only where one of a thread's rows misses one of its
 // keys, so whole tiles inside every row's range keep the unmasked loop.
 // Padding rows and rows that see no key get O = 0 and LSE = +inf (a block
-// of them walks no tile). Score modifiers: the scaled score goes through
-// the softcap and ALiBi (modify) in natural units, before the mask and the
-// conversion to log2 units that the online softmax works in.
+// of them walks no tile). Score modifiers: the score goes through the
+// softcap and ALiBi (modified, in the log2 units the online softmax works
+// in) before the mask.
 #pragma once
 #include "common.cuh"
 #include "sm90.cuh"
@@ -159,7 +159,6 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, const Se
   const int hi32[2] = {static_cast<int>(vis[0]), static_cast<int>(vis[1])};
 
   const float scale_log2 = static_cast<float>(p.scale) * 1.4426950408889634f;
-  const float scale = static_cast<float>(p.scale);
   float m[2] = {-kInf, -kInf}, l[2] = {0.f, 0.f};  // l: this thread's partial sums
   float acc[kNO][4];
 #pragma unroll
@@ -198,18 +197,24 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, const Se
           }
       });
     } else {
-      // The modifiers act on the scaled score in natural units, before the
-      // mask and the conversion to log2 units.
-      with_variant(masked, md.on, md.cap != 0.f, [&](auto kMasked, auto kMod, auto kCap) {
-        int a0[2] = {0, 0};  // a − k0 − 2t of each row
-        if constexpr (kMod)
-          for (int r = 0; r < 2; ++r) a0[r] = offset_of(row_of(r), md.shift, k0) - 2 * t;
+      // The modifiers act on the scaled score before the mask (modified).
+      // ALiBi: the bias of each row over this tile (a − k0 − 2t: the
+      // distance at column offset 0); a row crossing its diagonal takes the
+      // masked copy.
+      AlibiRow<-1> ar[2];
+      bool uniform = true;
+      if (md.slope_l2 != 0.f) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          uniform &= ar[r].set(offset_of(row_of(r), md.shift, k0) - 2 * t, BK - 7, md.slope_l2);
+      }
+      with_variant(masked || !uniform, md.on, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
 #pragma unroll
         for (int j = 0; j < kNS; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            float x = s[j][e] * scale_log2, dsoft;
-            if constexpr (kMod) x = modify<kCap>(s[j][e] * scale, md, a0[e / 2] - j * 8 - (e & 1), dsoft) * kLog2e;
+            float dsoft;
+            float x = modified<kMod, kCap, kMasked>(s[j][e], scale_log2, md, ar[e / 2], 8 * j + (e & 1), dsoft);
             const int key = static_cast<int>(k0) + j * 8 + 2 * t + (e & 1);
             if (kMasked && (key < lo32[e / 2] || key >= hi32[e / 2])) x = -kInf;
             s[j][e] = x;
@@ -301,7 +306,7 @@ __device__ void fwd_rowblock(const Params& p) {
     require_plain(p);
     fwd_body<E, DP, false>(p, bh, mk, Mods{});
   } else {
-    fwd_body<E, DP, true>(p, bh, mk, mods_of(score_mod<float>(p, bh, mk)));
+    fwd_body<E, DP, true>(p, bh, mk, mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale)));
   }
 }
 

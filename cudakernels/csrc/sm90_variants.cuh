@@ -11,11 +11,12 @@
 // the scores (scale, modifiers, mask, exp) four times, picked per tile by
 // with_variant: without modifiers masked and unmasked, as the plain kernel
 // does, so that grouped heads and masks alone pay nothing for the
-// modifiers; with them, with and without the softcap, both masked (a tanh
-// per score costs far more than two compares, and a fifth and sixth copy
-// of the loop would only lengthen the module). A whole copy of the body for
-// the modifiers, chosen once per block, was tried first: the module's PTX
-// grew from 2.1 to 11 MB (7.3 MB this way) with the same loops.
+// modifiers; with them, with and without the softcap, masked and unmasked
+// (six copies: the modifiers' unmasked tiles, most of them, skip the
+// compares, and ALiBi's bias is one FFMA there: AlibiRow). A whole copy of
+// the body for the modifiers, chosen once per block, was tried first: the
+// module's PTX grew from 2.1 to 11 MB (7.3 MB with four copies of the
+// element-wise loops alone) with the same loops.
 #pragma once
 #include "common.cuh"
 #include "variants.cuh"
@@ -44,50 +45,96 @@ __device__ __forceinline__ void row_keys(const SeqMask& m, long long i, long lon
   if (lo >= hi) lo = hi = 0;
 }
 
-// Mods holds a query head's ScoreMod in the form the loops use: the softcap
-// c and 1/c (scores are multiplied by 1/c rather than divided by c: a
-// division per score cost more than the tanh, and the two differ by an ulp
-// of the tanh's argument, far below the operands' rounding) and the ALiBi
-// slope (0 when off: subtracting 0·|a − j| leaves every score as it was, so
-// ALiBi needs no branch of its own).
+// Mods holds a query head's ScoreMod in the form the loops use, in the
+// softmax's log2 units: a raw score s (Q·Kᵀ, before the scale) becomes
+// cap_l2·tanh(cap_in·s) + bias with the softcap c (cap_in = scale/c: a
+// product, since a division per score cost more than the tanh; cap_l2 =
+// c·log2e), else s·scale·log2e + bias, the ALiBi bias being
+// −slope_l2·|a − j| (slope_l2 = slope·log2e; 0 when off, which leaves
+// every score as it was: AlibiRow).
 struct Mods {
-  float cap, inv_cap, slope;
+  float cap_in, cap_l2, slope_l2;
   long long shift;
-  bool on;  // any modifier: the ScoreMod's on
+  bool on;      // any modifier: the ScoreMod's on
+  bool capped;  // the softcap
 };
-__device__ __forceinline__ Mods mods_of(const ScoreMod<float>& f) {
-  return Mods{f.cap, f.cap != 0.f ? 1.f / f.cap : 0.f, f.slope, f.shift, f.on};
+__device__ __forceinline__ Mods mods_of(const ScoreMod<float>& f, float scale) {
+  const bool capped = f.cap != 0.f;
+  return Mods{capped ? scale * (1.f / f.cap) : 0.f, f.cap * kLog2e, f.slope * kLog2e, f.shift, f.on, capped};
 }
 
 // with_variant calls body(kMasked, kMod, kCap) with compile-time flags
-// (MaskFlag): (masked, false, false) without modifiers, (true, true, cap)
-// with them. mod and cap are uniform over the block, masked per thread as
-// with_mask.
+// (MaskFlag): (masked, false, false) without modifiers, (masked, true, cap)
+// with them: six copies of the element-wise loop, so that unmasked tiles
+// skip the two compares per score with the modifiers too. mod and cap are
+// uniform over the block, masked per thread as with_mask.
 template <typename F>
 __device__ __forceinline__ void with_variant(bool masked, bool mod, bool cap, F&& body) {
   if (mod) {
     if (cap)
-      body(MaskFlag<true>{}, MaskFlag<true>{}, MaskFlag<true>{});
+      with_mask(masked, [&](auto kMasked) { body(kMasked, MaskFlag<true>{}, MaskFlag<true>{}); });
     else
-      body(MaskFlag<true>{}, MaskFlag<true>{}, MaskFlag<false>{});
+      with_mask(masked, [&](auto kMasked) { body(kMasked, MaskFlag<true>{}, MaskFlag<false>{}); });
   } else {
     with_mask(masked, [&](auto kMasked) { body(kMasked, MaskFlag<false>{}, MaskFlag<false>{}); });
   }
 }
 
-// modify applies the softcap (kCap) and ALiBi to a scaled score x (natural
-// units) whose row is d keys after its key (d = a − j, a the row's aligned
-// position), as ScoreMod::apply does, and sets dsoft to the softcap's
-// derivative (1 without it).
-template <bool kCap>
-__device__ __forceinline__ float modify(float x, const Mods& md, int d, float& dsoft) {
+// AlibiRow is the ALiBi bias −slope_l2·|d| (log2 units) of one of a
+// thread's rows over one tile. The scores of that row in the tile sit at
+// column offsets c = 8j + e (0 ≤ c ≤ span) of the C layout, and their
+// aligned distance d = a − j is base + kDir·c (kDir = −1 where the columns
+// are keys: forward and dQ; +1 where they are queries: dK/dV). Where every
+// column's d has one sign σ (uniform), the bias is k + m·c with
+// k = −σ·slope_l2·base and m = −σ·kDir·slope_l2: one FFMA per score, the
+// column offset an immediate, no integer work. A row whose tile crosses its
+// diagonal a = j (not uniform) needs |d| per score; the loops take the
+// masked copy for it, which computes −slope_l2·|base + kDir·c| (a float
+// subtraction, exact below 2²⁴, and a multiply with the absolute-value
+// modifier). Under the causal mask every score an unmasked tile leaves has
+// d ≥ 0, so its tiles are uniform and only the masked ones pay. The
+// integer arithmetic of the old code (|d| and its conversion per score)
+// cost some 6 instructions per score.
+template <int kDir>
+struct AlibiRow {
+  float k = 0.f, m = 0.f, base = 0.f;
+
+  // set returns whether the row is uniform over c ∈ [0, span].
+  __device__ __forceinline__ bool set(int base_i, int span, float slope_l2) {
+    const int lo = kDir > 0 ? base_i : base_i - span, hi = kDir > 0 ? base_i + span : base_i;
+    const bool pos = lo >= 0;
+    const float sg = pos ? 1.f : -1.f;
+    base = static_cast<float>(base_i);
+    k = -sg * slope_l2 * base;
+    m = -sg * static_cast<float>(kDir) * slope_l2;
+    return pos || hi <= 0;
+  }
+  template <bool kMasked>
+  __device__ __forceinline__ float bias(int c, float slope_l2) const {
+    if constexpr (kMasked)
+      return -slope_l2 * fabsf(base + static_cast<float>(kDir * c));
+    else
+      return fmaf(static_cast<float>(c), m, k);
+  }
+};
+
+// modified returns a raw score s in log2 units through the modifiers (kMod;
+// kCap: the softcap) with the ALiBi bias of row ar at column offset c (see
+// Mods), and sets dsoft to the softcap's derivative 1 − tanh² (1 without
+// it); without modifiers, s·scale_log2.
+template <bool kMod, bool kCap, bool kMasked, int kDir>
+__device__ __forceinline__ float modified(float s, float scale_log2, const Mods& md, const AlibiRow<kDir>& ar, int c,
+                                          float& dsoft) {
   dsoft = 1.f;
   if constexpr (kCap) {
-    const float t = tanhf(x * md.inv_cap);
-    x = md.cap * t;
-    dsoft = 1.f - t * t;
+    const float th = tanhf(s * md.cap_in);
+    dsoft = 1.f - th * th;
+    return fmaf(th, md.cap_l2, ar.template bias<kMasked>(c, md.slope_l2));
+  } else if constexpr (kMod) {
+    return fmaf(s, scale_log2, ar.template bias<kMasked>(c, md.slope_l2));
+  } else {
+    return s * scale_log2;
   }
-  return x - md.slope * static_cast<float>(d < 0 ? -d : d);
 }
 
 // offset_of is a − j for row i, key j of a mask's shift, in 32 bits; the
