@@ -229,10 +229,12 @@
 // writes those zeros and returns before any barrier or copy, and with
 // lengths the conversions image each sequence only up to its length
 // rounded up to a block, the tiles the kernels read. Score modifiers
-// (softcap, ALiBi) act on the scaled score before the mask and the
-// softmax's log2 units; the backward recomputes P from the modified score
-// and multiplies dS by the softcap's derivative 1 − tanh² before dQ and
-// dK. In the _var kernels the element-wise work on a tile is compiled four
+// (softcap, ALiBi) act on the scaled score before the mask, in the
+// softmax's log2 units; the softcap's tanh is the hardware tanh.approx for
+// BF16 and FP16 operands (its 2⁻¹¹ error is within what their rounding
+// already costs) and the library's tanhf for TF32. The backward recomputes
+// P from the modified score and multiplies dS by the softcap's derivative
+// 1 − tanh² before dQ and dK. In the _var kernels the element-wise work on a tile is compiled four
 // times and picked per tile: without modifiers masked and unmasked, with
 // them with and without the softcap (ALiBi needs no copy of its own: a
 // slope of 0 leaves scores as they are).

@@ -265,7 +265,8 @@ __device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[NS 
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int j = kk * kT + c, col = 8 * j + 2 * t + (e & 1), h = e >> 1;
-        const float x = modified<kMod, kCap, kMasked>(s[j][e], scale_log2, md, ar[h], 8 * j + (e & 1), dsoft[c][e]);
+        const float x =
+            modified<E, kMod, kCap, kMasked>(s[j][e], scale_log2, md, ar[h], 8 * j + (e & 1), dsoft[c][e]);
         float p = exp2f(x - lt[col]);
         if constexpr (kVar) {
           if (kMasked && (q0 + col < qlo[h] || q0 + col >= qhi[h])) p = 0.f, dsoft[c][e] = 0.f;
@@ -553,7 +554,7 @@ __device__ void dkdv_colblock(const Params& p) {
 // key lies outside the row's [lo, hi); with kMod the scores go through the
 // modifiers first (modified; ar: each row's ALiBi bias over the step's keys)
 // and s holds P·dsoft, the factor dS takes.
-template <bool kMod, bool kMasked, bool kCap, int NS>
+template <typename E, bool kMod, bool kMasked, bool kCap, int NS>
 __device__ __forceinline__ void probs_dq(float (&s)[NS][4], float scale_log2, const float (&lse2)[2], int k0, int t,
                                          const int (&lo)[2], const int (&hi)[2], const Mods& md,
                                          const AlibiRow<-1> (&ar)[2]) {
@@ -563,7 +564,7 @@ __device__ __forceinline__ void probs_dq(float (&s)[NS][4], float scale_log2, co
     for (int e = 0; e < 4; ++e) {
       const int key = k0 + 8 * j + 2 * t + (e & 1), h = e >> 1;
       float dsoft;
-      const float x = modified<kMod, kCap, kMasked>(s[j][e], scale_log2, md, ar[h], 8 * j + (e & 1), dsoft);
+      const float x = modified<E, kMod, kCap, kMasked>(s[j][e], scale_log2, md, ar[h], 8 * j + (e & 1), dsoft);
       float p = exp2f(x - lse2[h]);
       if constexpr (kCap) p *= dsoft;
       if (kMasked && (key < lo[h] || key >= hi[h])) p = 0.f;
@@ -709,7 +710,7 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, const Seq
           uniform &= ar[h].set(offset_of(row0 + 8 * h, md.shift, k0) - 2 * t, STEP - 7, md.slope_l2);
       }
       with_variant(masked || !uniform, md.on, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
-        probs_dq<kMod, kMasked, kCap>(s, scale_log2, l2, static_cast<int>(k0), t, lo32, hi32, md, ar);
+        probs_dq<E, kMod, kMasked, kCap>(s, scale_log2, l2, static_cast<int>(k0), t, lo32, hi32, md, ar);
       });
     }
     wgmma_wait<0>();

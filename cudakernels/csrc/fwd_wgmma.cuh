@@ -111,7 +111,8 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, const Se
       const long long row_end = q0 + kFwdRows < nq ? q0 + kFwdRows : nq;
       zero_rows<kFwdThreads>(head_of(static_cast<float*>(p.o), bh, p.h, p.o_batch_stride, p.o_head_stride), q0,
                              row_end, p.dim, p.o_row_stride);
-      for (long long r = q0 + threadIdx.x; r < row_end; r += kFwdThreads) static_cast<float*>(p.lse)[bh * nq + r] = kInf;
+      for (long long r = q0 + threadIdx.x; r < row_end; r += kFwdThreads)
+        static_cast<float*>(p.lse)[bh * nq + r] = kInf;
       return;
     }
   }
@@ -214,7 +215,7 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, const Se
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             float dsoft;
-            float x = modified<kMod, kCap, kMasked>(s[j][e], scale_log2, md, ar[e / 2], 8 * j + (e & 1), dsoft);
+            float x = modified<E, kMod, kCap, kMasked>(s[j][e], scale_log2, md, ar[e / 2], 8 * j + (e & 1), dsoft);
             const int key = static_cast<int>(k0) + j * 8 + 2 * t + (e & 1);
             if (kMasked && (key < lo32[e / 2] || key >= hi32[e / 2])) x = -kInf;
             s[j][e] = x;

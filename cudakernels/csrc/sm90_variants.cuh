@@ -118,16 +118,43 @@ struct AlibiRow {
   }
 };
 
+// approx_tanh reports whether the softcap of operand type E uses the
+// hardware tanh.approx.f32 (one MUFU.TANH; maximum relative error
+// 2^-10.987, PTX ISA) rather than the library's tanhf (~20 instructions
+// with a data-dependent branch, taken per score: the softcap ran at 0.33×
+// the plain forward). For BF16 and FP16 the approximation is below the
+// rounding the scores carry anyway: each score comes from operands
+// rounded to 8 or 11 significant bits, and the reference of those
+// precisions (kernels/conformance, precision.go) rounds every result,
+// tanh's included, to them, so its own tanh is off by up to 2^-9 (BF16) or
+// 2^-11 (FP16) relative; FP16 is the close case, at the same order. TF32
+// keeps tanhf: its reference rounds only the products' inputs and computes
+// tanh in float32, so a 2^-11 error there would be new error, not hidden
+// in rounding already made.
+template <typename E> __host__ __device__ constexpr bool approx_tanh() { return sizeof(typename E::Storage) == 2; }
+
+// tanh_of is the softcap's tanh for operand type E (approx_tanh).
+template <typename E>
+__device__ __forceinline__ float tanh_of(float x) {
+  if constexpr (approx_tanh<E>()) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+  } else {
+    return tanhf(x);
+  }
+}
+
 // modified returns a raw score s in log2 units through the modifiers (kMod;
-// kCap: the softcap) with the ALiBi bias of row ar at column offset c (see
-// Mods), and sets dsoft to the softcap's derivative 1 − tanh² (1 without
-// it); without modifiers, s·scale_log2.
-template <bool kMod, bool kCap, bool kMasked, int kDir>
+// kCap: the softcap, tanh_of<E>) with the ALiBi bias of row ar at column
+// offset c (see Mods), and sets dsoft to the softcap's derivative 1 − tanh²
+// (1 without it); without modifiers, s·scale_log2.
+template <typename E, bool kMod, bool kCap, bool kMasked, int kDir>
 __device__ __forceinline__ float modified(float s, float scale_log2, const Mods& md, const AlibiRow<kDir>& ar, int c,
                                           float& dsoft) {
   dsoft = 1.f;
   if constexpr (kCap) {
-    const float th = tanhf(s * md.cap_in);
+    const float th = tanh_of<E>(s * md.cap_in);
     dsoft = 1.f - th * th;
     return fmaf(th, md.cap_l2, ar.template bias<kMasked>(c, md.slope_l2));
   } else if constexpr (kMod) {
