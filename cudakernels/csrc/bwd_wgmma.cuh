@@ -288,7 +288,7 @@ __device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[NS 
 // dkdv_body is dkdv_colblock for key head kvh of mask mk (the mask of its
 // group's batch entry).
 template <typename E, int DP, bool kVar>
-__device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, const SeqMask& mk) {
+__device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long long kblk, const SeqMask& mk) {
   using S = typename E::Storage;
   const long long nq = p.nq, nk = p.nk;
   const S* __restrict__ q = static_cast<const S*>(p.q);
@@ -322,7 +322,7 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, const 
   const long long nq_pad = (nq + kBwdPad - 1) / kBwdPad * kBwdPad;
   const long long nk_pad = (nk + kBwdPad - 1) / kBwdPad * kBwdPad;
   const long long blocks = (nk + kBwdBlock - 1) / kBwdBlock;
-  const long long k0 = blockIdx.x % blocks * kBwdBlock;
+  const long long k0 = (kVar ? kblk : blockIdx.x % blocks) * kBwdBlock;  // _var: block_order's key block
   const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   // Block skipping: the rows that see the block's real keys run from the
@@ -534,18 +534,24 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, const 
 
 // dkdv_colblock reads the images p.q, p.q_t, p.k, p.v, p.dout, p.dout_t and
 // the padded statistics p.lse_log2, p.delta_pad; it writes p.dk and p.dv of
-// the key head blockIdx.x / key blocks. kVar: the _var entry point (every
-// variant; see sm90_variants.cuh).
+// the key head blockIdx.x / key blocks (_var: block_order's). kVar: the
+// _var entry point (every variant; see sm90_variants.cuh).
 template <typename E, int DP, bool kVar>
 __device__ void dkdv_colblock(const Params& p) {
   require_launch(kBwdThreads, bwd_dkdv_smem_bytes<E, DP>());
-  const long long kvh = blockIdx.x / ((p.nk + kBwdBlock - 1) / kBwdBlock);
   if constexpr (!kVar) {
+    const long long kvh = blockIdx.x / ((p.nk + kBwdBlock - 1) / kBwdBlock);
     require_plain(p);
-    dkdv_body<E, DP, false>(p, kvh, seq_mask(p, kvh));
+    dkdv_body<E, DP, false>(p, kvh, 0, seq_mask(p, kvh));
   } else {
+    // Longest blocks first (block_order): under a causal mask (a right
+    // bound) the first keys see the most rows; under a left bound alone,
+    // the last.
+    long long kvh, kblk;
+    block_order(blockIdx.x, static_cast<unsigned>((p.nk + kBwdBlock - 1) / kBwdBlock),
+                p.mask_right < 0 && p.mask_left >= 0, kvh, kblk);
     // A group lies in one batch entry, so its first head's mask is all's.
-    dkdv_body<E, DP, true>(p, kvh, seq_mask(p, kvh * p.kv_group));
+    dkdv_body<E, DP, true>(p, kvh, kblk, seq_mask(p, kvh * p.kv_group));
   }
 }
 

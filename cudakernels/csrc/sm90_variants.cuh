@@ -171,6 +171,32 @@ __device__ __forceinline__ int offset_of(long long i, long long shift, long long
   return static_cast<int>(static_cast<unsigned>(i) + static_cast<unsigned>(shift) - static_cast<unsigned>(j));
 }
 
+// block_order maps block b of a _var kernel's grid, over pairs × tiles
+// blocks (pairs: query heads, or key heads for dK/dV; tiles: its blocks
+// per pair), to its pair and tile. The plain grids run pair-major, tiles
+// ascending. Under a causal mask the work of a tile grows (forward, dQ) or
+// shrinks (dK/dV) with its index, so the block scheduler, which starts
+// blocks in index order, started the shortest first or mixed, and the
+// longest ones ran alone at the end; with grouped-query attention the
+// dK/dV grid has only B·Hkv·N/128 blocks (256 at 2 key heads, N = 8192),
+// each looping over the group's heads, and the tail was most of the
+// kernel. Here blocks go in groups of kOrderPairs pairs, tile-major inside
+// a group, longest tiles first (descending: the tiles' work grows with
+// the index); a list-scheduling model of 132 SMs puts the GQA dK/dV at
+// N = 8192 from 1.5× its ideal time to within 2 %, and causal forwards
+// from +7 % to ideal. Grouping keeps a few pairs in flight at once, ~33
+// blocks each on 132 SMs, so that they share their pair's K and V (Q and
+// dO in dK/dV) in L2 as the pair-major order does.
+constexpr unsigned kOrderPairs = 4;
+__device__ __forceinline__ void block_order(unsigned b, unsigned tiles, bool descending, long long& pair,
+                                            long long& tile) {
+  const unsigned pairs = gridDim.x / tiles, per = kOrderPairs * tiles, group = b / per, r = b - group * per;
+  const unsigned in_group = pairs - group * kOrderPairs < kOrderPairs ? pairs - group * kOrderPairs : kOrderPairs;
+  const unsigned i = r / in_group;
+  pair = group * kOrderPairs + (r - i * in_group);
+  tile = descending ? tiles - 1 - i : i;
+}
+
 // zero_rows writes 0 into rows [row0, row_end) of y (row stride ld),
 // columns below dim, with every thread of a block of kThreads: warps take
 // rows, lanes consecutive columns, so each store instruction writes one
