@@ -579,9 +579,11 @@ __device__ __forceinline__ void probs_dq(float (&s)[NS][4], float scale_log2, co
 }
 
 // dq_body is dq_rowblock for query head bh of mask mk and score modifiers
-// md (kVar only).
+// md (kVar only), and query block qblk (kVar only: block_order's; the plain
+// kernel's is blockIdx.x mod the blocks per head).
 template <typename E, int DP, bool kVar>
-__device__ __forceinline__ void dq_body(const Params& p, long long bh, const SeqMask& mk, const Mods& md) {
+__device__ __forceinline__ void dq_body(const Params& p, long long bh, long long qblk, const SeqMask& mk,
+                                        const Mods& md) {
   using S = typename E::Storage;
   const long long nq = p.nq, nk = p.nk;
   const S* __restrict__ q = static_cast<const S*>(p.q);
@@ -609,7 +611,7 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, const Seq
   const long long nq_pad = (nq + kBwdPad - 1) / kBwdPad * kBwdPad;
   const long long nk_pad = (nk + kBwdPad - 1) / kBwdPad * kBwdPad;
   const long long blocks = (nq + kBwdBlock - 1) / kBwdBlock;
-  const long long q0 = blockIdx.x % blocks * kBwdBlock;
+  const long long q0 = (kVar ? qblk : blockIdx.x % blocks) * kBwdBlock;
   const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   // Grouped-query attention: K, V and Kᵀ of the key head of bh's group.
@@ -756,13 +758,17 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, const Seq
 template <typename E, int DP, bool kVar>
 __device__ void dq_rowblock(const Params& p) {
   require_launch(kBwdThreads, bwd_dq_smem_bytes<E, DP>());
-  const long long bh = blockIdx.x / ((p.nq + kBwdBlock - 1) / kBwdBlock);
-  const SeqMask mk = seq_mask(p, bh);
   if constexpr (!kVar) {
+    const long long bh = blockIdx.x / ((p.nq + kBwdBlock - 1) / kBwdBlock);
+    const SeqMask mk = seq_mask(p, bh);
     require_plain(p);
-    dq_body<E, DP, false>(p, bh, mk, Mods{});
+    dq_body<E, DP, false>(p, bh, 0, mk, Mods{});
   } else {
-    dq_body<E, DP, true>(p, bh, mk, mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale)));
+    // Longest blocks first (block_order), as in the forward.
+    long long bh, qblk;
+    block_order(blockIdx.x, static_cast<unsigned>((p.nq + kBwdBlock - 1) / kBwdBlock), p.mask_right >= 0, bh, qblk);
+    const SeqMask mk = seq_mask(p, bh);
+    dq_body<E, DP, true>(p, bh, qblk, mk, mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale)));
   }
 }
 

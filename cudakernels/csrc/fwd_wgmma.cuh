@@ -65,9 +65,12 @@ template <typename E, int DP> __host__ __device__ constexpr int fwd_smem_bytes()
 
 // fwd_body is fwd_rowblock for head bh of mask mk (the plain kernel's mask
 // too: its rows see keys from 0, so only the upper bounds are compared) and
-// score modifiers md (kVar only).
+// score modifiers md (kVar only); blk is the block's place in the grid's
+// pair-major order, bh·q_tiles + tile (kVar only: block_order's; the plain
+// kernel's is blockIdx.x).
 template <typename E, int DP, bool kVar>
-__device__ __forceinline__ void fwd_body(const Params& p, long long bh, const SeqMask& mk, const Mods& md) {
+__device__ __forceinline__ void fwd_body(const Params& p, long long bh, long long blk, const SeqMask& mk,
+                                         const Mods& md) {
   using S = typename E::Storage;
   const long long nq = p.nq, nk = p.nk;
   const S* __restrict__ q = static_cast<const S*>(p.q);
@@ -88,7 +91,7 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, const Se
   const uint32_t q_full = bars + 32;
 
   const long long q_tiles = (nq + kFwdRows - 1) / kFwdRows;
-  const long long q0 = blockIdx.x % q_tiles * kFwdRows;
+  const long long q0 = (kVar ? blk : blockIdx.x) % q_tiles * kFwdRows;
   const long long k_tiles = (nk + BK - 1) / BK;  // image tiles per key head
   // Block skipping: the block's rows see keys from its first row's first
   // (plain: 0) to its last real row's last, the bounds being nondecreasing
@@ -138,7 +141,7 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, const Se
   };
   if (threadIdx.x == 0) {
     mbar_arrive_expect_tx(q_full, kQBytes);
-    bulk_copy(sQ, q + blockIdx.x * static_cast<long long>(kFwdRows) * DP, kQBytes, q_full);
+    bulk_copy(sQ, q + (kVar ? blk : blockIdx.x) * static_cast<long long>(kFwdRows) * DP, kQBytes, q_full);
     for (int s = 0; s < 2 && s < n_tiles; ++s) load_kv(s, t0 + s);
   }
 
@@ -301,13 +304,20 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, const Se
 template <typename E, int DP, bool kVar>
 __device__ void fwd_rowblock(const Params& p) {
   require_launch(kFwdThreads, fwd_smem_bytes<E, DP>());
-  const long long bh = blockIdx.x / ((p.nq + kFwdRows - 1) / kFwdRows);
-  const SeqMask mk = seq_mask(p, bh);
   if constexpr (!kVar) {
+    const long long bh = blockIdx.x / ((p.nq + kFwdRows - 1) / kFwdRows);
+    const SeqMask mk = seq_mask(p, bh);
     require_plain(p);
-    fwd_body<E, DP, false>(p, bh, mk, Mods{});
+    fwd_body<E, DP, false>(p, bh, 0, mk, Mods{});
   } else {
-    fwd_body<E, DP, true>(p, bh, mk, mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale)));
+    // Longest blocks first (block_order): with a right bound (causal) the
+    // last rows see the most keys.
+    const long long q_tiles = (p.nq + kFwdRows - 1) / kFwdRows;
+    long long bh, tile;
+    block_order(blockIdx.x, static_cast<unsigned>(q_tiles), p.mask_right >= 0, bh, tile);
+    const SeqMask mk = seq_mask(p, bh);
+    fwd_body<E, DP, true>(p, bh, bh * q_tiles + tile, mk,
+                          mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale)));
   }
 }
 
