@@ -19,8 +19,9 @@ import (
 // K, V and Kᵀ one image per key head. dkdvVar and dqVar compute the
 // variants (pickVariant).
 type wgmmaBackward struct {
-	dkdv, dq, dkdvVar, dqVar, toRows, toVt, stats cu.Function
-	c                                             choice
+	dkdv, dq, dkdvVar, dqVar, stats, statsVar cu.Function
+	toRows, toVt, toRowsLen, toVtLen          cu.Function
+	c                                         choice
 }
 
 func loadWgmmaBackward(mod cu.Module, c choice, maxSmem int) (*wgmmaBackward, error) {
@@ -43,7 +44,8 @@ func loadWgmmaBackward(mod cu.Module, c choice, maxSmem int) (*wgmmaBackward, er
 		fn   *cu.Function
 		name string
 	}{{&b.toRows, "flash_to_image_rows_" + c.prec.String()}, {&b.toVt, "flash_to_image_vt_" + c.prec.String()},
-		{&b.stats, "flash_bwd_stats_sm90"}} {
+		{&b.toRowsLen, "flash_to_image_rows_len_" + c.prec.String()}, {&b.toVtLen, "flash_to_image_vt_len_" + c.prec.String()},
+		{&b.stats, "flash_bwd_stats_sm90"}, {&b.statsVar, "flash_bwd_stats_sm90_var"}} {
 		if *f.fn, err = function(mod, f.name); err != nil {
 			return nil, err
 		}
@@ -80,7 +82,8 @@ func (b *wgmmaBackward) scratchBytes(p kernels.Params) int64 {
 }
 
 // launch converts the inputs into images in buf.scratch (K and V of the
-// B·KVHeads() key heads only), then enqueues the statistics, the dK/dV
+// B·KVHeads() key heads only; with lengths, up to each batch entry's
+// length rounded up to a block), then enqueues the statistics, the dK/dV
 // kernel (a block per 128 keys of a key head: backwardGrids) and the dQ
 // kernel. buf.delta must already hold D.
 func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Stream) error {
@@ -90,20 +93,21 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 	}
 	var s wgmmaBwdScratch
 	b.carve(p, buf.scratch, &s)
-	im := imaging{toRows: b.toRows, toVt: b.toVt, p: p, dp: b.c.dp, elemSz: elemBytes(b.c.prec), stream: stream}
-	kim := keyImaging(im, p)
+	im := imaging{toRows: b.toRows, toVt: b.toVt, toRowsLen: b.toRowsLen, toVtLen: b.toVtLen, p: p, dp: b.c.dp,
+		elemSz: elemBytes(b.c.prec), stream: stream}
+	qim, kim := im.queries(buf.vars), im.keys(buf.vars)
 	nqPad, nkPad := b.padded(p)
 	for _, c := range []struct {
 		im                    imaging
 		src, rows, transposed cu.DevicePtr
 		n                     int
 		pad                   int64
-	}{{im, buf.q, s.q, s.qT, p.Nq, nqPad}, {im, buf.do, s.dout, s.doutT, p.Nq, nqPad}, {kim, buf.k, s.k, s.kT, p.Nk, nkPad}, {kim, buf.v, s.v, 0, p.Nk, nkPad}} {
-		if err := c.im.rows(c.src, c.rows, c.n, c.pad, wgmmaBwdTile); err != nil {
+	}{{qim, buf.q, s.q, s.qT, p.Nq, nqPad}, {qim, buf.do, s.dout, s.doutT, p.Nq, nqPad}, {kim, buf.k, s.k, s.kT, p.Nk, nkPad}, {kim, buf.v, s.v, 0, p.Nk, nkPad}} {
+		if err := c.im.rows(c.src, c.rows, c.n, c.pad, wgmmaBwdTile, wgmmaBwdPad); err != nil {
 			return err
 		}
 		if c.transposed != 0 {
-			if err := c.im.transposed(c.src, c.transposed, c.n, c.pad, wgmmaBwdTile); err != nil {
+			if err := c.im.transposed(c.src, c.transposed, c.n, c.pad, wgmmaBwdTile, wgmmaBwdPad); err != nil {
 				return err
 			}
 		}
@@ -117,7 +121,7 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 	kp := newParams(p, ops)
 	bh := int64(p.B) * int64(p.H)
 	const statThreads, maxBlocks = 256, 4096
-	if err := launch(b.stats, int(min((bh*nqPad+statThreads-1)/statThreads, maxBlocks)), statThreads, 0, stream, &kp); err != nil {
+	if err := launch(pickVariant(&kp, b.stats, b.statsVar), int(min((bh*nqPad+statThreads-1)/statThreads, maxBlocks)), statThreads, 0, stream, &kp); err != nil {
 		return err
 	}
 	if err := launch(pickVariant(&kp, b.dkdv, b.dkdvVar), gridK, b.c.threads, b.c.smem, stream, &kp); err != nil {

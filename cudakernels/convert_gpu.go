@@ -54,19 +54,64 @@ func launchRound(fn cu.Function, x cu.DevicePtr, n int, stream cu.Stream) error 
 
 // imaging enqueues the conversions of [B·H, n, D] float32 tensors into the
 // Hopper family's tile images (csrc/sm90.cuh) for one problem, precision
-// and padded head dimension.
+// and padded head dimension. With per-sequence lengths (lens ≠ 0: the
+// call's int32 lengths on the device; head bh of the conversion in batch
+// entry (first + bh) / per) the _len conversions write each head's rows up
+// to its length rounded up to unit, zeros past the length, and skip the
+// tiles after them, which no kernel reads (csrc/sm90.cuh, SeqRows).
 type imaging struct {
-	toRows, toVt cu.Function
-	p            kernels.Params
-	dp, elemSz   int
-	stream       cu.Stream
+	toRows, toVt       cu.Function
+	toRowsLen, toVtLen cu.Function
+	p                  kernels.Params
+	dp, elemSz         int
+	stream             cu.Stream
+	lens               cu.DevicePtr
+	first, per         int64
+}
+
+// queries returns im for the query-like tensors (Q, dO) of a launch placed
+// in its call by v: their lengths are v's qLens.
+func (im imaging) queries(v variantArgs) imaging {
+	im.lens, im.first, im.per = cu.DevicePtr(v.qLens), v.pair0, callHeads(v, im.p)
+	return im
+}
+
+// keys returns im for the key-like tensors (K, V) of a launch placed in its
+// call by v: p.KVHeads() heads per batch entry instead of p.H (imaging
+// reads only B, H and D), and v's kLens. A launch starts on a group
+// boundary, so key head bh of the launch is query pair (pair0 + bh·g) / g
+// of the call's pairs divided by g.
+func (im imaging) keys(v variantArgs) imaging {
+	g := int64(im.p.H / im.p.KVHeads())
+	im.lens, im.first, im.per = cu.DevicePtr(v.kLens), v.pair0/g, callHeads(v, im.p)/g
+	im.p.H = im.p.KVHeads()
+	return im
+}
+
+// callHeads is the query heads per batch entry of the call v places a
+// launch in (its own H when v.heads is 0).
+func callHeads(v variantArgs, p kernels.Params) int64 {
+	if v.heads != 0 {
+		return v.heads
+	}
+	return int64(p.H)
 }
 
 // rows converts src (n rows per head) into row images of tiles of `tile`
-// rows at dst, padded with zero rows to nPad per head.
-func (im imaging) rows(src, dst cu.DevicePtr, n int, nPad int64, tile int) error {
+// rows at dst, padded with zero rows to nPad per head; with lengths, up to
+// each head's length rounded up to unit (a multiple of tile).
+func (im imaging) rows(src, dst cu.DevicePtr, n int, nPad int64, tile, unit int) error {
 	bh, dp := int64(im.p.B)*int64(im.p.H), int64(im.dp)
 	const threads, maxBlocks = 256, 8192
+	if im.lens != 0 {
+		// One tile per block: blocks past the lengths end at once.
+		blocks := int(min(bh*(nPad/int64(tile)), 1<<16))
+		if blocks == 0 {
+			return nil
+		}
+		return launchFlat(im.toRowsLen, blocks, threads, im.stream, src, dst, bh, int64(n), nPad, int64(im.p.D), dp,
+			int64(tile), im.lens, im.first, im.per, int64(unit))
+	}
 	blocks := int(min((bh*nPad*dp/int64(16/im.elemSz)+threads-1)/threads, maxBlocks))
 	if blocks == 0 {
 		return nil
@@ -76,13 +121,18 @@ func (im imaging) rows(src, dst cu.DevicePtr, n int, nPad int64, tile int) error
 
 // transposed converts src (n rows per head) into transposed images, one
 // [dp, tile] image per tile of rows, padded to nPad rows per head (a
-// multiple of the tile and of wgmmaVtKeys).
-func (im imaging) transposed(src, dst cu.DevicePtr, n int, nPad int64, tile int) error {
+// multiple of the tile and of wgmmaVtKeys); with lengths, up to each head's
+// length rounded up to unit.
+func (im imaging) transposed(src, dst cu.DevicePtr, n int, nPad int64, tile, unit int) error {
 	bh, dp := int64(im.p.B)*int64(im.p.H), int64(im.dp)
 	const maxBlocks = 16384
 	blocks := int(min(bh*(nPad/wgmmaVtKeys)*(dp/wgmmaVtCols), maxBlocks))
 	if blocks == 0 {
 		return nil
+	}
+	if im.lens != 0 {
+		return launchFlat(im.toVtLen, blocks, 256, im.stream, src, dst, bh, int64(n), nPad, int64(im.p.D), dp,
+			int64(tile), im.lens, im.first, im.per, int64(unit))
 	}
 	return launchFlat(im.toVt, blocks, 256, im.stream, src, dst, bh, int64(n), nPad, int64(im.p.D), dp, int64(tile))
 }

@@ -236,20 +236,30 @@
 // each block summing the gradients of its group's query heads in its
 // registers, one head after the other in a fixed order, its (head, query
 // step) pairs one sequence through the copy pipeline, so results stay
-// deterministic without atomics. Masks (lengths, causal, windows): the
-// forward and dQ walk the key tiles from the block's first row's first
-// key to its last real row's last, the dK/dV kernel the query steps from
-// its first key's first row to its last real key's last, and only tiles
-// where some row misses some key are masked element by element. Padding
+// deterministic without atomics. The _var grids start their longest
+// blocks first (groups of 4 heads, tile-major: block_order), which keeps
+// the few long dK/dV blocks of grouped-query attention off the end of the
+// kernel. Masks (lengths, causal, windows): the forward and dQ walk the
+// key tiles from the block's first row's first key to its last real row's
+// last, the dK/dV kernel the query steps from its first key's first row
+// to its last real key's last, and only tiles where some row misses some
+// key are masked element by element. Padding
 // rows and rows that see no key get O = 0, LSE = +inf and dQ = 0, padding
-// keys and keys no row sees dK = dV = 0. Score modifiers (softcap, ALiBi)
-// act on the scaled score before the mask and the softmax's log2 units;
-// the backward recomputes P from the modified score and multiplies dS by
-// the softcap's derivative 1 − tanh² before dQ and dK. In the _var
-// kernels the element-wise work on a tile is compiled four times and
-// picked per tile: without modifiers masked and unmasked, with them with
-// and without the softcap (ALiBi needs no copy of its own: a slope of 0
-// leaves scores as they are).
+// keys and keys no row sees dK = dV = 0; a block with nothing to compute
+// writes those zeros and returns before any barrier or copy, and with
+// lengths the conversions image each sequence only up to its length
+// rounded up to a block, the tiles the kernels read. Score modifiers
+// (softcap, ALiBi) act on the scaled score before the mask, in the
+// softmax's log2 units; the softcap's tanh is the hardware tanh.approx for
+// BF16 and FP16 operands (its 2⁻¹¹ error is within what their rounding
+// already costs) and the library's tanhf for TF32. The backward recomputes
+// P from the modified score and multiplies dS by the softcap's derivative
+// 1 − tanh² before dQ and dK. In the _var kernels the element-wise work on
+// a tile is compiled six times and picked per tile: masked and unmasked,
+// without modifiers, with them, and with them and the softcap (ALiBi needs
+// no copy of its own: a slope of 0 leaves scores as they are; its bias is
+// one FFMA per score), and the epilogues stage their rows in shared memory
+// to store whole rows.
 //
 // The CUDA-core family ("simt") works on tiles of 32 rows (16 for float64 at
 // D = 256) with 8 threads per row:

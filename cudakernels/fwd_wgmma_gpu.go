@@ -20,8 +20,8 @@ import (
 // one that computes the variants (csrc/sm90_variants.cuh); pickVariant
 // chooses.
 type wgmmaForward struct {
-	fn, fnVar, toRows, toVt cu.Function
-	c                       choice
+	fn, fnVar, toRows, toVt, toRowsLen, toVtLen cu.Function
+	c                                           choice
 }
 
 func loadWgmmaForward(mod cu.Module, c choice, maxSmem int) (*wgmmaForward, error) {
@@ -31,6 +31,12 @@ func loadWgmmaForward(mod cu.Module, c choice, maxSmem int) (*wgmmaForward, erro
 		return nil, err
 	}
 	if f.toVt, err = function(mod, "flash_to_image_vt_"+c.prec.String()); err != nil {
+		return nil, err
+	}
+	if f.toRowsLen, err = function(mod, "flash_to_image_rows_len_"+c.prec.String()); err != nil {
+		return nil, err
+	}
+	if f.toVtLen, err = function(mod, "flash_to_image_vt_len_"+c.prec.String()); err != nil {
 		return nil, err
 	}
 	name := fmt.Sprintf("flash_fwd_wgmma_%v_d%d", c.prec, c.dp)
@@ -52,13 +58,6 @@ func pickVariant(kp *kernelParams, plain, withVariants cu.Function) cu.Function 
 		return plain
 	}
 	return withVariants
-}
-
-// keyImaging is im for the key-like tensors (K, V) of p: p.KVHeads() heads
-// per batch entry instead of p.H (imaging reads only B, H and D).
-func keyImaging(im imaging, p kernels.Params) imaging {
-	im.p.H = p.KVHeads()
-	return im
 }
 
 // wgmmaFwdScratch is where the images go.
@@ -84,7 +83,9 @@ func (f *wgmmaForward) computes(p kernels.Params) error {
 func (f *wgmmaForward) scratchBytes(p kernels.Params) int64 { return f.carve(p, 0, &wgmmaFwdScratch{}) }
 
 // launch enqueues the three conversions into images in buf.scratch (K and
-// Vᵀ of the B·KVHeads() key heads only), then the forward.
+// Vᵀ of the B·KVHeads() key heads only; with lengths, the tiles the forward
+// reads only: up to each batch entry's rows rounded up to a block, keys to
+// a key tile), then the forward.
 func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream) error {
 	grid, err := gridFor(p, p.Nq, f.c.rows)
 	if err != nil {
@@ -92,16 +93,17 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 	}
 	var s wgmmaFwdScratch
 	f.carve(p, buf.scratch, &s)
-	im := imaging{toRows: f.toRows, toVt: f.toVt, p: p, dp: f.c.dp, elemSz: elemBytes(f.c.prec), stream: stream}
+	im := imaging{toRows: f.toRows, toVt: f.toVt, toRowsLen: f.toRowsLen, toVtLen: f.toVtLen, p: p, dp: f.c.dp,
+		elemSz: elemBytes(f.c.prec), stream: stream}
 	nqPad, nkPad := f.padded(p)
-	if err := im.rows(buf.q, s.q, p.Nq, nqPad, wgmmaQTileRows); err != nil {
+	if err := im.queries(buf.vars).rows(buf.q, s.q, p.Nq, nqPad, wgmmaQTileRows, f.c.rows); err != nil {
 		return err
 	}
-	kim := keyImaging(im, p)
-	if err := kim.rows(buf.k, s.k, p.Nk, nkPad, f.c.step); err != nil {
+	kim := im.keys(buf.vars)
+	if err := kim.rows(buf.k, s.k, p.Nk, nkPad, f.c.step, f.c.step); err != nil {
 		return err
 	}
-	if err := kim.transposed(buf.v, s.vt, p.Nk, nkPad, f.c.step); err != nil {
+	if err := kim.transposed(buf.v, s.vt, p.Nk, nkPad, f.c.step, f.c.step); err != nil {
 		return err
 	}
 	dp := int64(f.c.dp)

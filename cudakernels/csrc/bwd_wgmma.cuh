@@ -116,6 +116,10 @@ template <typename E, int DP> __host__ __device__ constexpr int bwd_dq_smem_byte
 // p.delta_pad[bh, i] = delta[bh, i] for the real rows i < lq of head bh,
 // +inf and 0 for its padding rows and up to nq rounded up to kBwdPad, so
 // that padding rows get P = 0 and dS = 0 whatever their inputs; grid-stride.
+// kVar (the _var kernels' statistics) stops at lq rounded up to kBwdPad:
+// the _var kernels read no row past it (a dQ block of padding rows loads
+// nothing, and dK/dV blocks step over real rows only).
+template <bool kVar>
 __device__ void prep_stats(const Params& p) {
   const float* __restrict__ lse = static_cast<const float*>(p.lse);
   const float* __restrict__ delta = static_cast<const float*>(p.delta);
@@ -124,8 +128,11 @@ __device__ void prep_stats(const Params& p) {
   const long long nq = p.nq, nq_pad = (nq + kBwdPad - 1) / kBwdPad * kBwdPad;
   const long long n = p.b * p.h * nq_pad, stride = static_cast<long long>(gridDim.x) * blockDim.x;
   for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const long long bh = i / nq_pad, r = i % nq_pad;
-    const bool real = r < seq_mask(p, bh).lq;
+    const long long bh = i / nq_pad, r = i % nq_pad, lq = seq_mask(p, bh).lq;
+    if constexpr (kVar) {
+      if (r >= (lq + kBwdPad - 1) / kBwdPad * kBwdPad) continue;
+    }
+    const bool real = r < lq;
     lse2[i] = real ? lse[bh * nq + r] * kLog2e : Math<float>::inf();
     dpad[i] = real ? delta[bh * nq + r] : 0.f;
   }
@@ -240,15 +247,15 @@ __device__ __forceinline__ void copy_transposed(uint32_t dst, const typename E::
 // q0 + 8j + 2t + e%2) into Pᵀ = exp2(scale_log2·s − lt[query]) and its A
 // fragments pf, 0 where masked (kMasked) and the query does not see the
 // key: plain, query < qlo[key] (its rows see keys from 0); _var, outside
-// [qlo, qhi). With kMod the scores go through the modifiers first (a0: the
-// aligned offset a − j of query q0 + 2t and each key) and s is left holding
-// Pᵀ·dsoft, the factor dSᵀ takes, once pf holds Pᵀ: E::kK keys at a time,
-// so that dsoft lives for one fragment only (Pᵀ and Pᵀ·dsoft at once would
-// cost 32 registers more).
+// [qlo, qhi). With kMod the scores go through the modifiers first
+// (modified; ar: each key's ALiBi bias over the step's queries) and s is
+// left holding Pᵀ·dsoft, the factor dSᵀ takes, once pf holds Pᵀ: E::kK
+// keys at a time, so that dsoft lives for one fragment only (Pᵀ and
+// Pᵀ·dsoft at once would cost 32 registers more).
 template <typename E, bool kVar, bool kMod, bool kMasked, bool kCap, int NS>
-__device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[NS * 8 / E::kK][4], float scale,
-                                           float scale_log2, const float* lt, int q0, int t, const int (&qlo)[2],
-                                           const int (&qhi)[2], const Mods& md, const int (&a0)[2]) {
+__device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[NS * 8 / E::kK][4], float scale_log2,
+                                           const float* lt, int q0, int t, const int (&qlo)[2], const int (&qhi)[2],
+                                           const Mods& md, const AlibiRow<1> (&ar)[2]) {
   constexpr int kT = E::kK / 8;  // score tiles per fragment
 #pragma unroll
   for (int kk = 0; kk < NS / kT; ++kk) {
@@ -258,9 +265,8 @@ __device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[NS 
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int j = kk * kT + c, col = 8 * j + 2 * t + (e & 1), h = e >> 1;
-        float x = s[j][e] * scale_log2;
-        dsoft[c][e] = 1.f;
-        if constexpr (kMod) x = modify<kCap>(s[j][e] * scale, md, a0[h] + 8 * j + (e & 1), dsoft[c][e]) * kLog2e;
+        const float x =
+            modified<E, kMod, kCap, kMasked>(s[j][e], scale_log2, md, ar[h], 8 * j + (e & 1), dsoft[c][e]);
         float p = exp2f(x - lt[col]);
         if constexpr (kVar) {
           if (kMasked && (q0 + col < qlo[h] || q0 + col >= qhi[h])) p = 0.f, dsoft[c][e] = 0.f;
@@ -282,7 +288,7 @@ __device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[NS 
 // dkdv_body is dkdv_colblock for key head kvh of mask mk (the mask of its
 // group's batch entry).
 template <typename E, int DP, bool kVar>
-__device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, const SeqMask& mk) {
+__device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long long kblk, const SeqMask& mk) {
   using S = typename E::Storage;
   const long long nq = p.nq, nk = p.nk;
   const S* __restrict__ q = static_cast<const S*>(p.q);
@@ -316,7 +322,7 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, const 
   const long long nq_pad = (nq + kBwdPad - 1) / kBwdPad * kBwdPad;
   const long long nk_pad = (nk + kBwdPad - 1) / kBwdPad * kBwdPad;
   const long long blocks = (nk + kBwdBlock - 1) / kBwdBlock;
-  const long long k0 = blockIdx.x % blocks * kBwdBlock;
+  const long long k0 = (kVar ? kblk : blockIdx.x % blocks) * kBwdBlock;  // _var: block_order's key block
   const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   // Block skipping: the rows that see the block's real keys run from the
@@ -340,6 +346,20 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, const 
   // The last key of the block the outputs hold (keys past nk are image
   // padding, never stored).
   const long long k_last = (k0 + kBwdBlock < nk ? k0 + kBwdBlock : nk) - 1;
+  if constexpr (kVar) {
+    // No key is seen (padding keys, or keys no row's window reaches): dK =
+    // dV = 0, before any barrier or copy (the images of padding keys are
+    // not even written). k-like tensors have p.h / p.kv_group heads per
+    // batch entry.
+    if (n_steps <= 0) {
+      const long long kv_heads = p.h / p.kv_group;
+      zero_rows<kBwdThreads>(head_of(static_cast<float*>(p.dk), kvh, kv_heads, p.dk_batch_stride, p.dk_head_stride),
+                             k0, k_last + 1, p.dim, p.dk_row_stride);
+      zero_rows<kBwdThreads>(head_of(static_cast<float*>(p.dv), kvh, kv_heads, p.dv_batch_stride, p.dv_head_stride),
+                             k0, k_last + 1, p.dim, p.dv_row_stride);
+      return;
+    }
+  }
 
   if (threadIdx.x == 0) {
     mbar_init(kv_full, 1);
@@ -418,7 +438,7 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, const 
     const float* lt = reinterpret_cast<const float*>(sm + stats_off + stage * kStats);
     const float* dt = reinterpret_cast<const float*>(sm + stats_off + (2 + stage) * kStats);
     if constexpr (kVar) {
-      if (mod && it == it0) md = mods_of(score_mod<float>(p, bh, mk));  // a new query head: its ALiBi slope
+      if (mod && it == it0) md = mods_of(score_mod<float>(p, bh, mk), scale);  // a new query head: its ALiBi slope
     }
     mbar_wait(full(stage), parity);
 
@@ -443,18 +463,22 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, const 
     const long long q_last = (q0 + STEP < nq ? q0 + STEP : nq) - 1;
     const bool masked = !(k_last < mk.key_hi(q0) && (!kVar || mk.key_lo(q_last) <= k0));
     uint32_t pf[STEP / E::kK][4];
+    AlibiRow<1> ar[2];  // each key's ALiBi bias over the step (a − j of query q0 + 2t: column offset 0)
     if constexpr (!kVar) {
       with_mask(masked, [&](auto kMasked) {
-        probs_dkdv<E, false, false, kMasked, false>(s, pf, scale, scale_log2, lt, static_cast<int>(q0), t, qlo, qhi,
-                                                    md, qlo);
+        probs_dkdv<E, false, false, kMasked, false>(s, pf, scale_log2, lt, static_cast<int>(q0), t, qlo, qhi, md, ar);
       });
     } else {
-      with_variant(masked, mod, md.cap != 0.f, [&](auto kMasked, auto kMod, auto kCap) {
-        int a0[2] = {0, 0};  // a − j of query q0 + 2t and each key
-        if constexpr (kMod)
-          for (int h = 0; h < 2; ++h) a0[h] = offset_of(q0, md.shift, key0 + 8 * h) + 2 * t;
-        probs_dkdv<E, true, kMod, kMasked, kCap>(s, pf, scale, scale_log2, lt, static_cast<int>(q0), t, qlo, qhi, md,
-                                                 a0);
+      // A key whose queries cross its diagonal in this step takes the
+      // masked copy (AlibiRow).
+      bool uniform = true;
+      if (md.slope_l2 != 0.f) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          uniform &= ar[h].set(offset_of(q0, md.shift, key0 + 8 * h) + 2 * t, STEP - 7, md.slope_l2);
+      }
+      with_variant(masked || !uniform, mod, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
+        probs_dkdv<E, true, kMod, kMasked, kCap>(s, pf, scale_log2, lt, static_cast<int>(q0), t, qlo, qhi, md, ar);
       });
     }
     mbar_wait(tfull(ts), (i / TST) & 1);
@@ -488,57 +512,78 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, const 
 
   // dK and dV of key head kvh: k-like tensors have p.h / p.kv_group heads
   // per batch entry (their strides are per key head).
-  const long long warp_key = k0 + wg * kBwdTile + warp * 16, kv_heads = kVar ? p.h / p.kv_group : p.h;
-  store_warp_rows<DP>(head_of(static_cast<float*>(p.dk), kvh, kv_heads, p.dk_batch_stride, p.dk_head_stride),
-                      acc_dk, warp_key, nk, p.dim, p.dk_row_stride, static_cast<float>(p.scale));
-  store_warp_rows<DP>(head_of(static_cast<float*>(p.dv), kvh, kv_heads, p.dv_batch_stride, p.dv_head_stride),
-                      acc_dv, warp_key, nk, p.dim, p.dv_row_stride, 1.f);
+  const long long kv_heads = kVar ? p.h / p.kv_group : p.h;
+  if constexpr (!kVar) {
+    const long long warp_key = k0 + wg * kBwdTile + warp * 16;
+    store_warp_rows<DP>(head_of(static_cast<float*>(p.dk), kvh, kv_heads, p.dk_batch_stride, p.dk_head_stride),
+                        acc_dk, warp_key, nk, p.dim, p.dk_row_stride, static_cast<float>(p.scale));
+    store_warp_rows<DP>(head_of(static_cast<float*>(p.dv), kvh, kv_heads, p.dv_batch_stride, p.dv_head_stride),
+                        acc_dv, warp_key, nk, p.dim, p.dv_row_stride, 1.f);
+  } else {
+    // Through the warpgroup's K and V tiles (store_wg_rows), which its
+    // products are done reading.
+    float* dk = head_of(static_cast<float*>(p.dk), kvh, kv_heads, p.dk_batch_stride, p.dk_head_stride);
+    float* dv = head_of(static_cast<float*>(p.dv), kvh, kv_heads, p.dv_batch_stride, p.dv_head_stride);
+    const float sk[2] = {scale, scale}, sv[2] = {1.f, 1.f};
+    store_wg_rows<DP, kWgBytes>(dk, p.dk_row_stride, k0 + wg * kBwdTile, nk, p.dim, sK + wg * kWgBytes, acc_dk, sk,
+                                wg, rows_vec(dk, p.dk_row_stride, p.dim));
+    store_wg_rows<DP, kWgBytes>(dv, p.dv_row_stride, k0 + wg * kBwdTile, nk, p.dim, sV + wg * kWgBytes, acc_dv, sv,
+                                wg, rows_vec(dv, p.dv_row_stride, p.dim));
+  }
 }
 
 // dkdv_colblock reads the images p.q, p.q_t, p.k, p.v, p.dout, p.dout_t and
 // the padded statistics p.lse_log2, p.delta_pad; it writes p.dk and p.dv of
-// the key head blockIdx.x / key blocks. kVar: the _var entry point (every
-// variant; see sm90_variants.cuh).
+// the key head blockIdx.x / key blocks (_var: block_order's). kVar: the
+// _var entry point (every variant; see sm90_variants.cuh).
 template <typename E, int DP, bool kVar>
 __device__ void dkdv_colblock(const Params& p) {
   require_launch(kBwdThreads, bwd_dkdv_smem_bytes<E, DP>());
-  const long long kvh = blockIdx.x / ((p.nk + kBwdBlock - 1) / kBwdBlock);
   if constexpr (!kVar) {
+    const long long kvh = blockIdx.x / ((p.nk + kBwdBlock - 1) / kBwdBlock);
     require_plain(p);
-    dkdv_body<E, DP, false>(p, kvh, seq_mask(p, kvh));
+    dkdv_body<E, DP, false>(p, kvh, 0, seq_mask(p, kvh));
   } else {
+    // Longest blocks first (block_order): under a causal mask (a right
+    // bound) the first keys see the most rows; under a left bound alone,
+    // the last.
+    long long kvh, kblk;
+    block_order(blockIdx.x, static_cast<unsigned>((p.nk + kBwdBlock - 1) / kBwdBlock),
+                p.mask_right < 0 && p.mask_left >= 0, kvh, kblk);
     // A group lies in one batch entry, so its first head's mask is all's.
-    dkdv_body<E, DP, true>(p, kvh, seq_mask(p, kvh * p.kv_group));
+    dkdv_body<E, DP, true>(p, kvh, kblk, seq_mask(p, kvh * p.kv_group));
   }
 }
 
 // probs_dq turns S (element e of tile j: row e/2, key k0 + 8j + 2t + e%2)
 // into P = exp2(scale_log2·s − lse2[row]), 0 where masked (kMasked) and the
 // key lies outside the row's [lo, hi); with kMod the scores go through the
-// modifiers first (a0: the aligned offset a − j of each row and key k0 + 2t)
+// modifiers first (modified; ar: each row's ALiBi bias over the step's keys)
 // and s holds P·dsoft, the factor dS takes.
-template <bool kMod, bool kMasked, bool kCap, int NS>
-__device__ __forceinline__ void probs_dq(float (&s)[NS][4], float scale, float scale_log2, const float (&lse2)[2],
-                                         int k0, int t, const int (&lo)[2], const int (&hi)[2], const Mods& md,
-                                         const int (&a0)[2]) {
+template <typename E, bool kMod, bool kMasked, bool kCap, int NS>
+__device__ __forceinline__ void probs_dq(float (&s)[NS][4], float scale_log2, const float (&lse2)[2], int k0, int t,
+                                         const int (&lo)[2], const int (&hi)[2], const Mods& md,
+                                         const AlibiRow<-1> (&ar)[2]) {
 #pragma unroll
   for (int j = 0; j < NS; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int key = k0 + 8 * j + 2 * t + (e & 1), h = e >> 1;
-      float x = s[j][e] * scale_log2, dsoft = 1.f;
-      if constexpr (kMod) x = modify<kCap>(s[j][e] * scale, md, a0[h] - 8 * j - (e & 1), dsoft) * kLog2e;
+      float dsoft;
+      const float x = modified<E, kMod, kCap, kMasked>(s[j][e], scale_log2, md, ar[h], 8 * j + (e & 1), dsoft);
       float p = exp2f(x - lse2[h]);
-      if constexpr (kMod) p *= dsoft;
+      if constexpr (kCap) p *= dsoft;
       if (kMasked && (key < lo[h] || key >= hi[h])) p = 0.f;
       s[j][e] = p;
     }
 }
 
 // dq_body is dq_rowblock for query head bh of mask mk and score modifiers
-// md (kVar only).
+// md (kVar only), and query block qblk (kVar only: block_order's; the plain
+// kernel's is blockIdx.x mod the blocks per head).
 template <typename E, int DP, bool kVar>
-__device__ __forceinline__ void dq_body(const Params& p, long long bh, const SeqMask& mk, const Mods& md) {
+__device__ __forceinline__ void dq_body(const Params& p, long long bh, long long qblk, const SeqMask& mk,
+                                        const Mods& md) {
   using S = typename E::Storage;
   const long long nq = p.nq, nk = p.nk;
   const S* __restrict__ q = static_cast<const S*>(p.q);
@@ -566,11 +611,21 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, const Seq
   const long long nq_pad = (nq + kBwdPad - 1) / kBwdPad * kBwdPad;
   const long long nk_pad = (nk + kBwdPad - 1) / kBwdPad * kBwdPad;
   const long long blocks = (nq + kBwdBlock - 1) / kBwdBlock;
-  const long long q0 = blockIdx.x % blocks * kBwdBlock;
+  const long long q0 = (kVar ? qblk : blockIdx.x % blocks) * kBwdBlock;
   const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   // Grouped-query attention: K, V and Kᵀ of the key head of bh's group.
   const long long kvh = kVar ? kv_pair(p, bh) : bh;
+  if constexpr (kVar) {
+    // No row sees a key (padding rows, or a window past every key): dQ = 0,
+    // before any barrier, copy or statistic is read (the images and
+    // statistics of padding rows are not even written).
+    if (q0 >= mk.lq || mk.key_hi((q0 + kBwdBlock < mk.lq ? q0 + kBwdBlock : mk.lq) - 1) <= mk.key_lo(q0)) {
+      zero_rows<kBwdThreads>(head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride), q0,
+                             q0 + kBwdBlock < nq ? q0 + kBwdBlock : nq, p.dim, p.dq_row_stride);
+      return;
+    }
+  }
 
   // This thread's rows g and g+8 of its warp's 16: keys they see (lo ≤ j <
   // vis; row_keys), LSE in log2 units and D (padded rows: +inf and 0, and
@@ -653,11 +708,17 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, const Seq
       probs_by_row(s, scale_log2, l2, k0 + STEP > vis_min, k0, t, vis);
     } else {
       const bool masked = !(lo_max <= k0 && k0 + STEP <= vis_min);
-      with_variant(masked, md.on, md.cap != 0.f, [&](auto kMasked, auto kMod, auto kCap) {
-        int a0[2] = {0, 0};  // a − k0 − 2t of each row
-        if constexpr (kMod)
-          for (int h = 0; h < 2; ++h) a0[h] = offset_of(row0 + 8 * h, md.shift, k0) - 2 * t;
-        probs_dq<kMod, kMasked, kCap>(s, scale, scale_log2, l2, static_cast<int>(k0), t, lo32, hi32, md, a0);
+      // Each row's ALiBi bias over the step (a − k0 − 2t: column offset 0);
+      // a row crossing its diagonal takes the masked copy.
+      AlibiRow<-1> ar[2];
+      bool uniform = true;
+      if (md.slope_l2 != 0.f) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          uniform &= ar[h].set(offset_of(row0 + 8 * h, md.shift, k0) - 2 * t, STEP - 7, md.slope_l2);
+      }
+      with_variant(masked || !uniform, md.on, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
+        probs_dq<E, kMod, kMasked, kCap>(s, scale_log2, l2, static_cast<int>(k0), t, lo32, hi32, md, ar);
       });
     }
     wgmma_wait<0>();
@@ -678,8 +739,17 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, const Seq
     }
   }
 
-  store_warp_rows<DP>(head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride), acc,
-                      q0 + wg * kBwdTile + warp * 16, nq, p.dim, p.dq_row_stride, static_cast<float>(p.scale));
+  if constexpr (!kVar) {
+    store_warp_rows<DP>(head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride), acc,
+                        q0 + wg * kBwdTile + warp * 16, nq, p.dim, p.dq_row_stride, static_cast<float>(p.scale));
+  } else {
+    // Through the warpgroup's Q tile (store_wg_rows), which its products
+    // are done reading.
+    float* dq = head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride);
+    const float sq[2] = {scale, scale};
+    store_wg_rows<DP, kWgBytes>(dq, p.dq_row_stride, q0 + wg * kBwdTile, nq, p.dim, sQ + wg * kWgBytes, acc, sq, wg,
+                                rows_vec(dq, p.dq_row_stride, p.dim));
+  }
 }
 
 // dq_rowblock reads the images p.q, p.k, p.k_t, p.v, p.dout and the padded
@@ -688,13 +758,17 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, const Seq
 template <typename E, int DP, bool kVar>
 __device__ void dq_rowblock(const Params& p) {
   require_launch(kBwdThreads, bwd_dq_smem_bytes<E, DP>());
-  const long long bh = blockIdx.x / ((p.nq + kBwdBlock - 1) / kBwdBlock);
-  const SeqMask mk = seq_mask(p, bh);
   if constexpr (!kVar) {
+    const long long bh = blockIdx.x / ((p.nq + kBwdBlock - 1) / kBwdBlock);
+    const SeqMask mk = seq_mask(p, bh);
     require_plain(p);
-    dq_body<E, DP, false>(p, bh, mk, Mods{});
+    dq_body<E, DP, false>(p, bh, 0, mk, Mods{});
   } else {
-    dq_body<E, DP, true>(p, bh, mk, mods_of(score_mod<float>(p, bh, mk)));
+    // Longest blocks first (block_order), as in the forward.
+    long long bh, qblk;
+    block_order(blockIdx.x, static_cast<unsigned>((p.nq + kBwdBlock - 1) / kBwdBlock), p.mask_right >= 0, bh, qblk);
+    const SeqMask mk = seq_mask(p, bh);
+    dq_body<E, DP, true>(p, bh, qblk, mk, mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale)));
   }
 }
 

@@ -28,9 +28,9 @@
 // element by element only where one of a thread's rows misses one of its
 // keys, so whole tiles inside every row's range keep the unmasked loop.
 // Padding rows and rows that see no key get O = 0 and LSE = +inf (a block
-// of them walks no tile). Score modifiers: the scaled score goes through
-// the softcap and ALiBi (modify) in natural units, before the mask and the
-// conversion to log2 units that the online softmax works in.
+// of them walks no tile). Score modifiers: the score goes through the
+// softcap and ALiBi (modified, in the log2 units the online softmax works
+// in) before the mask.
 #pragma once
 #include "common.cuh"
 #include "sm90.cuh"
@@ -65,9 +65,12 @@ template <typename E, int DP> __host__ __device__ constexpr int fwd_smem_bytes()
 
 // fwd_body is fwd_rowblock for head bh of mask mk (the plain kernel's mask
 // too: its rows see keys from 0, so only the upper bounds are compared) and
-// score modifiers md (kVar only).
+// score modifiers md (kVar only); blk is the block's place in the grid's
+// pair-major order, bh·q_tiles + tile (kVar only: block_order's; the plain
+// kernel's is blockIdx.x).
 template <typename E, int DP, bool kVar>
-__device__ __forceinline__ void fwd_body(const Params& p, long long bh, const SeqMask& mk, const Mods& md) {
+__device__ __forceinline__ void fwd_body(const Params& p, long long bh, long long blk, const SeqMask& mk,
+                                         const Mods& md) {
   using S = typename E::Storage;
   const long long nq = p.nq, nk = p.nk;
   const S* __restrict__ q = static_cast<const S*>(p.q);
@@ -88,7 +91,7 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, const Se
   const uint32_t q_full = bars + 32;
 
   const long long q_tiles = (nq + kFwdRows - 1) / kFwdRows;
-  const long long q0 = blockIdx.x % q_tiles * kFwdRows;
+  const long long q0 = (kVar ? blk : blockIdx.x) % q_tiles * kFwdRows;
   const long long k_tiles = (nk + BK - 1) / BK;  // image tiles per key head
   // Block skipping: the block's rows see keys from its first row's first
   // (plain: 0) to its last real row's last, the bounds being nondecreasing
@@ -103,6 +106,19 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, const Se
   const int n_tiles = static_cast<int>((kv_end + BK - 1) / BK) - t0;
   const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
+  if constexpr (kVar) {
+    // No row sees a key (padding rows, or a window past every key): O = 0
+    // and LSE = +inf, before any barrier or copy (the Q image of padding
+    // rows is not even written: to_image_rows_len).
+    if (kv_end <= kv_begin) {
+      const long long row_end = q0 + kFwdRows < nq ? q0 + kFwdRows : nq;
+      zero_rows<kFwdThreads>(head_of(static_cast<float*>(p.o), bh, p.h, p.o_batch_stride, p.o_head_stride), q0,
+                             row_end, p.dim, p.o_row_stride);
+      for (long long r = q0 + threadIdx.x; r < row_end; r += kFwdThreads)
+        static_cast<float*>(p.lse)[bh * nq + r] = kInf;
+      return;
+    }
+  }
 
   if (threadIdx.x == 0) {
     mbar_init(full(0), 1);
@@ -125,7 +141,7 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, const Se
   };
   if (threadIdx.x == 0) {
     mbar_arrive_expect_tx(q_full, kQBytes);
-    bulk_copy(sQ, q + blockIdx.x * static_cast<long long>(kFwdRows) * DP, kQBytes, q_full);
+    bulk_copy(sQ, q + (kVar ? blk : blockIdx.x) * static_cast<long long>(kFwdRows) * DP, kQBytes, q_full);
     for (int s = 0; s < 2 && s < n_tiles; ++s) load_kv(s, t0 + s);
   }
 
@@ -147,7 +163,6 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, const Se
   const int hi32[2] = {static_cast<int>(vis[0]), static_cast<int>(vis[1])};
 
   const float scale_log2 = static_cast<float>(p.scale) * 1.4426950408889634f;
-  const float scale = static_cast<float>(p.scale);
   float m[2] = {-kInf, -kInf}, l[2] = {0.f, 0.f};  // l: this thread's partial sums
   float acc[kNO][4];
 #pragma unroll
@@ -186,18 +201,24 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, const Se
           }
       });
     } else {
-      // The modifiers act on the scaled score in natural units, before the
-      // mask and the conversion to log2 units.
-      with_variant(masked, md.on, md.cap != 0.f, [&](auto kMasked, auto kMod, auto kCap) {
-        int a0[2] = {0, 0};  // a − k0 − 2t of each row
-        if constexpr (kMod)
-          for (int r = 0; r < 2; ++r) a0[r] = offset_of(row_of(r), md.shift, k0) - 2 * t;
+      // The modifiers act on the scaled score before the mask (modified).
+      // ALiBi: the bias of each row over this tile (a − k0 − 2t: the
+      // distance at column offset 0); a row crossing its diagonal takes the
+      // masked copy.
+      AlibiRow<-1> ar[2];
+      bool uniform = true;
+      if (md.slope_l2 != 0.f) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          uniform &= ar[r].set(offset_of(row_of(r), md.shift, k0) - 2 * t, BK - 7, md.slope_l2);
+      }
+      with_variant(masked || !uniform, md.on, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
 #pragma unroll
         for (int j = 0; j < kNS; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            float x = s[j][e] * scale_log2, dsoft;
-            if constexpr (kMod) x = modify<kCap>(s[j][e] * scale, md, a0[e / 2] - j * 8 - (e & 1), dsoft) * kLog2e;
+            float dsoft;
+            float x = modified<E, kMod, kCap, kMasked>(s[j][e], scale_log2, md, ar[e / 2], 8 * j + (e & 1), dsoft);
             const int key = static_cast<int>(k0) + j * 8 + 2 * t + (e & 1);
             if (kMasked && (key < lo32[e / 2] || key >= hi32[e / 2])) x = -kInf;
             s[j][e] = x;
@@ -254,8 +275,28 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, const Se
 
   // Epilogue: O = acc / l and LSE, row by row; rows that see no key get
   // O = 0 and LSE = +inf.
+  if constexpr (!kVar) {
 #pragma unroll
-  for (int r = 0; r < 2; ++r) finish_row(p, bh, row_of(r), vis[r] > 0, acc, r, m[r], l[r]);
+    for (int r = 0; r < 2; ++r) finish_row(p, bh, row_of(r), vis[r] > 0, acc, r, m[r], l[r]);
+  } else {
+    // As finish_row, with O stored through the warpgroup's Q tile
+    // (store_wg_rows), which its last S = Q·Kᵀ is done reading.
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+      const bool any_key = vis[r] > 0;
+      inv[r] = any_key ? 1.f / l[r] : 0.f;
+      if (t == 0 && row_of(r) < nq)
+        static_cast<float*>(p.lse)[bh * nq + row_of(r)] =
+            any_key ? (m[r] + log2f(l[r])) * 0.6931471805599453f : kInf;
+    }
+    float* o = head_of(static_cast<float*>(p.o), bh, p.h, p.o_batch_stride, p.o_head_stride);
+    constexpr int kWgQBytes = kQTileRows * DP * static_cast<int>(sizeof(typename E::Storage));
+    store_wg_rows<DP, kWgQBytes>(o, p.o_row_stride, q0 + wg * 64, nq, p.dim, sQ + wg * kWgQBytes, acc, inv, wg,
+                                 rows_vec(o, p.o_row_stride, p.dim));
+  }
 }
 
 // fwd_rowblock reads the images p.q, p.k and p.v (Vᵀ) and writes p.o and
@@ -263,13 +304,20 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, const Se
 template <typename E, int DP, bool kVar>
 __device__ void fwd_rowblock(const Params& p) {
   require_launch(kFwdThreads, fwd_smem_bytes<E, DP>());
-  const long long bh = blockIdx.x / ((p.nq + kFwdRows - 1) / kFwdRows);
-  const SeqMask mk = seq_mask(p, bh);
   if constexpr (!kVar) {
+    const long long bh = blockIdx.x / ((p.nq + kFwdRows - 1) / kFwdRows);
+    const SeqMask mk = seq_mask(p, bh);
     require_plain(p);
-    fwd_body<E, DP, false>(p, bh, mk, Mods{});
+    fwd_body<E, DP, false>(p, bh, 0, mk, Mods{});
   } else {
-    fwd_body<E, DP, true>(p, bh, mk, mods_of(score_mod<float>(p, bh, mk)));
+    // Longest blocks first (block_order): with a right bound (causal) the
+    // last rows see the most keys.
+    const long long q_tiles = (p.nq + kFwdRows - 1) / kFwdRows;
+    long long bh, tile;
+    block_order(blockIdx.x, static_cast<unsigned>(q_tiles), p.mask_right >= 0, bh, tile);
+    const SeqMask mk = seq_mask(p, bh);
+    fwd_body<E, DP, true>(p, bh, bh * q_tiles + tile, mk,
+                          mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale)));
   }
 }
 

@@ -35,7 +35,10 @@ FLASH_FWD_WGMMA(tf32, TF32, 64)
 FLASH_FWD_WGMMA(tf32, TF32, 128)
 
 // Tile images: to_image_rows (any block size and grid; convert_gpu.go uses
-// 256 threads) for Q and K, to_image_vt (256 threads, any grid) for V.
+// 256 threads) for Q and K, to_image_vt (256 threads, any grid) for V. The
+// _len pair serves calls with per-sequence lengths (sm90.cuh's SeqRows: the
+// int lengths at lens, head bh in batch entry (first + bh) / per, rows
+// written up to the length rounded up to unit); any grid, 256 threads.
 #define FLASH_TO_IMAGE(NAME, E)                                                                                \
   extern "C" __global__ void flash_to_image_rows_##NAME(const float* x, uint4* y, long long bhs, long long n,  \
                                                         long long n_pad, long long dim, long long dp,          \
@@ -48,6 +51,20 @@ FLASH_FWD_WGMMA(tf32, TF32, 128)
       long long bk) {                                                                                          \
     flash::sm90::to_image_vt<flash::mma::E>(x, y, bhs, nk, nk_pad, dim, static_cast<int>(dp),                  \
                                             static_cast<int>(bk));                                             \
+  }                                                                                                            \
+  extern "C" __global__ void __launch_bounds__(256) flash_to_image_rows_len_##NAME(                            \
+      const float* x, uint4* y, long long bhs, long long n, long long n_pad, long long dim, long long dp,      \
+      long long rows, const int* lens, long long first, long long per, long long unit) {                       \
+    flash::sm90::to_image_rows_len<flash::mma::E>(x, y, bhs, n, n_pad, dim, static_cast<int>(dp),              \
+                                                  static_cast<int>(rows),                                      \
+                                                  flash::sm90::SeqRows{lens, first, per, static_cast<int>(unit)}); \
+  }                                                                                                            \
+  extern "C" __global__ void __launch_bounds__(256) flash_to_image_vt_len_##NAME(                              \
+      const float* x, uint4* y, long long bhs, long long nk, long long nk_pad, long long dim, long long dp,     \
+      long long bk, const int* lens, long long first, long long per, long long unit) {                         \
+    flash::sm90::to_image_vt<flash::mma::E, true>(x, y, bhs, nk, nk_pad, dim, static_cast<int>(dp),            \
+                                                  static_cast<int>(bk),                                        \
+                                                  flash::sm90::SeqRows{lens, first, per, static_cast<int>(unit)}); \
   }
 
 FLASH_TO_IMAGE(bf16, BF16)
@@ -83,6 +100,11 @@ FLASH_BWD_WGMMA(tf32, TF32, 64)
 FLASH_BWD_WGMMA(tf32, TF32, 128)
 
 // LSE in log2 units and D, padded to whole blocks; any block size and grid.
+// The _var one, for every problem the _var kernels compute, leaves the
+// blocks past a batch entry's last real row unwritten (no kernel reads them).
 extern "C" __global__ void flash_bwd_stats_sm90(const __grid_constant__ flash::Params p) {
-  flash::sm90::prep_stats(p);
+  flash::sm90::prep_stats<false>(p);
+}
+extern "C" __global__ void flash_bwd_stats_sm90_var(const __grid_constant__ flash::Params p) {
+  flash::sm90::prep_stats<true>(p);
 }

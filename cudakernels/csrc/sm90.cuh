@@ -213,15 +213,69 @@ __device__ void to_image_rows(const float* __restrict__ x, uint4* __restrict__ y
   }
 }
 
+// SeqRows says which rows of a conversion's heads are real when the call has
+// per-sequence lengths: head bh of the conversion (a query head for Q and dO,
+// a key head for K and V) belongs to batch entry (first + bh) / per, whose
+// rows i < lens[entry] are real. The conversions write those rows and zero
+// rows after them up to a multiple of unit, and leave the tiles past that
+// unwritten: no kernel reads them, since the attention kernels walk tiles
+// only up to a batch entry's last real row or key, in blocks and steps that
+// unit is a multiple of (their blocks of padding rows or keys load nothing).
+// Zeros matter in the rows they do read: a masked score multiplies them by
+// P = 0, and 0 times a stale NaN would not be 0.
+struct SeqRows {
+  const int* lens;
+  long long first, per;
+  int unit;
+
+  // limits returns the real rows len (at most n) of head bh and the rows
+  // the conversion writes, len rounded up to unit.
+  __device__ __forceinline__ void limits(long long bh, long long n, long long& len, long long& end) const {
+    len = lens[(first + bh) / per];
+    if (len > n) len = n;
+    end = (len + unit - 1) / unit * unit;
+  }
+};
+
+// to_image_rows_len is to_image_rows for a call with lengths (SeqRows): one
+// tile of `rows` rows per block at a time (grid-stride over the bhs·n_pad /
+// rows tiles), so that a tile past the rows it writes costs the block one
+// compare; rows past the length are zero.
+template <typename E>
+__device__ void to_image_rows_len(const float* __restrict__ x, uint4* __restrict__ y, long long bhs, long long n,
+                                  long long n_pad, long long dim, int dp, int rows, const SeqRows& sr) {
+  constexpr int kVec = mma::StorageOf<E>::kVec;
+  const int row_chunks = dp / kVec, tile_chunks = rows * row_chunks;
+  const long long tiles = n_pad / rows, total = bhs * tiles;
+  for (long long b = blockIdx.x; b < total; b += gridDim.x) {
+    const long long bh = b / tiles, r0 = b % tiles * rows;
+    long long len, end;
+    sr.limits(bh, n, len, end);
+    if (r0 >= end) continue;
+    const float* xh = x + bh * n * dim;
+    uint4* yt = y + (bh * n_pad + r0) * row_chunks;
+    for (int w = threadIdx.x; w < tile_chunks; w += blockDim.x) {
+      const int r = (w / 8) % rows, panel = w / 8 / rows;  // w = (panel·rows + r)·8 + physical chunk
+      const long long row = r0 + r;
+      const int c0 = (panel * 8 + ((w % 8) ^ (r % 8))) * kVec;
+      float f[kVec];
+      mma::load_chunk(f, xh + row * dim + c0, row < len, c0, dim);
+      yt[w] = mma::StorageOf<E>::convert(f);
+    }
+  }
+}
+
 // to_image_vt writes x [bhs, nk, dim] fp32 (V in the forward; Q, K and dO
 // in the backward) transposed, as one [dp, bk] image (row d, column key)
 // per tile of bk keys: y holds nk_pad / bk tiles
 // per head (nk_pad a multiple of bk, and bk of 64), zero past nk and dim.
 // Blocks of 256 threads (any grid) take 64 keys × 32 columns through shared
-// memory, so that reads of V and writes of y are both coalesced.
-template <typename E>
+// memory, so that reads of V and writes of y are both coalesced. kLens: a
+// call with lengths (SeqRows sr): keys past a head's length are zero, and
+// blocks of 64 keys past the keys it writes are skipped.
+template <typename E, bool kLens = false>
 __device__ void to_image_vt(const float* __restrict__ x, uint4* __restrict__ y, long long bhs, long long nk,
-                            long long nk_pad, long long dim, int dp, int bk) {
+                            long long nk_pad, long long dim, int dp, int bk, const SeqRows& sr = SeqRows{}) {
   constexpr int kVec = mma::StorageOf<E>::kVec;
   constexpr int kRowChunks = 64 / kVec;  // output chunks per d in 64 keys
   __shared__ float tile[64][33];
@@ -230,9 +284,15 @@ __device__ void to_image_vt(const float* __restrict__ x, uint4* __restrict__ y, 
   for (long long b = blockIdx.x; b < n; b += gridDim.x) {
     const long long bh = b / (key_blocks * d_blocks);
     const long long j0 = b / d_blocks % key_blocks * 64, d0 = b % d_blocks * 32;
+    long long len = nk;
+    if constexpr (kLens) {
+      long long end;
+      sr.limits(bh, nk, len, end);
+      if (j0 >= end) continue;  // uniform over the block: no barrier is skipped by some threads only
+    }
     for (int i = ty; i < 64; i += 8) {
       const long long j = j0 + i, d = d0 + tx;
-      tile[i][tx] = j < nk && d < dim ? x[(bh * nk + j) * dim + d] : 0.f;
+      tile[i][tx] = j < len && d < dim ? x[(bh * nk + j) * dim + d] : 0.f;
     }
     __syncthreads();
     uint4* img = y + (bh * (nk_pad / bk) + j0 / bk) * (static_cast<long long>(dp) * bk / kVec);
