@@ -124,7 +124,8 @@ type backwardScratch[T kernels.Float] struct {
 // backwardScratchLen is the number of elements of one backwardScratch.
 func backwardScratchLen(d int) int {
 	// tmp counted as 2·Br (float64 in a float32 call), keep as Br·Bc/4
-	// (bytes, in a float32 call).
+	// (bytes, in a float32 call); four Bc×Br tiles: pt, dst, and a bias's
+	// bt and dbt.
 	return 2*blockCols*(d+1) + d*blockCols + 4*blockCols*blockRows + 2*blockCols*d + 4*blockRows + blockCols + blockRows*blockCols/4
 }
 

@@ -167,3 +167,73 @@ func TestValidateVariants(t *testing.T) {
 		t.Error("Equal does not tell Params apart")
 	}
 }
+
+// TestBias covers the bias's shape checks, which slice each head reads,
+// and that Equal and IsPlain see it.
+func TestBias(t *testing.T) {
+	good := Params{B: 2, H: 3, Nq: 4, Nk: 5, D: 8, Scale: 0.5}
+	n := 4 * 5
+	for _, s := range [][2]int{{2, 3}, {1, 3}, {2, 1}, {1, 1}} {
+		p := good
+		p.Bias = &Bias{Bb: s[0], Hb: s[1], Data32: make([]float32, s[0]*s[1]*n), Grad64: make([]float64, s[0]*s[1]*n)}
+		if err := p.Validate(); err != nil {
+			t.Errorf("bias %v: %v", s, err)
+		}
+		if p.IsPlain() {
+			t.Errorf("bias %v: IsPlain", s)
+		}
+		// Head (b, h) reads slice (b or 0, h or 0).
+		for bh := range p.B * p.H {
+			b, h := bh/p.H, bh%p.H
+			want := (min(b, s[0]-1)*s[1] + min(h, s[1]-1)) * n
+			if got := p.BiasOffset(bh); got != want {
+				t.Errorf("bias %v: BiasOffset(%d) = %d, want %d", s, bh, got, want)
+			}
+		}
+		if err := CheckForward(p, make([]float32, p.QLen()), make([]float32, p.KLen()), make([]float32, p.KLen()),
+			make([]float32, p.QLen()), make([]float32, p.LSELen())); err != nil {
+			t.Errorf("bias %v, float32 call: %v", s, err)
+		}
+		if err := CheckForward(p, make([]float64, p.QLen()), make([]float64, p.KLen()), make([]float64, p.KLen()),
+			make([]float64, p.QLen()), make([]float64, p.LSELen())); !errors.Is(err, ErrInvalidParams) {
+			t.Errorf("bias %v without float64 data, float64 call: %v, want ErrInvalidParams", s, err)
+		}
+	}
+	bad := map[string]*Bias{
+		"Bb 3 of B 2": {Bb: 3, Hb: 1, Data32: make([]float32, 3*n)},
+		"Bb 0":        {Bb: 0, Hb: 1},
+		"Hb 2 of H 3": {Bb: 1, Hb: 2, Data32: make([]float32, 2*n)},
+		"short data":  {Bb: 1, Hb: 1, Data64: make([]float64, n-1)},
+		"long data":   {Bb: 1, Hb: 1, Data32: make([]float32, n+1)},
+		"short grad":  {Bb: 1, Hb: 1, Data32: make([]float32, n), Grad32: make([]float32, n-1)},
+		"empty data":  {Bb: 1, Hb: 1, Data32: []float32{}},
+		"grad of B·H": {Bb: 1, Hb: 1, Data32: make([]float32, n), Grad64: make([]float64, 6*n)},
+		"huge":        {Bb: 2, Hb: 3},
+	}
+	for name, b := range bad {
+		p := good
+		if name == "huge" {
+			p.Nq, p.Nk = 1<<15, 1<<15
+		}
+		p.Bias = b
+		if err := p.Validate(); !errors.Is(err, ErrInvalidParams) {
+			t.Errorf("%s: got %v, want an error wrapping ErrInvalidParams", name, err)
+		}
+	}
+	with := func(b Bias) Params { p := good; p.Bias = &b; return p }
+	data := []float32{1, float32(math.NaN()), 3}
+	a := with(Bias{Bb: 1, Hb: 1, Data32: data})
+	if !a.Equal(with(Bias{Bb: 1, Hb: 1, Data32: []float32{1, float32(math.NaN()), 3}, Grad32: make([]float32, 3)})) {
+		t.Error("Equal: the same bias data elsewhere, NaN included, with a gradient slice, is not equal")
+	}
+	for name, o := range map[string]Params{
+		"no bias":     good,
+		"other shape": with(Bias{Bb: 1, Hb: 3, Data32: data}),
+		"other data":  with(Bias{Bb: 1, Hb: 1, Data32: []float32{1, 2, 3}}),
+		"float64":     with(Bias{Bb: 1, Hb: 1, Data32: data, Data64: []float64{1, 2, 3}}),
+	} {
+		if a.Equal(o) || o.Equal(a) {
+			t.Errorf("Equal: a bias equals %s", name)
+		}
+	}
+}

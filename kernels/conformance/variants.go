@@ -169,6 +169,12 @@ func nonFiniteVariants() []variantCase {
 			pr.do[(3*pr.p.Nq+10)*d] = -inf  // query head 3, row 10: no key when causal
 		}})
 	}
+	// The same with a bias, whose gradient the tiles that take the
+	// visible pairs one by one must still give.
+	for _, c := range cs[len(cs)-2:] {
+		c.p.Bias = &kernels.Bias{Bb: 1, Hb: 4}
+		cs = append(cs, c)
+	}
 	return append(cs, nonFiniteBias()...)
 }
 
