@@ -70,11 +70,13 @@
 //
 //   - the CUDA-core kernels (FP32, float64, and the CUDA-core backward of
 //     the low precisions): all of them;
-//   - the Hopper family (wgmma, TF32, BF16, FP16): grouped-query heads,
-//     windows, lengths, softcap and ALiBi, in separate _var
-//     instantiations so that plain attention keeps its tuned kernels; not
-//     yet dropout or the bias;
-//   - the mma.sync family: none yet.
+//   - the Hopper family (wgmma, TF32, BF16, FP16, where it serves the head
+//     dimension: padded 64, 128 or 256, TF32's forward up to 128):
+//     grouped-query heads, windows, lengths, softcap and ALiBi, in separate
+//     _var instantiations so that plain attention keeps its tuned kernels;
+//     not yet dropout or the bias;
+//   - the mma.sync family (other GPUs, and D ≤ 32 or TF32's forward above
+//     128 on Hopper): none yet.
 //
 // The CUDA-core kernels work through Params' variant fields
 // (csrc/variants.cuh mirrors kernels.Mask and kernels.ModifyScore):
