@@ -78,13 +78,31 @@ func add[T kernels.Float](s, t []T) {
 
 // addTransposed adds the rows×cols matrix src (row stride lds), transposed,
 // into dst (cols×rows, row stride ldd): a tile's dSᵀ into dBias, by rows
-// of dBias.
-func addTransposed[T kernels.Float](rows, cols int, src []T, lds int, dst []T, ldd int) {
+// of dBias. With store, it writes src + 0 instead, which is what adding
+// into a cleared dst gave (+0 for −0 included), without reading dst.
+func addTransposed[T kernels.Float](rows, cols int, src []T, lds int, dst []T, ldd int, store bool) {
 	for c := range cols {
 		d := dst[c*ldd : c*ldd+rows]
+		if store {
+			for r := range d {
+				d[r] = src[r*lds+c] + 0
+			}
+			continue
+		}
 		for r := range d {
 			d[r] += src[r*lds+c]
 		}
+	}
+}
+
+// clearCols sets columns [c0, c1) of rows [r0, r1) of the matrix m (row
+// stride ld) to 0.
+func clearCols[T kernels.Float](m []T, ld, r0, r1, c0, c1 int) {
+	if c0 >= c1 {
+		return
+	}
+	for r := r0; r < r1; r++ {
+		clear(m[r*ld+c0 : r*ld+c1])
 	}
 }
 
