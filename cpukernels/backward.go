@@ -441,7 +441,7 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 		clear(pt)
 	}
 	if preload {
-		transpose(rows, cols, qh.bias[row0*p.Nk+col0:], p.Nk, pt, blockRows)
+		transposeTile(rows, cols, qh.bias[row0*p.Nk+col0:], p.Nk, pt, blockRows)
 	}
 	clear(dst)
 	// Sᵀ − LSE (Sᵀ with a softcap) and dPᵀ − D (dP̃ᵀ with dropout), one row
@@ -467,7 +467,7 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 	var bt, dbt []T
 	if qh.bias != nil && !preload {
 		bt = sc.bt[:cols*blockRows]
-		transpose(rows, cols, qh.bias[row0*p.Nk+col0:], p.Nk, bt, blockRows)
+		transposeTile(rows, cols, qh.bias[row0*p.Nk+col0:], p.Nk, bt, blockRows)
 	}
 	if qh.dbias != nil {
 		dbt = sc.dbt[:cols*blockRows]
