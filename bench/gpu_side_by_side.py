@@ -22,6 +22,8 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
+from markdown_table import cell, emit, progress
+
 LINE = re.compile(r"^BenchmarkKernelsGPU/(\w+)/(fwd|bwd)/D(\d+)_N(\d+)_causal=(true|false)\S*\s.*?([\d.]+) TFLOP/s")
 
 # Our columns: FP16 runs the same kernels as BF16 and is left out.
@@ -72,10 +74,6 @@ def peer(dtype, backend, d, n, causal):
         torch.cuda.empty_cache()
 
 
-def cell(x):
-    return "–" if x is None else f"{x:.1f}"
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("binary", help="flashgpu-tagged test binary of package bench")
@@ -97,17 +95,10 @@ def main():
             r = peer(dtype, backend, d, n, causal)
             row += [cell(r[0] if r else None), cell(r[1] if r else None)]
         rows.append(row)
-        print("| " + " | ".join(row) + " |", file=sys.stderr, flush=True)
+        progress(row)
 
     gpu = torch.cuda.get_device_name()
-    lines = [f"TFLOP/s on {gpu}, PyTorch {torch.__version__}, B·N = 16384, hidden 2048 (H = 2048/D)", "",
-             "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    table = "\n".join(lines) + "\n"
-    print(table)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(table)
+    emit(f"TFLOP/s on {gpu}, PyTorch {torch.__version__}, B·N = 16384, hidden 2048 (H = 2048/D)", header, rows, args.out)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from triton.testing import do_bench
 
+from markdown_table import cell, emit, progress
+
 # The backward is timed by calling backward() again on one graph
 # (retain_graph), which compiled FlexAttention refuses while it donates its
 # saved buffers.
@@ -166,10 +168,6 @@ PEERS = [
 ]
 
 
-def cell(x):
-    return "–" if x is None else f"{x:.1f}"
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("binary", help="flashgpu-tagged test binary of package bench")
@@ -192,17 +190,10 @@ def main():
             row += [cell(r[0] if r else None), cell(r[1] if r else None)]
             torch.cuda.empty_cache()
         rows.append(row)
-        print("| " + " | ".join(row) + " |", file=sys.stderr, flush=True)
+        progress(row)
 
     gpu = torch.cuda.get_device_name()
-    lines = [f"TFLOP/s on visible FLOPs, {gpu}, PyTorch {torch.__version__}, D = {D}, H = 16, BF16 peers", "",
-             "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    table = "\n".join(lines) + "\n"
-    print(table)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(table)
+    emit(f"TFLOP/s on visible FLOPs, {gpu}, PyTorch {torch.__version__}, D = {D}, H = 16, BF16 peers", header, rows, args.out)
 
 
 if __name__ == "__main__":
