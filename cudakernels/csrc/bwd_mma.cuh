@@ -220,15 +220,9 @@ __device__ void dkdv_1colblock(const Params& p) {
       it0 = static_cast<int>(q_lo / kBwdStep);
       if (q_hi > q_lo) n_per = static_cast<int>((q_hi + kBwdStep - 1) / kBwdStep) - it0;
     }
-    // No key is seen (padding keys, or keys no row's window reaches): dK =
-    // dV = 0, before any copy. k-like tensors have p.h / p.kv_group heads
-    // per batch entry.
+    // No key is seen: dK = dV = 0, before any copy.
     if (n_per <= 0) {
-      const long long kv_heads = p.h / p.kv_group;
-      zero_rows<kBwdThreads>(head_of(static_cast<float*>(p.dk), kvh, kv_heads, p.dk_batch_stride, p.dk_head_stride),
-                             k0, k_last + 1, p.dim, p.dk_row_stride);
-      zero_rows<kBwdThreads>(head_of(static_cast<float*>(p.dv), kvh, kv_heads, p.dv_batch_stride, p.dv_head_stride),
-                             k0, k_last + 1, p.dim, p.dv_row_stride);
+      zero_key_grads<kBwdThreads>(p, kvh, k0, k_last + 1);
       return;
     }
   } else {
@@ -387,19 +381,8 @@ __device__ void dq_1rowblock(const Params& p) {
   uint16_t* sK = sdO + kBwdBQ * kLd;       // 2 buffers
   uint16_t* sV = sK + 2 * kBwdStep * kLd;  // 2 buffers
 
-  const long long tiles = (nq + kBwdBQ - 1) / kBwdBQ;
   long long bh, q0;
-  if constexpr (kVar) {
-    // Longest blocks first: with a right bound (causal) the last rows see
-    // the most keys.
-    long long tile;
-    block_order(blockIdx.x, static_cast<unsigned>(tiles), p.mask_right >= 0, bh, tile);
-    q0 = tile * kBwdBQ;
-  } else {
-    require_plain<false>(p);
-    bh = blockIdx.x / tiles;
-    q0 = (blockIdx.x % tiles) * kBwdBQ;
-  }
+  query_block<kVar, kBwdBQ>(p, bh, q0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const SeqMask mk = seq_mask(p, bh);

@@ -305,16 +305,10 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
   // padding, never stored).
   const long long k_last = (k0 + kBwdBlock < nk ? k0 + kBwdBlock : nk) - 1;
   if constexpr (kVar) {
-    // No key is seen (padding keys, or keys no row's window reaches): dK =
-    // dV = 0, before any barrier or copy (the images of padding keys are
-    // not even written). k-like tensors have p.h / p.kv_group heads per
-    // batch entry.
+    // No key is seen: dK = dV = 0, before any barrier or copy (the images
+    // of padding keys are not even written).
     if (n_steps <= 0) {
-      const long long kv_heads = p.h / p.kv_group;
-      zero_rows<kBwdThreads>(head_of(static_cast<float*>(p.dk), kvh, kv_heads, p.dk_batch_stride, p.dk_head_stride),
-                             k0, k_last + 1, p.dim, p.dk_row_stride);
-      zero_rows<kBwdThreads>(head_of(static_cast<float*>(p.dv), kvh, kv_heads, p.dv_batch_stride, p.dv_head_stride),
-                             k0, k_last + 1, p.dim, p.dv_row_stride);
+      zero_key_grads<kBwdThreads>(p, kvh, k0, k_last + 1);
       return;
     }
   }

@@ -146,6 +146,26 @@ __device__ __forceinline__ void cp_cols(S* dst, const S* src, long long c0, long
   }
 }
 
+// query_block returns the query pair bh and first row q0 of this block of
+// a grid over blocks of ROWS query rows (forward, dQ). _var: longest blocks
+// first (block_order; with a right bound, causal, the last rows see the
+// most keys). Plain: pair-major, the plain kernel checking first that it
+// computes the problem (require_plain: the mma.sync plain kernels compute
+// the causal mask alone).
+template <bool kVar, int ROWS>
+__device__ __forceinline__ void query_block(const Params& p, long long& bh, long long& q0) {
+  const long long tiles = (p.nq + ROWS - 1) / ROWS;
+  if constexpr (kVar) {
+    long long tile;
+    block_order(blockIdx.x, static_cast<unsigned>(tiles), p.mask_right >= 0, bh, tile);
+    q0 = tile * ROWS;
+  } else {
+    require_plain<false>(p);
+    bh = blockIdx.x / tiles;
+    q0 = (blockIdx.x % tiles) * ROWS;
+  }
+}
+
 // fwd_1rowblock reads the converted copies p.q, p.k and p.v (rows of DP
 // elements, V transposed for TF32) and writes p.o and p.lse. kVar: the _var
 // entry point, which computes every variant of tc_variants.cuh (grouped
@@ -183,19 +203,8 @@ __device__ void fwd_1rowblock(const Params& p) {
   S* sK = sQ + kFwdBQ * kLd;  // 2 buffers
   S* sV = sK + 2 * BK * kLd;  // 2 buffers of fwd_v_tile elements
 
-  const long long tiles = (nq + kFwdBQ - 1) / kFwdBQ;
   long long bh, q0;
-  if constexpr (kVar) {
-    // Longest blocks first: with a right bound (causal) the last rows see
-    // the most keys.
-    long long tile;
-    block_order(blockIdx.x, static_cast<unsigned>(tiles), p.mask_right >= 0, bh, tile);
-    q0 = tile * kFwdBQ;
-  } else {
-    require_plain<false>(p);
-    bh = blockIdx.x / tiles;
-    q0 = (blockIdx.x % tiles) * kFwdBQ;
-  }
+  query_block<kVar, kFwdBQ>(p, bh, q0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   // The variants: the batch entry's mask (its real rows lq and keys lk

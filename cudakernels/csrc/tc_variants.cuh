@@ -206,6 +206,20 @@ __device__ __forceinline__ void zero_rows(float* y, long long row0, long long ro
   }
 }
 
+// zero_key_grads writes dK = dV = 0 for keys [k0, k_end) of key head kvh,
+// with every thread of a block of kThreads: the _var dK/dV blocks whose
+// keys no row sees (padding keys, or keys no row's window reaches) write
+// that and return before any copy. k-like tensors have p.h / p.kv_group
+// heads per batch entry.
+template <int kThreads>
+__device__ __forceinline__ void zero_key_grads(const Params& p, long long kvh, long long k0, long long k_end) {
+  const long long kv_heads = p.h / p.kv_group;
+  zero_rows<kThreads>(head_of(static_cast<float*>(p.dk), kvh, kv_heads, p.dk_batch_stride, p.dk_head_stride), k0,
+                      k_end, p.dim, p.dk_row_stride);
+  zero_rows<kThreads>(head_of(static_cast<float*>(p.dv), kvh, kv_heads, p.dv_batch_stride, p.dv_head_stride), k0,
+                      k_end, p.dim, p.dv_row_stride);
+}
+
 // Log2Lse reads LSE values stored in natural units as log2 units.
 struct Log2Lse {
   const float* lse;
