@@ -35,11 +35,13 @@
 // multiplies dS by 1 − tanh².
 //
 // An additive bias (kernels.Params.Bias) is read where the caller keeps it,
-// never copied whole: the forward adds each row's visible entries after
-// ALiBi; the backward transposes a tile's entries into a Bc×Br scratch tile
-// (the bias is stored by rows, the backward's tiles by keys), adds the
-// visible ones, and gathers dS = P∘(dP − D) of the tile in another such
-// tile that it adds into dBias by rows. dBias of a bias broadcast over the
+// never copied whole: without a softcap a tile's bias is where the scores'
+// GEMM starts (the forward copies its rows in, the backward transposes it
+// into its key-major Sᵀ tile, as the bias is stored by rows), and with one
+// the visible entries are added after the softcap and ALiBi. The backward
+// gathers dS = P∘(dP − D) of a tile in a Bc×Br scratch tile that it writes
+// into dBias by rows: the first query head of a slice stores (and writes 0
+// where none of its tiles reach), later ones add. dBias of a bias broadcast over the
 // batch or the heads sums over key heads that would be separate work
 // units; those key heads are then one unit (keyGroups in backward.go), so
 // that every element of dBias is summed by one goroutine in one order:

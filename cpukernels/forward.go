@@ -169,8 +169,16 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p *
 		c0 := max(col0, first)
 		cols := min(col0+blockCols, keys) - c0
 		s := sc.s[:rows*blockCols]
+		// Without a softcap, which needs the bare scores, the GEMM starts
+		// from the bias and so adds it for free: bias + S, the products
+		// summed first.
+		preload := bias != nil && p.Softcap == 0
 		for r := range rows {
-			clear(s[r*blockCols : r*blockCols+cols])
+			if preload {
+				copy(s[r*blockCols:r*blockCols+cols], bias[r*p.Nk+c0:])
+			} else {
+				clear(s[r*blockCols : r*blockCols+cols])
+			}
 		}
 		// S = (scale·Q)·Kᵀ for this key block.
 		ops.gemm(rows, cols, d, sc.qs, d, kt[col0*d+c0-col0:], min(blockCols, p.Nk-col0), s, blockCols)
@@ -205,9 +213,10 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p *
 			if tab != nil {
 				subtract(sr[from:to], tab[rows-1-r+from:])
 			}
-			if bias != nil {
+			if bias != nil && !preload {
 				// Only the visible keys' entries are read: a masked
-				// pair's bias, even NaN, never reaches the row.
+				// pair's bias, even NaN, never reaches the row (a
+				// preloaded one was cleared above with its score).
 				add(sr[from:to], bias[r*p.Nk+c0+from:])
 			}
 			onlineSoftmax(ops, sc, r, sr[from:to], d)
