@@ -25,24 +25,24 @@ func clampRange(lo, hi, base, n int) (from, to int) {
 // errs by a few units of c rather than of the result; in float32 that was
 // four times the error of a naive float32 computation on the softcap
 // golden case. So it is computed in float64 whatever T is, and rounded
-// once at the end.
+// once at the end. The steps around the exponential are vector loops too
+// (simd.WidenScale32, simd.TanhScaleFromExp32): done one score at a time,
+// the conversions and the division cost more than the exponential and
+// the scores' GEMM together.
 func softcapScores[T kernels.Float](s []T, c T, w []float64, grad []T) {
 	w = w[:len(s)]
 	c64 := float64(c)
-	for i, x := range s {
-		w[i] = float64(x) * (2 / c64)
-	}
-	simd.ExpShift64(w, 0)
-	if grad == nil {
-		for i, e := range w {
-			s[i] = T(c64 * (1 - 2/(1+e)))
-		}
-		return
-	}
-	grad = grad[:len(s)]
-	for i, e := range w {
-		t := 1 - 2/(1+e)
-		s[i], grad[i] = T(c64*t), T(1-t*t)
+	switch x := any(s).(type) {
+	case []float32:
+		simd.WidenScale32(w, x, 2/c64)
+		simd.ExpShift64(w, 0)
+		g, _ := any(grad).([]float32)
+		simd.TanhScaleFromExp32(x, g, w, c64)
+	case []float64:
+		simd.WidenScale64(w, x, 2/c64)
+		simd.ExpShift64(w, 0)
+		g, _ := any(grad).([]float64)
+		simd.TanhScaleFromExp64(x, g, w, c64)
 	}
 }
 
