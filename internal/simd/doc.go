@@ -9,6 +9,12 @@
 // kernels.Dropout computes the blocks itself, the scalar definition its
 // tests pin), and its test compares it word for word with a scalar Philox.
 //
+// WidenScale32 and TanhScaleFromExp32, the element-wise steps of the
+// attention softcap around its float64 exponential, likewise have an
+// AVX-512 path only (the portable loop elsewhere); they are exact IEEE
+// operations per element, and their test requires the portable loop's
+// bits.
+//
 // # Paths and dispatch
 //
 // Every function has a portable Go loop (gemmNNGeneric, expShiftGeneric,
