@@ -538,7 +538,7 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 			}
 		}
 		if colKeep != nil {
-			dropProbabilities(vis, colKeep, blockCols, T(p.Dropout.KeepScale()))
+			dropProbabilities(vis, colKeep, T(p.Dropout.KeepScale()))
 		}
 	}
 	if dbt != nil {
@@ -614,22 +614,21 @@ func dropGradient[T kernels.Float](dst []T, keep []bool, negD []T, keepScale T) 
 }
 
 // dropProbabilities turns probabilities P into Z = P∘M/(1−p): those of
-// one key's visible rows for dV = Zᵀ·dO in the backward (keep as for
-// dropGradient, stride Bc), those of a row's visible keys for Z·V in the
-// forward (stride 1). Entry x's mask is keep[x·stride].
-func dropProbabilities[T kernels.Float](pt []T, keep []bool, stride int, keepScale T) {
+// one key's visible rows for dV = Zᵀ·dO. keep is as for dropGradient: row
+// r's mask at keep[r·Bc].
+func dropProbabilities[T kernels.Float](pt []T, keep []bool, keepScale T) {
 	// One loop per element type: a type switch per element cost more than
 	// the branch it replaces.
 	switch x := any(pt).(type) {
 	case []float32:
 		s := float32(keepScale)
 		for r := range x {
-			x[r] = keepOrZero32(s*x[r], keep[r*stride])
+			x[r] = keepOrZero32(s*x[r], keep[r*blockCols])
 		}
 	case []float64:
 		s := float64(keepScale)
 		for r := range x {
-			x[r] = keepOrZero64(s*x[r], keep[r*stride])
+			x[r] = keepOrZero64(s*x[r], keep[r*blockCols])
 		}
 	}
 }

@@ -25,7 +25,12 @@
 // real row are never visited. The softcap and ALiBi
 // change the visible scores of a tile between the GEMM and the online
 // softmax; the softcap's tanh is 1 − 2/(1 + exp(2s/c)) through the
-// vectorised exponential (an overflow to +Inf gives exactly 1). In the
+// vectorised exponential (an overflow to +Inf gives exactly 1), in
+// float64, with the steps around it in vector loops as well. Dropout's
+// forward draws each row's Philox words (kernels.Dropout.RowWords) and
+// applies the mask with a vector comparison and a zero-masked product
+// (simd.DropScale32); the backward, which reads the mask by keys, draws
+// it as booleans (KeepRow). In the
 // backward a work unit is a chunk of one key head's blocks, and it loops
 // over the query heads of its group, so dK and dV of the group sum in one
 // accumulator in head order (deterministic, no atomics). Only the query
