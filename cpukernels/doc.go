@@ -25,7 +25,12 @@
 // real row are never visited. The softcap and ALiBi
 // change the visible scores of a tile between the GEMM and the online
 // softmax; the softcap's tanh is 1 − 2/(1 + exp(2s/c)) through the
-// vectorised exponential (an overflow to +Inf gives exactly 1). In the
+// vectorised exponential (an overflow to +Inf gives exactly 1), in
+// float64, with the steps around it in vector loops as well. Dropout's
+// forward draws each row's Philox words (kernels.Dropout.RowWords) and
+// applies the mask with a vector comparison and a zero-masked product
+// (simd.DropScale32); the backward, which reads the mask by keys, draws
+// it as booleans (KeepRow). In the
 // backward a work unit is a chunk of one key head's blocks, and it loops
 // over the query heads of its group, so dK and dV of the group sum in one
 // accumulator in head order (deterministic, no atomics). Only the query
@@ -35,11 +40,13 @@
 // multiplies dS by 1 − tanh².
 //
 // An additive bias (kernels.Params.Bias) is read where the caller keeps it,
-// never copied whole: the forward adds each row's visible entries after
-// ALiBi; the backward transposes a tile's entries into a Bc×Br scratch tile
-// (the bias is stored by rows, the backward's tiles by keys), adds the
-// visible ones, and gathers dS = P∘(dP − D) of the tile in another such
-// tile that it adds into dBias by rows. dBias of a bias broadcast over the
+// never copied whole: without a softcap a tile's bias is where the scores'
+// GEMM starts (the forward copies its rows in, the backward transposes it
+// into its key-major Sᵀ tile, as the bias is stored by rows), and with one
+// the visible entries are added after the softcap and ALiBi. The backward
+// gathers dS = P∘(dP − D) of a tile in a Bc×Br scratch tile that it writes
+// into dBias by rows: the first query head of a slice stores (and writes 0
+// where none of its tiles reach), later ones add. dBias of a bias broadcast over the
 // batch or the heads sums over key heads that would be separate work
 // units; those key heads are then one unit (keyGroups in backward.go), so
 // that every element of dBias is summed by one goroutine in one order:
