@@ -1,0 +1,276 @@
+package cpukernels
+
+import (
+	"math"
+
+	"github.com/gorgonia-flash/flashattention/internal/hostmem"
+	"github.com/gorgonia-flash/flashattention/kernels"
+)
+
+// decodeRows is the most query rows per key head (query heads of a group
+// times Nq) that the decode path takes: one forward tile's worth, so that
+// every row of a key head shares each read of its K and V.
+const decodeRows = blockRows
+
+// splitCores is the core count the decode's key split is chosen for
+// (kernels.SplitKV). A constant, not Workers or the machine's cores: the
+// split decides the order of the sums, and results must not depend on
+// where or with how many goroutines a call runs. 64 units keep up to 64
+// cores busy on one sequence; on fewer, the extra splits cost only their
+// merge, a few rows of D per split.
+const splitCores = 64
+
+// usesDecode reports whether p runs on the decode path: few rows per key
+// head, no bias and no dropout (the tiled forward computes those).
+func usesDecode(p kernels.Params) bool {
+	return p.H/p.KVHeads()*p.Nq <= decodeRows && p.Bias == nil && !p.Dropout.On()
+}
+
+// decodeScratch is one worker's tiles: the forward's, for the group's rows,
+// with the Kᵀ tile of one key block and, for paged keys, that block's V
+// gathered from its pages.
+type decodeScratch[T kernels.Float] struct {
+	*forwardScratch[T]
+	kt []T // D×Bc
+	vb []T // Bc×D; nil for dense keys, whose V blocks are read in place
+}
+
+// decode computes the forward of a problem that usesDecode accepts (or any
+// paged problem that it does). One work unit is a (key head, key split):
+// it loads every query row of the key head's group (H/Hkv heads × Nq rows,
+// contiguous in q), and for each block of its keys transposes K once, takes
+// the scores of all those rows in one GEMM, and adds P·V for all of them
+// in another, so each K and V row is read from memory once per call
+// whatever the group size. The keys a unit's rows see (their masks'
+// union) are split into kernels.SplitKV(p, splitCores) ranges; with more
+// than one, each unit writes a partial output and LSE per row, in
+// float64, and kernels.MergePartials combines a row's partials in split
+// order afterwards.
+func decode[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T) error {
+	g := p.H / p.KVHeads()
+	rows := g * p.Nq
+	kvHeads := p.B * p.KVHeads()
+	n := kernels.SplitKV(p, splitCores)
+	units := kvHeads * n
+	nScratch := max(1, min(workers, units))
+	var parts int // elements of the partials
+	if n > 1 {
+		parts = units * rows * (p.D + 1)
+	}
+	if err := hostmem.CheckElems[T](nScratch*(forwardScratchLen(p.D)+2*blockCols*p.D) + 2*parts); err != nil {
+		return err
+	}
+	var partO, partLSE []float64
+	var seen []bool
+	if n > 1 {
+		// Row r of key head kvh, split s: index (kvh·rows + r)·n + s, so
+		// that a row's partials are contiguous for the merge.
+		partO, partLSE, seen = make([]float64, units*rows*p.D), make([]float64, units*rows), make([]bool, units*rows)
+	}
+	scratch := make([]*decodeScratch[T], nScratch)
+	for w := range scratch {
+		sc := &decodeScratch[T]{forwardScratch: newForwardScratch[T](p), kt: make([]T, blockCols*p.D)}
+		if p.Pages != nil {
+			sc.vb = make([]T, blockCols*p.D)
+		}
+		scratch[w] = sc
+	}
+	masks := entryMasks(p)
+	ops := opsFor[T]()
+	parallelFor(workers, units, func(w, unit int) {
+		kvh, s := unit/n, unit%n
+		b := kvh / p.KVHeads()
+		qOff := (b*p.H + kvh%p.KVHeads()*g) * p.Nq * p.D
+		u := decodeUnit[T]{p: &p, ops: ops, sc: scratch[w], mask: &masks[b], kvh: kvh, g: g, rows: rows}
+		from, to := u.ranges(s, n)
+		u.run(from, to, q[qOff:qOff+rows*p.D], k, v)
+		if n == 1 {
+			u.finish(o[qOff:qOff+rows*p.D], lse[qOff/p.D:qOff/p.D+rows])
+			return
+		}
+		for r := range rows {
+			at := (kvh*rows+r)*n + s
+			partLSE[at], seen[at] = u.partial(r, from, to, partO[at*p.D:(at+1)*p.D])
+		}
+	})
+	if n == 1 {
+		return nil
+	}
+	parallelFor(workers, kvHeads, func(_, kvh int) {
+		b := kvh / p.KVHeads()
+		qOff := (b*p.H + kvh%p.KVHeads()*g) * p.Nq * p.D
+		for r := range rows {
+			at := (kvh*rows + r) * n
+			row := qOff + r*p.D
+			lse[row/p.D] = T(kernels.MergePartials(partLSE[at:at+n], partO[at*p.D:(at+n)*p.D], seen[at:at+n], o[row:row+p.D]))
+		}
+	})
+	return nil
+}
+
+// decodeUnit is one work unit's problem: key head kvh of the B·Hkv, whose
+// g query heads give rows = g·Nq rows, row r being row r mod Nq of the
+// group's head r / Nq.
+type decodeUnit[T kernels.Float] struct {
+	p       *kernels.Params
+	ops     mathOps[T]
+	sc      *decodeScratch[T]
+	mask    *kernels.Mask
+	kvh     int
+	g, rows int
+}
+
+// ranges sets every row's key range in the scratch and returns split s of
+// n of their union.
+func (u *decodeUnit[T]) ranges(s, n int) (from, to int) {
+	first, end := u.mask.Lk, 0
+	for r := range u.rows {
+		lo, hi := u.mask.KeyRange(r % u.p.Nq)
+		u.sc.lo[r], u.sc.hi[r] = lo, hi
+		if lo < hi {
+			first, end = min(first, lo), max(end, hi)
+		}
+	}
+	if first >= end {
+		return 0, 0
+	}
+	return kernels.SplitRange(first, end, s, n)
+}
+
+// run folds keys [from, to) into the rows' running maxima, sums and
+// accumulators, block by block, as forwardRowBlock does for one head.
+func (u *decodeUnit[T]) run(from, to int, q, k, v []T) {
+	p, sc, ops, d := u.p, u.sc, u.ops, u.p.D
+	copy(sc.qs, q)
+	ops.scale(sc.qs[:u.rows*d], T(p.Scale))
+	clear(sc.acc[:u.rows*d])
+	for r := range u.rows {
+		sc.m[r], sc.l[r] = T(math.Inf(-1)), 0
+	}
+	for c0 := from; c0 < to; c0 += blockCols {
+		cols := min(blockCols, to-c0)
+		vb := u.loadBlock(c0, cols, k, v)
+		s := sc.s[:u.rows*blockCols]
+		for r := range u.rows {
+			clear(s[r*blockCols : r*blockCols+cols])
+		}
+		ops.gemm(u.rows, cols, d, sc.qs, d, sc.kt, cols, s, blockCols)
+		cut := false
+		for r := range u.rows {
+			sr := s[r*blockCols : r*blockCols+cols]
+			lo, hi := clampRange(sc.lo[r], sc.hi[r], c0, cols)
+			if lo > 0 || hi < cols {
+				// Masked keys' probabilities are exactly 0, whatever their
+				// scores (even NaN) were.
+				cut = true
+				clear(sr[:lo])
+				clear(sr[hi:])
+			}
+			if lo == hi {
+				continue
+			}
+			if p.Softcap != 0 {
+				softcapScores(sr[lo:hi], T(p.Softcap), sc.tmp, nil)
+			}
+			if p.ALiBi != nil {
+				h := u.kvh%p.KVHeads()*u.g + r/p.Nq
+				a := u.mask.Aligned(r % p.Nq)
+				subtract(sr[lo:hi], alibiTable(sc.tab, T(p.ALiBi[h]), a-c0, cols)[lo:])
+			}
+			onlineSoftmax(ops, sc.forwardScratch, r, sr[lo:hi], d)
+		}
+		if cut && !allFinite(vb) {
+			// A masked P of 0 times an infinite or NaN value would still
+			// be NaN: each row takes only the keys it sees.
+			for r := range u.rows {
+				if lo, hi := clampRange(sc.lo[r], sc.hi[r], c0, cols); hi > lo {
+					ops.gemm(1, d, hi-lo, s[r*blockCols+lo:], blockCols, vb[lo*d:], d, sc.acc[r*d:], d)
+				}
+			}
+			continue
+		}
+		ops.gemm(u.rows, d, cols, s, blockCols, vb, d, sc.acc, d)
+	}
+}
+
+// loadBlock transposes K of keys [c0, c0+cols) into the Kᵀ tile (D×cols)
+// and returns their V (cols×D): in place for dense keys, gathered from the
+// pages otherwise. A page's keys are consecutive rows, so both move a run
+// of rows at a time.
+func (u *decodeUnit[T]) loadBlock(c0, cols int, k, v []T) []T {
+	p, sc, d := u.p, u.sc, u.p.D
+	if p.Pages == nil {
+		at := p.KeyRow(u.kvh, c0)
+		transpose(cols, d, k[at:], d, sc.kt, cols)
+		return v[at : at+cols*d]
+	}
+	size := p.Pages.Size
+	for x := 0; x < cols; {
+		run := min(cols-x, size-(c0+x)%size)
+		at := p.KeyRow(u.kvh, c0+x)
+		transpose(run, d, k[at:], d, sc.kt[x:], cols)
+		copy(sc.vb[x*d:(x+run)*d], v[at:at+run*d])
+		x += run
+	}
+	return sc.vb[:cols*d]
+}
+
+// finish writes the rows' outputs and LSEs once run has covered all their
+// keys, as forwardRowBlock ends.
+func (u *decodeUnit[T]) finish(o, lse []T) {
+	sc, d := u.sc, u.p.D
+	for r := range u.rows {
+		or := o[r*d : (r+1)*d]
+		if sc.lo[r] == sc.hi[r] {
+			// Decided by the mask, not by l = 0, which a row whose scores
+			// are all −Inf reaches too (and that row's O is NaN).
+			clear(or)
+			lse[r] = T(math.Inf(1))
+			continue
+		}
+		inv := 1 / sc.l[r]
+		for i, x := range sc.acc[r*d : (r+1)*d] {
+			or[i] = x * inv
+		}
+		lse[r] = sc.m[r] + T(math.Log(float64(sc.l[r])))
+	}
+}
+
+// partial writes row r's output over the split [from, to) into o, in
+// float64, and returns its LSE and whether the row saw a key of the split.
+func (u *decodeUnit[T]) partial(r, from, to int, o []float64) (float64, bool) {
+	sc, d := u.sc, u.p.D
+	if max(sc.lo[r], from) >= min(sc.hi[r], to) {
+		return 0, false
+	}
+	l := float64(sc.l[r])
+	for i, x := range sc.acc[r*d : (r+1)*d] {
+		o[i] = float64(x) / l
+	}
+	return float64(sc.m[r]) + math.Log(l), true
+}
+
+// densePages gathers paged keys and values into dense [B, Hkv, Nk, D]
+// tensors and returns them with p's problem on them, for the tiled
+// forward: a long prompt attends to its cache once, where one copy of its
+// keys costs little beside the scores of its many rows. Padding keys stay
+// zero.
+func densePages[T kernels.Float](p kernels.Params, k, v []T) (kernels.Params, []T, []T, error) {
+	dp := p
+	dp.Pages = nil
+	if err := hostmem.CheckElems[T](2 * dp.KLen()); err != nil {
+		return p, nil, nil, err
+	}
+	dk, dv := make([]T, dp.KLen()), make([]T, dp.KLen())
+	size := p.Pages.Size
+	for kvh := range p.B * p.KVHeads() {
+		lk := p.Mask(kvh / p.KVHeads()).Lk
+		for j := 0; j < lk; j += size {
+			run := min(size, lk-j) * p.D
+			from, to := p.KeyRow(kvh, j), dp.KeyRow(kvh, j)
+			copy(dk[to:to+run], k[from:from+run])
+			copy(dv[to:to+run], v[from:from+run])
+		}
+	}
+	return dp, dk, dv, nil
+}
