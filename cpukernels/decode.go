@@ -26,22 +26,23 @@ func usesDecode(p kernels.Params) bool {
 	return p.H/p.KVHeads()*p.Nq <= decodeRows && p.Bias == nil && !p.Dropout.On()
 }
 
-// decodeScratch is one worker's tiles: the forward's, for the group's rows,
-// with the Kᵀ tile of one key block and, for paged keys, that block's V
-// gathered from its pages.
+// decodeScratch is one worker's tiles: the forward's, for the group's
+// rows, with the scaled queries transposed (D×rows) and the scores of one
+// key block by keys (Bc×rows), as the score GEMM makes them.
 type decodeScratch[T kernels.Float] struct {
 	*forwardScratch[T]
-	kt []T // D×Bc
-	vb []T // Bc×D; nil for dense keys, whose V blocks are read in place
+	qt []T // D×rows: (scale·Q)ᵀ
+	st []T // Bc×rows: Sᵀ of one key block
 }
 
 // decode computes the forward of a problem that usesDecode accepts (or any
 // paged problem that it does). One work unit is a (key head, key split):
 // it loads every query row of the key head's group (H/Hkv heads × Nq rows,
-// contiguous in q), and for each block of its keys transposes K once, takes
-// the scores of all those rows in one GEMM, and adds P·V for all of them
-// in another, so each K and V row is read from memory once per call
-// whatever the group size. The keys a unit's rows see (their masks'
+// contiguous in q), and for each block of its keys takes the scores of all
+// those rows in one GEMM, Sᵀ = K·(scale·Q)ᵀ on K where it lies (no
+// transposed copy of the cache: the few query rows are transposed
+// instead), and adds P·V for all of them in another, so each K and V row
+// is read from memory once per call whatever the group size. The keys a unit's rows see (their masks'
 // union) are split into kernels.SplitKV(p, splitCores) ranges; with more
 // than one, each unit writes a partial output and LSE per row, in
 // float64, and kernels.MergePartials combines a row's partials in split
@@ -57,7 +58,7 @@ func decode[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T)
 	if n > 1 {
 		parts = units * rows * (p.D + 1)
 	}
-	if err := hostmem.CheckElems[T](nScratch*(forwardScratchLen(p.D)+2*blockCols*p.D) + 2*parts); err != nil {
+	if err := hostmem.CheckElems[T](nScratch*(forwardScratchLen(p.D)+(p.D+blockCols)*rows) + 2*parts); err != nil {
 		return err
 	}
 	var partO, partLSE []float64
@@ -69,11 +70,7 @@ func decode[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T)
 	}
 	scratch := make([]*decodeScratch[T], nScratch)
 	for w := range scratch {
-		sc := &decodeScratch[T]{forwardScratch: newForwardScratch[T](p), kt: make([]T, blockCols*p.D)}
-		if p.Pages != nil {
-			sc.vb = make([]T, blockCols*p.D)
-		}
-		scratch[w] = sc
+		scratch[w] = &decodeScratch[T]{forwardScratch: newForwardScratch[T](p), qt: make([]T, p.D*rows), st: make([]T, blockCols*rows)}
 	}
 	masks := entryMasks(p)
 	ops := opsFor[T]()
@@ -140,23 +137,27 @@ func (u *decodeUnit[T]) ranges(s, n int) (from, to int) {
 // run folds keys [from, to) into the rows' running maxima, sums and
 // accumulators, block by block, as forwardRowBlock does for one head.
 func (u *decodeUnit[T]) run(from, to int, q, k, v []T) {
-	p, sc, ops, d := u.p, u.sc, u.ops, u.p.D
+	p, sc, ops, d, rows := u.p, u.sc, u.ops, u.p.D, u.rows
 	copy(sc.qs, q)
-	ops.scale(sc.qs[:u.rows*d], T(p.Scale))
-	clear(sc.acc[:u.rows*d])
-	for r := range u.rows {
+	ops.scale(sc.qs[:rows*d], T(p.Scale))
+	transpose(rows, d, sc.qs, d, sc.qt, rows)
+	clear(sc.acc[:rows*d])
+	for r := range rows {
 		sc.m[r], sc.l[r] = T(math.Inf(-1)), 0
 	}
 	for c0 := from; c0 < to; c0 += blockCols {
 		cols := min(blockCols, to-c0)
-		vb := u.loadBlock(c0, cols, k, v)
-		s := sc.s[:u.rows*blockCols]
-		for r := range u.rows {
-			clear(s[r*blockCols : r*blockCols+cols])
-		}
-		ops.gemm(u.rows, cols, d, sc.qs, d, sc.kt, cols, s, blockCols)
+		// Sᵀ = K·(scale·Q)ᵀ, a contiguous run of keys (a page's, or the
+		// whole block) at a time; then S by rows, for the softmax.
+		st := sc.st[:cols*rows]
+		clear(st)
+		u.runs(c0, cols, func(x, n, at int) {
+			ops.gemm(n, rows, d, k[at:], d, sc.qt, rows, st[x*rows:], rows)
+		})
+		s := sc.s[:rows*blockCols]
+		transpose(cols, rows, st, rows, s, blockCols)
 		cut := false
-		for r := range u.rows {
+		for r := range rows {
 			sr := s[r*blockCols : r*blockCols+cols]
 			lo, hi := clampRange(sc.lo[r], sc.hi[r], c0, cols)
 			if lo > 0 || hi < cols {
@@ -179,40 +180,39 @@ func (u *decodeUnit[T]) run(from, to int, q, k, v []T) {
 			}
 			onlineSoftmax(ops, sc.forwardScratch, r, sr[lo:hi], d)
 		}
-		if cut && !allFinite(vb) {
-			// A masked P of 0 times an infinite or NaN value would still
-			// be NaN: each row takes only the keys it sees.
-			for r := range u.rows {
-				if lo, hi := clampRange(sc.lo[r], sc.hi[r], c0, cols); hi > lo {
-					ops.gemm(1, d, hi-lo, s[r*blockCols+lo:], blockCols, vb[lo*d:], d, sc.acc[r*d:], d)
+		// acc += P·V, run by run.
+		u.runs(c0, cols, func(x, n, at int) {
+			vb := v[at : at+n*d]
+			if cut && !allFinite(vb) {
+				// A masked P of 0 times an infinite or NaN value would
+				// still be NaN: each row takes only the keys it sees.
+				for r := range rows {
+					if lo, hi := clampRange(sc.lo[r], sc.hi[r], c0+x, n); hi > lo {
+						ops.gemm(1, d, hi-lo, s[r*blockCols+x+lo:], blockCols, vb[lo*d:], d, sc.acc[r*d:], d)
+					}
 				}
+				return
 			}
-			continue
-		}
-		ops.gemm(u.rows, d, cols, s, blockCols, vb, d, sc.acc, d)
+			ops.gemm(rows, d, n, s[x:], blockCols, vb, d, sc.acc, d)
+		})
 	}
 }
 
-// loadBlock transposes K of keys [c0, c0+cols) into the Kᵀ tile (D×cols)
-// and returns their V (cols×D): in place for dense keys, gathered from the
-// pages otherwise. A page's keys are consecutive rows, so both move a run
-// of rows at a time.
-func (u *decodeUnit[T]) loadBlock(c0, cols int, k, v []T) []T {
-	p, sc, d := u.p, u.sc, u.p.D
+// runs calls f(x, n, at) for the runs of consecutive key rows that keys
+// [c0, c0+cols) make in k and v: keys c0+x to c0+x+n start at offset at.
+// Dense keys are one run; paged ones one per page they touch.
+func (u *decodeUnit[T]) runs(c0, cols int, f func(x, n, at int)) {
+	p := u.p
 	if p.Pages == nil {
-		at := p.KeyRow(u.kvh, c0)
-		transpose(cols, d, k[at:], d, sc.kt, cols)
-		return v[at : at+cols*d]
+		f(0, cols, p.KeyRow(u.kvh, c0))
+		return
 	}
 	size := p.Pages.Size
 	for x := 0; x < cols; {
-		run := min(cols-x, size-(c0+x)%size)
-		at := p.KeyRow(u.kvh, c0+x)
-		transpose(run, d, k[at:], d, sc.kt[x:], cols)
-		copy(sc.vb[x*d:(x+run)*d], v[at:at+run*d])
-		x += run
+		n := min(cols-x, size-(c0+x)%size)
+		f(x, n, p.KeyRow(u.kvh, c0+x))
+		x += n
 	}
-	return sc.vb[:cols*d]
 }
 
 // finish writes the rows' outputs and LSEs once run has covered all their

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gorgonia-flash/flashattention/cpukernels"
@@ -656,6 +657,23 @@ func TestKVCacheErrors(t *testing.T) {
 	loss := gorgonia.Must(gorgonia.Sum(cg.out))
 	if _, err := gorgonia.Grad(loss, cg.q); err == nil {
 		t.Error("gorgonia.Grad through a cached attention: no error")
+	}
+
+	// The LispMachine's backward refuses it too (DoDiff).
+	cg, err = buildCached(t, pr, tensor.Float32, good, 3, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gorgonia.Must(gorgonia.Sum(cg.out))
+	for _, n := range []*gorgonia.Node{cg.q, cg.k, cg.v} {
+		gorgonia.Let(n, tensor.New(tensor.WithShape(n.Shape()...), tensor.WithBacking(make([]float32, n.Shape().TotalSize()))))
+	}
+	lisp := gorgonia.NewLispMachine(cg.g)
+	defer lisp.Close()
+	if err := lisp.RunAll(); err == nil {
+		t.Error("the LispMachine's backward through a cached attention: no error")
+	} else if !strings.Contains(err.Error(), "inference only") {
+		t.Errorf("the LispMachine's backward: got %v, want the cache's refusal", err)
 	}
 
 	// A cache closed after the graph was built fails the run.
