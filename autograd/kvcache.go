@@ -95,14 +95,8 @@ func alloc(dt tensor.Dtype, n int) any {
 	return make([]float64, n)
 }
 
-// Batch, Heads, Dim, Capacity, PageSize and Dtype are the cache's sizes
-// and element type, fixed when it is made.
-func (c *Cache) Batch() int          { return c.batch }
-func (c *Cache) Heads() int          { return c.heads }
-func (c *Cache) Dim() int            { return c.dim }
-func (c *Cache) Capacity() int       { return c.capacity }
-func (c *Cache) PageSize() int       { return c.pageSize }
-func (c *Cache) Dtype() tensor.Dtype { return c.dtype }
+// Capacity is the most tokens a sequence can hold.
+func (c *Cache) Capacity() int { return c.capacity }
 
 // Len returns the number of tokens sequence b holds; 0 for a b outside
 // [0, batch) and for a closed cache.
@@ -177,18 +171,6 @@ func (c *Cache) Bytes() int64 {
 		n = len(x)
 	}
 	return 2 * int64(n) * int64(c.dtype.Size())
-}
-
-// PagesInUse is the number of pool pages the sequences hold (0 for a dense
-// cache).
-func (c *Cache) PagesInUse() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, t := range c.table {
-		n += len(t)
-	}
-	return n
 }
 
 // check refuses an Op of another shape or dtype than the cache: k of
