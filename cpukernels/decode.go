@@ -35,18 +35,18 @@ type decodeScratch[T kernels.Float] struct {
 	st []T // Bc×rows: Sᵀ of one key block
 }
 
-// decode computes the forward of a problem that usesDecode accepts (or any
-// paged problem that it does). One work unit is a (key head, key split):
-// it loads every query row of the key head's group (H/Hkv heads × Nq rows,
-// contiguous in q), and for each block of its keys takes the scores of all
-// those rows in one GEMM, Sᵀ = K·(scale·Q)ᵀ on K where it lies (no
-// transposed copy of the cache: the few query rows are transposed
-// instead), and adds P·V for all of them in another, so each K and V row
-// is read from memory once per call whatever the group size. The keys a unit's rows see (their masks'
-// union) are split into kernels.SplitKV(p, splitCores) ranges; with more
-// than one, each unit writes a partial output and LSE per row, in
-// float64, and kernels.MergePartials combines a row's partials in split
-// order afterwards.
+// decode computes the forward of a problem usesDecode accepts, dense or
+// paged. One work unit is a (key head, key split): it loads every query
+// row of the key head's group (H/Hkv heads × Nq rows, contiguous in q),
+// and for each block of its keys takes the scores of all those rows in one
+// GEMM, Sᵀ = K·(scale·Q)ᵀ on K where it lies (the few query rows are
+// transposed, never the cache), and adds P·V for all of them in another,
+// so each K and V row is read from memory once per call whatever the group
+// size. The keys a unit's rows see (their masks' union) are split into
+// kernels.SplitKV(p, splitCores) ranges; with more than one, each unit
+// writes a partial output and LSE per row, in float64, and
+// kernels.MergePartials combines a row's partials in split order
+// afterwards.
 func decode[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T) error {
 	g := p.H / p.KVHeads()
 	rows := g * p.Nq
@@ -54,7 +54,7 @@ func decode[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T)
 	n := kernels.SplitKV(p, splitCores)
 	units := kvHeads * n
 	nScratch := max(1, min(workers, units))
-	var parts int // elements of the partials
+	var parts int // float64 elements of the partials, two of T's at most
 	if n > 1 {
 		parts = units * rows * (p.D + 1)
 	}
@@ -151,9 +151,11 @@ func (u *decodeUnit[T]) run(from, to int, q, k, v []T) {
 		// whole block) at a time; then S by rows, for the softmax.
 		st := sc.st[:cols*rows]
 		clear(st)
-		u.runs(c0, cols, func(x, n, at int) {
+		for x := 0; x < cols; {
+			n, at := u.keyRun(c0, x, cols)
 			ops.gemm(n, rows, d, k[at:], d, sc.qt, rows, st[x*rows:], rows)
-		})
+			x += n
+		}
 		s := sc.s[:rows*blockCols]
 		transpose(cols, rows, st, rows, s, blockCols)
 		cut := false
@@ -181,38 +183,42 @@ func (u *decodeUnit[T]) run(from, to int, q, k, v []T) {
 			onlineSoftmax(ops, sc.forwardScratch, r, sr[lo:hi], d)
 		}
 		// acc += P·V, run by run.
-		u.runs(c0, cols, func(x, n, at int) {
-			vb := v[at : at+n*d]
-			if cut && !allFinite(vb) {
-				// A masked P of 0 times an infinite or NaN value would
-				// still be NaN: each row takes only the keys it sees.
-				for r := range rows {
-					if lo, hi := clampRange(sc.lo[r], sc.hi[r], c0+x, n); hi > lo {
-						ops.gemm(1, d, hi-lo, s[r*blockCols+x+lo:], blockCols, vb[lo*d:], d, sc.acc[r*d:], d)
-					}
-				}
-				return
-			}
-			ops.gemm(rows, d, n, s[x:], blockCols, vb, d, sc.acc, d)
-		})
+		for x := 0; x < cols; {
+			n, at := u.keyRun(c0, x, cols)
+			u.addPV(s[x:], v[at:at+n*d], c0+x, n, cut)
+			x += n
+		}
 	}
 }
 
-// runs calls f(x, n, at) for the runs of consecutive key rows that keys
-// [c0, c0+cols) make in k and v: keys c0+x to c0+x+n start at offset at.
-// Dense keys are one run; paged ones one per page they touch.
-func (u *decodeUnit[T]) runs(c0, cols int, f func(x, n, at int)) {
-	p := u.p
-	if p.Pages == nil {
-		f(0, cols, p.KeyRow(u.kvh, c0))
+// addPV adds P·V of keys [j0, j0+n) to the accumulators: s holds their
+// probabilities (row r at r·Bc), vb their values.
+func (u *decodeUnit[T]) addPV(s, vb []T, j0, n int, cut bool) {
+	sc, d := u.sc, u.p.D
+	if cut && !allFinite(vb) {
+		// A masked P of 0 times an infinite or NaN value would still be
+		// NaN: each row takes only the keys it sees.
+		for r := range u.rows {
+			if lo, hi := clampRange(sc.lo[r], sc.hi[r], j0, n); hi > lo {
+				u.ops.gemm(1, d, hi-lo, s[r*blockCols+lo:], blockCols, vb[lo*d:], d, sc.acc[r*d:], d)
+			}
+		}
 		return
 	}
-	size := p.Pages.Size
-	for x := 0; x < cols; {
-		n := min(cols-x, size-(c0+x)%size)
-		f(x, n, p.KeyRow(u.kvh, c0+x))
-		x += n
+	u.ops.gemm(u.rows, d, n, s, blockCols, vb, d, sc.acc, d)
+}
+
+// keyRun returns the run of consecutive key rows in k and v that starts
+// at key c0+x of a block of cols keys: its length n and its offset. Dense
+// keys make one run of the rest of the block, paged ones end at their
+// page's end.
+func (u *decodeUnit[T]) keyRun(c0, x, cols int) (n, at int) {
+	p := u.p
+	n = cols - x
+	if p.Pages != nil {
+		n = min(n, p.Pages.Size-(c0+x)%p.Pages.Size)
 	}
+	return n, p.KeyRow(u.kvh, c0+x)
 }
 
 // finish writes the rows' outputs and LSEs once run has covered all their
