@@ -15,6 +15,24 @@
 // inside a block if need be). At the end O = acc / l and LSE = m + log l; a
 // row that sees no key by the mask gets O = 0, LSE = +Inf.
 //
+// # Decoding
+//
+// A problem with at most 64 query rows per key head (H/Hkv · Nq, a decode
+// step's few new tokens) and no bias or dropout takes the decode path
+// (decode.go) instead. One work unit is a (key head, key split): it holds
+// every query row of the key head's group at once and, for each block of
+// its keys, transposes K and takes the scores and P·V of all those rows in
+// one GEMM each, so each cached key and value row is read from memory once
+// per call, not once per query head. The keys are split into
+// kernels.SplitKV(p, 64) ranges, a function of the problem alone (never of
+// Workers or the machine, so results stay bit-identical everywhere), so
+// that one long sequence keeps every core busy; each split writes partial
+// outputs and LSEs in float64, merged per row by kernels.MergePartials in
+// split order. Paged keys (kernels.Params.Pages) are read in place, a
+// page's run of rows at a time; a paged problem outside the decode path (a
+// long prompt) gathers its keys into dense K and V once and runs the tiled
+// forward.
+//
 // # Variants
 //
 // Grouped-query attention indexes K and V by the query head's key head

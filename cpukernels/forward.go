@@ -59,6 +59,15 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 	if err := kernels.CheckForward(p, q, k, v, o, lse); err != nil {
 		return err
 	}
+	if usesDecode(p) {
+		return decode(workers, p, q, k, v, o, lse)
+	}
+	if p.Pages != nil {
+		var err error
+		if p, k, v, err = densePages(p, k, v); err != nil {
+			return err
+		}
+	}
 	heads, kvHeads := p.B*p.H, p.B*p.KVHeads()
 	kBlocks := ceilDiv(p.Nk, blockCols)
 	qBlocks := ceilDiv(p.Nq, blockRows)
