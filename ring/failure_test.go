@@ -2,12 +2,14 @@ package ring
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/gorgonia-flash/flashattention/cpukernels"
 	"github.com/gorgonia-flash/flashattention/kernels"
 	"github.com/gorgonia-flash/flashattention/op"
+	"gorgonia.org/tensor"
 )
 
 // errDevice stands for a backend's failure.
@@ -165,6 +167,26 @@ func TestLayouts(t *testing.T) {
 	}
 	if got := zz.Chunks(1); len(got) != 2 || got[0] != (Chunk{3, 3}) || got[1] != (Chunk{6, 2}) {
 		t.Errorf("rank 1 of ZigZag(10, 2): %v", got)
+	}
+	// Split and Unsplit are inverses, and Split gives rank 1 of the
+	// zig-zag positions 3, 4, 5, 6, 7 of every head.
+	x := tensor.New(tensor.WithShape(1, 2, 10, 1), tensor.WithBacking(make([]float64, 20)))
+	for i := range 20 {
+		x.Float64s()[i] = float64(i)
+	}
+	parts, err := zz.Split(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := parts[1].Float64s(); !slices.Equal(got, []float64{3, 4, 5, 6, 7, 13, 14, 15, 16, 17}) {
+		t.Errorf("rank 1's part %v", got)
+	}
+	back, err := zz.Unsplit(parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(back.Float64s(), x.Float64s()) {
+		t.Errorf("Unsplit(Split(x)) = %v", back.Float64s())
 	}
 	for _, f := range []func() (Layout, error){
 		func() (Layout, error) { return ZigZag(3, 2) },
