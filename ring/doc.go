@@ -89,7 +89,7 @@
 // SendRecv (send parts to rank+1, receive parts from rank−1, matched in
 // call order, returning when both are done) and Fail. LocalRing is the
 // plain-Go transport, goroutines and channels in one process, used by the
-// tests and the benchmark; a GPU transport implements the same interface.
+// tests and the benchmark; NCCL (below) implements the same interface.
 // Each transfer runs on its own goroutine so that it overlaps the compute.
 //
 // # Errors and timeouts
@@ -118,15 +118,30 @@
 // hold the same ring nodes in the same order, since transfers are matched
 // in order; a graph must not be run by two machines at once.
 //
+// # NCCL (build tag flashgpu), untested
+//
+// In a build with the tag flashgpu, NCCL is a Transport over NCCL, which
+// it loads at run time with dlopen (LibNCCL, libnccl.so.2; a missing
+// library or entry point is an error wrapping ErrNoNCCL that names it),
+// declaring the few entry points it calls. NCCLRing makes the ranks of one
+// process driving several GPUs, each on its own locked OS thread; NewNCCL
+// joins one rank of a ring of processes, with the NCCL id shared by
+// ShareNCCLID (a file every process sees) or any bootstrap of one's own
+// (NewNCCLID). Each transfer exchanges a small header first, so that a
+// size mismatch is an error rather than a hang, then stages the host
+// parts in device buffers and runs ncclSend and ncclRecv as one group on
+// the transport's own stream, polling it so that a timeout or a failed
+// ring aborts the communicator instead of blocking. This code compiles
+// and vets (CI builds it) but has never run: no GPU was available when it
+// was written. TestNCCLRing (RING_NCCL_DEVICES="0" for one rank sending to
+// itself, "0,1" for two GPUs) is what to run first on a GPU machine.
+//
 // # Not built yet
 //
-// Only LocalRing exists. The NCCL transport of issue 13 (libnccl.so.2
-// loaded with dlopen behind the flashgpu build tag, with a bootstrap for
-// the NCCL unique id) and the one-GPU device-memory transport (R ranks
-// sharing one GPU, copies between device buffers) are not written, and
-// nothing of this package has run on a GPU: a GPU backend can be given to
-// the ring, but every block then goes through host memory, as the CPU
-// transport moves host slices. The GPU figures (per-step compute time on
-// the H200, the bandwidth overlap must hide) and the two-GPU run of issue
-// 14 are still to be measured.
+// The one-GPU device-memory transport (R ranks sharing one GPU, copies
+// between device buffers) is not written. Blocks go through host memory
+// on every transport, as the backends take host slices: with a GPU
+// backend each block is uploaded for each kernel call. The GPU figures
+// (per-step compute time on the H200, the bandwidth overlap must hide)
+// and the two-GPU run of issue 14 are still to be measured.
 package ring

@@ -105,11 +105,16 @@ func (g *global[T]) reference(t testing.TB) (o, lse, dq, dk, dv []T) {
 // goroutine each, and gathers the results into g. It returns each rank's
 // first error.
 func runRing[T kernels.Float](c ringCase, g *global[T], backends func(rank int) kernels.Backend) []error {
-	ranks := c.layout.Ranks()
-	ts, err := LocalRing(ranks)
+	ts, err := LocalRing(c.layout.Ranks())
 	if err != nil {
 		return []error{err}
 	}
+	return runRingOn(ts, c, g, backends)
+}
+
+// runRingOn is runRing on the transports ts, one per rank.
+func runRingOn[T kernels.Float](ts []Transport, c ringCase, g *global[T], backends func(rank int) kernels.Backend) []error {
+	ranks := c.layout.Ranks()
 	g.o, g.lse = make([]T, g.bh*g.n*g.dDim), make([]T, g.bh*g.n)
 	g.dq, g.dk, g.dv = make([]T, len(g.q)), make([]T, len(g.k)), make([]T, len(g.v))
 	errs := make([]error, ranks)
