@@ -70,10 +70,7 @@ func benchSingle(b *testing.B, p kernels.Params, backward bool, flops float64) {
 }
 
 func benchRing(b *testing.B, kp kernels.Params, ranks int, backward bool, flops float64) {
-	layout, err := Contiguous(kp.Nq, ranks)
-	if kp.Causal {
-		layout, err = ZigZag(kp.Nq, ranks)
-	}
+	layout, err := ForMask(kp.Nq, ranks, kp.Causal)
 	if err != nil {
 		b.Fatal(err)
 	}

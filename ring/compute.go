@@ -163,8 +163,11 @@ func Backward[T kernels.Float](ctx context.Context, rg Ring, p Problem, q, k, v,
 	if err != nil {
 		return nil, nil, nil, failEarly(rg, err)
 	}
-	if err := r.checkLocal([]int{len(q), len(o), len(do), len(lse) * p.D}, []int{len(k), len(v)}); err != nil {
+	if err := r.checkLocal([]int{len(q), len(o), len(do)}, []int{len(k), len(v)}); err != nil {
 		return nil, nil, nil, r.fail(err, nil)
+	}
+	if n := r.bh * r.Layout.Len(r.me); len(lse) != n {
+		return nil, nil, nil, r.fail(invalid("rank %d: lse has %d elements, want B·H·Len = %d", r.me, len(lse), n), nil)
 	}
 	if err := r.handshake(ctx); err != nil {
 		return nil, nil, nil, r.fail(err, nil)

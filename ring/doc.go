@@ -57,9 +57,9 @@
 // most of the work, so ZigZag is the one to use there: it cuts N into 2R
 // chunks and gives rank r chunks r and 2R−1−r, an early one that sees few
 // keys and a late one that sees many, so every rank does the same work.
-// Attention and the benchmark use the layout they are given; the tests and
-// the benchmark use ZigZag under the causal mask, and this is the
-// recommended default.
+// ForMask picks ZigZag under the causal mask and Contiguous otherwise,
+// the default the benchmark uses and the one to use; Forward, Backward and
+// Attention take whatever layout they are given.
 //
 // The causal mask is over global positions: query i sees key j iff j ≤ i.
 // The ring computes it chunk pair by chunk pair: chunks are disjoint

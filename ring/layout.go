@@ -53,6 +53,17 @@ func ZigZag(n, ranks int) (Layout, error) {
 	return l, nil
 }
 
+// ForMask is the recommended layout of n positions over ranks: ZigZag
+// under the causal mask, which balances the ranks' work, Contiguous
+// otherwise, where every split does the same work and one chunk per rank
+// makes the fewest kernel calls.
+func ForMask(n, ranks int, causal bool) (Layout, error) {
+	if causal {
+		return ZigZag(n, ranks)
+	}
+	return Contiguous(n, ranks)
+}
+
 // evenChunks cuts [0, n) into parts consecutive chunks, the first n mod
 // parts one position longer than the others.
 func evenChunks(n, parts int) []Chunk {

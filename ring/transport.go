@@ -83,7 +83,6 @@ type localGroup struct {
 // can return knowing no one reads its buffers any more.
 type parcel struct {
 	mu        sync.Mutex
-	from      int
 	parts     [][]byte
 	withdrawn bool
 	done      chan error // the receiver's verdict, sent once
@@ -108,7 +107,7 @@ func (t *local) Fail(cause error) {
 // SendRecv implements Transport.
 func (t *local) SendRecv(ctx context.Context, send, recv [][]byte) error {
 	size := t.Size()
-	p := &parcel{from: t.rank, parts: send, done: make(chan error, 1)}
+	p := &parcel{parts: send, done: make(chan error, 1)}
 	select {
 	case t.g.inbox[(t.rank+1)%size] <- p:
 	case <-t.g.failed:
