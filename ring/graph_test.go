@@ -47,12 +47,15 @@ func buildCost(t testing.TB, dt tensor.Dtype, shapes [2][]int, q, k, v, w []floa
 	return gr
 }
 
-// run executes the graph, after gorgonia.Grad on a TapeMachine or on the
-// LispMachine, and returns o, dq, dk and dv as float64.
+// run executes the graph, after gorgonia.Grad on a TapeMachine (twice,
+// as a training loop does, the second run giving the results) or once on
+// the LispMachine (which Gorgonia v0.9.18 cannot run twice), and returns
+// o, dq, dk and dv as float64.
 func (gr graphRun) run(lisp bool) ([][]float64, error) {
 	var m gorgonia.VM
+	runs := 2
 	if lisp {
-		m = gorgonia.NewLispMachine(gr.g)
+		m, runs = gorgonia.NewLispMachine(gr.g), 1
 	} else {
 		if _, err := gorgonia.Grad(gr.cost, gr.q, gr.k, gr.v); err != nil {
 			return nil, err
@@ -60,8 +63,13 @@ func (gr graphRun) run(lisp bool) ([][]float64, error) {
 		m = gorgonia.NewTapeMachine(gr.g)
 	}
 	defer m.Close()
-	if err := m.RunAll(); err != nil {
-		return nil, err
+	for i := range runs {
+		if i > 0 {
+			m.Reset()
+		}
+		if err := m.RunAll(); err != nil {
+			return nil, err
+		}
 	}
 	out := [][]float64{float64s(gr.o.Value())}
 	for _, n := range []*gorgonia.Node{gr.q, gr.k, gr.v} {

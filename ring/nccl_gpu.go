@@ -87,6 +87,8 @@ import (
 	"sync"
 	"time"
 	"unsafe"
+
+	"github.com/gorgonia-flash/flashattention/op"
 )
 
 // LibNCCL is the library the NCCL transport loads at run time.
@@ -422,16 +424,12 @@ func (t *NCCL) SendRecv(ctx context.Context, send, recv [][]byte) error {
 	}
 	if theirs != want {
 		err := fmt.Errorf("ring: rank %d: %w: %d parts of %d bytes sent, %d of %d expected (do the ranks agree on the problem and the layout?)",
-			t.rank, ErrInvalidMessage, theirs[0], theirs[1], want[0], want[1])
+			t.rank, op.ErrInvalidInput, theirs[0], theirs[1], want[0], want[1])
 		t.Fail(err)
 		return err
 	}
 	return t.exchange(ctx, send, recv)
 }
-
-// ErrInvalidMessage is wrapped by the error of a transfer whose message
-// does not have the parts the receiver expects.
-var ErrInvalidMessage = errors.New("unexpected message")
 
 // exchange moves send to the next rank and the previous rank's message
 // into recv through the device buffers, waiting on the stream until it is
