@@ -2,7 +2,7 @@
 // attention in a Gorgonia graph, and its gradients. It lives here so that
 // `go build ./...` compiles it and `go test ./...` runs it; its test fails
 // when a Go block of the README is not found here, word for word (gpu/
-// holds the README's GPU variant).
+// holds the README's GPU variant, ring/ its ring attention program).
 //
 //	go run ./examples/readme
 package main
