@@ -26,7 +26,7 @@ func Forward[T kernels.Float](ctx context.Context, rg Ring, p Problem, q, k, v [
 	if err := r.checkLocal([]int{len(q)}, []int{len(k), len(v)}); err != nil {
 		return nil, nil, r.fail(err, nil)
 	}
-	if err := r.handshake(ctx); err != nil {
+	if err := r.handshake(ctx, forwardPhase); err != nil {
 		return nil, nil, r.fail(err, nil)
 	}
 	r.resetStats()
@@ -169,7 +169,7 @@ func Backward[T kernels.Float](ctx context.Context, rg Ring, p Problem, q, k, v,
 	if n := r.bh * r.Layout.Len(r.me); len(lse) != n {
 		return nil, nil, nil, r.fail(invalid("rank %d: lse has %d elements, want B·H·Len = %d", r.me, len(lse), n), nil)
 	}
-	if err := r.handshake(ctx); err != nil {
+	if err := r.handshake(ctx, backwardPhase); err != nil {
 		return nil, nil, nil, r.fail(err, nil)
 	}
 	r.resetStats()

@@ -2,6 +2,7 @@ package ring
 
 import (
 	"errors"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -46,6 +47,7 @@ func TestFailingRankFailsTheRing(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := ringCase{"R=4", Problem{B: 1, H: 2, D: 4, Scale: 0.5, Causal: true}, l}
+	before := runtime.NumGoroutine()
 	for _, backward := range []bool{false, true} {
 		g := randomGlobal[float64](c, 1)
 		begin := time.Now()
@@ -65,6 +67,14 @@ func TestFailingRankFailsTheRing(t *testing.T) {
 			case r != 2 && !errors.Is(err, ErrAborted):
 				t.Errorf("backward=%v: rank %d: %v, want ErrAborted", backward, r, err)
 			}
+		}
+	}
+	// No transfer is left running: the goroutines come back to their
+	// number before the runs (the backends' own end as their calls do).
+	for deadline := time.Now().Add(2 * time.Second); runtime.NumGoroutine() > before; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("%d goroutines after the failed runs, %d before", runtime.NumGoroutine(), before)
+			break
 		}
 	}
 }
@@ -107,8 +117,9 @@ func TestMissingRankTimesOut(t *testing.T) {
 	}
 }
 
-// TestBadInputFailsTheRing gives one rank a q of the wrong length, and in
-// another run a different scale: the rank that finds the problem returns
+// TestBadInputFailsTheRing gives one rank a q of the wrong length, in
+// another run a different scale, in a third has it run its backward while
+// the others run their forward: the rank that finds the problem returns
 // an error wrapping op.ErrInvalidInput, the others ErrAborted.
 func TestBadInputFailsTheRing(t *testing.T) {
 	l, err := Contiguous(9, 3)
@@ -116,7 +127,7 @@ func TestBadInputFailsTheRing(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := Problem{B: 1, H: 1, D: 2, Scale: 1}
-	for _, bad := range []string{"q too short", "another scale"} {
+	for _, bad := range []string{"q too short", "another scale", "backward"} {
 		ts, err := LocalRing(3)
 		if err != nil {
 			t.Fatal(err)
@@ -134,6 +145,10 @@ func TestBadInputFailsTheRing(t *testing.T) {
 					pr.Scale = 2
 				}
 				rg := Ring{Transport: ts[r], Layout: l, Backend: cpukernels.Backend{}, Timeout: 10 * time.Second}
+				if r == 1 && bad == "backward" {
+					_, _, _, errs[r] = Backward(t.Context(), rg, pr, q, x, x, x, make([]float64, 3), x)
+					return
+				}
 				_, _, errs[r] = Forward(t.Context(), rg, pr, q, x, x)
 			}()
 		}

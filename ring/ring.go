@@ -283,14 +283,21 @@ func (r *rank[T]) fail(err error, inFlight transfer) error {
 	return err
 }
 
+// Phases of a call, in the handshake: a rank in its backward must not pair
+// with one in its forward.
+const (
+	forwardPhase uint64 = iota + 1
+	backwardPhase
+)
+
 // handshake checks, with one small transfer, that this rank and the one
-// before it describe the same problem: around a ring, all agree if each
-// agrees with its predecessor.
-func (r *rank[T]) handshake(ctx context.Context) error {
+// before it describe the same problem and are in the same phase: around a
+// ring, all agree if each agrees with its predecessor.
+func (r *rank[T]) handshake(ctx context.Context, phase uint64) error {
 	if r.size == 1 {
 		return nil
 	}
-	mine := r.fingerprint()
+	mine := r.fingerprint(phase)
 	theirs := make([]uint64, len(mine))
 	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
 	defer cancel()
@@ -298,13 +305,13 @@ func (r *rank[T]) handshake(ctx context.Context) error {
 		return err
 	}
 	if mine != [4]uint64(theirs) {
-		return invalid("rank %d and rank %d describe different problems (shapes, dtype, scale, mask or layout)", r.me, (r.me+r.size-1)%r.size)
+		return invalid("rank %d and rank %d describe different problems (shapes, dtype, scale, mask or layout) or are in different passes (forward, backward)", r.me, (r.me+r.size-1)%r.size)
 	}
 	return nil
 }
 
-// fingerprint sums up what all ranks must agree on.
-func (r *rank[T]) fingerprint() [4]uint64 {
+// fingerprint sums up what all ranks must agree on in phase.
+func (r *rank[T]) fingerprint(phase uint64) [4]uint64 {
 	h := fnv.New64a()
 	var b [8]byte
 	put := func(x uint64) {
@@ -325,7 +332,7 @@ func (r *rank[T]) fingerprint() [4]uint64 {
 	if r.p.Causal {
 		causal = 1
 	}
-	return [4]uint64{h.Sum64(), math.Float64bits(r.p.Scale), math.Float64bits(r.p.Softcap), causal<<8 | uint64(unsafe.Sizeof(T(0)))}
+	return [4]uint64{h.Sum64(), math.Float64bits(r.p.Scale), math.Float64bits(r.p.Softcap), phase<<16 | causal<<8 | uint64(unsafe.Sizeof(T(0)))}
 }
 
 // bytesOf64 views x as bytes.
