@@ -33,7 +33,6 @@ func Forward[T kernels.Float](ctx context.Context, rg Ring, p Problem, q, k, v [
 	d, chunks := p.D, r.Layout.ranks[r.me]
 	qc := r.queryChunks(q, d)
 	oAcc, lAcc := make([][]T, len(chunks)), make([][]float64, len(chunks))
-	longest := 0
 	for j, c := range chunks {
 		oAcc[j] = make([]T, r.bh*c.Len*d)
 		lAcc[j] = make([]float64, r.bh*c.Len)
@@ -41,11 +40,7 @@ func Forward[T kernels.Float](ctx context.Context, rg Ring, p Problem, q, k, v [
 			lAcc[j][i] = math.Inf(-1) // no key seen yet: the identity of logaddexp
 		}
 	}
-	for b := range r.size {
-		for _, c := range r.Layout.ranks[b] {
-			longest = max(longest, c.Len)
-		}
-	}
+	longest := r.longestChunk()
 	tmpO, tmpL := make([]T, r.bh*longest*d), make([]T, r.bh*longest)
 	cur := make([]T, r.maxKVLen())
 	var next []T
@@ -175,12 +170,7 @@ func Backward[T kernels.Float](ctx context.Context, rg Ring, p Problem, q, k, v,
 	r.resetStats()
 	d := p.D
 	b := &backwardState[T]{q: r.queryChunks(q, d), o: r.queryChunks(o, d), do: r.queryChunks(do, d), lse: r.queryChunks(lse, 1)}
-	longest := 0
-	for rk := range r.size {
-		for _, c := range r.Layout.ranks[rk] {
-			longest = max(longest, c.Len)
-		}
-	}
+	longest := r.longestChunk()
 	b.dq = make([][]T, len(b.q))
 	for j := range b.dq {
 		b.dq[j] = make([]T, len(b.q[j]))

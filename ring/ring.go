@@ -141,6 +141,18 @@ func (r *rank[T]) maxKVLen() int {
 	return n
 }
 
+// longestChunk is the length of the layout's longest chunk: the kernels'
+// scratch results are sized for it.
+func (r *rank[T]) longestChunk() int {
+	n := 0
+	for _, cs := range r.Layout.ranks {
+		for _, c := range cs {
+			n = max(n, c.Len)
+		}
+	}
+	return n
+}
+
 // chunkKV returns the K and V of chunk j of rank b in its block buf.
 func (r *rank[T]) chunkKV(b, j int, buf []T) (k, v []T) {
 	off := 0
