@@ -3,7 +3,7 @@
 // a key/value cache (kvcache.go). It lives here so that
 // `go build ./...` compiles it and `go test ./...` runs it; its test fails
 // when a Go block of the README is not found here, word for word (gpu/
-// holds the README's GPU variant).
+// holds the README's GPU variant, ring/ its ring attention program).
 //
 //	go run ./examples/readme
 package main
