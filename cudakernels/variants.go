@@ -64,6 +64,9 @@ func refuseVariants(p kernels.Params, kernelsName string, computed variantSet) e
 	if len(used) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %s: not yet in %s; FP32 and float64 (CUDA cores) and the CPU backend compute every variant",
-		ErrUnsupported, strings.Join(used, ", "), kernelsName)
+	where := "FP32 and float64 (CUDA cores) and the CPU backend compute every variant"
+	if p.Pages != nil {
+		where = "the CPU backend computes them all"
+	}
+	return fmt.Errorf("%w: %s: not yet in %s; %s", ErrUnsupported, strings.Join(used, ", "), kernelsName, where)
 }
