@@ -49,6 +49,13 @@ type Config struct {
 	// q's dtype and whatever the layout. It is differentiable: its
 	// gradient is the fourth part of the backward's result.
 	Bias tensor.Shape
+	// Cache, when not nil, makes k and v the new tokens of a key/value
+	// cache: each run appends them to Cache (of sequence b the first
+	// QLens[b], with query lengths) and attends q to everything it holds,
+	// the masks aligned on each sequence's end (kernels.Params.Mask with
+	// the cache lengths as KLens). Such an Op is inference only: SymDiff
+	// and DoDiff refuse it. It takes no key lengths, dropout or bias.
+	Cache *Cache
 }
 
 // biasInputs is the number of bias inputs the op takes after v: 0 or 1.
@@ -78,8 +85,12 @@ func (c Config) lengthDtypes() []tensor.Dtype {
 // Gorgonia merges nodes whose hashes are equal: every field that changes the
 // result is in it, each ALiBi slope to full precision.
 func (c Config) String() string {
-	return fmt.Sprintf("scale=%v causal=%v window=%+v softcap=%v alibi=%v qlens=%v klens=%v dropout=%v/%#x lse=%v bnhd=%v bias=%v backend=%s",
-		c.Scale, c.Causal, c.Window, c.Softcap, c.ALiBi, lensName(c.QLens), lensName(c.KLens), c.Dropout.P, c.Dropout.Seed, c.LSE, c.BNHD, []int(c.Bias), c.Backend.Name())
+	var cache uint64 // 0: none; two caches never share an Op
+	if c.Cache != nil {
+		cache = c.Cache.id
+	}
+	return fmt.Sprintf("scale=%v causal=%v window=%+v softcap=%v alibi=%v qlens=%v klens=%v dropout=%v/%#x lse=%v bnhd=%v bias=%v cache=%d backend=%s",
+		c.Scale, c.Causal, c.Window, c.Softcap, c.ALiBi, lensName(c.QLens), lensName(c.KLens), c.Dropout.P, c.Dropout.Seed, c.LSE, c.BNHD, []int(c.Bias), cache, c.Backend.Name())
 }
 
 // lensName names a lengths input's dtype, or "none" for the zero Dtype (no
@@ -155,8 +166,33 @@ func New(cfg Config, dt tensor.Dtype, q, k, v tensor.Shape) (*Op, error) {
 	if p.Bias, err = biasShape(cfg.Bias, p); err != nil {
 		return nil, err
 	}
+	if err := checkCache(cfg, p, dt); err != nil {
+		return nil, err
+	}
 	return &Op{cfg: cfg, dtype: dt, shapes: [3]tensor.Shape{q.Clone(), k.Clone(), v.Clone()}, p: p, saved: new(saved)}, nil
 }
+
+// checkCache refuses what a cached Op cannot take: key lengths (the
+// cache's lengths are the key lengths), dropout and a bias (inference
+// attends without them), and a cache of another shape or dtype than k and
+// v, or a closed one.
+func checkCache(cfg Config, p kernels.Params, dt tensor.Dtype) error {
+	if cfg.Cache == nil {
+		return nil
+	}
+	switch {
+	case cfg.KLens != (tensor.Dtype{}):
+		return invalid("key lengths with a key/value cache, whose lengths are the key lengths; give query lengths alone")
+	case cfg.Dropout.On():
+		return invalid("dropout with a key/value cache: build the graph you generate with without it")
+	case cfg.Bias != nil:
+		return invalid("a bias with a key/value cache: its key count changes at every run")
+	}
+	return cfg.Cache.check(p, dt)
+}
+
+// errCachedGrad refuses to differentiate a cached Op.
+var errCachedGrad = invalid("attention with a key/value cache is inference only: it has no gradient (build the training graph without the cache)")
 
 // checkScale refuses a scale that is not finite, or that dt turns into
 // infinity or into 0 when it is not 0.
@@ -378,7 +414,13 @@ func (op *Op) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 		return nil, err
 	}
 	e := engineFor(op.dtype)
-	packed, st, err := e.forward(op.cfg.Backend, keep, p, kt[0], kt[1], kt[2])
+	var packed *tensor.Dense
+	var st kernels.DeviceState
+	if op.cfg.Cache != nil {
+		packed, err = e.forwardCached(op.cfg.Cache, op.cfg.Backend, p, kt[0], kt[1], kt[2])
+	} else {
+		packed, st, err = e.forward(op.cfg.Backend, keep, p, kt[0], kt[1], kt[2])
+	}
 	if err == nil && op.cfg.BNHD {
 		// O back to BNHD, the LSE as it is.
 		if packed, err = e.relayout(packed, [4]int{p.B, p.H, p.Nq, p.D}); err != nil && st != nil {
@@ -563,6 +605,9 @@ func (op *Op) SymDiff(in gorgonia.Nodes, output, grad *gorgonia.Node) (gorgonia.
 	if len(in) != op.Arity() {
 		return nil, fmt.Errorf("attention: SymDiff got %d inputs, want %d", len(in), op.Arity())
 	}
+	if op.cfg.Cache != nil {
+		return nil, errCachedGrad
+	}
 	op.saved.setKeep()
 	packed, err := gorgonia.ApplyOp(&gradOp{op}, append(gorgonia.Nodes{in[0], in[1], in[2], output, grad}, in[3:]...)...)
 	if err != nil {
@@ -583,6 +628,9 @@ func (op *Op) SymDiff(in gorgonia.Nodes, output, grad *gorgonia.Node) (gorgonia.
 func (op *Op) DoDiff(_ gorgonia.ExecutionContext, in gorgonia.Nodes, output *gorgonia.Node) error {
 	if len(in) != op.Arity() {
 		return fmt.Errorf("attention: DoDiff got %d inputs, want %d", len(in), op.Arity())
+	}
+	if op.cfg.Cache != nil {
+		return errCachedGrad
 	}
 	dO, err := output.Grad()
 	if err != nil {

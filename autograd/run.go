@@ -24,6 +24,9 @@ type engine interface {
 	// bias returns a copy of shape (a bias's shape, no data) reading d's
 	// data in place as the data of this element type.
 	bias(shape *kernels.Bias, d *tensor.Dense) *kernels.Bias
+	// forwardCached is the package function forwardCached of this
+	// element type, returning [O | LSE] like forward.
+	forwardCached(c *Cache, b kernels.Backend, p kernels.Params, q, k, v *tensor.Dense) (*tensor.Dense, error)
 	// relayout is the package function relayout of this element type.
 	relayout(x *tensor.Dense, parts ...[4]int) (*tensor.Dense, error)
 }
@@ -57,6 +60,15 @@ func (typed[T]) forward(b kernels.Backend, keep bool, p kernels.Params, q, k, v 
 		err = fwd(p, qs, ks, vs, ob, lb)
 	}
 	return tensor.New(tensor.WithShape(len(buf)), tensor.WithBacking(buf)), st, err
+}
+
+func (typed[T]) forwardCached(c *Cache, b kernels.Backend, p kernels.Params, q, k, v *tensor.Dense) (*tensor.Dense, error) {
+	if err := hostmem.CheckElems[T](p.QLen() + p.LSELen()); err != nil {
+		return nil, err
+	}
+	buf := make([]T, p.QLen()+p.LSELen())
+	err := forwardCached(c, b, p, q.Data().([]T), k.Data().([]T), v.Data().([]T), buf[:p.QLen()], buf[p.QLen():])
+	return tensor.New(tensor.WithShape(len(buf)), tensor.WithBacking(buf)), err
 }
 
 func (typed[T]) backward(b kernels.Backend, st kernels.DeviceState, p kernels.Params, q, k, v, o, lse, dO, dLSE *tensor.Dense) (*tensor.Dense, error) {

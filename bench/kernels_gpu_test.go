@@ -33,7 +33,7 @@ func kernelShapes(short bool) []kernels.Params {
 	return ps
 }
 
-var family = flag.String("family", "auto", "kernel family of the tensor-core forward in BenchmarkKernelsGPU: auto, sm80 or sm90")
+var family = flag.String("family", "auto", "kernel family of the tensor-core kernels in BenchmarkKernelsGPU and BenchmarkVariantsGPU: auto, sm80 or sm90")
 
 // BenchmarkKernelsGPU times our CUDA kernels alone (cudakernels'
 // KernelTime: CUDA events, L2 flushed before each run, median of 3, the
@@ -131,9 +131,14 @@ func variantShapes() []struct {
 // (backward 2.5× the forward's). A precision whose kernels do not compute a
 // variant yet reports it skipped, with the reason.
 // gpu_variants_side_by_side.py runs it beside FlexAttention and SDPA.
+// -family picks the tensor-core family, as in BenchmarkKernelsGPU.
 func BenchmarkVariantsGPU(b *testing.B) {
+	fam, err := cudakernels.ParseFamily(*family)
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, prec := range []cudakernels.Precision{cudakernels.BF16, cudakernels.FP32} {
-		be, err := cudakernels.NewBackend(cudakernels.WithPrecision(prec))
+		be, err := cudakernels.NewBackend(cudakernels.WithPrecision(prec), cudakernels.WithFamily(fam))
 		if errors.Is(err, cudakernels.ErrNoDevice) {
 			b.Skipf("no CUDA device: %v", err)
 		}

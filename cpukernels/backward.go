@@ -105,8 +105,9 @@ type backwardScratch[T kernels.Float] struct {
 	tab    []T       // Br+Bc: the tile's ALiBi terms (alibiTable); nil without ALiBi
 	grad   []T       // Br: the softcap's derivative along one key's rows; nil without a softcap
 	keep   []bool    // Br×Bc: dropout's mask of one tile; nil without dropout
-	// Bc×Br: the tile's bias, and its dS for dBias, transposed like pt
-	// (biasTile); nil without a bias.
+	// Bc×Br: the tile's bias, transposed like pt, when it cannot be
+	// loaded into pt before the scores' GEMM (a softcap needs the bare
+	// scores; nil otherwise), and its dS for dBias (nil without a bias).
 	bt, dbt []T
 	// The query heads of the unit's key head (H/Hkv of them), reused from
 	// unit to unit: a slice made per unit cost one allocation per head
@@ -152,7 +153,10 @@ func newBackwardScratch[T kernels.Float](p kernels.Params) *backwardScratch[T] {
 		sc.keep = make([]bool, blockRows*blockCols)
 	}
 	if p.Bias != nil {
-		sc.bt, sc.dbt = make([]T, blockCols*blockRows), make([]T, blockCols*blockRows)
+		sc.dbt = make([]T, blockCols*blockRows)
+		if p.Softcap != 0 {
+			sc.bt = make([]T, blockCols*blockRows)
+		}
 	}
 	return sc
 }
@@ -165,13 +169,29 @@ type keyHead[T kernels.Float] struct{ k, v, dk, dv []T }
 // block of r rows, (scale·Q)ᵀ over −LSE (over 0 with a softcap, which
 // needs the bare scores) and dOᵀ over −D, each (D+1)×r; dqT holds this
 // chunk's dQᵀ per query block, D×r. bias and dbias are the Nq×Nk slice of
-// the bias it reads and of its gradient (nil: no bias, no gradient wanted).
+// the bias it reads and of its gradient (nil: no bias, no gradient wanted);
+// firstGrad says that this head is the first of its work unit to reach
+// that dBias slice (see dbiasFirst), which it then writes rather than adds
+// into.
 type queryHead[T kernels.Float] struct {
 	h, bh         int // among the H heads of its batch entry, and among all B·H
 	q, do, lse    []T
 	qsT, doT, dqT []T
 	bias, dbias   []T
+	firstGrad     bool
 	finite        []bool // per query block: Q and dO hold no NaN or ±Inf; nil: not known (blockFinite)
+}
+
+// dbiasFirst reports whether query head bh (of the B·H) is the first, in
+// its work unit's order, to reach its dBias slice: (b, h) with b < Bb and
+// h < Hb. A unit visits its key heads, and each key head's query heads, in
+// increasing bh (groupKeyHead), and the heads sharing a slice differ only
+// in b (when Bb = 1) or h (when Hb = 1), so the one with the least b and h
+// comes first. It writes every element of the slice at the unit's keys
+// (backwardKeyBlock: the tiles it visits, and 0 elsewhere), so dBias needs
+// no clearing beforehand, and the heads after it add into it.
+func dbiasFirst(p *kernels.Params, bh int) bool {
+	return bh/p.H < p.Bias.Bb && bh%p.H < p.Bias.Hb
 }
 
 func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, do, dlse, dq, dk, dv []T) error {
@@ -217,13 +237,6 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 		at := (bh*p.Nq + row0) * d
 		for _, part := range dqT {
 			clear(part[at : at+rows*d])
-		}
-		if dbias != nil && bh/p.H < p.Bias.Bb && bh%p.H < p.Bias.Hb {
-			// The key blocks add only visible pairs into dBias, so it
-			// starts at 0; each slice is cleared by the first query head
-			// that reads it, (b, h) with b < Bb and h < Hb.
-			from := p.BiasOffset(bh) + row0*p.Nk
-			clear(dbias[from : from+rows*p.Nk])
 		}
 		if row0 >= mask.Lq {
 			return // padding rows, which no key block visits
@@ -301,6 +314,7 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 					qhs[y].bias = biasData[at : at+p.Nq*p.Nk]
 					if dbias != nil {
 						qhs[y].dbias = dbias[at : at+p.Nq*p.Nk]
+						qhs[y].firstGrad = dbiasFirst(&p, bh)
 					}
 				}
 			}
@@ -339,6 +353,11 @@ func backwardKeyBlock[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p
 	clear(t.dk[(col0+cols)*d : (col0+width)*d])
 	clear(t.dv[(col0+cols)*d : (col0+width)*d])
 	if cols == 0 {
+		for x := range qhs {
+			if qhs[x].firstGrad {
+				clearCols(qhs[x].dbias, p.Nk, 0, p.Nq, col0, col0+width)
+			}
+		}
 		return
 	}
 	// With dropout, V's column of ones becomes zeros: the GEMM then gives
@@ -360,6 +379,21 @@ func backwardKeyBlock[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p
 	keysFinite := -1 // unknown until a masked tile asks
 
 	firstRow, endRow := unitRanges(mask, false, col0, cols, p.Nq, sc.qlo[:], sc.qhi[:])
+	// The tiles below cover query rows [tileLo, tileHi).
+	tileLo, tileHi := firstRow/blockRows*blockRows, min(p.Nq, ceilDiv(endRow, blockRows)*blockRows)
+	if tileLo >= tileHi {
+		tileLo, tileHi = 0, 0
+	}
+	for x := range qhs {
+		if qhs[x].firstGrad {
+			// The first head's tiles write dBias at these keys; what they
+			// do not cover, it sets to 0 here: rows that see none of the
+			// keys, and padding keys.
+			clearCols(qhs[x].dbias, p.Nk, 0, tileLo, col0, col0+cols)
+			clearCols(qhs[x].dbias, p.Nk, tileHi, p.Nq, col0, col0+cols)
+			clearCols(qhs[x].dbias, p.Nk, 0, p.Nq, col0+cols, col0+width)
+		}
+	}
 	// Only query rows [firstRow, endRow) see any of these keys.
 	for x := range qhs {
 		qh := &qhs[x]
@@ -398,7 +432,17 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 	qsT := qh.qsT[row0*da : (row0+rows)*da]
 	doT := qh.doT[row0*da : (row0+rows)*da]
 	pt, dst := sc.pt[:cols*blockRows], sc.dst[:cols*blockRows]
-	clear(pt)
+	// Without a softcap the bias (transposed) is where the scores' GEMM
+	// starts, which adds it for free: bias + (Sᵀ − LSE), the products
+	// summed first. A softcap needs the bare scores, so its bias goes
+	// through bt below. Only the first rows of each key's row are read.
+	preload := qh.bias != nil && p.Softcap == 0
+	if !preload || rows < blockRows {
+		clear(pt)
+	}
+	if preload {
+		transposeTile(rows, cols, qh.bias[row0*p.Nk+col0:], p.Nk, pt, blockRows)
+	}
 	clear(dst)
 	// Sᵀ − LSE (Sᵀ with a softcap) and dPᵀ − D (dP̃ᵀ with dropout), one row
 	// per key.
@@ -417,17 +461,16 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 	cut := sc.qlo[cols-1] > row0 || sc.qhi[0] < row0+rows
 	// The bias is stored by rows and the tile works by keys: reading it
 	// (and adding into dBias) a column at a time, Nk apart, cost eight
-	// times the whole backward, so the tile's bias is transposed into bt
-	// once, with contiguous reads, and its dS gathered in dbt, added into
-	// dBias by rows after the loop.
+	// times the whole backward, so the tile's bias is transposed once,
+	// with contiguous reads (into pt above, or bt with a softcap), and its
+	// dS gathered in dbt, written into dBias by rows after the loop.
 	var bt, dbt []T
-	if qh.bias != nil {
+	if qh.bias != nil && !preload {
 		bt = sc.bt[:cols*blockRows]
-		transpose(rows, cols, qh.bias[row0*p.Nk+col0:], p.Nk, bt, blockRows)
+		transposeTile(rows, cols, qh.bias[row0*p.Nk+col0:], p.Nk, bt, blockRows)
 	}
 	if qh.dbias != nil {
 		dbt = sc.dbt[:cols*blockRows]
-		clear(dbt) // the pairs the masks hide add 0
 	}
 	// Dropout's mask of the tile, drawn row by row (the generator runs
 	// along the keys) and read column by column: keep[r·Bc + c].
@@ -451,6 +494,11 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 			clear(ptc[to:])
 			clear(dsc[:from])
 			clear(dsc[to:])
+			if dbt != nil {
+				// The pairs the masks hide have a dBias share of 0.
+				clear(dbt[c*blockRows : c*blockRows+from])
+				clear(dbt[c*blockRows+to : c*blockRows+rows])
+			}
 		}
 		vis, dsv := ptc[from:to], dsc[from:to]
 		var grad []T
@@ -490,11 +538,11 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 			}
 		}
 		if colKeep != nil {
-			dropProbabilities(vis, colKeep, blockCols, T(p.Dropout.KeepScale()))
+			dropProbabilities(vis, colKeep, T(p.Dropout.KeepScale()))
 		}
 	}
 	if dbt != nil {
-		addTransposed(cols, rows, dbt, blockRows, qh.dbias[row0*p.Nk+col0:], p.Nk)
+		addTransposed(cols, rows, dbt, blockRows, qh.dbias[row0*p.Nk+col0:], p.Nk, qh.firstGrad)
 	}
 	return cut
 }
@@ -566,22 +614,21 @@ func dropGradient[T kernels.Float](dst []T, keep []bool, negD []T, keepScale T) 
 }
 
 // dropProbabilities turns probabilities P into Z = P∘M/(1−p): those of
-// one key's visible rows for dV = Zᵀ·dO in the backward (keep as for
-// dropGradient, stride Bc), those of a row's visible keys for Z·V in the
-// forward (stride 1). Entry x's mask is keep[x·stride].
-func dropProbabilities[T kernels.Float](pt []T, keep []bool, stride int, keepScale T) {
+// one key's visible rows for dV = Zᵀ·dO. keep is as for dropGradient: row
+// r's mask at keep[r·Bc].
+func dropProbabilities[T kernels.Float](pt []T, keep []bool, keepScale T) {
 	// One loop per element type: a type switch per element cost more than
 	// the branch it replaces.
 	switch x := any(pt).(type) {
 	case []float32:
 		s := float32(keepScale)
 		for r := range x {
-			x[r] = keepOrZero32(s*x[r], keep[r*stride])
+			x[r] = keepOrZero32(s*x[r], keep[r*blockCols])
 		}
 	case []float64:
 		s := float64(keepScale)
 		for r := range x {
-			x[r] = keepOrZero64(s*x[r], keep[r*stride])
+			x[r] = keepOrZero64(s*x[r], keep[r*blockCols])
 		}
 	}
 }

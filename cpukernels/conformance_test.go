@@ -24,15 +24,21 @@ func TestPrecisionErrors(t *testing.T) {
 // TestWorkersDoNotChangeResults requires bit-identical outputs whatever the
 // number of goroutines: the work split depends on the shape alone. With a
 // bias broadcast over the batch, the heads or both, dBias sums over heads
-// that different work units would otherwise share.
+// that different work units would otherwise share. A decode problem
+// splits its keys the same way whatever the workers (kernels.SplitKV of
+// a fixed core count), so its merge is the same too.
 func TestWorkersDoNotChangeResults(t *testing.T) {
 	for _, p := range []kernels.Params{
 		{B: 1, H: 3, Nq: 300, Nk: 700, D: 40, Scale: 0.15, Causal: true},
 		{B: 2, H: 3, Nq: 300, Nk: 700, D: 40, Scale: 0.15, Causal: true, Bias: &kernels.Bias{Bb: 1, Hb: 1}},
 		{B: 3, H: 4, Hkv: 2, Nq: 130, Nk: 400, D: 24, Scale: 0.2, Bias: &kernels.Bias{Bb: 1, Hb: 4}},
 		{B: 3, H: 4, Hkv: 2, Nq: 130, Nk: 400, D: 24, Scale: 0.2, Bias: &kernels.Bias{Bb: 3, Hb: 1}},
+		{B: 1, H: 8, Hkv: 2, Nq: 2, Nk: 3000, D: 64, Scale: 0.125, Causal: true},
 	} {
 		name := "plain"
+		if p.Nq*p.H/p.KVHeads() <= 64 {
+			name = "decode"
+		}
 		if p.Bias != nil {
 			name = fmt.Sprintf("bias%dx%d", p.Bias.Bb, p.Bias.Hb)
 		}

@@ -15,6 +15,24 @@
 // inside a block if need be). At the end O = acc / l and LSE = m + log l; a
 // row that sees no key by the mask gets O = 0, LSE = +Inf.
 //
+// # Decoding
+//
+// A problem with at most 64 query rows per key head (H/Hkv · Nq, a decode
+// step's few new tokens) and no bias or dropout takes the decode path
+// (decode.go) instead. One work unit is a (key head, key split): it holds
+// every query row of the key head's group at once and, for each block of
+// its keys, transposes K and takes the scores and P·V of all those rows in
+// one GEMM each, so each cached key and value row is read from memory once
+// per call, not once per query head. The keys are split into
+// kernels.SplitKV(p, 64) ranges, a function of the problem alone (never of
+// Workers or the machine, so results stay bit-identical everywhere), so
+// that one long sequence keeps every core busy; each split writes partial
+// outputs and LSEs in float64, merged per row by kernels.MergePartials in
+// split order. Paged keys (kernels.Params.Pages) are read in place, a
+// page's run of rows at a time; a paged problem outside the decode path (a
+// long prompt) gathers its keys into dense K and V once and runs the tiled
+// forward.
+//
 // # Variants
 //
 // Grouped-query attention indexes K and V by the query head's key head
@@ -25,7 +43,12 @@
 // real row are never visited. The softcap and ALiBi
 // change the visible scores of a tile between the GEMM and the online
 // softmax; the softcap's tanh is 1 − 2/(1 + exp(2s/c)) through the
-// vectorised exponential (an overflow to +Inf gives exactly 1). In the
+// vectorised exponential (an overflow to +Inf gives exactly 1), in
+// float64, with the steps around it in vector loops as well. Dropout's
+// forward draws each row's Philox words (kernels.Dropout.RowWords) and
+// applies the mask with a vector comparison and a zero-masked product
+// (simd.DropScale32); the backward, which reads the mask by keys, draws
+// it as booleans (KeepRow). In the
 // backward a work unit is a chunk of one key head's blocks, and it loops
 // over the query heads of its group, so dK and dV of the group sum in one
 // accumulator in head order (deterministic, no atomics). Only the query
@@ -35,11 +58,13 @@
 // multiplies dS by 1 − tanh².
 //
 // An additive bias (kernels.Params.Bias) is read where the caller keeps it,
-// never copied whole: the forward adds each row's visible entries after
-// ALiBi; the backward transposes a tile's entries into a Bc×Br scratch tile
-// (the bias is stored by rows, the backward's tiles by keys), adds the
-// visible ones, and gathers dS = P∘(dP − D) of the tile in another such
-// tile that it adds into dBias by rows. dBias of a bias broadcast over the
+// never copied whole: without a softcap a tile's bias is where the scores'
+// GEMM starts (the forward copies its rows in, the backward transposes it
+// into its key-major Sᵀ tile, as the bias is stored by rows), and with one
+// the visible entries are added after the softcap and ALiBi. The backward
+// gathers dS = P∘(dP − D) of a tile in a Bc×Br scratch tile that it writes
+// into dBias by rows: the first query head of a slice stores (and writes 0
+// where none of its tiles reach), later ones add. dBias of a bias broadcast over the
 // batch or the heads sums over key heads that would be separate work
 // units; those key heads are then one unit (keyGroups in backward.go), so
 // that every element of dBias is summed by one goroutine in one order:

@@ -4,19 +4,23 @@ import (
 	"math"
 
 	"github.com/gorgonia-flash/flashattention/internal/hostmem"
+	"github.com/gorgonia-flash/flashattention/internal/simd"
 	"github.com/gorgonia-flash/flashattention/kernels"
 )
 
 // forwardScratch is one worker's tiles; nothing in it depends on N.
 type forwardScratch[T kernels.Float] struct {
-	qs   []T       // Br×D: the query tile pre-multiplied by scale
-	s    []T       // Br×Bc: scores, then probabilities
-	acc  []T       // Br×D: unnormalised output
-	m    []T       // Br: running row maximum
-	l    []T       // Br: running row sum of exp(S − m)
-	tmp  []float64 // Bc: the softcap's exponentials, in float64 (softcapScores); nil without a softcap
-	tab  []T       // Br+Bc: the tile's ALiBi terms (alibiTable); nil without ALiBi
-	keep []bool    // Bc: dropout's mask along one row of a tile; nil without dropout
+	qs  []T       // Br×D: the query tile pre-multiplied by scale
+	s   []T       // Br×Bc: scores, then probabilities
+	acc []T       // Br×D: unnormalised output
+	m   []T       // Br: running row maximum
+	l   []T       // Br: running row sum of exp(S − m)
+	tmp []float64 // Bc: the softcap's exponentials, in float64 (softcapScores); nil without a softcap
+	tab []T       // Br+Bc: the tile's ALiBi terms (alibiTable); nil without ALiBi
+	// Bc: the Philox words of dropout's mask along one row of a tile
+	// (kernels.Dropout.RowWords), compared with its threshold in vector
+	// lanes (dropRow); nil without dropout.
+	words []uint32
 	// Row r of the unit sees keys [lo[r], hi[r]): kernels.Params.KeyRange,
 	// asked once per unit rather than by every cut tile and again at the
 	// end. Arrays, so that they cost no allocation.
@@ -25,8 +29,8 @@ type forwardScratch[T kernels.Float] struct {
 
 // forwardScratchLen is the number of elements of one forwardScratch.
 func forwardScratchLen(d int) int {
-	// tmp counted as 2·Bc (float64 in a float32 call), keep as Bc/4 (bytes).
-	return 2*blockRows*d + blockRows*blockCols + 3*blockRows + 3*blockCols + blockCols/4
+	// tmp counted as 2·Bc (float64 in a float32 call), words as Bc.
+	return 2*blockRows*d + blockRows*blockCols + 3*blockRows + 4*blockCols
 }
 
 func newForwardScratch[T kernels.Float](p kernels.Params) *forwardScratch[T] {
@@ -46,7 +50,7 @@ func newForwardScratch[T kernels.Float](p kernels.Params) *forwardScratch[T] {
 		sc.tab = make([]T, blockRows+blockCols)
 	}
 	if p.Dropout.On() {
-		sc.keep = make([]bool, blockCols)
+		sc.words = make([]uint32, blockCols)
 	}
 	return sc
 }
@@ -54,6 +58,15 @@ func newForwardScratch[T kernels.Float](p kernels.Params) *forwardScratch[T] {
 func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T) error {
 	if err := kernels.CheckForward(p, q, k, v, o, lse); err != nil {
 		return err
+	}
+	if usesDecode(p) {
+		return decode(workers, p, q, k, v, o, lse)
+	}
+	if p.Pages != nil {
+		var err error
+		if p, k, v, err = densePages(p, k, v); err != nil {
+			return err
+		}
 	}
 	heads, kvHeads := p.B*p.H, p.B*p.KVHeads()
 	kBlocks := ceilDiv(p.Nk, blockCols)
@@ -169,8 +182,16 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p *
 		c0 := max(col0, first)
 		cols := min(col0+blockCols, keys) - c0
 		s := sc.s[:rows*blockCols]
+		// Without a softcap, which needs the bare scores, the GEMM starts
+		// from the bias and so adds it for free: bias + S, the products
+		// summed first.
+		preload := bias != nil && p.Softcap == 0
 		for r := range rows {
-			clear(s[r*blockCols : r*blockCols+cols])
+			if preload {
+				copy(s[r*blockCols:r*blockCols+cols], bias[r*p.Nk+c0:])
+			} else {
+				clear(s[r*blockCols : r*blockCols+cols])
+			}
 		}
 		// S = (scale·Q)·Kᵀ for this key block.
 		ops.gemm(rows, cols, d, sc.qs, d, kt[col0*d+c0-col0:], min(blockCols, p.Nk-col0), s, blockCols)
@@ -205,17 +226,18 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p *
 			if tab != nil {
 				subtract(sr[from:to], tab[rows-1-r+from:])
 			}
-			if bias != nil {
+			if bias != nil && !preload {
 				// Only the visible keys' entries are read: a masked
-				// pair's bias, even NaN, never reaches the row.
+				// pair's bias, even NaN, never reaches the row (a
+				// preloaded one was cleared above with its score).
 				add(sr[from:to], bias[r*p.Nk+c0+from:])
 			}
 			onlineSoftmax(ops, sc, r, sr[from:to], d)
-			if sc.keep != nil {
+			if sc.words != nil {
 				// The row sum l took every probability; only P·V drops.
-				keep := sc.keep[:to-from]
-				p.Dropout.KeepRow(bh, row0+r, c0+from, keep)
-				dropProbabilities(sr[from:to], keep, 1, T(p.Dropout.KeepScale()))
+				words := sc.words[:to-from]
+				p.Dropout.RowWords(bh, row0+r, c0+from, words)
+				dropRow(sr[from:to], words, p.Dropout)
 			}
 		}
 		// acc += P·V for this key block.
@@ -249,6 +271,17 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p *
 			or[i] = x * inv
 		}
 		lse[r] = sc.m[r] + T(math.Log(float64(sc.l[r])))
+	}
+}
+
+// dropRow turns one row's probabilities P into Z = P∘M/(1−p), its mask
+// given by the Philox words of its keys.
+func dropRow[T kernels.Float](pr []T, words []uint32, d kernels.Dropout) {
+	switch x := any(pr).(type) {
+	case []float32:
+		simd.DropScale32(x, words, d.Threshold(), float32(d.KeepScale()))
+	case []float64:
+		simd.DropScale64(x, words, d.Threshold(), d.KeepScale())
 	}
 }
 

@@ -84,8 +84,11 @@ func TestBiasAllocatesNoScores(t *testing.T) {
 // TestOutOfMemoryIsAnError lowers the Go memory limit below what a problem's
 // scratch needs: Forward and Backward must return an error wrapping
 // kernels.ErrOutOfMemory instead of allocating, and write nothing.
+//
+// Nq is past the decode path's 64 rows per key head: that path needs no
+// scratch of K's size, and would rightly succeed.
 func TestOutOfMemoryIsAnError(t *testing.T) {
-	p := kernels.Params{B: 4096, H: 2, Nq: 8, Nk: 8, D: 64, Scale: 0.125}
+	p := kernels.Params{B: 512, H: 2, Nq: 72, Nk: 72, D: 64, Scale: 0.125}
 	x := newTensors[float32](p, 4)
 	x.o[0], x.dq[0] = 42, 42
 	old := debug.SetMemoryLimit(-1)

@@ -25,24 +25,24 @@ func clampRange(lo, hi, base, n int) (from, to int) {
 // errs by a few units of c rather than of the result; in float32 that was
 // four times the error of a naive float32 computation on the softcap
 // golden case. So it is computed in float64 whatever T is, and rounded
-// once at the end.
+// once at the end. The steps around the exponential are vector loops too
+// (simd.WidenScale32, simd.TanhScaleFromExp32): done one score at a time,
+// the conversions and the division cost more than the exponential and
+// the scores' GEMM together.
 func softcapScores[T kernels.Float](s []T, c T, w []float64, grad []T) {
 	w = w[:len(s)]
 	c64 := float64(c)
-	for i, x := range s {
-		w[i] = float64(x) * (2 / c64)
-	}
-	simd.ExpShift64(w, 0)
-	if grad == nil {
-		for i, e := range w {
-			s[i] = T(c64 * (1 - 2/(1+e)))
-		}
-		return
-	}
-	grad = grad[:len(s)]
-	for i, e := range w {
-		t := 1 - 2/(1+e)
-		s[i], grad[i] = T(c64*t), T(1-t*t)
+	switch x := any(s).(type) {
+	case []float32:
+		simd.WidenScale32(w, x, 2/c64)
+		simd.ExpShift64(w, 0)
+		g, _ := any(grad).([]float32)
+		simd.TanhScaleFromExp32(x, g, w, c64)
+	case []float64:
+		simd.WidenScale64(w, x, 2/c64)
+		simd.ExpShift64(w, 0)
+		g, _ := any(grad).([]float64)
+		simd.TanhScaleFromExp64(x, g, w, c64)
 	}
 }
 
@@ -78,13 +78,90 @@ func add[T kernels.Float](s, t []T) {
 
 // addTransposed adds the rows×cols matrix src (row stride lds), transposed,
 // into dst (cols×rows, row stride ldd): a tile's dSᵀ into dBias, by rows
-// of dBias.
-func addTransposed[T kernels.Float](rows, cols int, src []T, lds int, dst []T, ldd int) {
-	for c := range cols {
+// of dBias. With store, it writes src + 0 instead, which is what adding
+// into a cleared dst gave (+0 for −0 included), without reading dst.
+//
+// It goes eight rows of dst at a time, reading src in runs of eight
+// contiguous entries (one key's dS at eight query rows) rather than one
+// strided entry at a time.
+func addTransposed[T kernels.Float](rows, cols int, src []T, lds int, dst []T, ldd int, store bool) {
+	c := 0
+	for ; c+8 <= cols; c += 8 {
+		d0 := dst[c*ldd : c*ldd+rows]
+		d1 := dst[(c+1)*ldd:][:len(d0)]
+		d2 := dst[(c+2)*ldd:][:len(d0)]
+		d3 := dst[(c+3)*ldd:][:len(d0)]
+		d4 := dst[(c+4)*ldd:][:len(d0)]
+		d5 := dst[(c+5)*ldd:][:len(d0)]
+		d6 := dst[(c+6)*ldd:][:len(d0)]
+		d7 := dst[(c+7)*ldd:][:len(d0)]
+		if store {
+			for r := range d0 {
+				s := src[r*lds+c:][:8]
+				d0[r], d1[r], d2[r], d3[r] = s[0]+0, s[1]+0, s[2]+0, s[3]+0
+				d4[r], d5[r], d6[r], d7[r] = s[4]+0, s[5]+0, s[6]+0, s[7]+0
+			}
+			continue
+		}
+		for r := range d0 {
+			s := src[r*lds+c:][:8]
+			d0[r] += s[0]
+			d1[r] += s[1]
+			d2[r] += s[2]
+			d3[r] += s[3]
+			d4[r] += s[4]
+			d5[r] += s[5]
+			d6[r] += s[6]
+			d7[r] += s[7]
+		}
+	}
+	for ; c < cols; c++ {
 		d := dst[c*ldd : c*ldd+rows]
+		if store {
+			for r := range d {
+				d[r] = src[r*lds+c] + 0
+			}
+			continue
+		}
 		for r := range d {
 			d[r] += src[r*lds+c]
 		}
+	}
+}
+
+// transposeTile is transpose for a tile read from a large matrix (the
+// bias, row stride Nk): it reads eight rows of src at a time and writes
+// each column's eight entries together, eight contiguous elements of dst.
+func transposeTile[T kernels.Float](rows, cols int, src []T, lds int, dst []T, ldd int) {
+	r := 0
+	for ; r+8 <= rows; r += 8 {
+		s0 := src[r*lds : r*lds+cols]
+		s1 := src[(r+1)*lds:][:len(s0)]
+		s2 := src[(r+2)*lds:][:len(s0)]
+		s3 := src[(r+3)*lds:][:len(s0)]
+		s4 := src[(r+4)*lds:][:len(s0)]
+		s5 := src[(r+5)*lds:][:len(s0)]
+		s6 := src[(r+6)*lds:][:len(s0)]
+		s7 := src[(r+7)*lds:][:len(s0)]
+		for c := range s0 {
+			d := dst[c*ldd+r:][:8]
+			d[0], d[1], d[2], d[3] = s0[c], s1[c], s2[c], s3[c]
+			d[4], d[5], d[6], d[7] = s4[c], s5[c], s6[c], s7[c]
+		}
+	}
+	if r < rows {
+		transpose(rows-r, cols, src[r*lds:], lds, dst[r:], ldd)
+	}
+}
+
+// clearCols sets columns [c0, c1) of rows [r0, r1) of the matrix m (row
+// stride ld) to 0.
+func clearCols[T kernels.Float](m []T, ld, r0, r1, c0, c1 int) {
+	if c0 >= c1 {
+		return
+	}
+	for r := r0; r < r1; r++ {
+		clear(m[r*ld+c0 : r*ld+c1])
 	}
 }
 

@@ -45,15 +45,12 @@ func newTestBackend(t testing.TB, opts ...Option) *Backend {
 }
 
 // gpuVariants are the variants the CUDA-core kernels (FP32 and float64)
-// compute; tensorCoreVariants those of the tensor-core families.
+// compute; tensorCoreVariants those of both tensor-core families.
 var (
 	gpuVariants = conformance.WithVariants(conformance.GQA, conformance.Window, conformance.Softcap, conformance.ALiBi,
 		conformance.Lengths, conformance.Dropout, conformance.LSEGradient, conformance.Bias)
-	familyVariants = map[Family]conformance.Option{
-		FamilySM80: conformance.WithVariants(conformance.LSEGradient),
-		FamilySM90: conformance.WithVariants(conformance.GQA, conformance.Window, conformance.Softcap, conformance.ALiBi,
-			conformance.Lengths, conformance.LSEGradient),
-	}
+	tensorCoreVariants = conformance.WithVariants(conformance.GQA, conformance.Window, conformance.Softcap,
+		conformance.ALiBi, conformance.Lengths, conformance.LSEGradient)
 )
 
 // TestConformanceFP32 runs the suite on the CUDA-core kernels, which claim

@@ -11,11 +11,13 @@ import (
 )
 
 // mmaBackward is the mma.sync backward (csrc/bwd_mma.cuh, BF16 and FP16) of
-// one padded head dimension: 16-bit copies of Q, K, V and dO in scratch,
-// then dK and dV per c.rows keys and dQ per c.rows queries.
+// one padded head dimension: 16-bit copies of Q, K, V and dO in scratch (K
+// and V one per key head), then dK and dV per c.rows keys of each key head
+// and dQ per c.rows queries. The _var kernels compute the variants
+// (pickMmaVariant chooses).
 type mmaBackward struct {
-	dkdv, dq, toHalf cu.Function
-	c                choice
+	dkdv, dq, dkdvVar, dqVar, toHalf cu.Function
+	c                                choice
 }
 
 func loadMmaBackward(mod cu.Module, c choice, maxSmem int) (*mmaBackward, error) {
@@ -31,6 +33,12 @@ func loadMmaBackward(mod cu.Module, c choice, maxSmem int) (*mmaBackward, error)
 	if b.dq, err = lookup(mod, "flash_bwd_dq"+suffix, c.smemDQ, maxSmem); err != nil {
 		return nil, err
 	}
+	if b.dkdvVar, err = lookup(mod, "flash_bwd_dkdv"+suffix+"_var", c.smem, maxSmem); err != nil {
+		return nil, err
+	}
+	if b.dqVar, err = lookup(mod, "flash_bwd_dq"+suffix+"_var", c.smemDQ, maxSmem); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
@@ -38,15 +46,15 @@ func loadMmaBackward(mod cu.Module, c choice, maxSmem int) (*mmaBackward, error)
 type mmaBwdScratch struct{ q, k, v, dout cu.DevicePtr }
 
 func (b *mmaBackward) carve(p kernels.Params, base cu.DevicePtr, s *mmaBwdScratch) int64 {
-	bh, dp := int64(p.B)*int64(p.H), int64(b.c.dp)
-	qBytes, kBytes := bh*int64(p.Nq)*dp*2, bh*int64(p.Nk)*dp*2
+	bh, bkv, dp := int64(p.B)*int64(p.H), int64(p.B)*int64(p.KVHeads()), int64(b.c.dp)
+	qBytes, kBytes := bh*int64(p.Nq)*dp*2, bkv*int64(p.Nk)*dp*2
 	return carve(base, part{&s.q, qBytes}, part{&s.k, kBytes}, part{&s.v, kBytes}, part{&s.dout, qBytes})
 }
 
-// computes refuses every variant: the mma.sync kernels compute plain
-// attention.
+// computes accepts every variant but dropout and the bias (the _var
+// kernels).
 func (b *mmaBackward) computes(p kernels.Params) error {
-	return refuseVariants(p, "the mma.sync kernels", 0)
+	return refuseVariants(p, "the mma.sync kernels", masksAndMods)
 }
 
 func (b *mmaBackward) scratchBytes(p kernels.Params) int64 { return b.carve(p, 0, &mmaBwdScratch{}) }
@@ -60,19 +68,21 @@ func (b *mmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Stream)
 	}
 	var s mmaBwdScratch
 	b.carve(p, buf.scratch, &s)
+	kv := keyHeads(p)
 	for _, c := range []struct {
 		src, dst cu.DevicePtr
+		heads    kernels.Params // the heads to convert: query or key heads
 		rows     int
-	}{{buf.q, s.q, p.Nq}, {buf.k, s.k, p.Nk}, {buf.v, s.v, p.Nk}, {buf.do, s.dout, p.Nq}} {
-		if err := launchToStorage(b.toHalf, c.src, c.dst, p, c.rows, b.c.dp, 8, stream); err != nil {
+	}{{buf.q, s.q, p, p.Nq}, {buf.k, s.k, kv, p.Nk}, {buf.v, s.v, kv, p.Nk}, {buf.do, s.dout, p, p.Nq}} {
+		if err := launchToStorage(b.toHalf, c.src, c.dst, c.heads, c.rows, b.c.dp, 8, stream); err != nil {
 			return err
 		}
 	}
 	ops := callerOperands(p, buf)
 	ops.q, ops.k, ops.v, ops.dout = dense(s.q, p.Nq, b.c.dp), dense(s.k, p.Nk, b.c.dp), dense(s.v, p.Nk, b.c.dp), dense(s.dout, p.Nq, b.c.dp)
 	kp := newParams(p, ops)
-	if err := launch(b.dkdv, gridK, b.c.threads, b.c.smem, stream, &kp); err != nil {
+	if err := launch(pickMmaVariant(&kp, b.dkdv, b.dkdvVar), gridK, b.c.threads, b.c.smem, stream, &kp); err != nil {
 		return err
 	}
-	return launch(b.dq, gridQ, b.c.threads, b.c.smemDQ, stream, &kp)
+	return launch(pickMmaVariant(&kp, b.dq, b.dqVar), gridQ, b.c.threads, b.c.smemDQ, stream, &kp)
 }

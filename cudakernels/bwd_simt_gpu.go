@@ -39,8 +39,11 @@ func loadSimtBackward(mod cu.Module, c choice, maxSmem int) (*simtBackward, erro
 	return b, nil
 }
 
-// computes accepts every variant, the bias included.
-func (b *simtBackward) computes(kernels.Params) error { return nil }
+// computes accepts every variant, the bias included, but paged keys (a
+// backward never takes them: kernels.CheckBackward refuses them first).
+func (b *simtBackward) computes(p kernels.Params) error {
+	return refuseVariants(p, "the CUDA-core kernels", allVariants)
+}
 
 func (b *simtBackward) scratchBytes(kernels.Params) int64 { return 0 }
 

@@ -1,17 +1,14 @@
 #!/usr/bin/env bash
-# devrun.sh OUTDIR — the batch run on the GPU machine: regenerate the PTX with
-# nvcc, run the flashgpu tests against it (binary built beforehand with
-# `go test -c -tags flashgpu -o .gpu/cudakernels.test`), run
-# compute-sanitizer on small cases, and leave the generated files (as
-# generated.tar) and logs in OUTDIR. Run from the repository root. Timings
-# beside PyTorch's: bench/gpu_side_by_side.py.
+# devrun.sh OUTDIR — the batch run on the GPU machine: run the flashgpu tests
+# (binary built beforehand with `go test -c -tags flashgpu -o
+# .gpu/cudakernels.test`, its PTX generated on the development machine by
+# gen.sh) against ptx/, run compute-sanitizer on small cases, and leave the
+# logs in OUTDIR. Run from the repository root. Timings beside PyTorch's:
+# bench/gpu_side_by_side.py.
 set -uo pipefail
 out="${1:?usage: devrun.sh OUTDIR}"
 export LD_LIBRARY_PATH=/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi -L
-bash cudakernels/gen.sh 2>&1 | tee "$out/gen.log" || exit 1
-# One archive: $OUT returns at most 8 files.
-tar -C cudakernels -cf "$out/generated.tar" ptx kernels.manifest
 cd cudakernels
 export FLASHATTN_KERNEL_DIR=ptx
 summary='^(--- FAIL|FAIL|ok|PASS|panic|Benchmark)|    --- FAIL|_test.go:[0-9]+:|TFLOP'

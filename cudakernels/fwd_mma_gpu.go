@@ -13,11 +13,13 @@ import (
 // mmaForward is the mma.sync forward (csrc/fwd_mma.cuh) of one precision and
 // padded head dimension. Conversion kernels first write Q, K and V into
 // scratch copies of the operand type with rows padded to c.dp (V transposed
-// with permuted keys for TF32: csrc/mma.cuh); the forward reads those.
+// with permuted keys for TF32: csrc/mma.cuh), K and V one copy per key head;
+// the forward reads those. fn is the plain kernel, fnVar the one that
+// computes the variants (csrc/tc_variants.cuh); pickMmaVariant chooses.
 type mmaForward struct {
-	fn, toStorage cu.Function
-	toVt          cu.Function // TF32 only
-	c             choice
+	fn, fnVar, toStorage cu.Function
+	toVt                 cu.Function // TF32 only
+	c                    choice
 }
 
 func loadMmaForward(mod cu.Module, c choice, maxSmem int) (*mmaForward, error) {
@@ -33,7 +35,11 @@ func loadMmaForward(mod cu.Module, c choice, maxSmem int) (*mmaForward, error) {
 	if f.toStorage, err = function(mod, conv); err != nil {
 		return nil, err
 	}
-	if f.fn, err = lookup(mod, fmt.Sprintf("flash_fwd_mma_%v_d%d", c.prec, c.dp), c.smem, maxSmem); err != nil {
+	name := fmt.Sprintf("flash_fwd_mma_%v_d%d", c.prec, c.dp)
+	if f.fn, err = lookup(mod, name, c.smem, maxSmem); err != nil {
+		return nil, err
+	}
+	if f.fnVar, err = lookup(mod, name+"_var", c.smem, maxSmem); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -44,24 +50,25 @@ type mmaFwdScratch struct{ q, k, v cu.DevicePtr }
 
 // carve lays out the copies for p from base and returns their total size.
 func (f *mmaForward) carve(p kernels.Params, base cu.DevicePtr, s *mmaFwdScratch) int64 {
-	bh, dp, eb := int64(p.B)*int64(p.H), int64(f.c.dp), int64(elemBytes(f.c.prec))
-	kBytes := bh * int64(p.Nk) * dp * eb
+	bh, bkv, dp, eb := int64(p.B)*int64(p.H), int64(p.B)*int64(p.KVHeads()), int64(f.c.dp), int64(elemBytes(f.c.prec))
+	kBytes := bkv * int64(p.Nk) * dp * eb
 	vBytes := kBytes
 	if f.c.prec == TF32 {
-		vBytes = bh * dp * transposedKeys(p.Nk) * eb
+		vBytes = bkv * dp * transposedKeys(p.Nk) * eb
 	}
 	return carve(base, part{&s.q, bh * int64(p.Nq) * dp * eb}, part{&s.k, kBytes}, part{&s.v, vBytes})
 }
 
-// computes refuses every variant: the mma.sync kernels compute plain
-// attention.
+// computes accepts every variant but dropout and the bias (the _var
+// kernels).
 func (f *mmaForward) computes(p kernels.Params) error {
-	return refuseVariants(p, "the mma.sync kernels", 0)
+	return refuseVariants(p, "the mma.sync kernels", masksAndMods)
 }
 
 func (f *mmaForward) scratchBytes(p kernels.Params) int64 { return f.carve(p, 0, &mmaFwdScratch{}) }
 
-// launch enqueues the conversions into buf.scratch, then the forward.
+// launch enqueues the conversions into buf.scratch (K and V of the
+// B·KVHeads() key heads only), then the forward.
 func (f *mmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream) error {
 	grid, err := gridFor(p, p.Nq, f.c.rows)
 	if err != nil {
@@ -73,20 +80,39 @@ func (f *mmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream) 
 	if err := launchToStorage(f.toStorage, buf.q, s.q, p, p.Nq, f.c.dp, vw, stream); err != nil {
 		return err
 	}
-	if err := launchToStorage(f.toStorage, buf.k, s.k, p, p.Nk, f.c.dp, vw, stream); err != nil {
+	kv := keyHeads(p)
+	if err := launchToStorage(f.toStorage, buf.k, s.k, kv, p.Nk, f.c.dp, vw, stream); err != nil {
 		return err
 	}
 	v := dense(s.v, p.Nk, f.c.dp)
 	if f.c.prec == TF32 {
-		err = launchToVt(f.toVt, buf.v, s.v, p, f.c.dp, stream)
+		err = launchToVt(f.toVt, buf.v, s.v, kv, f.c.dp, stream)
 		v = tensorAt{ptr: uint64(s.v), rows: int64(f.c.dp), ld: transposedKeys(p.Nk)}
 	} else {
-		err = launchToStorage(f.toStorage, buf.v, s.v, p, p.Nk, f.c.dp, vw, stream)
+		err = launchToStorage(f.toStorage, buf.v, s.v, kv, p.Nk, f.c.dp, vw, stream)
 	}
 	if err != nil {
 		return err
 	}
 	kp := newParams(p, operands{q: dense(s.q, p.Nq, f.c.dp), k: dense(s.k, p.Nk, f.c.dp), v: v,
 		o: dense(buf.o, p.Nq, p.D), lse: uint64(buf.lse), vars: buf.vars})
-	return launch(f.fn, grid, f.c.threads, f.c.smem, stream, &kp)
+	return launch(pickMmaVariant(&kp, f.fn, f.fnVar), grid, f.c.threads, f.c.smem, stream, &kp)
+}
+
+// pickMmaVariant is pickVariant for the mma.sync kernels, whose plain
+// kernels compute the causal mask alone (Hopper's compute a window's right
+// bound too): a right bound without the causal mask takes the _var kernel.
+func pickMmaVariant(kp *kernelParams, plain, withVariants cu.Function) cu.Function {
+	if kp.MaskRight >= 0 && kp.Causal == 0 {
+		return withVariants
+	}
+	return pickVariant(kp, plain, withVariants)
+}
+
+// keyHeads returns p with its key heads as its heads, for the conversions
+// of key-like tensors (K, V), which read only B, H and D: one copy per key
+// head, which every query head of its group reads.
+func keyHeads(p kernels.Params) kernels.Params {
+	p.H = p.KVHeads()
+	return p
 }

@@ -34,8 +34,11 @@ func loadSimtForward(mod cu.Module, c choice, maxSmem int) (*simtForward, error)
 	return &simtForward{fn: fn, c: c}, nil
 }
 
-// computes accepts every variant.
-func (f *simtForward) computes(kernels.Params) error { return nil }
+// computes accepts every variant but paged keys, which no GPU kernel
+// reads yet.
+func (f *simtForward) computes(p kernels.Params) error {
+	return refuseVariants(p, "the CUDA-core kernels", allVariants)
+}
 
 func (f *simtForward) scratchBytes(kernels.Params) int64 { return 0 }
 

@@ -56,6 +56,11 @@ func refuseVariants(p kernels.Params, kernelsName string, computed variantSet) e
 	if computed&biasVariant == 0 && p.Bias != nil {
 		used = append(used, "an additive bias")
 	}
+	if p.Pages != nil {
+		// No GPU kernel reads a page pool yet, whatever its family: the
+		// dense kernels would read the pool as [B, Hkv, Nk, D].
+		used = append(used, "paged keys and values")
+	}
 	if len(used) == 0 {
 		return nil
 	}

@@ -39,6 +39,8 @@ func TestRefuseVariants(t *testing.T) {
 	drop.Dropout = kernels.Dropout{P: 0.1, Seed: 1}
 	bias := drop
 	bias.Bias = &kernels.Bias{Bb: 1, Hb: 4}
+	paged := gqa
+	paged.Pages = &kernels.Pages{Size: 4, Count: 3, Table: [][]int{{0}, {1, 2}}}
 	for _, tc := range []struct {
 		name     string
 		p        kernels.Params
@@ -53,6 +55,8 @@ func TestRefuseVariants(t *testing.T) {
 		{"bias and dropout, masks and modifiers", bias, masksAndMods, "dropout 0.1, an additive bias"},
 		{"bias and dropout, all but the bias", bias, masksAndMods | dropoutVariant, "an additive bias"},
 		{"bias and dropout, everything", bias, allVariants, ""},
+		{"pages, everything", paged, allVariants, "paged keys and values"},
+		{"pages, nothing computed", paged, 0, "grouped-query attention (Hkv = 2, H = 4), per-sequence lengths, paged keys and values"},
 	} {
 		err := refuseVariants(tc.p, "test kernels", tc.computed)
 		switch {

@@ -94,6 +94,15 @@
 // require the data of the call's element type). Backends that do not compute a variant yet refuse it with an
 // error (cudakernels: ErrUnsupported), never computing another problem.
 //
+// Paged keys (Params.Pages, a key/value cache's pool read through block
+// tables; forward only) change where keys live, not what is computed:
+// Params.KeyRow maps a key to its row, and the naive reference reads
+// through it. Decoding splits the keys of problems with few query rows per
+// key head: SplitKV picks the number of splits from the problem and a core
+// count, and MergePartials combines the splits' outputs through their
+// log-sum-exp, exactly (in float64), a split without a visible key being
+// empty.
+//
 // # Masking convention
 //
 // A causal mask is bottom-right aligned, as in FlashAttention ≥ 2.1: query

@@ -170,43 +170,54 @@ func (d Dropout) KeepRow(bh, i, j0 int, keep []bool) {
 		}
 		return
 	}
+	// The words through a buffer on the stack, as many keys at a time as
+	// one vector draw gives, in pieces that end on block boundaries so that
+	// no block is drawn twice.
+	var words [64]uint32
+	for x := 0; x < len(keep); {
+		n := min(len(keep)-x, len(words)-(j0+x)%4)
+		k, w := keep[x:x+n], words[:n]
+		d.RowWords(bh, i, j0+x, w)
+		for y := range k {
+			k[y] = w[y] >= t
+		}
+		x += n
+	}
+}
+
+// RowWords sets words[x] to the Philox word of entry (i, j0+x) of query
+// head bh, the one that Kept compares with Threshold, for every
+// x < len(words), computing each Philox block once for its four keys; j0
+// need not be a multiple of 4. It allocates nothing. A kernel that applies
+// the mask with a vector comparison takes the words rather than KeepRow's
+// booleans. bh, i and j0 must not be negative.
+func (d Dropout) RowWords(bh, i, j0 int, words []uint32) {
 	k0, k1 := d.key()
 	c1, c2, c3 := uint32(i), uint32(bh), uint32(d.Offset)
 	blk := uint32(j0 / 4)
 	x := 0
-	if s := j0 % 4; s != 0 && len(keep) > 0 { // the keys of j0's block from j0 on
+	if s := j0 % 4; s != 0 && len(words) > 0 { // the keys of j0's block from j0 on
 		var w [4]uint32
 		w[0], w[1], w[2], w[3] = philox(blk, c1, c2, c3, k0, k1)
-		for ; s < 4 && x < len(keep); s++ {
-			keep[x] = w[s] >= t
-			x++
-		}
+		x = copy(words, w[s:])
 		blk++
 	}
 	// 16 blocks at a time through the vector generator where the CPU has
 	// one (simd.Philox16: the same function, bit for bit), as long as more
 	// than 3 blocks' worth of keys remain (fewer cost less one by one).
-	var words [64]uint32
-	for len(keep)-x > 12 && simd.Philox16(&words, blk, c1, c2, c3, k0, k1) {
-		k := keep[x:min(len(keep), x+64)]
-		for y := range k {
-			k[y] = words[y] >= t
-		}
-		x += len(k)
+	var vec [64]uint32
+	for len(words)-x > 12 && simd.Philox16(&vec, blk, c1, c2, c3, k0, k1) {
+		x += copy(words[x:], vec[:])
 		blk += 16
 	}
-	for ; x+4 <= len(keep); x += 4 { // whole blocks
-		w0, w1, w2, w3 := philox(blk, c1, c2, c3, k0, k1)
-		k := keep[x : x+4 : x+4]
-		k[0], k[1], k[2], k[3] = w0 >= t, w1 >= t, w2 >= t, w3 >= t
+	for ; x+4 <= len(words); x += 4 { // whole blocks
+		w := words[x : x+4 : x+4]
+		w[0], w[1], w[2], w[3] = philox(blk, c1, c2, c3, k0, k1)
 		blk++
 	}
-	if x < len(keep) { // the first keys of the last block
+	if x < len(words) { // the first keys of the last block
 		var w [4]uint32
 		w[0], w[1], w[2], w[3] = philox(blk, c1, c2, c3, k0, k1)
-		for s := 0; x < len(keep); s++ {
-			keep[x] = w[s] >= t
-			x++
-		}
+		copy(words[x:], w[:])
 	}
 }

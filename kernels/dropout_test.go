@@ -102,6 +102,33 @@ func btoi(b bool) int {
 	return 0
 }
 
+// TestRowWordsMatchesDefinition checks RowWords against philox4x32 for
+// unaligned starts and short and long rows (past one vector draw).
+func TestRowWordsMatchesDefinition(t *testing.T) {
+	d := Dropout{P: 0.3, Seed: 0xdeadbeef_cafef00d, Offset: 1<<32 + 9}
+	words := make([]uint32, 150)
+	for _, bh := range []int{0, 7} {
+		for _, i := range []int{0, 33} {
+			for j0 := range 9 {
+				for _, n := range []int{0, 1, 3, 4, 5, 12, 13, 17, 64, 67, 150} {
+					w := words[:n]
+					for x := range w {
+						w[x] = 0xdead // garbage that RowWords must overwrite
+					}
+					d.RowWords(bh, i, j0, w)
+					for x := range w {
+						j := j0 + x
+						want := philox4x32([4]uint32{uint32(j / 4), uint32(i), uint32(bh), uint32(d.Offset)}, [2]uint32{uint32(d.Seed), uint32(d.Seed >> 32)})[j%4]
+						if w[x] != want {
+							t.Fatalf("RowWords(%d, %d, %d, [%d])[%d] = %#08x, want %#08x", bh, i, j0, n, x, w[x], want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestKeepRowMatchesKept checks the fast path against the definition for
 // unaligned starts and short and long rows.
 func TestKeepRowMatchesKept(t *testing.T) {

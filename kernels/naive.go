@@ -18,7 +18,7 @@ func NaiveForward[T Float](p Params, q, k, v, o, lse []T) error {
 	s := make([]T, p.Nk)
 	for bh := range p.B * p.H {
 		kv := p.KVHead(bh)
-		qh, kh, vh := q[bh*p.Nq*p.D:], k[kv*p.Nk*p.D:], v[kv*p.Nk*p.D:]
+		qh := q[bh*p.Nq*p.D:]
 		oh, lh := o[bh*p.Nq*p.D:], lse[bh*p.Nq:]
 		mask := p.Mask(bh / p.H)
 		for i := range p.Nq {
@@ -34,7 +34,8 @@ func NaiveForward[T Float](p Params, q, k, v, o, lse []T) error {
 			// NaN score makes m, and through it l, O and LSE, NaN.
 			m := T(math.Inf(-1))
 			for j := lo; j < hi; j++ {
-				s[j], _ = ModifyScore(p, bh, i, j, scale*dot(qi, kh[j*p.D:(j+1)*p.D]))
+				at := p.KeyRow(kv, j) // dense or paged
+				s[j], _ = ModifyScore(p, bh, i, j, scale*dot(qi, k[at:at+p.D]))
 				m = max(m, s[j])
 			}
 			var l T
@@ -47,7 +48,8 @@ func NaiveForward[T Float](p Params, q, k, v, o, lse []T) error {
 				if p.Dropout.On() {
 					pj = dropped(p.Dropout, bh, i, j, pj)
 				}
-				for d, vd := range vh[j*p.D : (j+1)*p.D] {
+				at := p.KeyRow(kv, j)
+				for d, vd := range v[at : at+p.D] {
 					oi[d] += pj * vd
 				}
 			}

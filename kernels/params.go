@@ -48,6 +48,10 @@ type Params struct {
 	// (see Bias). It is a pointer so that Params stays small to copy and
 	// nil is off.
 	Bias *Bias
+	// Pages, when not nil, says that k and v are page pools read through
+	// block tables (see Pages); nil is the dense [B, Hkv, Nk, D]. Only
+	// forwards take it.
+	Pages *Pages
 }
 
 // Window is a local attention window: with On, row i sees keys j with
@@ -68,7 +72,16 @@ func (p Params) Equal(o Params) bool {
 	return p.B == o.B && p.H == o.H && p.Nq == o.Nq && p.Nk == o.Nk && p.D == o.D &&
 		p.Scale == o.Scale && p.Causal == o.Causal && p.Hkv == o.Hkv && p.Window == o.Window &&
 		p.Softcap == o.Softcap && sameSlice(p.ALiBi, o.ALiBi) && sameSlice(p.QLens, o.QLens) && sameSlice(p.KLens, o.KLens) &&
-		p.Dropout == o.Dropout && sameBias(p.Bias, o.Bias)
+		p.Dropout == o.Dropout && sameBias(p.Bias, o.Bias) && samePages(p.Pages, o.Pages)
+}
+
+// samePages reports whether a and b are both nil or describe the same
+// pool and block tables.
+func samePages(a, b *Pages) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Size == b.Size && a.Count == b.Count && slices.EqualFunc(a.Table, b.Table, sameSlice[int])
 }
 
 // sameSlice is slices.Equal that also tells nil (off) from empty.
@@ -92,11 +105,11 @@ func (p Params) KVHead(bh int) int {
 }
 
 // IsPlain reports whether p uses none of the variants (grouped heads,
-// window, softcap, ALiBi, lengths, dropout, bias): the problem every
-// backend computes.
+// window, softcap, ALiBi, lengths, dropout, bias, pages): the problem
+// every backend computes.
 func (p Params) IsPlain() bool {
 	return p.KVHeads() == p.H && !p.Window.On && p.Softcap == 0 && p.ALiBi == nil && p.QLens == nil && p.KLens == nil &&
-		!p.Dropout.On() && p.Bias == nil
+		!p.Dropout.On() && p.Bias == nil && p.Pages == nil
 }
 
 // MaxElements bounds every tensor a backend touches so that index arithmetic
@@ -132,6 +145,9 @@ func (p Params) Validate() error {
 		name        string
 		heads, rows int
 	}{{"q", p.H, p.Nq}, {"k", p.KVHeads(), p.Nk}} {
+		if t.name == "k" && p.Pages != nil {
+			continue // the pool's size is checked with the pages
+		}
 		if n := float64(p.B) * float64(t.heads) * float64(t.rows) * float64(p.D); n > MaxElements {
 			return fmt.Errorf("%w: %s has %.0f elements, more than the supported %d", ErrInvalidParams, t.name, n, MaxElements)
 		}
@@ -176,6 +192,9 @@ func (p Params) validateVariants() error {
 	if err := p.validateBias(); err != nil {
 		return err
 	}
+	if err := p.validatePages(); err != nil {
+		return err
+	}
 	if p.ALiBi != nil {
 		if len(p.ALiBi) != p.H {
 			return fmt.Errorf("%w: %d ALiBi slopes for H = %d query heads", ErrInvalidParams, len(p.ALiBi), p.H)
@@ -192,8 +211,14 @@ func (p Params) validateVariants() error {
 // QLen is the number of elements of q, o, dq and do.
 func (p Params) QLen() int { return p.B * p.H * p.Nq * p.D }
 
-// KLen is the number of elements of k, v, dk and dv: B·KVHeads()·Nk·D.
-func (p Params) KLen() int { return p.B * p.KVHeads() * p.Nk * p.D }
+// KLen is the number of elements of k, v, dk and dv: B·KVHeads()·Nk·D,
+// or with Pages the pool's Count·KVHeads()·Size·D.
+func (p Params) KLen() int {
+	if p.Pages != nil {
+		return p.Pages.Count * p.KVHeads() * p.Pages.Size * p.D
+	}
+	return p.B * p.KVHeads() * p.Nk * p.D
+}
 
 // LSELen is the number of elements of lse.
 func (p Params) LSELen() int { return p.B * p.H * p.Nq }
@@ -379,6 +404,9 @@ func CheckForward[T Float](p Params, q, k, v, o, lse []T) error {
 func CheckBackward[T Float](p Params, q, k, v, o, lse, do, dlse, dq, dk, dv []T) error {
 	if err := p.Validate(); err != nil {
 		return err
+	}
+	if p.Pages != nil {
+		return fmt.Errorf("%w: a backward of paged keys: pages serve inference, forward only", ErrInvalidParams)
 	}
 	if err := checkBias[T](p); err != nil {
 		return err

@@ -98,6 +98,10 @@ func build(q, k, v *gorgonia.Node, withLSE bool, opts []Option) (*autograd.Op, g
 	if err != nil {
 		return nil, nil, err
 	}
+	cache, err := cfg.cacheFor(backend)
+	if err != nil {
+		return nil, nil, err
+	}
 	scale := 1 / math.Sqrt(float64(q.Shape()[3]))
 	if cfg.scaleSet {
 		scale = cfg.scale
@@ -118,7 +122,7 @@ func build(q, k, v *gorgonia.Node, withLSE bool, opts []Option) (*autograd.Op, g
 	}
 	fwd, err := autograd.New(autograd.Config{Backend: backend, Scale: scale, Causal: cfg.causal,
 		Window: cfg.window, Softcap: cfg.softcap, ALiBi: cfg.alibi, QLens: dtypeOf(cfg.qLens), KLens: dtypeOf(cfg.kLens),
-		Dropout: cfg.dropout, LSE: withLSE, BNHD: cfg.layout == BNHD, Bias: biasShape},
+		Dropout: cfg.dropout, LSE: withLSE, BNHD: cfg.layout == BNHD, Bias: biasShape, Cache: cache},
 		q.Dtype(), q.Shape(), k.Shape(), v.Shape())
 	if err != nil {
 		return nil, nil, fmt.Errorf("op.Attention: %w", err)

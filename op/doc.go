@@ -86,6 +86,56 @@
 // only forward keeps nothing. Under the LispMachine the backward uploads its
 // inputs again.
 //
+// # Generation: the key/value cache
+//
+// A model generates one token at a time. NewKVCache makes a cache for B
+// sequences of up to capacity tokens (one per attention layer), and an
+// Attention node built WithKVCache(cache) takes k and v as the new tokens
+// only: each run appends them and attends q, the new rows, to everything
+// cached, so the prompt goes through once (a prefill graph of T = the
+// longest prompt, with WithLengths(qLens, nil) for prompts of different
+// lengths) and each further token through a graph of T = 1, instead of
+// the whole context again per token:
+//
+//	cache, err := op.NewKVCache(B, Hkv, D, capacity, tensor.Float32)
+//	defer cache.Close()
+//	out, err := op.Attention(q, k, v, op.WithCausal(true), op.WithKVCache(cache))
+//
+// With WithCausal(true) new row i of sequence b, which holds L_b tokens
+// after the append, sees keys j ≤ L_b − qLens[b] + i: step for step, the
+// rows full causal attention over the sequence gives (float64 within 1e-10;
+// float32 within twice a naive float32 computation's error). Windows,
+// softcap, ALiBi and grouped heads align the same way. cache.Len(b) is
+// sequence b's length, Reset empties all sequences and ResetSequence(b)
+// one, so that a finished sequence's slot takes a new prompt while the
+// others go on. A run that would pass the capacity is an error that
+// appends nothing; a run that fails otherwise undoes its append.
+//
+// A dense cache holds B·Hkv·capacity·D elements for K and as many for V
+// from the start (Bytes). CachePageSize(n) pages it instead: sequences
+// take pages of n tokens from one pool as they grow (a block table each,
+// kernels.Params.Pages), the pool grows on demand, and a reset hands
+// pages back, so sequences of very different lengths hold the pages of
+// their tokens rather than B × capacity. The CPU reads the pages in place.
+//
+// A decode step has few query rows per key head, where the kernels' usual
+// parallelism over query blocks would leave the cores idle: the CPU
+// backend then splits the cached keys (kernels.SplitKV, a function of the
+// problem alone, so results never depend on the machine) and merges the
+// splits' partial results through their log-sum-exp
+// (kernels.MergePartials), reading every cached key and value once per
+// step for all the query heads that share it. A step is memory bound: it
+// reads the cache, 2·Hkv·L·D elements per sequence of L tokens per layer;
+// bench/RESULTS.md has the bandwidth it reaches.
+//
+// The cache lives in host memory, for an op on the CPU: CacheDevice(GPU)
+// is refused with an error wrapping ErrNoGPU for now, and so is a cached
+// node whose op runs on a GPU backend (ErrInvalidInput). A cached node is
+// inference only: differentiating through it (gorgonia.Grad, the
+// LispMachine's backward) is an error. Key lengths, dropout, a bias, a
+// nil or closed cache and a cache of another batch, head count, head
+// dimension or dtype than k and v are errors wrapping ErrInvalidInput.
+//
 // # Differentiation
 //
 // The node works with gorgonia.Grad and a TapeMachine (SymDiff) and with a

@@ -29,6 +29,8 @@ type config struct {
 	layout     Layout
 	bias       *gorgonia.Node
 	biasSet    bool // WithBias was given, so that a nil node is an error, not "no bias"
+	cache      *KVCache
+	cacheSet   bool // WithKVCache was given, so that a nil cache is an error
 }
 
 // WithCausal applies a bottom-right aligned causal mask: query i sees key j
@@ -137,4 +139,26 @@ func WithDropout(p float64, seed uint64) Option {
 // refuses it with an error wrapping cudakernels.ErrUnsupported.
 func WithBias(bias *gorgonia.Node) Option {
 	return func(c *config) { c.bias, c.biasSet = bias, true }
+}
+
+// WithKVCache makes k and v the new tokens of cache: each run of the node
+// appends them to it and attends q to everything it holds. k and v are
+// [B, Hkv, T, D] (T = the prompt's length for a prefill, then 1 per
+// generated token) and must match the cache's batch, key heads, head
+// dimension and dtype; q is [B, H, T, D]. With WithLengths(qLens, nil)
+// sequence b appends only its first qLens[b] tokens, so prompts of
+// different lengths share a batch (its rows past qLens[b] are padding).
+// The masks align on each sequence's end: with WithCausal(true) new row i
+// of sequence b, holding L_b tokens after the append, sees keys
+// j ≤ L_b − qLens[b] + i, as in full causal attention over the sequence;
+// WithWindow, WithSoftcap and WithALiBi measure from the same positions.
+//
+// A run that would take a sequence past the capacity is an error that
+// appends nothing, and a run that fails for any other reason undoes its
+// append: the cache stays as it was. The node is inference only: asking
+// for its gradient (gorgonia.Grad, the LispMachine's backward) is an
+// error, as are key lengths, dropout, a bias, a nil or closed cache, and
+// an op on the GPU (the cache is in host memory).
+func WithKVCache(cache *KVCache) Option {
+	return func(c *config) { c.cache, c.cacheSet = cache, true }
 }

@@ -43,8 +43,6 @@ template <int DP> __host__ __device__ constexpr int bwd_dq_smem_bytes() {
   return (2 * kBwdBQ + 4 * kBwdStep) * ld_of<uint16_t, DP>() * 2;
 }
 
-constexpr float kLog2e = 1.4426950408889634f;
-
 // ldmatrix addresses of one lane (see ldsm_x4), as offsets in 16-bit
 // elements from a tile's start:
 //   a_off: A operand, rows 16·warp + l%16 at column 8·(l/16), for a row-major
@@ -106,6 +104,25 @@ __device__ __forceinline__ void mma_pb(float (&c)[DP / 8][4], const float (&p)[K
   }
 }
 
+// mma_fb is mma_pb with the A fragments of P made beforehand (frags[kk]:
+// keys 16kk … 16kk + 15, as E::p_frag builds them), for the _var dK/dV
+// kernel, which scales its scores by the softcap's derivative once their
+// fragments are taken (probs_dkdv).
+template <typename E, int DP, int KF>
+__device__ __forceinline__ void mma_fb(float (&c)[DP / 8][4], const uint32_t (&frags)[KF][4], const uint16_t* b) {
+  constexpr int kLd = ld_of<uint16_t, DP>();
+#pragma unroll
+  for (int kk = 0; kk < KF; ++kk) {
+#pragma unroll
+    for (int n = 0; n < DP / 8; n += 2) {
+      uint32_t bf[4];
+      ldsm_x4_t(bf, b + kk * 16 * kLd + n * 8);
+      E::mma(c[n], frags[kk], bf[0], bf[1]);
+      E::mma(c[n + 1], frags[kk], bf[2], bf[3]);
+    }
+  }
+}
+
 // cp_floats starts copying x[r0 .. r0+n) into dst[0 .. n), zero past rows.
 template <int N>
 __device__ __forceinline__ void cp_floats(float* dst, const float* x, long long r0, long long rows) {
@@ -138,8 +155,15 @@ __device__ __forceinline__ void store_rows(float* y, const float (&c)[DP / 8][4]
 
 // dkdv_1colblock and dq_1rowblock read the 16-bit copies p.q, p.k, p.v and
 // p.dout (rows of DP elements), p.lse and p.delta, and write p.dk, p.dv or
-// p.dq.
-template <typename E, int DP>
+// p.dq. kVar: the _var entry points, which compute the variants of
+// tc_variants.cuh as the forward does (fwd_1rowblock); the plain ones trap
+// on them. The _var dK/dV block of key head kvh sums the gradients of the
+// kv_group query heads that read it, kvh·kv_group + r for r = 0, 1, … in
+// that order, in its registers (deterministic: no atomics), walking for
+// each the query steps whose rows see its keys; the softcap's derivative
+// scales dS. Copies of padding rows and keys load as zeros, and a block
+// with nothing to compute writes zeros.
+template <typename E, int DP, bool kVar>
 __device__ void dkdv_1colblock(const Params& p) {
   const long long nq = p.nq, nk = p.nk;
   const bool causal = p.causal != 0;
@@ -161,31 +185,65 @@ __device__ void dkdv_1colblock(const Params& p) {
   float* sD = sL + 2 * kBwdStep;                                    // 2 buffers
 
   const long long tiles = (nk + kBwdBK - 1) / kBwdBK;
-  const long long bh = blockIdx.x / tiles;
-  const long long k0 = (blockIdx.x % tiles) * kBwdBK;
+  // The key head (_var: its group's first query head gives the mask: a
+  // group lies in one batch entry) and the first key of the block.
+  long long kvh, k0;
+  if constexpr (kVar) {
+    // Longest blocks first: under a causal mask (a right bound) the first
+    // keys see the most rows; under a left bound alone, the last.
+    long long tile;
+    block_order(blockIdx.x, static_cast<unsigned>(tiles), p.mask_right < 0 && p.mask_left >= 0, kvh, tile);
+    k0 = tile * kBwdBK;
+  } else {
+    require_plain<false>(p);
+    kvh = blockIdx.x / tiles;
+    k0 = (blockIdx.x % tiles) * kBwdBK;
+  }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  const uint16_t* qh = q + bh * nq * DP;
-  const uint16_t* doh = dout + bh * nq * DP;
-  const float* lh = static_cast<const float*>(p.lse) + bh * nq;
-  const float* dh = static_cast<const float*>(p.delta) + bh * nq;
+  const SeqMask mk = seq_mask(p, kVar ? kvh * p.kv_group : kvh);
+  const long long q_real = kVar ? mk.lq : nq, k_real = kVar ? mk.lk : nk;
+  // Query steps it0 … it0 + n_per − 1 of each of the group's query heads
+  // bh0, bh0 + 1, …: step i of the loop is head bh0 + i / n_per.
+  // Plain: causal block skipping (query tiles before the first row that
+  // sees key k0 contribute nothing), one head.
+  int it0, n_per;
+  const int group = kVar ? static_cast<int>(p.kv_group) : 1;
+  const long long bh0 = kvh * group;
+  // The last key of the block the outputs hold (keys past nk are not
+  // stored).
+  const long long k_last = (k0 + kBwdBK < nk ? k0 + kBwdBK : nk) - 1;
+  if constexpr (kVar) {
+    it0 = n_per = 0;
+    if (k0 < mk.lk) {
+      const long long q_lo = mk.query_lo(k0), q_hi = mk.query_hi((k0 + kBwdBK < mk.lk ? k0 + kBwdBK : mk.lk) - 1);
+      it0 = static_cast<int>(q_lo / kBwdStep);
+      if (q_hi > q_lo) n_per = static_cast<int>((q_hi + kBwdStep - 1) / kBwdStep) - it0;
+    }
+    // No key is seen: dK = dV = 0, before any copy.
+    if (n_per <= 0) {
+      zero_key_grads<kBwdThreads>(p, kvh, k0, k_last + 1);
+      return;
+    }
+  } else {
+    const long long first = first_query_seeing(k0, nq, nk, causal);
+    it0 = static_cast<int>(first / kBwdStep);
+    n_per = static_cast<int>((nq + kBwdStep - 1) / kBwdStep) - it0;
+  }
+  const int n_steps = group * n_per;
 
-  // Causal block skipping: query tiles before the first row that sees key
-  // k0 contribute nothing.
-  const long long first = first_query_seeing(k0, nq, nk, causal);
-  const int it0 = static_cast<int>(first / kBwdStep);
-  const int n_it = static_cast<int>((nq + kBwdStep - 1) / kBwdStep);
-
-  auto load_step = [&](int it, int buf) {
+  // load_step starts copying query step it of query head bh into buffer
+  // buf.
+  auto load_step = [&](long long bh, int it, int buf) {
     const long long r0 = static_cast<long long>(it) * kBwdStep;
-    cp_rows<kBwdStep, DP>(sQ + buf * kBwdStep * kLd, qh, r0, nq);
-    cp_rows<kBwdStep, DP>(sdO + buf * kBwdStep * kLd, doh, r0, nq);
-    cp_floats<kBwdStep>(sL + buf * kBwdStep, lh, r0, nq);
-    cp_floats<kBwdStep>(sD + buf * kBwdStep, dh, r0, nq);
+    cp_rows<kBwdStep, DP>(sQ + buf * kBwdStep * kLd, q + bh * nq * DP, r0, q_real);
+    cp_rows<kBwdStep, DP>(sdO + buf * kBwdStep * kLd, dout + bh * nq * DP, r0, q_real);
+    cp_floats<kBwdStep>(sL + buf * kBwdStep, static_cast<const float*>(p.lse) + bh * nq, r0, nq);
+    cp_floats<kBwdStep>(sD + buf * kBwdStep, static_cast<const float*>(p.delta) + bh * nq, r0, nq);
   };
-  cp_rows<kBwdBK, DP>(sK, k + bh * nk * DP, k0, nk);
-  cp_rows<kBwdBK, DP>(sV, v + bh * nk * DP, k0, nk);
-  if (it0 < n_it) load_step(it0, 0);
+  cp_rows<kBwdBK, DP>(sK, k + kvh * nk * DP, k0, k_real);
+  cp_rows<kBwdBK, DP>(sV, v + kvh * nk * DP, k0, k_real);
+  if (n_steps > 0) load_step(bh0, it0, 0);
   cp_async_commit();
 
   const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
@@ -197,19 +255,41 @@ __device__ void dkdv_1colblock(const Params& p) {
 
   const uint16_t* ka = sK + a_off<DP>(warp, lane);
   const uint16_t* va = sV + a_off<DP>(warp, lane);
-  // This thread's keys: rows g and g+8 of the warp's 16.
+  // This thread's keys: rows g and g+8 of the warp's 16, and (_var) the
+  // queries that see each, qlo ≤ i < qhi, in 32 bits.
   const long long key0 = k0 + warp * 16 + g;
+  int qlo[2] = {0, 0}, qhi[2] = {0, 0};
+  if constexpr (kVar) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      qlo[h] = static_cast<int>(mk.query_lo(key0 + 8 * h));
+      qhi[h] = static_cast<int>(mk.query_hi(key0 + 8 * h));
+    }
+  }
+  // The modifiers: one choice for the whole group (the softcap is the
+  // problem's; the ALiBi slope, read per query head below, may be 0 for
+  // some heads, which leaves their scores as they are).
+  const bool mod = kVar && (p.softcap != 0.0 || p.alibi != nullptr);
+  Mods md{};
 
-  for (int it = it0; it < n_it; ++it) {
-    const int buf = (it - it0) % 2;
-    if (it + 1 < n_it) {
-      load_step(it + 1, 1 - buf);
+  // Step i is query step it of query head bh; the next step is the next
+  // query step, or (_var) the next head's first.
+  long long bh = bh0;
+  for (int i = 0, it = it0; i < n_steps; ++i, ++it) {
+    if (kVar && it == it0 + n_per) it = it0, ++bh;
+    const int buf = i % 2;
+    if (i + 1 < n_steps) {
+      const bool next_head = kVar && it + 1 == it0 + n_per;
+      load_step(next_head ? bh + 1 : bh, next_head ? it0 : it + 1, 1 - buf);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
     __syncthreads();
+    if constexpr (kVar) {
+      if (mod && it == it0) md = mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale));
+    }
     const long long q0 = static_cast<long long>(it) * kBwdStep;
     const uint16_t* qt = sQ + buf * kBwdStep * kLd;
     const uint16_t* dot = sdO + buf * kBwdStep * kLd;
@@ -222,21 +302,44 @@ __device__ void dkdv_1colblock(const Params& p) {
 #pragma unroll
     for (int j = 0; j < kNS; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
     mma_abt<E, DP, kNS>(s, ka, qt + b_off<DP>(lane));
-    // Only tiles where the first query misses some of the block's keys need
-    // the causal mask.
-    const bool masked = causal && visible_keys(q0, nq, nk, causal) < k0 + kBwdBK;
-    with_mask(masked, [&](auto kMasked) {
+    if constexpr (!kVar) {
+      // Only tiles where the first query misses some of the block's keys
+      // need the causal mask.
+      const bool masked = causal && visible_keys(q0, nq, nk, causal) < k0 + kBwdBK;
+      with_mask(masked, [&](auto kMasked) {
 #pragma unroll
-      for (int j = 0; j < kNS; ++j)
+        for (int j = 0; j < kNS; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = 8 * j + 2 * t + (e & 1);
-          float p = exp2f(s[j][e] * scale_log2 - lt[col] * kLog2e);
-          if (kMasked && key0 + 8 * (e >> 1) >= visible_keys(q0 + col, nq, nk, true)) p = 0.f;
-          s[j][e] = p;
-        }
-    });
-    mma_pb<E, DP, kNS>(acc_dv, s, dot + bt_off<DP>(lane));
+          for (int e = 0; e < 4; ++e) {
+            const int col = 8 * j + 2 * t + (e & 1);
+            float p = exp2f(s[j][e] * scale_log2 - lt[col] * kLog2e);
+            if (kMasked && key0 + 8 * (e >> 1) >= visible_keys(q0 + col, nq, nk, true)) p = 0.f;
+            s[j][e] = p;
+          }
+      });
+      mma_pb<E, DP, kNS>(acc_dv, s, dot + bt_off<DP>(lane));
+    } else {
+      // Only steps where some row misses some of the block's keys need the
+      // mask: every row of [q0, q_last] sees every key of [k0, k_last] when
+      // the last row's first key is at most k0 and the first row's last key
+      // at least k_last. A key whose queries cross its diagonal in this step
+      // takes the masked copy (AlibiRow).
+      const long long q_last = (q0 + kBwdStep < nq ? q0 + kBwdStep : nq) - 1;
+      const bool masked = !(k_last < mk.key_hi(q0) && mk.key_lo(q_last) <= k0);
+      AlibiRow<1> ar[2];
+      bool uniform = true;
+      if (md.slope_l2 != 0.f) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          uniform &= ar[h].set(offset_of(q0, md.shift, key0 + 8 * h) + 2 * t, kBwdStep - 7, md.slope_l2);
+      }
+      uint32_t pf[kBwdStep / E::kK][4];
+      with_variant(masked || !uniform, mod, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
+        probs_dkdv<E, true, kMod, kMasked, kCap>(s, pf, scale_log2, Log2Lse{lt}, static_cast<int>(q0), t, qlo, qhi,
+                                                  md, ar);
+      });
+      mma_fb<E, DP>(acc_dv, pf, dot + bt_off<DP>(lane));  // with kMod, s now holds Pᵀ·dsoft
+    }
 
     float dp[kNS][4];
 #pragma unroll
@@ -248,17 +351,19 @@ __device__ void dkdv_1colblock(const Params& p) {
   }
   cp_async_wait<0>();
 
-  const long long warp_key = k0 + warp * 16;
+  // dK and dV of key head kvh: k-like tensors have p.h / p.kv_group heads
+  // per batch entry (their strides are per key head).
+  const long long warp_key = k0 + warp * 16, kv_heads = kVar ? p.h / p.kv_group : p.h;
   if (warp_key < nk) {
-    float* dk = head_of(static_cast<float*>(p.dk), bh, p.h, p.dk_batch_stride, p.dk_head_stride);
-    float* dv = head_of(static_cast<float*>(p.dv), bh, p.h, p.dv_batch_stride, p.dv_head_stride);
+    float* dk = head_of(static_cast<float*>(p.dk), kvh, kv_heads, p.dk_batch_stride, p.dk_head_stride);
+    float* dv = head_of(static_cast<float*>(p.dv), kvh, kv_heads, p.dv_batch_stride, p.dv_head_stride);
     store_rows<DP>(dk + warp_key * p.dk_row_stride, acc_dk, nk - warp_key, p.dim, p.dk_row_stride,
                    static_cast<float>(p.scale));
     store_rows<DP>(dv + warp_key * p.dv_row_stride, acc_dv, nk - warp_key, p.dim, p.dv_row_stride, 1.f);
   }
 }
 
-template <typename E, int DP>
+template <typename E, int DP, bool kVar>
 __device__ void dq_1rowblock(const Params& p) {
   const long long nq = p.nq, nk = p.nk;
   const bool causal = p.causal != 0;
@@ -276,37 +381,62 @@ __device__ void dq_1rowblock(const Params& p) {
   uint16_t* sK = sdO + kBwdBQ * kLd;       // 2 buffers
   uint16_t* sV = sK + 2 * kBwdStep * kLd;  // 2 buffers
 
-  const long long tiles = (nq + kBwdBQ - 1) / kBwdBQ;
-  const long long bh = blockIdx.x / tiles;
-  const long long q0 = (blockIdx.x % tiles) * kBwdBQ;
+  long long bh, q0;
+  query_block<kVar, kBwdBQ>(p, bh, q0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  const uint16_t* kh = k + bh * nk * DP;
-  const uint16_t* vh = v + bh * nk * DP;
+  const SeqMask mk = seq_mask(p, bh);
+  const long long q_real = kVar ? mk.lq : nq, k_real = kVar ? mk.lk : nk;
+  const long long kvh = kVar ? kv_pair(p, bh) : bh;
+  const uint16_t* kh = k + kvh * nk * DP;
+  const uint16_t* vh = v + kvh * nk * DP;
 
-  // This thread's rows g and g+8 of the warp's 16: keys they see, LSE in
-  // log2 units and D. Rows past nq see no key (and are not stored).
-  long long vis[2];
+  // This thread's rows g and g+8 of the warp's 16: keys they see (plain:
+  // 0 … vis − 1; _var: lo … hi − 1, row_keys), LSE in log2 units and D.
+  // Rows past nq (_var: past the length) see no key (and rows past nq are
+  // not stored).
+  long long vis[2] = {0, 0};
+  int lo32[2] = {0, 0}, hi32[2] = {0, 0};
   float lse2[2], dr[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const long long row = q0 + warp * 16 + g + 8 * h;
-    const bool ok = row < nq;
-    vis[h] = ok ? visible_keys(row, nq, nk, causal) : 0;
+    const bool ok = row < q_real;
+    if constexpr (kVar) {
+      long long lo, hi;
+      row_keys(mk, row, lo, hi);
+      lo32[h] = static_cast<int>(lo), hi32[h] = static_cast<int>(hi);
+    } else {
+      vis[h] = ok ? visible_keys(row, nq, nk, causal) : 0;
+    }
     // __ldg: read-only for the whole kernel, which nvcc cannot prove
     // when the pointers come from p (it did from __restrict__ arguments).
     lse2[h] = ok ? __ldg(static_cast<const float*>(p.lse) + bh * nq + row) * kLog2e : Math<float>::inf();
     dr[h] = ok ? __ldg(static_cast<const float*>(p.delta) + bh * nq + row) : 0.f;
   }
-  const long long vis_min = vis[0] < vis[1] ? vis[0] : vis[1];
-  const long long kv_end = visible_keys((q0 + kBwdBQ < nq ? q0 + kBwdBQ : nq) - 1, nq, nk, causal);
-  const int n_it = static_cast<int>((kv_end + kBwdStep - 1) / kBwdStep);
+  // Block skipping: the block's rows see keys from its first row's first
+  // (plain: 0) to its last real row's last; steps t0 … t0 + n_it − 1.
+  long long kv_begin = 0, kv_end = 0;
+  if constexpr (kVar) {
+    if (q0 < mk.lq) {
+      kv_begin = mk.key_lo(q0);
+      kv_end = mk.key_hi((q0 + kBwdBQ < mk.lq ? q0 + kBwdBQ : mk.lq) - 1);
+    }
+  } else {
+    kv_end = visible_keys((q0 + kBwdBQ < nq ? q0 + kBwdBQ : nq) - 1, nq, nk, causal);
+  }
+  const int t0 = static_cast<int>(kv_begin / kBwdStep);
+  const int n_it = kv_end > kv_begin ? static_cast<int>((kv_end + kBwdStep - 1) / kBwdStep) - t0 : 0;
+  const long long vis_min = kVar ? 0 : (vis[0] < vis[1] ? vis[0] : vis[1]);
+  // _var: the keys both rows see, and the modifiers.
+  const int lo_max = lo32[0] > lo32[1] ? lo32[0] : lo32[1], hi_min = hi32[0] < hi32[1] ? hi32[0] : hi32[1];
+  const Mods md = kVar ? mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale)) : Mods{};
 
-  cp_rows<kBwdBQ, DP>(sQ, q + bh * nq * DP, q0, nq);
-  cp_rows<kBwdBQ, DP>(sdO, dout + bh * nq * DP, q0, nq);
+  cp_rows<kBwdBQ, DP>(sQ, q + bh * nq * DP, q0, q_real);
+  cp_rows<kBwdBQ, DP>(sdO, dout + bh * nq * DP, q0, q_real);
   if (n_it > 0) {
-    cp_rows<kBwdStep, DP>(sK, kh, 0, nk);
-    cp_rows<kBwdStep, DP>(sV, vh, 0, nk);
+    cp_rows<kBwdStep, DP>(sK, kh, static_cast<long long>(t0) * kBwdStep, k_real);
+    cp_rows<kBwdStep, DP>(sV, vh, static_cast<long long>(t0) * kBwdStep, k_real);
   }
   cp_async_commit();
 
@@ -319,10 +449,10 @@ __device__ void dq_1rowblock(const Params& p) {
 
   for (int it = 0; it < n_it; ++it) {
     const int buf = it % 2;
-    const long long k0 = static_cast<long long>(it) * kBwdStep;
+    const long long k0 = static_cast<long long>(t0 + it) * kBwdStep;
     if (it + 1 < n_it) {
-      cp_rows<kBwdStep, DP>(sK + (1 - buf) * kBwdStep * kLd, kh, k0 + kBwdStep, nk);
-      cp_rows<kBwdStep, DP>(sV + (1 - buf) * kBwdStep * kLd, vh, k0 + kBwdStep, nk);
+      cp_rows<kBwdStep, DP>(sK + (1 - buf) * kBwdStep * kLd, kh, k0 + kBwdStep, k_real);
+      cp_rows<kBwdStep, DP>(sV + (1 - buf) * kBwdStep * kLd, vh, k0 + kBwdStep, k_real);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -339,7 +469,23 @@ __device__ void dq_1rowblock(const Params& p) {
 #pragma unroll
     for (int j = 0; j < kNS; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
     mma_abt<E, DP, kNS>(s, qa, kt + b_off<DP>(lane));
-    probs_by_row(s, scale_log2, lse2, k0 + kBwdStep > vis_min, k0, t, vis);
+    if constexpr (!kVar) {
+      probs_by_row(s, scale_log2, lse2, k0 + kBwdStep > vis_min, k0, t, vis);
+    } else {
+      // With kMod, s holds P·dsoft (probs_dq). A row crossing its diagonal
+      // in this step takes the masked copy (AlibiRow).
+      const bool masked = k0 < lo_max || k0 + kBwdStep > hi_min;
+      AlibiRow<-1> ar[2];
+      bool uniform = true;
+      if (md.slope_l2 != 0.f) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          uniform &= ar[h].set(offset_of(q0 + warp * 16 + g + 8 * h, md.shift, k0) - 2 * t, kBwdStep - 7, md.slope_l2);
+      }
+      with_variant(masked || !uniform, md.on, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
+        probs_dq<E, kMod, kMasked, kCap>(s, scale_log2, lse2, static_cast<int>(k0), t, lo32, hi32, md, ar);
+      });
+    }
     float dp[kNS][4];
 #pragma unroll
     for (int j = 0; j < kNS; ++j) dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.f;

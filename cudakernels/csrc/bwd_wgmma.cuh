@@ -243,48 +243,6 @@ __device__ __forceinline__ void copy_transposed(uint32_t dst, const typename E::
   bulk_copy(dst, src + (r0 - tile0) * kEs / 128 * DP * 128, bwd_rows_bytes<E, DP, ROWS>(), bar);
 }
 
-// probs_dkdv turns Sᵀ (element e of tile j: key key0 + 8·(e/2), query
-// q0 + 8j + 2t + e%2) into Pᵀ = exp2(scale_log2·s − lt[query]) and its A
-// fragments pf, 0 where masked (kMasked) and the query does not see the
-// key: plain, query < qlo[key] (its rows see keys from 0); _var, outside
-// [qlo, qhi). With kMod the scores go through the modifiers first
-// (modified; ar: each key's ALiBi bias over the step's queries) and s is
-// left holding Pᵀ·dsoft, the factor dSᵀ takes, once pf holds Pᵀ: E::kK
-// keys at a time, so that dsoft lives for one fragment only (Pᵀ and
-// Pᵀ·dsoft at once would cost 32 registers more).
-template <typename E, bool kVar, bool kMod, bool kMasked, bool kCap, int NS>
-__device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[NS * 8 / E::kK][4], float scale_log2,
-                                           const float* lt, int q0, int t, const int (&qlo)[2], const int (&qhi)[2],
-                                           const Mods& md, const AlibiRow<1> (&ar)[2]) {
-  constexpr int kT = E::kK / 8;  // score tiles per fragment
-#pragma unroll
-  for (int kk = 0; kk < NS / kT; ++kk) {
-    float dsoft[kT][4];
-#pragma unroll
-    for (int c = 0; c < kT; ++c)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int j = kk * kT + c, col = 8 * j + 2 * t + (e & 1), h = e >> 1;
-        const float x =
-            modified<E, kMod, kCap, kMasked>(s[j][e], scale_log2, md, ar[h], 8 * j + (e & 1), dsoft[c][e]);
-        float p = exp2f(x - lt[col]);
-        if constexpr (kVar) {
-          if (kMasked && (q0 + col < qlo[h] || q0 + col >= qhi[h])) p = 0.f, dsoft[c][e] = 0.f;
-        } else {
-          if (kMasked && q0 + col < qlo[h]) p = 0.f;
-        }
-        s[j][e] = p;
-      }
-    E::p_frag(pf[kk], s, kk);
-    if constexpr (kMod) {
-#pragma unroll
-      for (int c = 0; c < kT; ++c)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[kk * kT + c][e] *= dsoft[c][e];
-    }
-  }
-}
-
 // dkdv_body is dkdv_colblock for key head kvh of mask mk (the mask of its
 // group's batch entry).
 template <typename E, int DP, bool kVar>
@@ -347,16 +305,10 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
   // padding, never stored).
   const long long k_last = (k0 + kBwdBlock < nk ? k0 + kBwdBlock : nk) - 1;
   if constexpr (kVar) {
-    // No key is seen (padding keys, or keys no row's window reaches): dK =
-    // dV = 0, before any barrier or copy (the images of padding keys are
-    // not even written). k-like tensors have p.h / p.kv_group heads per
-    // batch entry.
+    // No key is seen: dK = dV = 0, before any barrier or copy (the images
+    // of padding keys are not even written).
     if (n_steps <= 0) {
-      const long long kv_heads = p.h / p.kv_group;
-      zero_rows<kBwdThreads>(head_of(static_cast<float*>(p.dk), kvh, kv_heads, p.dk_batch_stride, p.dk_head_stride),
-                             k0, k_last + 1, p.dim, p.dk_row_stride);
-      zero_rows<kBwdThreads>(head_of(static_cast<float*>(p.dv), kvh, kv_heads, p.dv_batch_stride, p.dv_head_stride),
-                             k0, k_last + 1, p.dim, p.dv_row_stride);
+      zero_key_grads<kBwdThreads>(p, kvh, k0, k_last + 1);
       return;
     }
   }
@@ -555,28 +507,6 @@ __device__ void dkdv_colblock(const Params& p) {
   }
 }
 
-// probs_dq turns S (element e of tile j: row e/2, key k0 + 8j + 2t + e%2)
-// into P = exp2(scale_log2·s − lse2[row]), 0 where masked (kMasked) and the
-// key lies outside the row's [lo, hi); with kMod the scores go through the
-// modifiers first (modified; ar: each row's ALiBi bias over the step's keys)
-// and s holds P·dsoft, the factor dS takes.
-template <typename E, bool kMod, bool kMasked, bool kCap, int NS>
-__device__ __forceinline__ void probs_dq(float (&s)[NS][4], float scale_log2, const float (&lse2)[2], int k0, int t,
-                                         const int (&lo)[2], const int (&hi)[2], const Mods& md,
-                                         const AlibiRow<-1> (&ar)[2]) {
-#pragma unroll
-  for (int j = 0; j < NS; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int key = k0 + 8 * j + 2 * t + (e & 1), h = e >> 1;
-      float dsoft;
-      const float x = modified<E, kMod, kCap, kMasked>(s[j][e], scale_log2, md, ar[h], 8 * j + (e & 1), dsoft);
-      float p = exp2f(x - lse2[h]);
-      if constexpr (kCap) p *= dsoft;
-      if (kMasked && (key < lo[h] || key >= hi[h])) p = 0.f;
-      s[j][e] = p;
-    }
-}
 
 // dq_body is dq_rowblock for query head bh of mask mk and score modifiers
 // md (kVar only), and query block qblk (kVar only: block_order's; the plain

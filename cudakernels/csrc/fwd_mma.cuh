@@ -16,6 +16,7 @@
 #pragma once
 #include "common.cuh"
 #include "mma.cuh"
+#include "tc_variants.cuh"
 
 namespace flash {
 namespace mma {
@@ -145,9 +146,40 @@ __device__ __forceinline__ void cp_cols(S* dst, const S* src, long long c0, long
   }
 }
 
+// query_block returns the query pair bh and first row q0 of this block of
+// a grid over blocks of ROWS query rows (forward, dQ). _var: longest blocks
+// first (block_order; with a right bound, causal, the last rows see the
+// most keys). Plain: pair-major, the plain kernel checking first that it
+// computes the problem (require_plain: the mma.sync plain kernels compute
+// the causal mask alone).
+template <bool kVar, int ROWS>
+__device__ __forceinline__ void query_block(const Params& p, long long& bh, long long& q0) {
+  const long long tiles = (p.nq + ROWS - 1) / ROWS;
+  if constexpr (kVar) {
+    long long tile;
+    block_order(blockIdx.x, static_cast<unsigned>(tiles), p.mask_right >= 0, bh, tile);
+    q0 = tile * ROWS;
+  } else {
+    require_plain<false>(p);
+    bh = blockIdx.x / tiles;
+    q0 = (blockIdx.x % tiles) * ROWS;
+  }
+}
+
 // fwd_1rowblock reads the converted copies p.q, p.k and p.v (rows of DP
-// elements, V transposed for TF32) and writes p.o and p.lse.
-template <typename E, int DP>
+// elements, V transposed for TF32) and writes p.o and p.lse. kVar: the _var
+// entry point, which computes every variant of tc_variants.cuh (grouped
+// heads, lengths, windows, softcap, ALiBi); the plain one (kVar = false)
+// computes the causal mask alone and traps on the others (require_plain),
+// so that its code stays as it was tuned. In the _var kernel query head bh
+// reads the K and V copies of key head kv_pair(bh) (converted once per key
+// head); each row sees keys key_lo ≤ j < key_hi of its SeqMask, the block
+// walks the key tiles from its first row's key_lo to its last real row's
+// key_hi, and a tile is masked element by element only for the threads one
+// of whose rows misses one of its keys; the scores go through the
+// modifiers (modified, in log2 units) before the mask. Copies of padding
+// rows and keys load as zeros. Blocks run longest first (block_order).
+template <typename E, int DP, bool kVar>
 __device__ void fwd_1rowblock(const Params& p) {
   using S = typename E::Storage;
   const long long nq = p.nq, nk = p.nk;
@@ -171,20 +203,25 @@ __device__ void fwd_1rowblock(const Params& p) {
   S* sK = sQ + kFwdBQ * kLd;  // 2 buffers
   S* sV = sK + 2 * BK * kLd;  // 2 buffers of fwd_v_tile elements
 
-  const long long tiles = (nq + kFwdBQ - 1) / kFwdBQ;
-  const long long bh = blockIdx.x / tiles;
-  const long long q0 = (blockIdx.x % tiles) * kFwdBQ;
+  long long bh, q0;
+  query_block<kVar, kFwdBQ>(p, bh, q0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  const S* kh = k + bh * nk * DP;
+  // The variants: the batch entry's mask (its real rows lq and keys lk
+  // bound the copies: rows past them load as zeros), the key head, the
+  // modifiers.
+  const SeqMask mk = seq_mask(p, bh);
+  const long long q_real = kVar ? mk.lq : nq, k_real = kVar ? mk.lk : nk;
+  const long long kvh = kVar ? kv_pair(p, bh) : bh;
+  const S* kh = k + kvh * nk * DP;
   // V is [nk, DP] per head, or for TF32 the transposed [DP, nkp].
   const long long nkp = (nk + 7) / 8 * 8;
-  const S* vh = E::kVTransposed ? v + bh * DP * nkp : v + bh * nk * DP;
+  const S* vh = E::kVTransposed ? v + kvh * DP * nkp : v + kvh * nk * DP;
   auto load_v = [&](S* dst, long long k0) {
     if constexpr (E::kVTransposed) {
       cp_cols<DP, BK>(dst, vh, k0, nkp);
     } else {
-      cp_rows<BK, DP>(dst, vh, k0, nk);
+      cp_rows<BK, DP>(dst, vh, k0, k_real);
     }
   };
 
@@ -199,15 +236,52 @@ __device__ void fwd_1rowblock(const Params& p) {
   // nondecreasing in the row and r orders the rows, but rows past nq see
   // none.
   const long long n_vis_min = row_of(kR - 1) >= nq ? 0 : vis_of(0);
-  // Causal block skipping: no row of the block sees past its last row's keys.
-  const long long kv_end = visible_keys((q0 + kFwdBQ < nq ? q0 + kFwdBQ : nq) - 1, nq, nk, causal);
-  const int n_tiles = static_cast<int>((kv_end + BK - 1) / BK);
+  // Block skipping: the block's rows see keys from its first row's first
+  // (plain: 0) to its last real row's last, both bounds nondecreasing in
+  // the row; tiles t0 … t0 + n_tiles − 1.
+  long long kv_begin = 0, kv_end = 0;
+  if constexpr (kVar) {
+    if (q0 < mk.lq) {
+      kv_begin = mk.key_lo(q0);
+      kv_end = mk.key_hi((q0 + kFwdBQ < mk.lq ? q0 + kFwdBQ : mk.lq) - 1);
+    }
+    // No row sees a key (padding rows, or a window past every key): O = 0
+    // and LSE = +inf, before any copy.
+    if (kv_end <= kv_begin) {
+      const long long row_end = q0 + kFwdBQ < nq ? q0 + kFwdBQ : nq;
+      zero_rows<kFwdThreads>(head_of(static_cast<float*>(p.o), bh, p.h, p.o_batch_stride, p.o_head_stride), q0,
+                             row_end, p.dim, p.o_row_stride);
+      for (long long r = q0 + threadIdx.x; r < row_end; r += kFwdThreads)
+        static_cast<float*>(p.lse)[bh * nq + r] = Math<float>::inf();
+      return;
+    }
+  } else {
+    kv_end = visible_keys((q0 + kFwdBQ < nq ? q0 + kFwdBQ : nq) - 1, nq, nk, causal);
+  }
+  const int t0 = static_cast<int>(kv_begin / BK);
+  const int n_tiles = static_cast<int>((kv_end + BK - 1) / BK) - t0;
+  // The _var masks: the keys each of the thread's rows sees, lo ≤ j < hi
+  // (row_keys: 0 and 0 for none), in 32 bits (kernels.MaxElements), and
+  // the range of key tiles every one of them sees whole.
+  int lo32[kR], hi32[kR], lo_max = 0, hi_min = 0;
+  if constexpr (kVar) {
+    lo_max = 0, hi_min = static_cast<int>(nk);
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      long long lo, hi;
+      row_keys(mk, row_of(r), lo, hi);
+      lo32[r] = static_cast<int>(lo), hi32[r] = static_cast<int>(hi);
+      lo_max = lo32[r] > lo_max ? lo32[r] : lo_max;
+      hi_min = hi32[r] < hi_min ? hi32[r] : hi_min;
+    }
+  }
+  const Mods md = kVar ? mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale)) : Mods{};
 
   // Prologue: Q and the first K/V tile in one cp.async group.
-  cp_rows<kFwdBQ, DP>(sQ, q + bh * nq * DP, q0, nq);
+  cp_rows<kFwdBQ, DP>(sQ, q + bh * nq * DP, q0, q_real);
   if (n_tiles > 0) {
-    cp_rows<BK, DP>(sK, kh, 0, nk);
-    load_v(sV, 0);
+    cp_rows<BK, DP>(sK, kh, static_cast<long long>(t0) * BK, k_real);
+    load_v(sV, static_cast<long long>(t0) * BK);
   }
   cp_async_commit();
 
@@ -231,12 +305,12 @@ __device__ void fwd_1rowblock(const Params& p) {
                                     : (lane % 8 + ((lane / 8) % 2) * 8) * kLd + (lane / 16) * 8;
 
   for (int it = 0; it < n_tiles; ++it) {
-    const long long k0 = static_cast<long long>(it) * BK;
+    const long long k0 = static_cast<long long>(t0 + it) * BK;
     // Start the next tile into the other buffer (freed by the barrier that
     // ended the previous iteration), then wait for this one.
     if (it + 1 < n_tiles) {
       const int nb = (it + 1) % 2;
-      cp_rows<BK, DP>(sK + nb * BK * kLd, kh, k0 + BK, nk);
+      cp_rows<BK, DP>(sK + nb * BK * kLd, kh, k0 + BK, k_real);
       load_v(sV + nb * fwd_v_tile<E, DP>(), k0 + BK);
       cp_async_commit();
       cp_async_wait<1>();
@@ -276,22 +350,51 @@ __device__ void fwd_1rowblock(const Params& p) {
     // some row's last visible key need the mask (after the scaling, so a
     // negative scale cannot turn it into +inf).
     float tile_max[kR];
+    if constexpr (!kVar) {
 #pragma unroll
-    for (int mt = 0; mt < kFwdMT; ++mt)
-#pragma unroll
-      for (int j = 0; j < kNS; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[mt][j][e] *= scale_log2;
-    if (k0 + BK > n_vis_min) {
-#pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        const long long nv = vis_of(r);
+      for (int mt = 0; mt < kFwdMT; ++mt)
 #pragma unroll
         for (int j = 0; j < kNS; ++j)
 #pragma unroll
-          for (int c = 0; c < 2; ++c)
-            if (k0 + j * 8 + 2 * t + c >= nv) s[r / 2][j][(r % 2) * 2 + c] = -Math<float>::inf();
+          for (int e = 0; e < 4; ++e) s[mt][j][e] *= scale_log2;
+      if (k0 + BK > n_vis_min) {
+#pragma unroll
+        for (int r = 0; r < kR; ++r) {
+          const long long nv = vis_of(r);
+#pragma unroll
+          for (int j = 0; j < kNS; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c)
+              if (k0 + j * 8 + 2 * t + c >= nv) s[r / 2][j][(r % 2) * 2 + c] = -Math<float>::inf();
+        }
       }
+    } else {
+      // The modifiers, then the mask. ALiBi: each row's bias over this
+      // tile (a − k0 − 2t: the distance at column offset 0); a row crossing
+      // its diagonal takes the masked copy (AlibiRow).
+      const bool masked = k0 < lo_max || k0 + BK > hi_min;
+      AlibiRow<-1> ar[kR];
+      bool uniform = true;
+      if (md.slope_l2 != 0.f) {
+#pragma unroll
+        for (int r = 0; r < kR; ++r)
+          uniform &= ar[r].set(offset_of(row_of(r), md.shift, k0) - 2 * t, BK - 7, md.slope_l2);
+      }
+      with_variant(masked || !uniform, md.on, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
+#pragma unroll
+        for (int mt = 0; mt < kFwdMT; ++mt)
+#pragma unroll
+          for (int j = 0; j < kNS; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int r = 2 * mt + e / 2;
+              float dsoft;
+              float x = modified<E, kMod, kCap, kMasked>(s[mt][j][e], scale_log2, md, ar[r], 8 * j + (e & 1), dsoft);
+              const int key = static_cast<int>(k0) + j * 8 + 2 * t + (e & 1);
+              if (kMasked && (key < lo32[r] || key >= hi32[r])) x = -Math<float>::inf();
+              s[mt][j][e] = x;
+            }
+      });
     }
 #pragma unroll
     for (int r = 0; r < kR; ++r) tile_max[r] = -Math<float>::inf();
@@ -362,7 +465,8 @@ __device__ void fwd_1rowblock(const Params& p) {
 
   // Epilogue: O = acc / l and LSE, row by row.
 #pragma unroll
-  for (int r = 0; r < kR; ++r) finish_row(p, bh, row_of(r), vis_of(r) > 0, acc[r / 2], r % 2, m[r], l[r]);
+  for (int r = 0; r < kR; ++r)
+    finish_row(p, bh, row_of(r), kVar ? hi32[r] > 0 : vis_of(r) > 0, acc[r / 2], r % 2, m[r], l[r]);
 }
 
 }  // namespace mma

@@ -14,6 +14,12 @@ func TestRun(t *testing.T) {
 	}
 }
 
+func TestDecode(t *testing.T) {
+	if err := decode(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestREADMECode: every ```go block of the README is the text of a Go file
 // in this folder tree, or a part of one (compared line by line, ignoring
 // indentation), so the README's code is code that compiles.

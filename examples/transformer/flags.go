@@ -38,6 +38,8 @@ type options struct {
 	temperature float64
 	prompt      string
 	progress    bool
+	generate    int  // tokens to generate from -resume without training; 0: train
+	kvCache     bool // generate through key/value caches
 }
 
 // defaultData is relative to the repository root, where the README runs the
@@ -73,6 +75,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.sampleLen, "sample", 400, "characters to sample at the end (0: none)")
 	fs.Float64Var(&o.temperature, "temperature", 0.8, "sampling temperature")
 	fs.StringVar(&o.prompt, "prompt", "\n", "text the sample starts from")
+	fs.IntVar(&o.generate, "generate", 0, "generate this many characters from -prompt with the -resume checkpoint, without training (0: train)")
+	fs.BoolVar(&o.kvCache, "kv-cache", true, "generate through one key/value cache per layer (flash attention on the CPU); false re-runs the whole context for every character")
 	fs.BoolVar(&o.progress, "progress", true, "report progress on stderr: a bar on a terminal, else a line every -eval-every steps")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -125,6 +129,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		{o.evalEvery >= 1, fmt.Sprintf("-eval-every = %d, must be at least 1", o.evalEvery)},
 		{o.evalBatches >= 1, fmt.Sprintf("-eval-batches = %d, must be at least 1", o.evalBatches)},
 		{o.sampleLen >= 0, fmt.Sprintf("-sample = %d, must not be negative", o.sampleLen)},
+		{o.generate >= 0, fmt.Sprintf("-generate = %d, must not be negative", o.generate)},
+		{o.generate == 0 || o.resume != "", "-generate needs a trained model: give -resume FILE"},
+		{o.prompt != "" || o.generate == 0, "-prompt must not be empty"},
 		{o.temperature > 0 && !math.IsInf(o.temperature, 0), fmt.Sprintf("-temperature = %v, must be positive and finite", o.temperature)},
 		{o.prompt != "" || o.sampleLen == 0, "-prompt must not be empty"},
 		{o.out != "", "-out must not be empty"},

@@ -7,10 +7,14 @@
 //	go run ./examples/transformer                     # default run, a few minutes on 2 cores
 //	go run ./examples/transformer -attention=naive    # same model, naive attention
 //	go run ./examples/transformer -resume examples/transformer/out/checkpoint.gob -steps 200
+//	go run ./examples/transformer -resume examples/transformer/out/checkpoint.gob -generate 500 -prompt ROMEO:
 //
 // It writes into -out: checkpoint.gob (loadable with -resume: it holds the
 // optimiser's state too, so training continues where it stopped), loss.png
-// (training and validation loss) and sample.txt, and prints the sample.
+// (training and validation loss) and sample.txt, and prints the sample
+// with the generation's speed. Generation goes through one key/value cache
+// per layer (-kv-cache=false re-runs the whole context for every
+// character, for comparison); -generate only generates, from a checkpoint.
 package main
 
 import (
@@ -54,6 +58,9 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 	}()
 	if err := model.CheckDevice(opts.flashOpts...); err != nil {
 		return fmt.Errorf("%w: -device=%v: %w", errUsage, opts.device, err)
+	}
+	if opts.generate > 0 {
+		return generate(opts, stdout)
 	}
 	return train(opts, stdout, stderr)
 }

@@ -173,3 +173,41 @@ func TestProgressInALog(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerate trains a tiny model, then generates from its checkpoint
+// without training, through the key/value caches, without them and with
+// naive attention: the text is the same, and each run says its speed.
+func TestGenerate(t *testing.T) {
+	out := t.TempDir()
+	if err := run(tiny(out, "-steps", "2", "-sample", "0"), new(bytes.Buffer), new(bytes.Buffer)); err != nil {
+		t.Fatal(err)
+	}
+	ck := filepath.Join(out, checkpointFile)
+	var texts []string
+	for _, extra := range [][]string{nil, {"-kv-cache=false"}, {"-attention=naive"}} {
+		var stdout bytes.Buffer
+		args := append([]string{"-resume", ck, "-generate", "50", "-prompt", "ROMEO:", "-out", out, "-progress=false"}, extra...)
+		if err := run(args, &stdout, new(bytes.Buffer)); err != nil {
+			t.Fatalf("%v: %v", extra, err)
+		}
+		s := stdout.String()
+		if !strings.Contains(s, "generated 50 characters in ") || !strings.Contains(s, " tokens/s (") {
+			t.Errorf("%v: the output does not give the speed:\n%s", extra, s)
+		}
+		if strings.Contains(s, "step ") {
+			t.Errorf("%v: -generate trained:\n%s", extra, s)
+		}
+		_, text, ok := strings.Cut(s, "---\n")
+		text, _, ok2 := strings.Cut(text, "\n---\n")
+		if !ok || !ok2 || !strings.HasPrefix(text, "ROMEO:") {
+			t.Fatalf("%v: no sample in the output:\n%s", extra, s)
+		}
+		texts = append(texts, text)
+	}
+	if texts[0] != texts[1] || texts[0] != texts[2] {
+		t.Errorf("the texts differ:\nwith the cache %q\nwithout %q\nnaive %q", texts[0], texts[1], texts[2])
+	}
+	if err := run([]string{"-generate", "5", "-out", out}, new(bytes.Buffer), new(bytes.Buffer)); !errors.Is(err, errUsage) {
+		t.Errorf("-generate without -resume: got %v, want a usage error", err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorgonia-flash/flashattention/examples/transformer/model"
+	"github.com/gorgonia-flash/flashattention/op"
 )
 
 // Files written into -out.
@@ -263,15 +264,71 @@ func joinAnd(names []string) string {
 
 // sample prints and saves -sample characters continuing prompt.
 func sample(m *model.Model, vocab *model.Vocab, prompt []int, o *options, stdout io.Writer) error {
-	s, err := m.NewSampler(o.attention, o.flashOpts...)
+	text, err := generateText(m, vocab, prompt, o.sampleLen, o, stdout)
 	if err != nil {
 		return err
 	}
-	ids, err := s.Sample(prompt, o.sampleLen, o.temperature, rand.New(rand.NewPCG(o.seed, 0x5a3)))
+	return os.WriteFile(filepath.Join(o.out, sampleFile), []byte(text+"\n"), 0o644)
+}
+
+// generate is -generate: it prints -generate characters continuing -prompt
+// from the -resume checkpoint, without training.
+func generate(o *options, stdout io.Writer) error {
+	ck, err := model.LoadFile(o.resume)
 	if err != nil {
-		return err
+		return fmt.Errorf("-resume: %w", err)
 	}
+	m, vocab, err := ck.Restore()
+	if err != nil {
+		return fmt.Errorf("-resume %s: %w", o.resume, err)
+	}
+	prompt, err := vocab.Encode(o.prompt)
+	if err != nil {
+		return fmt.Errorf("%w: -prompt: %w", errUsage, err)
+	}
+	cfg := m.Config
+	fmt.Fprintf(stdout, "model: %d layers, %d heads, dim %d, seq %d, vocab %d, %s, from %s\n",
+		cfg.Layers, cfg.Heads, cfg.Dim, cfg.Seq, cfg.Vocab, cfg.Dtype, o.resume)
+	_, err = generateText(m, vocab, prompt, o.generate, o, stdout)
+	return err
+}
+
+// generateText draws n characters continuing prompt with the generator the
+// flags choose, prints them with the speed, and returns the text (prompt
+// included).
+func generateText(m *model.Model, vocab *model.Vocab, prompt []int, n int, o *options, stdout io.Writer) (_ string, err error) {
+	gen, how, closeGen, err := newGenerator(m, o)
+	if err != nil {
+		return "", err
+	}
+	defer func() { err = errors.Join(err, closeGen()) }()
+	start := time.Now()
+	ids, err := gen.Sample(prompt, n, o.temperature, rand.New(rand.NewPCG(o.seed, 0x5a3)))
+	if err != nil {
+		return "", err
+	}
+	elapsed := time.Since(start)
 	text := vocab.Decode(ids)
 	fmt.Fprintf(stdout, "--- sample (temperature %.2f) ---\n%s\n---\n", o.temperature, text)
-	return os.WriteFile(filepath.Join(o.out, sampleFile), []byte(text+"\n"), 0o644)
+	fmt.Fprintf(stdout, "generated %d characters in %s: %.0f tokens/s (%s)\n", n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), how)
+	return text, nil
+}
+
+// newGenerator returns the sampler the flags choose, what it is, and how to
+// release it: the cached one for flash attention on the CPU with
+// -kv-cache, else the one that re-runs the context (the cache lives in
+// host memory and needs the flash op; naive attention is the reference).
+func newGenerator(m *model.Model, o *options) (model.Generator, string, func() error, error) {
+	if o.kvCache && o.attention == model.AttentionFlash && o.device == op.CPU {
+		s, err := m.NewCachedSampler(o.flashOpts...)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return s, "key/value cache", s.Close, nil
+	}
+	s, err := m.NewSampler(o.attention, o.flashOpts...)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return s, fmt.Sprintf("%s attention, whole context per token", o.attention), func() error { return nil }, nil
 }

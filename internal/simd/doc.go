@@ -9,6 +9,12 @@
 // kernels.Dropout computes the blocks itself, the scalar definition its
 // tests pin), and its test compares it word for word with a scalar Philox.
 //
+// WidenScale32 and TanhScaleFromExp32, the element-wise steps of the
+// attention softcap around its float64 exponential, likewise have an
+// AVX-512 path only (the portable loop elsewhere); they are exact IEEE
+// operations per element, and their test requires the portable loop's
+// bits.
+//
 // # Paths and dispatch
 //
 // Every function has a portable Go loop (gemmNNGeneric, expShiftGeneric,
@@ -44,11 +50,14 @@
 // runs past the end of a slice. A and B are not packed: the attention
 // blocks they come from fit in L1/L2.
 //
-// The sum over p is in a fixed order, so results are deterministic. The
-// assembly accumulates Σ_p a_ip·b_pj with fused multiply-adds from zero
-// and adds C at the end, so its results differ from the portable loop in
-// the last bits; both are within the classic error bound of a k-term dot
-// product, (k+2)·u·(|c| + Σ|a·b|) as the tests check it.
+// The sum over p is in a fixed order, so results are deterministic. Every
+// path accumulates Σ_p a_ip·b_pj from zero and adds C at the end, so a C
+// preloaded with a bias gets the bias added to the finished sum, as a
+// separate add would (TestGemmAddsCAfterTheSum pins that order). The
+// assembly fuses each multiply-add and the portable loop does not, so
+// their results differ in the last bits; both are within the classic
+// error bound of a k-term dot product, (k+2)·u·(|c| + Σ|a·b|) as the
+// tests check it.
 //
 // # Exponential
 //

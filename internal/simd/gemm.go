@@ -7,9 +7,10 @@ import "fmt"
 //
 //	for i < m, j < n: C[i*ldc+j] += Σ_{p<k} A[i*lda+p] · B[p*ldb+j]
 //
-// The order of the sum over p is fixed, so results are deterministic. They
-// may differ from the portable loop in the last bits, since the assembly
-// fuses multiply and add and adds C after the sum (see the package doc).
+// The order of the sum over p is fixed, so results are deterministic. Every
+// path sums the products first and adds C after the sum; the assembly's
+// fused multiply-adds make it differ from the portable loop in the last
+// bits (see the package doc).
 // Elements of C outside the m×n window are never read or written.
 //
 // GemmNN32 panics if a dimension is negative, if lda < k, ldb < n or ldc < n
@@ -56,14 +57,33 @@ func checkGemm(m, n, k, la, lda, lb, ldb, lc, ldc int) bool {
 }
 
 // gemmNNGeneric is the portable reference loop the assembly must match.
+// Like the assembly, it sums the k products from zero and adds that sum to
+// C once at the end, rather than adding each product into C as it goes.
+// Callers rely on that order: the attention kernels preload a bias into C
+// so that C + A·B is the bias added to finished scores, rounded as adding
+// it after the GEMM would be; adding the products into the bias one by one
+// rounds each partial sum at the bias's magnitude instead. Only the fused
+// multiply-add still makes the assembly differ in the last bits. The sums
+// of one row run across a chunk of columns at a time, so the inner loop
+// still reads B and the accumulators contiguously.
 func gemmNNGeneric[T float32 | float64](m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int) {
+	const chunk = 64
+	var acc [chunk]T
 	for i := range m {
-		ci := c[i*ldc : i*ldc+n]
-		for p := range k {
-			aip := a[i*lda+p]
-			bp := b[p*ldb : p*ldb+n]
-			for j, bpj := range bp {
-				ci[j] += aip * bpj
+		ai := a[i*lda : i*lda+k]
+		for j0 := 0; j0 < n; j0 += chunk {
+			width := min(chunk, n-j0)
+			sum := acc[:width]
+			clear(sum)
+			for p, aip := range ai {
+				bp := b[p*ldb+j0 : p*ldb+j0+width]
+				for j, bpj := range bp {
+					sum[j] += aip * bpj
+				}
+			}
+			ci := c[i*ldc+j0 : i*ldc+j0+width]
+			for j, s := range sum {
+				ci[j] += s
 			}
 		}
 	}

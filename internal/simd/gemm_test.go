@@ -135,6 +135,43 @@ func testGemm[T float32 | float64](t *testing.T, impls []gemmImpl[T], prec int) 
 	}
 }
 
+func TestGemmAddsCAfterTheSum(t *testing.T) {
+	testAddsCAfterTheSum(t, gemm32Impls(), 24)
+	testAddsCAfterTheSum(t, gemm64Impls(), 53)
+}
+
+// testAddsCAfterTheSum checks that every implementation sums the products
+// first and adds C after: with C = 1 and two products of half an ulp of 1
+// (2^-prec) each, the sum is one ulp, so 1 + (2^-prec + 2^-prec) is exact,
+// while adding the products into C one at a time rounds each tie to even
+// and leaves 1. The shape covers a full row panel and a masked column tail
+// of every assembly path.
+func testAddsCAfterTheSum[T float32 | float64](t *testing.T, impls []gemmImpl[T], prec int) {
+	const m, n, k = 9, 37, 2
+	halfUlp := T(math.Ldexp(1, -prec))
+	want := 1 + 2*halfUlp
+	for _, impl := range impls {
+		t.Run(fmt.Sprintf("%s/prec=%d", impl.name, prec), func(t *testing.T) {
+			a, b, c := make([]T, m*k), make([]T, k*n), make([]T, m*n)
+			for i := range a {
+				a[i] = halfUlp
+			}
+			for i := range b {
+				b[i] = 1
+			}
+			for i := range c {
+				c[i] = 1
+			}
+			impl.fn(m, n, k, a, k, b, n, c, n)
+			for i, v := range c {
+				if v != want {
+					t.Fatalf("C[%d] = 1 + %g, want 1 + %g (C added after the sum of the products)", i, float64(v-1), float64(want-1))
+				}
+			}
+		})
+	}
+}
+
 // TestGemmDispatch checks the exported functions (whatever path they pick)
 // on one shape and their argument checks.
 func TestGemmDispatch(t *testing.T) {

@@ -19,6 +19,13 @@
 //     all of them at once; causal on and off, Nq = Nk and Nq ≠ Nk. A
 //     backend's variant cases run only for the variants it claims
 //     (WithVariants); the others skip, naming the variant.
+//   - Decode problems, as a key/value cache makes them: 1 to 4 new rows
+//     against up to 3000 cached keys, with grouped heads, cache lengths of
+//     0 and 1, windows, softcap, ALiBi and NaN and ±Inf in the cache; and
+//     each again with its keys in shuffled pages of 16 and 7 keys (the
+//     Paged variant, forward only) from a pool whose unused rows are NaN.
+//     A backend that does not claim Paged must refuse paged keys with an
+//     error.
 //   - A sweep of odd sizes against kernels.NaiveForward/NaiveBackward in
 //     float64: N in {1, 17, 113, 255, 1023}, D in {8, 24, 40, 64, 80, 128},
 //     causal on and off, Nq = Nk and Nq ≠ Nk both ways.

@@ -58,6 +58,10 @@ const (
 	// Bias is an additive bias with its gradient: Params.Bias ≠ nil, full
 	// or broadcast over the batch, the heads or both.
 	Bias
+	// Paged is keys and values read from a page pool through block
+	// tables: Params.Pages ≠ nil, forward only. A backend that does not
+	// claim it must refuse it with an error.
+	Paged
 )
 
 func (v Variant) String() string {
@@ -78,12 +82,14 @@ func (v Variant) String() string {
 		return "LSE gradient"
 	case Bias:
 		return "bias"
+	case Paged:
+		return "paged"
 	}
 	return fmt.Sprintf("Variant(%d)", int(v))
 }
 
 // AllVariants lists every Variant.
-var AllVariants = []Variant{GQA, Window, Softcap, ALiBi, Lengths, Dropout, LSEGradient, Bias}
+var AllVariants = []Variant{GQA, Window, Softcap, ALiBi, Lengths, Dropout, LSEGradient, Bias, Paged}
 
 // WithVariants says that the backend computes the variants vs: their golden
 // cases and sweep run. Without it, Run checks plain attention only.
@@ -121,6 +127,9 @@ func variantsOf(p kernels.Params) []Variant {
 	}
 	if p.Bias != nil {
 		vs = append(vs, Bias)
+	}
+	if p.Pages != nil {
+		vs = append(vs, Paged)
 	}
 	return vs
 }
@@ -188,6 +197,7 @@ func run(t *testing.T, b kernels.Backend, prec kernels.Precision, o options) {
 	t.Run("golden", func(t *testing.T) { testGolden(t, b, prec, o) })
 	t.Run("sweep", func(t *testing.T) { testSweep(t, b, prec) })
 	t.Run("variants", func(t *testing.T) { testVariants(t, b, prec, o) })
+	t.Run("kv-cache", func(t *testing.T) { testKVCache(t, b, prec, o) })
 	t.Run("sharp-softmax", func(t *testing.T) { testSharpSoftmax(t, b, prec) })
 	t.Run("rows-without-keys", func(t *testing.T) { testRowsWithoutKeys(t, b) })
 	t.Run("non-finite", func(t *testing.T) { testNonFinite(t, b, prec, o.maskedNaN) })

@@ -8,12 +8,16 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/gorgonia-flash/flashattention/internal/naivegraph"
+	"github.com/gorgonia-flash/flashattention/op"
 )
 
-// selfAttention is one multi-head causal self-attention sublayer on x [B·T, C]
-// (already normalised). It returns the output projection, [B·T, C].
-func (b *builder) selfAttention(x *G.Node, batch int, prefix string) (*G.Node, error) {
+// selfAttention is layer l's multi-head causal self-attention sublayer on
+// x [B·T, C] (already normalised). It returns the output projection,
+// [B·T, C]. In a cached graph the attention appends the T tokens' keys and
+// values to the layer's cache and attends to all it holds.
+func (b *builder) selfAttention(x *G.Node, batch, l int) (*G.Node, error) {
 	cfg := b.m.Config
+	prefix := fmt.Sprintf("h%d", l)
 	T, H, D := x.Shape()[0]/batch, cfg.Heads, cfg.HeadDim()
 	heads := func(w string) (*G.Node, error) {
 		y, err := b.linear(x, prefix+"."+w, "")
@@ -43,7 +47,7 @@ func (b *builder) selfAttention(x *G.Node, batch int, prefix string) (*G.Node, e
 	case AttentionNaive:
 		o, err = naivegraph.Attention(q, k, v, scale, true)
 	case AttentionFlash:
-		o, err = flashAttention(q, k, v, scale, b.flashOpts)
+		o, err = flashAttention(q, k, v, scale, append(b.cacheOptions(l), b.flashOpts...))
 	default:
 		err = fmt.Errorf("%w: attention %q", ErrInvalidConfig, b.attn)
 	}
@@ -57,4 +61,17 @@ func (b *builder) selfAttention(x *G.Node, batch int, prefix string) (*G.Node, e
 		return nil, err
 	}
 	return b.linear(o, prefix+".wo", "")
+}
+
+// cacheOptions are the op.Attention options of layer l's cache in a cached
+// graph, none otherwise.
+func (b *builder) cacheOptions(l int) []op.Option {
+	if b.caches == nil {
+		return nil
+	}
+	opts := []op.Option{op.WithKVCache(b.caches[l])}
+	if b.lens != nil {
+		opts = append(opts, op.WithLengths(b.lens, nil))
+	}
+	return opts
 }

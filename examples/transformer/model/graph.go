@@ -71,21 +71,17 @@ func (m *Model) NewGraph(batch int, attn Attention, train bool, flashOpts ...op.
 	return gr, nil
 }
 
-// forward maps one-hot tokens [B·T, V] to logits [B·T, V].
+// forward maps one-hot tokens [B·T, V] to logits [B·T, V]: T = Seq
+// tokens at positions 0…Seq−1, or in a cached graph (b.pos set) T tokens
+// at the positions b.pos gives.
 func (b *builder) forward(input *G.Node, batch int) (*G.Node, error) {
 	cfg := b.m.Config
-	T, C := cfg.Seq, cfg.Dim
+	T, C := input.Shape()[0]/batch, cfg.Dim
 	x, err := G.Mul(input, b.p("wte"))
 	if err != nil {
 		return nil, err
 	}
-	if x, err = G.Reshape(x, tensor.Shape{batch, T, C}); err != nil {
-		return nil, err
-	}
-	if x, err = G.BroadcastAdd(x, b.p("wpe"), nil, []byte{0}); err != nil {
-		return nil, err
-	}
-	if x, err = G.Reshape(x, tensor.Shape{batch * T, C}); err != nil {
+	if x, err = b.addPositions(x, batch, T, C); err != nil {
 		return nil, err
 	}
 	for l := range cfg.Layers {
@@ -94,7 +90,7 @@ func (b *builder) forward(input *G.Node, batch int) (*G.Node, error) {
 		if err != nil {
 			return nil, err
 		}
-		if h, err = b.selfAttention(h, batch, prefix); err != nil {
+		if h, err = b.selfAttention(h, batch, l); err != nil {
 			return nil, err
 		}
 		if x, err = G.Add(x, h); err != nil {
@@ -114,6 +110,29 @@ func (b *builder) forward(input *G.Node, batch int) (*G.Node, error) {
 		return nil, err
 	}
 	return b.linear(x, "head.w", "head.b")
+}
+
+// addPositions adds the position embeddings to the token embeddings x
+// [B·T, C]: row t of wpe to token t of every sequence, or in a cached
+// graph the rows that the one-hot positions b.pos [B·T, Seq] pick. A
+// product with one-hot rows picks the rows exactly, so both give the same
+// numbers for the same positions.
+func (b *builder) addPositions(x *G.Node, batch, T, C int) (*G.Node, error) {
+	if b.pos != nil {
+		pe, err := G.Mul(b.pos, b.p("wpe"))
+		if err != nil {
+			return nil, err
+		}
+		return G.Add(x, pe)
+	}
+	x, err := G.Reshape(x, tensor.Shape{batch, T, C})
+	if err != nil {
+		return nil, err
+	}
+	if x, err = G.BroadcastAdd(x, b.p("wpe"), nil, []byte{0}); err != nil {
+		return nil, err
+	}
+	return G.Reshape(x, tensor.Shape{batch * T, C})
 }
 
 // crossEntropy is −mean_r Σ_v target[r,v]·log softmax(logits)[r,v].

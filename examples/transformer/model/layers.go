@@ -17,6 +17,13 @@ type builder struct {
 
 	attn      Attention
 	flashOpts []op.Option
+
+	// A cached graph's (cached.go): one-hot positions [B·T, Seq], one
+	// key/value cache per layer, and the query lengths of a prefill (nil
+	// for a step, whose every sequence takes its one token).
+	pos    *G.Node
+	caches []*op.KVCache
+	lens   *G.Node
 }
 
 // scalar returns a constant of the model's dtype.

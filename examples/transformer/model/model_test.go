@@ -500,3 +500,48 @@ func TestClipGradNorm(t *testing.T) {
 		}
 	}
 }
+
+// TestCachedSamplerMatchesUncached draws text with the key/value caches,
+// with the whole context re-run per token, and with naive attention, in
+// both dtypes, from a prompt shorter than Seq and one longer: the tokens
+// must be the same, through several segment restarts (Seq = 8, 30
+// tokens).
+func TestCachedSamplerMatchesUncached(t *testing.T) {
+	for _, dtype := range []string{"float32", "float64"} {
+		m, err := New(Config{Vocab: 11, Seq: 8, Layers: 2, Heads: 2, Dim: 8, Dtype: dtype}, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cached, err := m.NewCachedSampler()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cached.Close()
+		flash, err := m.NewSampler(AttentionFlash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		naive, err := m.NewSampler(AttentionNaive)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, prompt := range [][]int{{1, 2, 3}, {4, 5, 6, 7, 8, 9, 10, 0, 1, 2, 3}} {
+			var texts [][]int
+			for _, g := range []Generator{cached, flash, naive} {
+				ids, err := g.Sample(prompt, 30, 0.8, rand.New(rand.NewPCG(5, 6)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				texts = append(texts, ids)
+			}
+			for i, name := range []string{"without the cache", "with naive attention"} {
+				if !slices.Equal(texts[0], texts[i+1]) {
+					t.Errorf("%s, prompt %v: with the cache %v, %s %v", dtype, prompt, texts[0], name, texts[i+1])
+				}
+			}
+			if len(texts[0]) != len(prompt)+30 {
+				t.Errorf("%d tokens, want %d", len(texts[0]), len(prompt)+30)
+			}
+		}
+	}
+}

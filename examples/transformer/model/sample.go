@@ -23,23 +23,22 @@ func (m *Model) NewSampler(attn Attention, flashOpts ...op.Option) (*Sampler, er
 	return &Sampler{gr: gr}, nil
 }
 
-// Sample extends prompt by n tokens drawn from softmax(logits/temperature).
-// The context is the last Seq tokens. A shorter context is padded on the
-// right: under the causal mask its last real position never sees the
-// padding, so the prediction there is exact.
+// Sample extends prompt by n tokens (see Generator). The context is the
+// current segment (nextSegment): at most Seq tokens, padded on the right,
+// which under the causal mask its last real position never sees, so the
+// prediction there is exact.
 func (s *Sampler) Sample(prompt []int, n int, temperature float64, rng *rand.Rand) ([]int, error) {
-	if len(prompt) == 0 {
-		return nil, fmt.Errorf("the prompt is empty")
-	}
-	if !(temperature > 0) {
-		return nil, fmt.Errorf("temperature = %v, must be positive", temperature)
+	if err := checkSample(prompt, temperature); err != nil {
+		return nil, err
 	}
 	cfg := s.gr.m.Config
 	out := append([]int(nil), prompt...)
 	window := make([]int, cfg.Seq)
 	probs := make([]float64, cfg.Vocab)
+	seg := 0
 	for range n {
-		ctx := out[max(0, len(out)-cfg.Seq):]
+		seg = nextSegment(len(out), seg, cfg.Seq)
+		ctx := out[seg:]
 		clear(window)
 		copy(window, ctx)
 		if _, err := s.gr.Run([][]int{window}, nil); err != nil {
@@ -49,6 +48,18 @@ func (s *Sampler) Sample(prompt []int, n int, temperature float64, rng *rand.Ran
 		out = append(out, draw(logits, temperature, probs, rng))
 	}
 	return out, nil
+}
+
+// checkSample refuses an empty prompt and a temperature that is not
+// positive.
+func checkSample(prompt []int, temperature float64) error {
+	if len(prompt) == 0 {
+		return fmt.Errorf("the prompt is empty")
+	}
+	if !(temperature > 0) {
+		return fmt.Errorf("temperature = %v, must be positive", temperature)
+	}
+	return nil
 }
 
 // draw samples an index from softmax(logits/temperature), using probs as
