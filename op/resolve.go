@@ -18,8 +18,9 @@ type Resolved struct {
 	Params kernels.Params
 	// Layout is WithLayout's, BHND by default.
 	Layout Layout
-	// Lengths and Bias report whether WithLengths or WithBias was given.
-	Lengths, Bias bool
+	// Lengths, Bias and KVCache report whether WithLengths, WithBias or
+	// WithKVCache was given.
+	Lengths, Bias, KVCache bool
 }
 
 // Resolve applies opts for inputs of head dimension d. Its errors are
@@ -48,5 +49,6 @@ func Resolve(d int, opts ...Option) (Resolved, error) {
 		Layout:  cfg.layout,
 		Lengths: cfg.qLens != nil || cfg.kLens != nil,
 		Bias:    cfg.biasSet,
+		KVCache: cfg.cacheSet,
 	}, nil
 }

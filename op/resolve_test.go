@@ -15,7 +15,7 @@ func TestResolve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Params.Scale != 0.25 || r.Params.Causal || r.Backend.Name() != "cpu" || r.Layout != op.BHND || r.Lengths || r.Bias {
+	if r.Params.Scale != 0.25 || r.Params.Causal || r.Backend.Name() != "cpu" || r.Layout != op.BHND || r.Lengths || r.Bias || r.KVCache {
 		t.Errorf("defaults: %+v", r)
 	}
 	r, err = op.Resolve(16, op.WithCausal(true), op.WithScale(2), op.WithSoftcap(5), op.WithWindow(3, -1),
@@ -26,6 +26,9 @@ func TestResolve(t *testing.T) {
 	p := r.Params
 	if p.Scale != 2 || !p.Causal || p.Softcap != 5 || !p.Window.On || p.Window.Left != 3 || p.Window.Right != -1 || r.Layout != op.BNHD || r.Lengths {
 		t.Errorf("options: %+v", r)
+	}
+	if r, err := op.Resolve(16, op.WithKVCache(nil)); err != nil || !r.KVCache {
+		t.Errorf("WithKVCache: %+v, %v", r, err)
 	}
 	if _, err := op.Resolve(16, op.WithBackend(nil)); !errors.Is(err, op.ErrInvalidInput) {
 		t.Errorf("WithBackend(nil): %v, want ErrInvalidInput", err)

@@ -28,7 +28,8 @@ import (
 // op.WithScale, op.WithSoftcap, op.WithBackend, op.WithDevice and
 // op.WithPrecision; rg.Backend, when not nil, takes precedence over them.
 // The variants that need global positions or a global matrix (window,
-// ALiBi, lengths, dropout, bias) and the BNHD layout are refused. Errors
+// ALiBi, lengths, dropout, bias), a key/value cache and the BNHD layout
+// are refused. Errors
 // wrap op.ErrInvalidInput; a rank that cannot build its node fails the
 // ring, so that the other ranks' runs return an error instead of waiting.
 func Attention(q, k, v *gorgonia.Node, rg Ring, opts ...op.Option) (*gorgonia.Node, error) {
@@ -69,8 +70,8 @@ func newAttention(q, k, v *gorgonia.Node, rg Ring, opts []op.Option) (*attnOp, e
 	if err != nil {
 		return nil, err
 	}
-	if res.Params.Window.On || res.Params.ALiBi != nil || res.Params.Dropout.On() || res.Lengths || res.Bias || res.Layout != op.BHND {
-		return nil, invalid("window, ALiBi, dropout, lengths, bias and the BNHD layout are not supported by ring attention")
+	if res.Params.Window.On || res.Params.ALiBi != nil || res.Params.Dropout.On() || res.Lengths || res.Bias || res.KVCache || res.Layout != op.BHND {
+		return nil, invalid("window, ALiBi, dropout, lengths, bias, a key/value cache and the BNHD layout are not supported by ring attention")
 	}
 	if rg.Backend == nil {
 		rg.Backend = res.Backend

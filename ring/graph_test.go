@@ -193,8 +193,10 @@ func TestGraphFailures(t *testing.T) {
 		})
 		g1 := gorgonia.NewGraph()
 		q1 := gorgonia.NewTensor(g1, tensor.Float64, 4, gorgonia.WithShape(1, 2, 4, 2), gorgonia.WithName("q"))
-		if _, err := Attention(q1, q1, q1, Ring{Transport: ts[1], Layout: l}, op.WithWindow(1, 1)); !errors.Is(err, op.ErrInvalidInput) {
-			t.Fatalf("window: %v, want ErrInvalidInput", err)
+		for _, o := range []op.Option{op.WithWindow(1, 1), op.WithKVCache(nil), op.WithLayout(op.BNHD)} {
+			if _, err := Attention(q1, q1, q1, Ring{Transport: ts[1], Layout: l}, o); !errors.Is(err, op.ErrInvalidInput) {
+				t.Fatalf("an unsupported option: %v, want ErrInvalidInput", err)
+			}
 		}
 		begin := time.Now()
 		if _, err := gr.run(false); !errors.Is(op.Cause(err), ErrAborted) {

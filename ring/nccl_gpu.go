@@ -219,6 +219,7 @@ type NCCL struct {
 	f          *failure
 	jobs       chan func()
 	done       chan struct{}
+	closeOnce  sync.Once
 	// Owned by the worker thread:
 	comm       C.ncclComm_t
 	ctx        C.CUcontext
@@ -381,11 +382,14 @@ func (t *NCCL) do(fn func() error) error {
 }
 
 // Close destroys the communicator and frees the device memory. Use it
-// once every rank is done with the ring.
+// once every rank is done with the ring; later calls do nothing.
 func (t *NCCL) Close() error {
-	err := t.do(t.release)
-	close(t.jobs)
-	<-t.done
+	var err error
+	t.closeOnce.Do(func() {
+		err = t.do(t.release)
+		close(t.jobs)
+		<-t.done
+	})
 	return err
 }
 
