@@ -14,6 +14,10 @@ import (
 const (
 	blockRows = 64  // Br: query rows per work unit
 	blockCols = 128 // Bc: keys per inner step
+	// Rows per forward pass under a window bounded on the left (forward):
+	// the GEMMs' microkernels take 8 rows at a time, so 16 keeps them
+	// whole while cutting the keys no row sees from Br − 1 to 15 per row.
+	windowPanelRows = 16
 )
 
 // Backend runs attention on the CPU. The zero value is ready to use.

@@ -12,8 +12,12 @@
 // m_new) and adds P·V_j. The loop covers only the keys some row of the unit
 // sees, from the first row's kernels.Mask.KeyRange start to the last
 // row's end (a causal mask ends it early, a window also starts it late,
-// inside a block if need be). At the end O = acc / l and LSE = m + log l; a
-// row that sees no key by the mask gets O = 0, LSE = +Inf.
+// inside a block if need be). Under a window bounded on the left, whose
+// rows each see a band of keys that moves with the row, the unit runs in
+// panels of 16 rows, each over its own band, so that the GEMMs compute 15
+// rather than Br − 1 keys per row that the row does not see. At the end
+// O = acc / l and LSE = m + log l; a row that sees no key by the mask gets
+// O = 0, LSE = +Inf.
 //
 // # Decoding
 //

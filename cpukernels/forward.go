@@ -146,8 +146,25 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 			at := p.BiasOffset(bh) + row0*p.Nk
 			bias = biasData[at : at+live*p.Nk]
 		}
-		forwardRowBlock(ops, scratch[w], &p, mask, bh, row0, live, vf,
-			q[qOff:qOff+live*p.D], kt[kOff:kOff+p.Nk*p.D], v[kOff:kOff+p.Nk*p.D], bias, o, lse)
+		// A window bounded on the left gives each row a band of keys that
+		// moves with the row, so one pass over the unit's Br rows computes
+		// scores for Br − 1 keys per row that the row does not see (a fifth
+		// of the work at 256 keys). Panels of fewer rows each compute their
+		// own, narrower band; a row's visible keys, and so its bits, do not
+		// change.
+		panel := live
+		if p.Window.On && p.Window.Left >= 0 {
+			panel = windowPanelRows
+		}
+		for r0 := 0; r0 < live; r0 += panel {
+			n := min(panel, live-r0)
+			var panelBias []T
+			if bias != nil {
+				panelBias = bias[r0*p.Nk : (r0+n)*p.Nk]
+			}
+			forwardRowBlock(ops, scratch[w], &p, mask, bh, row0+r0, n, vf,
+				q[qOff+r0*p.D:qOff+(r0+n)*p.D], kt[kOff:kOff+p.Nk*p.D], v[kOff:kOff+p.Nk*p.D], panelBias, o[r0*p.D:], lse[r0:])
+		}
 	})
 	return nil
 }

@@ -10,9 +10,10 @@
 // tests pin), and its test compares it word for word with a scalar Philox.
 //
 // WidenScale32 and TanhScaleFromExp32, the element-wise steps of the
-// attention softcap around its float64 exponential, likewise have an
+// attention softcap around its float64 exponential, and DropScale32,
+// which applies dropout's mask from its Philox words, likewise have an
 // AVX-512 path only (the portable loop elsewhere); they are exact IEEE
-// operations per element, and their test requires the portable loop's
+// operations per element, and their tests require the portable loop's
 // bits.
 //
 // # Paths and dispatch
