@@ -13,9 +13,6 @@ func main() {
 	if err := run(); err != nil {
 		log.Fatal(err)
 	}
-	if err := decode(); err != nil {
-		log.Fatal(err)
-	}
 }
 
 // run computes causal self-attention in a Gorgonia graph, and its gradients.

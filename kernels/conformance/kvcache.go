@@ -15,20 +15,23 @@ import (
 // new rows' QLens, windows, softcap and ALiBi, and NaN and ±Inf planted
 // in the cache. Their keys are long enough for a backend to split them
 // (kernels.SplitKV), which is what these cases are for.
+//
+// Short mode (and the race detector) keeps Nq = 1 and 3 and about half the
+// keys, still enough for several splits.
 func kvCacheCases(short bool) []variantCase {
-	long := 3000
+	long, nqs := 3000, []int{1, 2, 3, 4}
 	if short {
-		long = 1100
+		long, nqs = 1100, []int{1, 3}
 	}
 	var cs []variantCase
-	for nq := 1; nq <= 4; nq++ {
+	for _, nq := range nqs {
 		for _, c := range []variantCase{
 			{p: kernels.Params{B: 1, H: 8, Hkv: 2, Nk: long, D: 64, Causal: true}, qGain: 1},
 			{p: kernels.Params{B: 3, H: 4, Hkv: 1, Nk: 700, D: 40, Causal: true,
 				KLens: []int{700, 0, 1}, QLens: []int{nq, 1, nq}}, qGain: 1},
-			{p: kernels.Params{B: 2, H: 4, Hkv: 2, Nk: 1500, D: 32, Causal: true,
-				Window: kernels.Window{On: true, Left: 300, Right: -1}, KLens: []int{1500, 1200}}, qGain: 1},
-			{p: kernels.Params{B: 1, H: 4, Nk: 2000, D: 64, Causal: true, Softcap: 5, ALiBi: alibiSlopes(4)}, qGain: 3},
+			{p: kernels.Params{B: 2, H: 4, Hkv: 2, Nk: long / 2, D: 32, Causal: true,
+				Window: kernels.Window{On: true, Left: 300, Right: -1}, KLens: []int{long / 2, long * 2 / 5}}, qGain: 1},
+			{p: kernels.Params{B: 1, H: 4, Nk: long * 2 / 3, D: 64, Causal: true, Softcap: 5, ALiBi: alibiSlopes(4)}, qGain: 3},
 			{p: kernels.Params{B: 2, H: 2, Nk: 900, D: 24}, qGain: 1},
 		} {
 			c.p.Nq = nq
@@ -55,11 +58,16 @@ func kvCacheCases(short bool) []variantCase {
 // keys and values in pages (the Paged variant): pages of 16 keys and of 7,
 // handed out in shuffled order from a pool whose unused rows hold NaN, so
 // that a backend reading a key outside its sequence, or the wrong page,
-// fails. A paged problem is checked forward only, as only forwards take
-// pages. A backend that does not claim Paged must refuse it with an error,
+// fails (short mode: pages of 7 alone). A paged problem is checked
+// forward only, as only forwards take pages. A backend that does not claim Paged must refuse it with an error,
 // never compute something else.
 func testKVCache(t *testing.T, b kernels.Backend, prec kernels.Precision, o options) {
-	for i, c := range kvCacheCases(testing.Short() || raceDetector) {
+	short := testing.Short() || raceDetector
+	pageSizes := []int{16, 7}
+	if short {
+		pageSizes = []int{7}
+	}
+	for i, c := range kvCacheCases(short) {
 		pr := randomProblem(c.p, uint64(5000+i))
 		for j := range pr.q {
 			pr.q[j] *= c.qGain
@@ -74,7 +82,7 @@ func testKVCache(t *testing.T, b kernels.Backend, prec kernels.Precision, o opti
 			t.Parallel()
 			checkProblem(t, b, prec, pr)
 		})
-		for _, size := range []int{16, 7} {
+		for _, size := range pageSizes {
 			t.Run(fmt.Sprintf("%s_paged%d", name, size), func(t *testing.T) {
 				pp, k, v := paged(pr, size, uint64(6000+i))
 				if !o.variants[Paged] {
