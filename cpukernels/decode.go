@@ -222,25 +222,8 @@ func (u *decodeUnit[T]) keyRun(c0, x, cols int) (n, at int) {
 }
 
 // finish writes the rows' outputs and LSEs once run has covered all their
-// keys, as forwardRowBlock ends.
-func (u *decodeUnit[T]) finish(o, lse []T) {
-	sc, d := u.sc, u.p.D
-	for r := range u.rows {
-		or := o[r*d : (r+1)*d]
-		if sc.lo[r] == sc.hi[r] {
-			// Decided by the mask, not by l = 0, which a row whose scores
-			// are all −Inf reaches too (and that row's O is NaN).
-			clear(or)
-			lse[r] = T(math.Inf(1))
-			continue
-		}
-		inv := 1 / sc.l[r]
-		for i, x := range sc.acc[r*d : (r+1)*d] {
-			or[i] = x * inv
-		}
-		lse[r] = sc.m[r] + T(math.Log(float64(sc.l[r])))
-	}
-}
+// keys, as forwardRowBlock ends (finishRows).
+func (u *decodeUnit[T]) finish(o, lse []T) { u.sc.finishRows(u.rows, u.p.D, o, lse) }
 
 // partial writes row r's output over the split [from, to) into o, in
 // float64, and returns its LSE and whether the row saw a key of the split.

@@ -272,6 +272,13 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p *
 		}
 		ops.gemm(rows, d, cols, s, blockCols, vb, d, sc.acc, d)
 	}
+	sc.finishRows(rows, d, o, lse)
+}
+
+// finishRows writes O = acc / l and LSE = m + log l of rows 0 … rows−1
+// into o (rows of d) and lse, and O = 0, LSE = +Inf for the rows whose key
+// range [lo, hi) is empty.
+func (sc *forwardScratch[T]) finishRows(rows, d int, o, lse []T) {
 	for r := range rows {
 		or := o[r*d : (r+1)*d]
 		if sc.hi[r] == sc.lo[r] {
