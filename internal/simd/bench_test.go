@@ -32,6 +32,30 @@ func benchGemm[T float32 | float64](b *testing.B, impls []gemmImpl[T]) {
 	}
 }
 
+// BenchmarkGemmNT32 times the decode step's score product, S = Q·Kᵀ for n
+// query rows against a block of 128 keys of D = 128, by GemmNT32's paths
+// and by the GEMM it replaces, Sᵀ = K·Qᵀ on the transposed rows (the decode
+// path chooses between them by n).
+func BenchmarkGemmNT32(b *testing.B) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	const keys, k = 128, 128
+	for _, n := range []int{1, 4, 8, 16, 32, 64} {
+		kb, q, qt, c := randSlice[float32](rng, keys*k), randSlice[float32](rng, n*k), randSlice[float32](rng, k*n), randSlice[float32](rng, keys*n)
+		run := func(name string, fn func()) {
+			b.Run(fmt.Sprintf("n=%d/%s", n, name), func(b *testing.B) {
+				for b.Loop() {
+					fn()
+				}
+				b.ReportMetric(2*float64(keys*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+		for _, impl := range gemmNT32Impls() {
+			run(impl.name, func() { impl.fn(n, keys, k, q, k, kb, k, c, keys) })
+		}
+		run("gemm", func() { GemmNN32(keys, n, k, kb, k, qt, n, c, n) })
+	}
+}
+
 func BenchmarkExpShift32(b *testing.B) { benchExp(b, exp32Impls()) }
 func BenchmarkExpShift64(b *testing.B) { benchExp(b, exp64Impls()) }
 

@@ -60,6 +60,23 @@
 // error bound of a k-term dot product, (k+2)·u·(|c| + Σ|a·b|) as the
 // tests check it.
 //
+// # GEMM with B transposed
+//
+// GemmNT32 computes C += A·Bᵀ with B stored n×k by rows: the decode step's
+// scores S = Q·Kᵀ for a few query rows against cached keys where they
+// lie. GemmNN32 on the transposed product vectorises along the few rows;
+// GemmNT32's AVX-512 path vectorises along B's rows instead: it loads a
+// tile of 16 rows × 16 columns, transposes it in registers (64 shuffles),
+// and runs each column into the accumulators of 4 rows of A with the
+// element of A broadcast from memory. Each element of C is the same chain
+// of fused multiply-adds in ascending p as GemmNN32's, so the two give
+// identical bits (the tests require it): the attention backward
+// recomputes scores with GemmNN32 against the forward's LSE, and a
+// different summation order would put its rounding into exp(S − LSE).
+// With 128 keys of D = 128 it is 4× the GEMM at 4 rows of A and 2× at 8,
+// and slower from 16 (BenchmarkGemmNT32). Its only vector path is
+// AVX-512; GemmNTFast reports it.
+//
 // # Exponential
 //
 // ExpShift32 and ExpShift64 replace x[i] by exp(x[i] − shift) and return

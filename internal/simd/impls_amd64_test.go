@@ -74,3 +74,15 @@ func vec64Impls() []vecImpl[float64] {
 	}
 	return impls
 }
+
+// gemmNT32Impls pairs each GemmNT32 path with the GemmNN32 path whose bits
+// it must give.
+func gemmNT32Impls() []gemmNTImpl {
+	impls := []gemmNTImpl{{"generic", gemmNTGeneric, gemmNNGeneric[float32]}}
+	if hasAVX512 {
+		impls = append(impls, gemmNTImpl{"avx512", func(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+			gemmNT32AVX512(m, n, k, &a[0], lda, &b[0], ldb, &c[0], ldc)
+		}, gemm32AVX512})
+	}
+	return impls
+}

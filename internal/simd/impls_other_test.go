@@ -27,3 +27,7 @@ func vec32Impls() []vecImpl[float32] {
 func vec64Impls() []vecImpl[float64] {
 	return []vecImpl[float64]{{"generic", maxGeneric[float64], scaleGeneric[float64]}}
 }
+
+func gemmNT32Impls() []gemmNTImpl {
+	return []gemmNTImpl{{"generic", gemmNTGeneric, gemmNNGeneric[float32]}}
+}
