@@ -93,15 +93,23 @@ type mathOps[T kernels.Float] struct {
 	expShift func(x []T, shift T) T
 	max      func(x []T) T
 	scale    func(x []T, a T)
+	// gemmNT is C += A·Bᵀ (simd.GemmNT32), set only where it has a vector
+	// path, float32 on AVX-512: elsewhere the decode's score product stays
+	// the GEMM.
+	gemmNT func(m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int)
 }
 
 func opsFor[T kernels.Float]() mathOps[T] {
 	var zero T
 	switch any(zero).(type) {
 	case float32:
-		return any(mathOps[float32]{simd.GemmNN32, simd.ExpShift32, simd.Max32, simd.Scale32}).(mathOps[T])
+		ops := mathOps[float32]{gemm: simd.GemmNN32, expShift: simd.ExpShift32, max: simd.Max32, scale: simd.Scale32}
+		if simd.GemmNTFast() {
+			ops.gemmNT = simd.GemmNT32
+		}
+		return any(ops).(mathOps[T])
 	default:
-		return any(mathOps[float64]{simd.GemmNN64, simd.ExpShift64, simd.Max64, simd.Scale64}).(mathOps[T])
+		return any(mathOps[float64]{gemm: simd.GemmNN64, expShift: simd.ExpShift64, max: simd.Max64, scale: simd.Scale64}).(mathOps[T])
 	}
 }
 

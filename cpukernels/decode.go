@@ -20,6 +20,14 @@ const decodeRows = blockRows
 // merge, a few rows of D per split.
 const splitCores = 64
 
+// ntRows is the group size (query rows per key head) below which the
+// score product is S = Q·Kᵀ by simd.GemmNT32, where the CPU has its
+// vector path, rather than Sᵀ = K·Qᵀ by the GEMM: the GEMM vectorises
+// along the rows, so a group of 4 fills 4 of its 16 lanes. simd's
+// BenchmarkGemmNT32 (128 keys, D = 128, AVX-512) puts GemmNT32 4× faster
+// at 4 rows and 2× at 8, and the GEMM ahead from 16.
+const ntRows = 16
+
 // usesDecode reports whether p runs on the decode path: few rows per key
 // head, no bias and no dropout (the tiled forward computes those).
 func usesDecode(p kernels.Params) bool {
@@ -28,7 +36,8 @@ func usesDecode(p kernels.Params) bool {
 
 // decodeScratch is one worker's tiles: the forward's, for the group's
 // rows, with the scaled queries transposed (D×rows) and the scores of one
-// key block by keys (Bc×rows), as the score GEMM makes them.
+// key block by keys (Bc×rows), as the score GEMM takes and makes them
+// (GemmNT32 reads the queries by rows and writes S by rows).
 type decodeScratch[T kernels.Float] struct {
 	*forwardScratch[T]
 	qt []T // D×rows: (scale·Q)ᵀ
@@ -39,13 +48,15 @@ type decodeScratch[T kernels.Float] struct {
 // paged. One work unit is a (key head, key split): it loads every query
 // row of the key head's group (H/Hkv heads × Nq rows, contiguous in q),
 // and for each block of its keys takes the scores of all those rows in one
-// GEMM, Sᵀ = K·(scale·Q)ᵀ on K where it lies (the few query rows are
-// transposed, never the cache), and adds P·V for all of them in another,
-// so each K and V row is read from memory once per call whatever the group
-// size. The keys a unit's rows see (their masks' union) are split into
-// kernels.SplitKV(p, splitCores) ranges; with more than one, each unit
-// writes a partial output and LSE per row, in float64, and
-// kernels.MergePartials combines a row's partials in split order
+// product on K where it lies: S = (scale·Q)·Kᵀ by simd.GemmNT32 for a
+// group below ntRows where it has a vector path, else Sᵀ = K·(scale·Q)ᵀ
+// by the GEMM on the few query rows transposed, never the cache; both sum
+// each score in the same order, the backward's. Then it adds P·V for all
+// of them in one GEMM, so each K and V row is read from memory once per
+// call whatever the group size. The keys a unit's rows see (their masks'
+// union) are split into kernels.SplitKV(p, splitCores) ranges; with more
+// than one, each unit writes a partial output and LSE per row, in float64,
+// and kernels.MergePartials combines a row's partials in split order
 // afterwards.
 func decode[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T) error {
 	g := p.H / p.KVHeads()
@@ -140,24 +151,37 @@ func (u *decodeUnit[T]) run(from, to int, q, k, v []T) {
 	p, sc, ops, d, rows := u.p, u.sc, u.ops, u.p.D, u.rows
 	copy(sc.qs, q)
 	ops.scale(sc.qs[:rows*d], T(p.Scale))
-	transpose(rows, d, sc.qs, d, sc.qt, rows)
+	nt := ops.gemmNT != nil && rows < ntRows
+	if !nt {
+		transpose(rows, d, sc.qs, d, sc.qt, rows)
+	}
 	clear(sc.acc[:rows*d])
 	for r := range rows {
 		sc.m[r], sc.l[r] = T(math.Inf(-1)), 0
 	}
 	for c0 := from; c0 < to; c0 += blockCols {
 		cols := min(blockCols, to-c0)
-		// Sᵀ = K·(scale·Q)ᵀ, a contiguous run of keys (a page's, or the
-		// whole block) at a time; then S by rows, for the softmax.
-		st := sc.st[:cols*rows]
-		clear(st)
-		for x := 0; x < cols; {
-			n, at := u.keyRun(c0, x, cols)
-			ops.gemm(n, rows, d, k[at:], d, sc.qt, rows, st[x*rows:], rows)
-			x += n
-		}
+		// S by rows, for the softmax, a contiguous run of keys (a page's,
+		// or the whole block) at a time: directly, or as Sᵀ = K·(scale·Q)ᵀ
+		// transposed.
 		s := sc.s[:rows*blockCols]
-		transpose(cols, rows, st, rows, s, blockCols)
+		if nt {
+			clear(s)
+			for x := 0; x < cols; {
+				n, at := u.keyRun(c0, x, cols)
+				ops.gemmNT(rows, n, d, sc.qs, d, k[at:], d, s[x:], blockCols)
+				x += n
+			}
+		} else {
+			st := sc.st[:cols*rows]
+			clear(st)
+			for x := 0; x < cols; {
+				n, at := u.keyRun(c0, x, cols)
+				ops.gemm(n, rows, d, k[at:], d, sc.qt, rows, st[x*rows:], rows)
+				x += n
+			}
+			transpose(cols, rows, st, rows, s, blockCols)
+		}
 		cut := false
 		for r := range rows {
 			sr := s[r*blockCols : r*blockCols+cols]

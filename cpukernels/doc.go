@@ -25,9 +25,13 @@
 // step's few new tokens) and no bias or dropout takes the decode path
 // (decode.go) instead. One work unit is a (key head, key split): it holds
 // every query row of the key head's group at once and, for each block of
-// its keys, transposes K and takes the scores and P·V of all those rows in
-// one GEMM each, so each cached key and value row is read from memory once
-// per call, not once per query head. The keys are split into
+// its keys, takes the scores and P·V of all those rows in one product
+// each, on K and V where they lie, so each cached key and value row is read
+// from memory once per call, not once per query head. The scores are
+// S = Q·Kᵀ by simd.GemmNT32 for a group below 16 rows where it has a vector
+// path (float32 on AVX-512), which vectorises along the keys, else
+// Sᵀ = K·Qᵀ by the GEMM on the group's rows transposed; the two give the
+// same bits, those the backward recomputes. The keys are split into
 // kernels.SplitKV(p, 64) ranges, a function of the problem alone (never of
 // Workers or the machine, so results stay bit-identical everywhere), so
 // that one long sequence keeps every core busy; each split writes partial
