@@ -14,9 +14,11 @@ import (
 const (
 	blockRows = 64  // Br: query rows per work unit
 	blockCols = 128 // Bc: keys per inner step
-	// Rows per forward pass under a window bounded on the left (forward):
-	// the GEMMs' microkernels take 8 rows at a time, so 16 keeps them
-	// whole while cutting the keys no row sees from Br − 1 to 15 per row.
+	// Rows per forward pass under a window bounded on the left (forward),
+	// and rows or keys per panel of a tile that such a window cuts in the
+	// backward (backwardPanelProducts): the GEMMs' microkernels take 8
+	// rows at a time, so 16 keeps them whole while cutting the keys no row
+	// sees (or the rows no key sees) from Br − 1 or Bc − 1 to 15.
 	windowPanelRows = 16
 )
 

@@ -399,7 +399,8 @@ func backwardKeyBlock[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p
 		qh := &qhs[x]
 		for row0 := firstRow / blockRows * blockRows; row0 < endRow; row0 += blockRows {
 			rows := min(blockRows, p.Nq-row0)
-			if backwardTile(ops, sc, p, mask, row0, rows, col0, cols, qh) {
+			cut := backwardTile(ops, sc, p, mask, row0, rows, col0, cols, qh)
+			if cut {
 				if keysFinite < 0 {
 					keysFinite = 0
 					if allFinite(t.k[col0*d : (col0+cols)*d]) {
@@ -414,6 +415,10 @@ func backwardKeyBlock[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p
 					backwardMaskedTile(ops, sc, p, mask, row0, rows, col0, cols, qi, doi, qh.dqT[row0*d:(row0+rows)*d])
 					continue
 				}
+			}
+			if cut && windowPanels(p) {
+				backwardPanelProducts(ops, sc, p, row0, rows, cols, qh)
+				continue
 			}
 			backwardProducts(ops, sc, p, row0, rows, cols, qh)
 		}
@@ -444,21 +449,33 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 		transposeTile(rows, cols, qh.bias[row0*p.Nk+col0:], p.Nk, pt, blockRows)
 	}
 	clear(dst)
+	// The masks cut the tile unless every key is seen by all its rows; the
+	// bounds grow with the key, so the last key's first row and the first
+	// key's end decide it, once per tile rather than once per key. An uncut
+	// tile (every tile without a mask) clamps no key's range.
+	cut := sc.qlo[cols-1] > row0 || sc.qhi[0] < row0+rows
 	// Sᵀ − LSE (Sᵀ with a softcap) and dPᵀ − D (dP̃ᵀ with dropout), one row
-	// per key.
-	ops.gemm(cols, rows, da, sc.ka, da, qsT, rows, pt, blockRows)
-	ops.gemm(cols, rows, da, sc.va, da, doT, rows, dst, blockRows)
+	// per key. A tile that a window cuts is computed by panels of keys,
+	// each over the rows it sees (see keyPanelRows); the entries left out
+	// are hidden pairs, set to 0 below.
+	if cut && windowPanels(p) {
+		for c0 := 0; c0 < cols; c0 += windowPanelRows {
+			n := min(windowPanelRows, cols-c0)
+			if f, t := keyPanelRows(sc, row0, rows, c0, n); t > f {
+				ops.gemm(n, t-f, da, sc.ka[c0*da:], da, qsT[f:], rows, pt[c0*blockRows+f:], blockRows)
+				ops.gemm(n, t-f, da, sc.va[c0*da:], da, doT[f:], rows, dst[c0*blockRows+f:], blockRows)
+			}
+		}
+	} else {
+		ops.gemm(cols, rows, da, sc.ka, da, qsT, rows, pt, blockRows)
+		ops.gemm(cols, rows, da, sc.va, da, doT, rows, dst, blockRows)
+	}
 	// Key col0+c, row row0+r reads the ALiBi term tab[r + cols−1−c]: its
 	// a − j is Aligned(row0+r) − (col0+c).
 	var tab []T
 	if p.ALiBi != nil {
 		tab = alibiTable(sc.tab, T(p.ALiBi[qh.h]), col0+cols-1-mask.Aligned(row0), rows+cols-1)
 	}
-	// The masks cut the tile unless every key is seen by all its rows; the
-	// bounds grow with the key, so the last key's first row and the first
-	// key's end decide it, once per tile rather than once per key. An uncut
-	// tile (every tile without a mask) clamps no key's range.
-	cut := sc.qlo[cols-1] > row0 || sc.qhi[0] < row0+rows
 	// The bias is stored by rows and the tile works by keys: reading it
 	// (and adding into dBias) a column at a time, Nk apart, cost eight
 	// times the whole backward, so the tile's bias is transposed once,
@@ -572,6 +589,71 @@ func backwardProducts[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p
 	ops.gemm(cols, d, rows, sc.pt, blockRows, doi, d, sc.dv, d)
 	ops.gemm(cols, d, rows, sc.dst, blockRows, qi, d, sc.dk, d)
 	ops.gemm(d, rows, cols, sc.kt, blockCols, sc.dst, blockRows, qh.dqT[row0*d:(row0+rows)*d], rows)
+}
+
+// backwardPanelProducts is backwardProducts for a tile that a window cuts,
+// whose Pᵀ and dSᵀ backwardTile computed by panels (windowPanels): dV and
+// dK are summed by panels of keys over the rows each panel sees, and dQ by
+// panels of rows over the keys each sees, rather than over the whole tile.
+//
+// That leaves the bits as they are: the GEMMs sum each element's products
+// from zero in the order of the inner index and add the sum to C after, and
+// the inner indices a panel leaves out, before or after its band, only ever
+// contribute exact zeros (the masked P and dS of a finite tile), which add
+// nothing to a sum begun at +0.
+func backwardPanelProducts[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *kernels.Params, row0, rows, cols int, qh *queryHead[T]) {
+	d := p.D
+	qi, doi := qh.q[row0*d:(row0+rows)*d], qh.do[row0*d:(row0+rows)*d]
+	dqT := qh.dqT[row0*d : (row0+rows)*d]
+	for c0 := 0; c0 < cols; c0 += windowPanelRows {
+		n := min(windowPanelRows, cols-c0)
+		if f, t := keyPanelRows(sc, row0, rows, c0, n); t > f {
+			ops.gemm(n, d, t-f, sc.pt[c0*blockRows+f:], blockRows, doi[f*d:], d, sc.dv[c0*d:], d)
+			ops.gemm(n, d, t-f, sc.dst[c0*blockRows+f:], blockRows, qi[f*d:], d, sc.dk[c0*d:], d)
+		}
+	}
+	for r0 := 0; r0 < rows; r0 += windowPanelRows {
+		n := min(windowPanelRows, rows-r0)
+		if f, t := rowPanelKeys(sc, row0, rows, cols, r0, n); t > f {
+			ops.gemm(d, n, t-f, sc.kt[f:], blockCols, sc.dst[f*blockRows+r0:], blockRows, dqT[r0:], rows)
+		}
+	}
+}
+
+// windowPanels reports whether the backward runs the tiles that the masks
+// cut by panels: under a window bounded on the left, where every row, and
+// so every key, sees a band that moves with it, a whole tile would compute
+// up to Br − 1 rows per key (and Bc − 1 keys per row) that it does not
+// see, against 15 for a panel of 16.
+func windowPanels(p *kernels.Params) bool {
+	return p.Window.On && p.Window.Left >= 0
+}
+
+// keyPanelRows returns the rows [from, to), of the tile's rows from row0,
+// that some key of [c0, c0+n) of the key block in sc sees: the span of
+// those keys' ranges (empty ones aside), outside which backwardTile sets
+// their P and dS to exactly 0.
+func keyPanelRows[T kernels.Float](sc *backwardScratch[T], row0, rows, c0, n int) (from, to int) {
+	from, to = rows, 0
+	for c := c0; c < c0+n; c++ {
+		if f, t := clampRange(sc.qlo[c], sc.qhi[c], row0, rows); t > f {
+			from, to = min(from, f), max(to, t)
+		}
+	}
+	return from, to
+}
+
+// rowPanelKeys returns the keys [from, to), of the cols of the key block in
+// sc, that some of the tile's rows [r0, r0+n) see (of its rows from row0),
+// found from the same per-key ranges as keyPanelRows.
+func rowPanelKeys[T kernels.Float](sc *backwardScratch[T], row0, rows, cols, r0, n int) (from, to int) {
+	from, to = cols, 0
+	for c := range cols {
+		if f, t := clampRange(sc.qlo[c], sc.qhi[c], row0, rows); max(f, r0) < min(t, r0+n) {
+			from, to = min(from, c), c+1
+		}
+	}
+	return from, to
 }
 
 // backwardMaskedTile is backwardProducts for a tile that the masks cut and

@@ -113,6 +113,16 @@
 // It works on transposed tiles (Sᵀ, Pᵀ, dSᵀ, one row per key) so that every
 // product is a row-major GEMM without per-tile transposes, accumulates dQᵀ,
 // and folds −LSE and −D into the score GEMMs as one extra inner dimension.
+// Under a window bounded on the left, a tile that the masks cut (a Br×Bc
+// tile whose keys each see a band of rows that moves with the key) runs
+// by panels of 16: Sᵀ, dPᵀ, dV and dK by panels of keys, each over the
+// rows its keys see, and dQᵀ by panels of rows, each over the keys its rows
+// see, so that the GEMMs compute at most 15 hidden rows per key (keys per
+// row) rather than up to Br − 1 (Bc − 1). The bits do not change: a GEMM sums
+// an element's products from zero in inner order and adds C after, and
+// what a panel leaves out of an inner sum are exact zeros at its ends (the
+// masked P and dS, against finite operands: tiles with a non-finite one
+// take the row-by-row path).
 //
 // dQ_i receives contributions from every chunk. To stay deterministic without
 // atomics, each chunk adds into its own dQᵀ buffer and the buffers are summed
