@@ -29,9 +29,16 @@ func GemmNN64(m, n, k int, a []float64, lda int, b []float64, ldb int, c []float
 	}
 }
 
-// checkGemm panics on misuse and reports whether there is any work to do.
-// The assembly kernels trust these bounds: they index with raw pointers.
+// checkGemm panics on misuse of GemmNN and reports whether there is any
+// work to do. The assembly kernels trust these bounds: they index with raw
+// pointers.
 func checkGemm(m, n, k, la, lda, lb, ldb, lc, ldc int) bool {
+	return checkProduct(m, n, k, la, lda, lb, ldb, k, n, lc, ldc)
+}
+
+// checkProduct is the argument check of C += A·B for either layout of B:
+// B is bRows×bCols with row stride ldb (k×n for GemmNN, n×k for GemmNT).
+func checkProduct(m, n, k, la, lda, lb, ldb, bRows, bCols, lc, ldc int) bool {
 	if m < 0 || n < 0 || k < 0 {
 		panic(fmt.Sprintf("simd: negative dimension m=%d n=%d k=%d", m, n, k))
 	}
@@ -42,14 +49,14 @@ func checkGemm(m, n, k, la, lda, lb, ldb, lc, ldc int) bool {
 	switch {
 	case m > 1 && lda < k:
 		panic(fmt.Sprintf("simd: lda=%d < k=%d", lda, k))
-	case k > 1 && ldb < n:
-		panic(fmt.Sprintf("simd: ldb=%d < n=%d", ldb, n))
+	case bRows > 1 && ldb < bCols:
+		panic(fmt.Sprintf("simd: ldb=%d < %d, B's row length", ldb, bCols))
 	case m > 1 && ldc < n:
 		panic(fmt.Sprintf("simd: ldc=%d < n=%d", ldc, n))
 	case la < (m-1)*lda+k:
 		panic(fmt.Sprintf("simd: len(a)=%d too short for %d×%d with lda=%d", la, m, k, lda))
-	case lb < (k-1)*ldb+n:
-		panic(fmt.Sprintf("simd: len(b)=%d too short for %d×%d with ldb=%d", lb, k, n, ldb))
+	case lb < (bRows-1)*ldb+bCols:
+		panic(fmt.Sprintf("simd: len(b)=%d too short for %d×%d with ldb=%d", lb, bRows, bCols, ldb))
 	case lc < (m-1)*ldc+n:
 		panic(fmt.Sprintf("simd: len(c)=%d too short for %d×%d with ldc=%d", lc, m, n, ldc))
 	}

@@ -1,7 +1,5 @@
 package simd
 
-import "fmt"
-
 // GemmNT32 computes C += A·Bᵀ for row-major A (m×k, row stride lda), B
 // (n×k, row stride ldb) and C (m×n, row stride ldc):
 //
@@ -34,27 +32,7 @@ func GemmNT32(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float
 
 // checkGemmNT is checkGemm for B stored n×k.
 func checkGemmNT(m, n, k, la, lda, lb, ldb, lc, ldc int) bool {
-	if m < 0 || n < 0 || k < 0 {
-		panic(fmt.Sprintf("simd: negative dimension m=%d n=%d k=%d", m, n, k))
-	}
-	if m == 0 || n == 0 || k == 0 {
-		return false
-	}
-	switch {
-	case m > 1 && lda < k:
-		panic(fmt.Sprintf("simd: lda=%d < k=%d", lda, k))
-	case n > 1 && ldb < k:
-		panic(fmt.Sprintf("simd: ldb=%d < k=%d", ldb, k))
-	case m > 1 && ldc < n:
-		panic(fmt.Sprintf("simd: ldc=%d < n=%d", ldc, n))
-	case la < (m-1)*lda+k:
-		panic(fmt.Sprintf("simd: len(a)=%d too short for %d×%d with lda=%d", la, m, k, lda))
-	case lb < (n-1)*ldb+k:
-		panic(fmt.Sprintf("simd: len(b)=%d too short for %d×%d with ldb=%d", lb, n, k, ldb))
-	case lc < (m-1)*ldc+n:
-		panic(fmt.Sprintf("simd: len(c)=%d too short for %d×%d with ldc=%d", lc, m, n, ldc))
-	}
-	return true
+	return checkProduct(m, n, k, la, lda, lb, ldb, n, k, lc, ldc)
 }
 
 // gemmNTGeneric is the portable loop the assembly must match, in
