@@ -35,6 +35,13 @@ type Cache struct {
 	table                                 [][]int // paged: each sequence's pages, in key order
 	free                                  []int   // paged: pages no sequence holds
 	pages                                 int     // paged: the pool's size in pages
+	// device: the keys and values live in a backend's memory (a GPU's),
+	// in store, which the first run makes on its Op's backend (storeOf);
+	// k and v then stay nil, and the lengths, tables and free list here
+	// say what the store holds.
+	device  bool
+	store   kernels.CacheStore
+	storeOf kernels.Backend
 }
 
 // ErrCacheClosed is wrapped by the errors of a closed cache's use.
@@ -47,6 +54,19 @@ var cacheIDs atomic.Uint64
 // whether it can (kernels.ErrOutOfMemory if not). Errors wrap
 // kernels.ErrInvalidParams for bad sizes or dtypes.
 func NewCache(batch, heads, dim, capacity, pageSize int, dt tensor.Dtype) (*Cache, error) {
+	return newCache(batch, heads, dim, capacity, pageSize, dt, false)
+}
+
+// NewDeviceCache is NewCache for a cache whose keys and values live in a
+// device's memory: the first run of an Op that uses it makes the storage
+// on the Op's backend, which must be a kernels.CacheBackend (the GPU's),
+// and every Op that uses the cache after that must run on the same
+// backend. Until that run it holds no memory (Bytes is 0).
+func NewDeviceCache(batch, heads, dim, capacity, pageSize int, dt tensor.Dtype) (*Cache, error) {
+	return newCache(batch, heads, dim, capacity, pageSize, dt, true)
+}
+
+func newCache(batch, heads, dim, capacity, pageSize int, dt tensor.Dtype, device bool) (*Cache, error) {
 	for _, d := range []struct {
 		name string
 		n    int
@@ -62,12 +82,17 @@ func NewCache(batch, heads, dim, capacity, pageSize int, dt tensor.Dtype) (*Cach
 		return nil, invalid("key/value cache: dtype %v, want Float32 or Float64", dt)
 	}
 	c := &Cache{batch: batch, heads: heads, dim: dim, capacity: capacity, pageSize: pageSize, dtype: dt,
-		id: cacheIDs.Add(1), lens: make([]int, batch)}
+		id: cacheIDs.Add(1), lens: make([]int, batch), device: device}
 	if n := float64(batch) * float64(heads) * float64(c.keyRows()) * float64(dim); n > kernels.MaxElements {
 		return nil, invalid("key/value cache: %.0f elements per tensor, more than the supported %d", n, kernels.MaxElements)
 	}
 	if pageSize > 0 {
 		c.table = make([][]int, batch)
+	}
+	if device {
+		return c, nil
+	}
+	if pageSize > 0 {
 		c.k, c.v = alloc(dt, 0), alloc(dt, 0)
 		return c, nil
 	}
@@ -148,8 +173,16 @@ func (c *Cache) Close() error {
 	defer c.mu.Unlock()
 	c.closed = true
 	c.k, c.v, c.table, c.free, c.lens, c.pages = nil, nil, nil, nil, make([]int, c.batch), 0
-	return nil
+	if c.store == nil {
+		return nil
+	}
+	err := c.store.Close()
+	c.store = nil
+	return err
 }
+
+// Device reports whether the keys and values live in a device's memory.
+func (c *Cache) Device() bool { return c.device }
 
 // Closed reports whether Close was called.
 func (c *Cache) Closed() bool {
@@ -163,6 +196,12 @@ func (c *Cache) Closed() bool {
 func (c *Cache) Bytes() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.device {
+		if c.store == nil {
+			return 0
+		}
+		return c.store.Bytes()
+	}
 	n := 0
 	switch x := c.k.(type) {
 	case []float32:
@@ -208,6 +247,9 @@ func forwardCached[T kernels.Float](c *Cache, b kernels.Backend, p kernels.Param
 	if c.closed {
 		return fmt.Errorf("%w: %w", kernels.ErrInvalidParams, ErrCacheClosed)
 	}
+	if c.device {
+		return forwardOnDevice(c, b, p, q, k, v, o, lse)
+	}
 	undo, err := c.appendLocked(p, k, v)
 	if err != nil {
 		return err
@@ -218,6 +260,65 @@ func forwardCached[T kernels.Float](c *Cache, b kernels.Backend, p kernels.Param
 		c.undoLocked(undo)
 		return err
 	}
+	return nil
+}
+
+// forwardOnDevice is forwardCached for a device cache, with c locked: the
+// store is made on b at the first run (bindLocked), the append takes pages
+// and checks capacity here, and the store writes the new rows to the
+// destinations computed here and attends, in one call. A failed run
+// leaves the lengths and tables as they were; rows it wrote past them are
+// never read.
+func forwardOnDevice[T kernels.Float](c *Cache, b kernels.Backend, p kernels.Params, q, k, v, o, lse []T) error {
+	if err := c.bindLocked(b); err != nil {
+		return err
+	}
+	undo, err := c.appendLocked(p, nil, nil)
+	if err != nil {
+		return err
+	}
+	cp := c.params(p)
+	dest := make([]int64, c.batch*c.heads*p.Nq)
+	for kvh := range c.batch * c.heads {
+		bi := kvh / c.heads
+		news := p.Nq
+		if p.QLens != nil {
+			news = p.QLens[bi]
+		}
+		for t := range p.Nq {
+			at := kvh*p.Nq + t
+			dest[at] = -1
+			if t < news {
+				dest[at] = int64(cp.KeyRow(kvh, undo.lens[bi]+t) / c.dim)
+			}
+		}
+	}
+	if err := kernels.CacheStoreForward[T](c.store)(cp, dest, q, k, v, o, lse); err != nil {
+		c.undoLocked(undo)
+		return err
+	}
+	return nil
+}
+
+// bindLocked makes the device store on b at the first run, and refuses
+// another backend after it.
+func (c *Cache) bindLocked(b kernels.Backend) error {
+	if c.store != nil {
+		if c.storeOf != b {
+			return invalid("key/value cache: its memory is on %s, and this op runs on %s (a cache serves the ops of one backend)", c.storeOf.Name(), b.Name())
+		}
+		return nil
+	}
+	cb, ok := b.(kernels.CacheBackend)
+	if !ok {
+		return invalid("key/value cache: it lives in device memory, and this op runs on %s, which has none", b.Name())
+	}
+	st, err := cb.NewCacheStore(kernels.CacheSpec{Batch: c.batch, KVHeads: c.heads, D: c.dim, Capacity: c.capacity,
+		PageSize: c.pageSize, Float64: c.dtype == tensor.Float64})
+	if err != nil {
+		return fmt.Errorf("key/value cache: %w", err)
+	}
+	c.store, c.storeOf = st, b
 	return nil
 }
 
@@ -257,6 +358,8 @@ func (c *Cache) appendLocked(p kernels.Params, k, v any) (cacheUndo, error) {
 		copyTokens(c, p, news, k, v.([]float32), c.k.([]float32), c.v.([]float32))
 	case []float64:
 		copyTokens(c, p, news, k, v.([]float64), c.k.([]float64), c.v.([]float64))
+	case nil:
+		// A device cache: the store writes the rows (forwardOnDevice).
 	}
 	for b, n := range news {
 		c.lens[b] += n
@@ -276,7 +379,11 @@ func (c *Cache) reserve(n int) error {
 	most := c.batch * c.pagesFor(c.capacity)
 	grown := min(most, max(c.pages+n-len(c.free), 2*c.pages))
 	per := c.heads * c.pageSize * c.dim
-	if err := hostmem.Check(2 * int64(grown*per) * int64(c.dtype.Size())); err != nil {
+	if c.device {
+		if err := c.store.Grow(grown); err != nil {
+			return fmt.Errorf("key/value cache: %w", err)
+		}
+	} else if err := hostmem.Check(2 * int64(grown*per) * int64(c.dtype.Size())); err != nil {
 		return fmt.Errorf("key/value cache: %w", err)
 	}
 	// Exact allocations, not append's growth, so that Bytes is what the

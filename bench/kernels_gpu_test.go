@@ -173,3 +173,76 @@ func BenchmarkVariantsGPU(b *testing.B) {
 		}
 	}
 }
+
+// decodeGrid is issue 11's decode grid: one new row per sequence (Nq = 1)
+// against cached lengths of 1k to 128k keys, B ∈ {1, 8, 64}, H = 32 query
+// heads with Hkv ∈ {32, 8}, D = 128; points whose keys and values would
+// exceed maxDecodeBytes (in float32), or a tensor kernels.MaxElements, are
+// left out. -test.short keeps B = 1
+// and 8 at 4k and 64k.
+func decodeGrid(short bool) []kernels.Params {
+	const maxDecodeBytes = 40 << 30
+	lens, batches := []int{1 << 10, 4 << 10, 16 << 10, 64 << 10, 128 << 10}, []int{1, 8, 64}
+	if short {
+		lens, batches = []int{4 << 10, 64 << 10}, []int{1, 8}
+	}
+	var ps []kernels.Params
+	for _, hkv := range []int{32, 8} {
+		for _, bs := range batches {
+			for _, l := range lens {
+				if n := int64(bs) * int64(hkv) * int64(l) * 128; 2*4*n > maxDecodeBytes || n > kernels.MaxElements {
+					continue
+				}
+				ps = append(ps, kernels.Params{B: bs, H: 32, Hkv: hkv, Nq: 1, Nk: l, D: 128, Scale: 1 / math.Sqrt(128), Causal: true})
+			}
+		}
+	}
+	return ps
+}
+
+// BenchmarkDecodeGPU times a decode step's attention alone (cudakernels'
+// DecodeKernelTime: the split-KV units and their merge, CUDA events, L2
+// flushed, median of 5) over decodeGrid, with keys and values in the cache
+// format of each precision (bf16 for BF16, float32 for FP32), and reports
+// the effective bandwidth (cache bytes read ÷ time) beside the device's
+// read ceiling, measured first in the same run (cudakernels' ReadCeiling
+// over 4 GiB). decode_side_by_side.py runs it beside PyTorch's SDPA.
+func BenchmarkDecodeGPU(b *testing.B) {
+	for _, prec := range []cudakernels.Precision{cudakernels.BF16, cudakernels.FP32} {
+		be, err := cudakernels.NewBackend(cudakernels.WithPrecision(prec))
+		if errors.Is(err, cudakernels.ErrNoDevice) {
+			b.Skipf("no CUDA device: %v", err)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		const ceilingBytes = 4 << 30
+		secs, err := be.ReadCeiling(ceilingBytes, 5)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ceiling := ceilingBytes / secs / 1e12
+		b.Run(fmt.Sprintf("%v/read-ceiling", prec), func(b *testing.B) {
+			for b.Loop() {
+			}
+			b.ReportMetric(ceiling, "TB/s")
+		})
+		for _, p := range decodeGrid(testing.Short()) {
+			b.Run(fmt.Sprintf("%v/B%d_Hkv%d_L%d", prec, p.B, p.KVHeads(), p.Nk), func(b *testing.B) {
+				var secs float64
+				var bytes int64
+				for b.Loop() {
+					if secs, bytes, err = be.DecodeKernelTime(p, 5); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(secs*1e6, "kernel-us")
+				b.ReportMetric(float64(bytes)/secs/1e12, "TB/s")
+				b.ReportMetric(float64(bytes)/secs/1e12/ceiling, "of-ceiling")
+			})
+		}
+		if err := be.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

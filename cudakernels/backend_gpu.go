@@ -64,6 +64,16 @@ func WithDevice(ordinal int) Option { return func(c *config) { c.device = ordina
 // built by gen.sh before they are committed.
 func WithKernelDir(dir string) Option { return func(c *config) { c.kernelDir = dir } }
 
+// Devices returns the number of CUDA devices, or an error wrapping
+// ErrNoDevice when the driver cannot be asked.
+func Devices() (int, error) {
+	n, err := cu.NumDevices()
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrNoDevice, err)
+	}
+	return n, nil
+}
+
 // NewBackend opens a CUDA device and loads the kernels. It fails with an
 // error wrapping ErrNoDevice when there is no device, and ErrUnsupported for
 // a precision that has no kernels yet or a device older than compute
@@ -226,6 +236,14 @@ func forward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse []T,
 	}
 	if _, err := paddedDim(p.D); err != nil {
 		return nil, err
+	}
+	if p.Pages != nil && !keep {
+		// Paged keys are a decode's: the split-KV units read the pool in
+		// place (decode_gpu.go).
+		if err := refuseVariants(p, "the decoding kernels", masksAndMods|pagedVariant); err != nil {
+			return nil, err
+		}
+		return nil, decodeForward(b, p, q, k, v, o, lse)
 	}
 	var st *deviceState
 	err := b.run(func() (err error) {

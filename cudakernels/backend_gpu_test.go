@@ -48,9 +48,9 @@ func newTestBackend(t testing.TB, opts ...Option) *Backend {
 // compute; tensorCoreVariants those of both tensor-core families.
 var (
 	gpuVariants = conformance.WithVariants(conformance.GQA, conformance.Window, conformance.Softcap, conformance.ALiBi,
-		conformance.Lengths, conformance.Dropout, conformance.LSEGradient, conformance.Bias)
+		conformance.Lengths, conformance.Dropout, conformance.LSEGradient, conformance.Bias, conformance.Paged)
 	tensorCoreVariants = conformance.WithVariants(conformance.GQA, conformance.Window, conformance.Softcap,
-		conformance.ALiBi, conformance.Lengths, conformance.LSEGradient)
+		conformance.ALiBi, conformance.Lengths, conformance.LSEGradient, conformance.Paged)
 )
 
 // TestConformanceFP32 runs the suite on the CUDA-core kernels, which claim

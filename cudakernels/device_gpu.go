@@ -187,5 +187,8 @@ func probe(ordinal int) (cu.Device, Capability, error) {
 	if c.MaxSmem, err = maxOptinSmem(dev); err != nil {
 		return dev, c, err
 	}
+	if c.SMs, err = dev.Attribute(cu.MultiprocessorCount); err != nil {
+		return dev, c, fmt.Errorf("cudakernels: device %d: %w", ordinal, err)
+	}
 	return dev, c, nil
 }

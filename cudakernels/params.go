@@ -36,4 +36,10 @@ type kernelParams struct {
 
 	Bias, Dbias                     uint64
 	BiasBatchStride, BiasHeadStride int64
+
+	BlockTable            uint64
+	TableStride, PageSize int64
+	Splits                int64
+	PartO, PartLse        uint64
+	KNew, VNew, DestRows  uint64
 }

@@ -48,6 +48,8 @@ type registry struct {
 	// round rounds float32 device memory in place to prec (TF32, BF16,
 	// FP16): dO always, and the operands of a rounded CUDA-core backward.
 	round cu.Function
+	// dec holds the decoding kernels (decode_gpu.go).
+	dec *decoder
 }
 
 // loadRegistry loads the modules and the kernels of every choice for a
@@ -64,6 +66,9 @@ func loadRegistry(dev Capability, fam Family, prec Precision, kernelDir string) 
 	// One image for every device: the driver compiles compute_80 PTX for
 	// the device it loads on (gen.sh).
 	if r.mod, err = loadModule(kernelDir, "flash_sm80.ptx"); err != nil {
+		return nil, err
+	}
+	if r.dec, err = loadDecoder(kernelDir, dev); err != nil {
 		return nil, err
 	}
 	for _, elem := range []int{4, 8} {
@@ -147,6 +152,10 @@ func (r *registry) backward(elem, d int) (backwardKernel, choice, error) {
 // release unloads the modules.
 func (r *registry) release() error {
 	var errs []error
+	if r.dec != nil {
+		errs = append(errs, r.dec.mod.Unload())
+		r.dec = nil
+	}
 	for _, m := range []*cu.Module{&r.mod, &r.hopper} {
 		if *m != (cu.Module{}) {
 			errs = append(errs, m.Unload())

@@ -17,6 +17,7 @@ import (
 type Capability struct {
 	Major, Minor int
 	MaxSmem      int // dynamic shared memory one block may opt into, in bytes
+	SMs          int // multiprocessors, which decoding's key splits fill
 }
 
 // hopper reports whether sm_90a code runs on the device: on compute

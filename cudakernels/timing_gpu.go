@@ -44,7 +44,7 @@ func (b *Backend) KernelTime(p kernels.Params, backward bool, reps int) (float64
 		block[i] = float32(rng.NormFloat64())
 	}
 	const flushBytes = 256 << 20 // several times the H200's 60 MB L2
-	var ms []float64
+	var ms float64
 	err := b.run(func() (err error) {
 		f, err := b.reg.forward(4, p.D)
 		if err != nil {
@@ -85,50 +85,59 @@ func (b *Backend) KernelTime(p kernels.Params, backward bool, reps int) (float64
 				}
 			}
 		}
-		start, err := cu.MakeEvent(cu.DefaultEvent)
-		if err != nil {
-			return err
-		}
-		defer cu.DestroyEvent(&start)
-		end, err := cu.MakeEvent(cu.DefaultEvent)
-		if err != nil {
-			return err
-		}
-		defer cu.DestroyEvent(&end)
 		// One untimed forward warms up and gives the backward its O and LSE.
-		for i := -1; i < reps; i++ {
-			if err := cu.MemsetD8(flush, 1, flushBytes); err != nil {
-				return err
+		first := true
+		ms, err = timeRuns(reps, flush, flushBytes, func() error {
+			defer func() { first = false }()
+			if backward && !first {
+				return enqueueBackward[float32](b, p, buf, cu.Stream{})
 			}
-			if err := start.Record(cu.Stream{}); err != nil {
-				return err
-			}
-			if backward && i >= 0 {
-				err = enqueueBackward[float32](b, p, buf, cu.Stream{})
-			} else {
-				err = f.launch(p, fbuf, cu.Stream{})
-			}
-			if err != nil {
-				return err
-			}
-			if err := end.Record(cu.Stream{}); err != nil {
-				return err
-			}
-			if err := end.Synchronize(); err != nil {
-				return err
-			}
-			t, err := start.Elapsed(end)
-			if err != nil {
-				return err
-			}
-			if i >= 0 {
-				ms = append(ms, t)
-			}
-		}
-		return nil
+			return f.launch(p, fbuf, cu.Stream{})
+		})
+		return err
 	})
+	return ms, err
+}
+
+// timeRuns times run on the default stream with CUDA events: one untimed
+// run to warm up, then reps timed ones, each after flushBytes of flush are
+// written (so that no run finds its data in L2). It returns the median in
+// milliseconds. It runs on the worker's thread.
+func timeRuns(reps int, flush cu.DevicePtr, flushBytes int64, run func() error) (float64, error) {
+	start, err := cu.MakeEvent(cu.DefaultEvent)
 	if err != nil {
 		return 0, err
+	}
+	defer cu.DestroyEvent(&start)
+	end, err := cu.MakeEvent(cu.DefaultEvent)
+	if err != nil {
+		return 0, err
+	}
+	defer cu.DestroyEvent(&end)
+	var ms []float64
+	for i := -1; i < reps; i++ {
+		if err := cu.MemsetD8(flush, 1, flushBytes); err != nil {
+			return 0, err
+		}
+		if err := start.Record(cu.Stream{}); err != nil {
+			return 0, err
+		}
+		if err := run(); err != nil {
+			return 0, err
+		}
+		if err := end.Record(cu.Stream{}); err != nil {
+			return 0, err
+		}
+		if err := end.Synchronize(); err != nil {
+			return 0, err
+		}
+		t, err := start.Elapsed(end)
+		if err != nil {
+			return 0, err
+		}
+		if i >= 0 {
+			ms = append(ms, float64(t))
+		}
 	}
 	slices.Sort(ms)
 	return ms[len(ms)/2], nil

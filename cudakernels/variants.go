@@ -21,7 +21,11 @@ const (
 	masksAndMods variantSet = 1 << iota
 	dropoutVariant
 	biasVariant
+	// pagedVariant is keys and values read from a page pool, which the
+	// decoding kernels alone do (decode_gpu.go).
+	pagedVariant
 
+	// allVariants is every variant the dense kernels can compute.
 	allVariants = masksAndMods | dropoutVariant | biasVariant
 )
 
@@ -56,9 +60,8 @@ func refuseVariants(p kernels.Params, kernelsName string, computed variantSet) e
 	if computed&biasVariant == 0 && p.Bias != nil {
 		used = append(used, "an additive bias")
 	}
-	if p.Pages != nil {
-		// No GPU kernel reads a page pool yet, whatever its family: the
-		// dense kernels would read the pool as [B, Hkv, Nk, D].
+	if computed&pagedVariant == 0 && p.Pages != nil {
+		// The dense kernels would read the pool as [B, Hkv, Nk, D].
 		used = append(used, "paged keys and values")
 	}
 	if len(used) == 0 {
@@ -66,7 +69,7 @@ func refuseVariants(p kernels.Params, kernelsName string, computed variantSet) e
 	}
 	where := "FP32 and float64 (CUDA cores) and the CPU backend compute every variant"
 	if p.Pages != nil {
-		where = "the CPU backend computes them all"
+		where = "the GPU reads pages in its decoding kernels (a forward with masks, softcap and ALiBi); the CPU backend computes every variant"
 	}
 	return fmt.Errorf("%w: %s: not yet in %s; %s", ErrUnsupported, strings.Join(used, ", "), kernelsName, where)
 }

@@ -55,7 +55,9 @@ func TestRefuseVariants(t *testing.T) {
 		{"bias and dropout, masks and modifiers", bias, masksAndMods, "dropout 0.1, an additive bias"},
 		{"bias and dropout, all but the bias", bias, masksAndMods | dropoutVariant, "an additive bias"},
 		{"bias and dropout, everything", bias, allVariants, ""},
-		{"pages, everything", paged, allVariants, "paged keys and values"},
+		{"pages, everything dense", paged, allVariants, "paged keys and values"},
+		{"pages, the decoding kernels", paged, masksAndMods | pagedVariant, ""},
+		{"pages and dropout, the decoding kernels", func() kernels.Params { q := paged; q.Dropout = drop.Dropout; return q }(), masksAndMods | pagedVariant, "dropout 0.1"},
 		{"pages, nothing computed", paged, 0, "grouped-query attention (Hkv = 2, H = 4), per-sequence lengths, paged keys and values"},
 	} {
 		err := refuseVariants(tc.p, "test kernels", tc.computed)

@@ -11,6 +11,9 @@ import (
 	"gorgonia.org/gorgonia"
 )
 
+// builtWithGPU says whether the tests were built with the flashgpu tag.
+const builtWithGPU = false
+
 // TestGPUWithoutTag: without the flashgpu tag, asking for the GPU by option
 // or environment is an error that says how to build, never a panic.
 func TestGPUWithoutTag(t *testing.T) {

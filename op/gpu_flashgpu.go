@@ -54,3 +54,16 @@ func CloseGPU() error {
 	}
 	return errors.Join(errs...)
 }
+
+// gpuPresent returns nil when CUDA device 0 exists, else an error wrapping
+// ErrNoGPU.
+func gpuPresent() error {
+	n, err := cudakernels.Devices()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNoGPU, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: no CUDA device", ErrNoGPU)
+	}
+	return nil
+}

@@ -19,6 +19,9 @@ import (
 	"github.com/gorgonia-flash/flashattention/op"
 )
 
+// builtWithGPU says whether the tests were built with the flashgpu tag.
+const builtWithGPU = true
+
 // requireGPU skips the test when the device cannot be opened, and returns a
 // backend of its own for reading the device's free memory.
 func requireGPU(t *testing.T) *cudakernels.Backend {
@@ -357,5 +360,78 @@ func TestGPURefusesBiasOnTensorCores(t *testing.T) {
 	defer m.Close()
 	if err := m.RunAll(); !machineErrorIs(err, cudakernels.ErrUnsupported) {
 		t.Fatalf("a bias on the GPU in BF16: got %v, want ErrUnsupported", err)
+	}
+}
+
+// TestGPUKVCacheMatchesFullAttention generates through a cache in GPU
+// memory, dense and paged, as TestKVCacheMatchesFullAttention does on the
+// CPU: every row of the prefill (prompts of different lengths in one
+// batch) and of every step must be full causal attention's over the
+// sequence so far, within the float64 and FP32 bounds of the CPU test.
+// Then the cache refuses an op on another backend.
+func TestGPUKVCacheMatchesFullAttention(t *testing.T) {
+	requireGPU(t)
+	for _, v := range []struct {
+		name string
+		pr   func() *kvProblem
+	}{
+		{"GQA", func() *kvProblem { return newKVProblem(4, 2, 16, []int{150, 1, 37}, 6, 1) }},
+		{"window+softcap+ALiBi", func() *kvProblem {
+			pr := newKVProblem(4, 1, 64, []int{70, 9}, 6, 3)
+			pr.opts = []op.Option{op.WithWindow(24, -1), op.WithSoftcap(3), op.WithALiBi(slopes4)}
+			pr.set = func(p *kernels.Params) {
+				p.Window, p.Softcap, p.ALiBi = kernels.Window{On: true, Left: 24, Right: -1}, 3, slopes4
+			}
+			return pr
+		}},
+	} {
+		for _, dt := range []tensor.Dtype{tensor.Float64, tensor.Float32} {
+			for _, page := range []int{0, 16} {
+				t.Run(fmt.Sprintf("%s/%v/page=%d", v.name, dt, page), func(t *testing.T) {
+					pr := v.pr()
+					pr.opts = append(pr.opts, op.WithDevice(op.GPU), op.WithPrecision(kernels.FP32))
+					opts := []op.CacheOption{op.CacheDevice(op.GPU)}
+					if page > 0 {
+						opts = append(opts, op.CachePageSize(page))
+					}
+					cache, err := op.NewKVCache(len(pr.prompts), pr.hkv, pr.d, 200, dt, opts...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer cache.Close()
+					generate(t, pr, dt, cache).check(t, "prefill and steps on the GPU")
+					if cache.Bytes() == 0 {
+						t.Error("a GPU cache that ran reports 0 bytes")
+					}
+					other := *pr
+					other.opts = append(slices.Clone(v.pr().opts), op.WithDevice(op.GPU), op.WithPrecision(kernels.BF16))
+					g, err := buildCached(t, &other, dt, cache, 1, false)
+					if err == nil {
+						_, err = g.run(&other, dt, make([]int, len(pr.prompts)), slices.Repeat([]int{1}, len(pr.prompts)))
+					}
+					if dt == tensor.Float32 && !errors.Is(err, op.ErrInvalidInput) {
+						t.Errorf("the cache on an op of another precision: got %v, want an error wrapping ErrInvalidInput", err)
+					}
+				})
+			}
+		}
+	}
+	// A GPU cache with a CPU op, and a CPU cache with a GPU op.
+	pr := newKVProblem(2, 2, 8, []int{3}, 1, 4)
+	gpuCache, err := op.NewKVCache(1, 2, 8, 16, tensor.Float32, op.CacheDevice(op.GPU))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gpuCache.Close()
+	if _, err := buildCached(t, pr, tensor.Float32, gpuCache, 1, false, op.WithDevice(op.CPU)); !errors.Is(err, op.ErrInvalidInput) {
+		t.Errorf("a GPU cache on a CPU op: got %v, want ErrInvalidInput", err)
+	}
+	cpuCache, err := op.NewKVCache(1, 2, 8, 16, tensor.Float32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpuCache.Close()
+	if _, err := buildCached(t, pr, tensor.Float32, cpuCache, 1, false, op.WithDevice(op.GPU)); !errors.Is(err, op.ErrInvalidInput) {
+		t.Errorf("a CPU cache on a GPU op: got %v, want ErrInvalidInput", err)
 	}
 }

@@ -40,8 +40,15 @@ func CachePageSize(n int) CacheOption {
 }
 
 // CacheDevice selects where the cache lives: CPU (host memory, the
-// default). GPU is refused for now with an error wrapping ErrNoGPU: no
-// device-resident cache exists yet.
+// default), for ops on the CPU, or GPU (device memory of CUDA device 0,
+// in a binary built with the flashgpu tag), for ops on the GPU. A GPU
+// cache stores keys and values in its op's precision's format (bf16 for
+// BF16, fp16 for FP16, float32 for FP32 and TF32, float64 for Float64
+// tensors); its memory is allocated at the first run of an op that uses
+// it, on that op's backend, and every later op must run on the same one
+// (the same precision). A decode step then moves only its new q, k and v
+// to the device and its output back (see the package documentation,
+// Generation).
 func CacheDevice(d Device) CacheOption { return func(c *cacheConfig) { c.device = d } }
 
 // NewKVCache returns an empty cache for batch sequences of up to capacity
@@ -55,17 +62,21 @@ func NewKVCache(batch, kvHeads, headDim, capacity int, dtype tensor.Dtype, opts 
 	for _, o := range opts {
 		o(&cfg)
 	}
+	newCache := autograd.NewCache
 	switch cfg.device {
 	case CPU:
 	case GPU:
-		return nil, fmt.Errorf("op.NewKVCache: %w: %w: a cache in GPU memory is not built yet; use CacheDevice(CPU) with a CPU op", ErrInvalidInput, ErrNoGPU)
+		if err := gpuPresent(); err != nil {
+			return nil, fmt.Errorf("op.NewKVCache: %w: %w", ErrInvalidInput, err)
+		}
+		newCache = autograd.NewDeviceCache
 	default:
-		return nil, invalid("cache device %v, want CPU", cfg.device)
+		return nil, invalid("cache device %v, want CPU or GPU", cfg.device)
 	}
 	if cfg.pageSizeSet && cfg.pageSize < 1 {
 		return nil, invalid("cache page size %d, must be at least 1", cfg.pageSize)
 	}
-	c, err := autograd.NewCache(batch, kvHeads, headDim, capacity, cfg.pageSize, dtype)
+	c, err := newCache(batch, kvHeads, headDim, capacity, cfg.pageSize, dtype)
 	if err != nil {
 		return nil, fmt.Errorf("op.NewKVCache: %w", err)
 	}
@@ -101,8 +112,9 @@ func (c *KVCache) Bytes() int64 { return c.c.Bytes() }
 func (c *KVCache) Capacity() int { return c.c.Capacity() }
 
 // cacheFor checks the cache of WithKVCache against the resolved backend:
-// the cache is in host memory, so a device backend (one that keeps state
-// on its device, kernels.Resident) is refused.
+// a cache in host memory takes a host backend (not a kernels.Resident
+// one, which keeps state on its device), a GPU cache a backend that holds
+// caches (kernels.CacheBackend).
 func (cfg *config) cacheFor(b kernels.Backend) (*autograd.Cache, error) {
 	if !cfg.cacheSet {
 		return nil, nil
@@ -110,8 +122,14 @@ func (cfg *config) cacheFor(b kernels.Backend) (*autograd.Cache, error) {
 	if cfg.cache == nil || cfg.cache.c == nil {
 		return nil, invalid("WithKVCache(nil)")
 	}
+	if cfg.cache.c.Device() {
+		if _, ok := b.(kernels.CacheBackend); !ok {
+			return nil, invalid("the key/value cache is in GPU memory and the op runs on %s; run cached attention on the GPU (WithDevice(GPU))", b.Name())
+		}
+		return cfg.cache.c, nil
+	}
 	if _, device := b.(kernels.Resident); device {
-		return nil, invalid("the key/value cache is in host memory and the op runs on %s; run cached attention on the CPU", b.Name())
+		return nil, invalid("the key/value cache is in host memory and the op runs on %s; run cached attention on the CPU, or make the cache with CacheDevice(GPU)", b.Name())
 	}
 	return cfg.cache.c, nil
 }

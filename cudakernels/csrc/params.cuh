@@ -98,9 +98,28 @@ struct Params {
   const void* bias;
   void* dbias;
   long long bias_batch_stride, bias_head_stride;
+
+  // Decoding (decode.cuh). Paged keys (kernels.Pages): with page_size > 0,
+  // k and v are pools [pages, h / kv_group, page_size, dim] and key j of
+  // batch entry b is row j mod page_size of page
+  // block_table[b·table_stride + j / page_size] (int); dense otherwise.
+  const void* block_table;
+  long long table_stride, page_size;
+  // Key splits per unit of the split-KV forward, and where units write
+  // their partial outputs [rows, splits, dim] and (lse, seen) pairs
+  // [rows, splits, 2] when splits > 1 (rows: every key head's group rows).
+  long long splits;
+  void* part_o;
+  void* part_lse;
+  // The key/value cache's append: new rows k_new and v_new
+  // ([b, h / kv_group, nq, dim], dense) go to rows dest_rows[n] (long long
+  // element offsets into k and v, −1: not appended).
+  const void* k_new;
+  const void* v_new;
+  const void* dest_rows;
 };
 
-static_assert(sizeof(Params) == 64 * 8, "Params: every field is 8 bytes; update params.go's kernelParams too");
+static_assert(sizeof(Params) == 73 * 8, "Params: every field is 8 bytes; update params.go's kernelParams too");
 static_assert(__builtin_offsetof(Params, q_batch_stride) == 15 * 8, "Params: pointers come first");
 static_assert(__builtin_offsetof(Params, b) == 39 * 8, "Params: strides before sizes");
 static_assert(__builtin_offsetof(Params, scale) == 45 * 8, "Params: scale ends the plain problem");

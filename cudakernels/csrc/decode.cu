@@ -1,0 +1,62 @@
+// The decoding kernels (decode.cuh): split-KV forward units, the merge of
+// their partial results, the key/value cache's append, and a read of
+// device memory at full speed that the decode benchmark measures its
+// bandwidth against. Compiled to its own PTX (gen.sh), so that a change
+// here regenerates this module alone.
+#include "params.cuh"
+#include "decode.cuh"
+
+#define FLASH_DECODE_UNIT(NAME, F, S, DP, R)                                                              \
+  extern "C" __global__ void __launch_bounds__(32 * flash::decode::Layout<F, S, DP, R>::kUnits)           \
+      flash_decode_##NAME##_d##DP##_r##R(const __grid_constant__ flash::Params p) {                       \
+    using L = flash::decode::Layout<F, S, DP, R>;                                                         \
+    flash::require_launch(32 * L::kUnits, L::kBlock);                                                     \
+    const int w = threadIdx.x / 32;                                                                       \
+    flash::decode::unit_body<F, S, DP, R>(p, static_cast<long long>(blockIdx.x) * L::kUnits + w,          \
+                                          flash::smem + w * L::kUnit);                                    \
+  }
+#define FLASH_DECODE_ROWS(NAME, F, S, DP) \
+  FLASH_DECODE_UNIT(NAME, F, S, DP, 1)    \
+  FLASH_DECODE_UNIT(NAME, F, S, DP, 8)
+#define FLASH_DECODE(NAME, F, S)          \
+  FLASH_DECODE_ROWS(NAME, F, S, 64)       \
+  FLASH_DECODE_ROWS(NAME, F, S, 128)      \
+  FLASH_DECODE_ROWS(NAME, F, S, 256)      \
+  extern "C" __global__ void __launch_bounds__(256)                                          \
+      flash_cache_append_##NAME(const __grid_constant__ flash::Params p) {                   \
+    flash::decode::append_rows<F, S>(p);                                                     \
+  }
+
+FLASH_DECODE(f32, float, float)
+FLASH_DECODE(bf16, float, __nv_bfloat16)
+FLASH_DECODE(fp16, float, __half)
+FLASH_DECODE(f64, double, double)
+
+#define FLASH_DECODE_MERGE(NAME, F)                                                          \
+  extern "C" __global__ void __launch_bounds__(128)                                          \
+      flash_decode_merge_##NAME(const __grid_constant__ flash::Params p) {                   \
+    flash::decode::merge_row<F>(p, static_cast<long long>(blockIdx.x) * 4 + threadIdx.x / 32); \
+  }
+FLASH_DECODE_MERGE(f32, float)
+FLASH_DECODE_MERGE(f64, double)
+
+// flash_read_ceiling sums n float4s of x into *out (one atomic add per
+// block): a read of memory with no other work, whose time gives the
+// device's read bandwidth. Launched with 256 threads.
+extern "C" __global__ void __launch_bounds__(256) flash_read_ceiling(const float4* x, long long n, float* out) {
+  float s = 0.f;
+  for (long long i = blockIdx.x * 256LL + threadIdx.x; i < n; i += static_cast<long long>(gridDim.x) * 256) {
+    const float4 y = __ldcs(x + i);
+    s += (y.x + y.y) + (y.z + y.w);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+  __shared__ float part[8];
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float t = 0.f;
+    for (int w = 0; w < 8; ++w) t += part[w];
+    atomicAdd(out, t);
+  }
+}

@@ -1,0 +1,367 @@
+//go:build flashgpu
+
+package cudakernels
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"gorgonia.org/cu"
+
+	"github.com/gorgonia-flash/flashattention/kernels"
+)
+
+// Decoding on the GPU (csrc/decode.cuh): split-KV units on CUDA cores for
+// a forward with few query rows per key head, reading keys and values in
+// place, dense or paged, in the caller's float32 or float64 or in a
+// key/value cache's bf16 or fp16 (CacheStore). The backend's forward runs
+// every paged problem this way; a device-resident cache runs all of its
+// steps this way, the prefill included.
+
+// storeKind is the element format the decode units read keys and values
+// in.
+type storeKind int
+
+const (
+	storeF32 storeKind = iota
+	storeBF16
+	storeFP16
+	storeF64
+)
+
+var storeNames = [...]string{"f32", "bf16", "fp16", "f64"}
+
+func (s storeKind) String() string { return storeNames[s] }
+
+// bytes is the size of one stored element; computeBytes that of the
+// arithmetic (float, or double for float64).
+func (s storeKind) bytes() int {
+	switch s {
+	case storeBF16, storeFP16:
+		return 2
+	case storeF64:
+		return 8
+	}
+	return 4
+}
+
+func (s storeKind) computeBytes() int {
+	if s == storeF64 {
+		return 8
+	}
+	return 4
+}
+
+// storeFor is a cache's storage format on a backend of precision prec: the
+// 16-bit formats for BF16 and FP16 (what those precisions round K and V
+// to anyway, at half the bytes per step), float32 for FP32 and TF32, and
+// float64 for float64 tensors.
+func storeFor(prec Precision, f64 bool) storeKind {
+	switch {
+	case f64:
+		return storeF64
+	case prec == BF16:
+		return storeBF16
+	case prec == FP16:
+		return storeFP16
+	}
+	return storeF32
+}
+
+// The compiled shapes of decode.cu: head dimensions (a unit's columns per
+// lane are DP/32) and rows per unit (1 for a lone row, else 8).
+var (
+	decodeDims  = [...]int{64, 128, 256}
+	decodeTiles = [...]int{1, 8}
+)
+
+// decode.cuh's Layout constants.
+const (
+	decodeChunk      = 16
+	decodePad        = 16
+	decodeSmemBudget = 200 << 10
+)
+
+// decodeLayout mirrors decode.cuh's Layout: a unit's shared memory in
+// bytes and the units (warps) per block. The kernel traps when launched
+// with another shape (require_launch), so a drift fails every test.
+func decodeLayout(s storeKind, dp, rows int) (unitBytes, perBlock int) {
+	row := dp*s.bytes() + decodePad
+	buf := 2 * decodeChunk * row
+	unitBytes = 2*buf + rows*dp*s.computeBytes() + rows*decodeChunk*s.computeBytes()
+	switch {
+	case 4*unitBytes <= decodeSmemBudget:
+		return unitBytes, 4
+	case 2*unitBytes <= decodeSmemBudget:
+		return unitBytes, 2
+	}
+	return unitBytes, 1
+}
+
+// decodeDim returns the compiled head dimension that holds d columns.
+func decodeDim(d int) (int, error) {
+	for _, dp := range decodeDims {
+		if d <= dp {
+			return dp, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: head dimension %d: decoding compiles up to %d", ErrUnsupported, d, decodeDims[len(decodeDims)-1])
+}
+
+type decodeKey struct {
+	s        storeKind
+	dp, rows int
+}
+
+type decodeUnit struct {
+	fn                  cu.Function
+	unitBytes, perBlock int
+}
+
+// decoder holds the decode module's kernels; it is used on the worker's
+// thread.
+type decoder struct {
+	mod         cu.Module
+	units       map[decodeKey]decodeUnit
+	merge       [2]cu.Function // float32, float64
+	appendRows  [len(storeNames)]cu.Function
+	readCeiling cu.Function
+	sms         int
+	smemPerSM   int // shared memory of a multiprocessor, in bytes
+	// splitsOverride fixes the key splits when positive (tests of the
+	// merge over split counts).
+	splitsOverride int
+}
+
+// loadDecoder loads decode_sm80.ptx and looks up its kernels.
+func loadDecoder(kernelDir string, dev Capability) (d *decoder, err error) {
+	d = &decoder{units: map[decodeKey]decodeUnit{}, sms: dev.SMs, smemPerSM: dev.MaxSmem}
+	if d.mod, err = loadModule(kernelDir, "decode_sm80.ptx"); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, d.mod.Unload())
+		}
+	}()
+	for s := range storeKind(len(storeNames)) {
+		for _, dp := range decodeDims {
+			for _, rows := range decodeTiles {
+				u := decodeUnit{}
+				u.unitBytes, u.perBlock = decodeLayout(s, dp, rows)
+				name := fmt.Sprintf("flash_decode_%v_d%d_r%d", s, dp, rows)
+				if u.fn, err = lookup(d.mod, name, u.unitBytes*u.perBlock, dev.MaxSmem); err != nil {
+					return nil, err
+				}
+				d.units[decodeKey{s, dp, rows}] = u
+			}
+		}
+		if d.appendRows[s], err = function(d.mod, "flash_cache_append_"+s.String()); err != nil {
+			return nil, err
+		}
+	}
+	for i, name := range []string{"f32", "f64"} {
+		if d.merge[i], err = function(d.mod, "flash_decode_merge_"+name); err != nil {
+			return nil, err
+		}
+	}
+	if d.readCeiling, err = function(d.mod, "flash_read_ceiling"); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// decodePlan is the shape of one decode launch.
+type decodePlan struct {
+	unit   decodeUnit
+	rows   int // query rows per key head: group × Nq
+	splits int
+	units  int64
+	grid   int
+	f64    bool // float64 arithmetic
+}
+
+// plan chooses the unit kernel and the key splits for p on keys stored
+// as s: decodeSplits for the units the device holds at once, so that one
+// sequence's key heads fill the device.
+func (d *decoder) plan(p kernels.Params, s storeKind) (decodePlan, error) {
+	dp, err := decodeDim(p.D)
+	if err != nil {
+		return decodePlan{}, err
+	}
+	pl := decodePlan{rows: p.H / p.KVHeads() * p.Nq, f64: s == storeF64}
+	tile := decodeTiles[len(decodeTiles)-1]
+	if pl.rows == 1 {
+		tile = 1
+	}
+	pl.unit = d.units[decodeKey{s, dp, tile}]
+	tiles := int64((pl.rows + tile - 1) / tile)
+	keys := p.Nk
+	if p.KLens != nil {
+		keys = 0
+		for _, n := range p.KLens {
+			keys = max(keys, n)
+		}
+	}
+	units := int(int64(p.B) * int64(p.KVHeads()) * tiles)
+	pl.splits = decodeSplits(units, keys, decodeResident(d.sms, d.smemPerSM, pl.unit.unitBytes))
+	if d.splitsOverride > 0 {
+		pl.splits = d.splitsOverride
+	}
+	pl.units = int64(p.B) * int64(p.KVHeads()) * tiles * int64(pl.splits)
+	blocks := (pl.units + int64(pl.unit.perBlock) - 1) / int64(pl.unit.perBlock)
+	if blocks > 1<<31-1 {
+		return pl, fmt.Errorf("%w: %w: %d thread blocks, more than a grid holds", kernels.ErrInvalidParams, ErrUnsupported, blocks)
+	}
+	pl.grid = int(blocks)
+	return pl, nil
+}
+
+// partBytes is the size of the partial results of plan pl on compute
+// elements of elem bytes (0 with one split): outputs and (lse, seen).
+func (pl decodePlan) partBytes(p kernels.Params, elem int) (o, lse int64) {
+	if pl.splits == 1 {
+		return 0, 0
+	}
+	n := int64(p.B) * int64(p.KVHeads()) * int64(pl.rows) * int64(pl.splits)
+	return n * int64(p.D) * int64(elem), 2 * n * int64(elem)
+}
+
+// decodeArgs are the device addresses of one decode launch.
+type decodeArgs struct {
+	q, k, v, o, lse     cu.DevicePtr
+	partO, partLSE      cu.DevicePtr
+	table               cu.DevicePtr // int32 [B, tableStride], paged only
+	tableStride         int64
+	rowStride           int64 // elements between stored key rows
+	qLens, kLens, alibi uint64
+}
+
+// enqueue launches the units of plan pl, then the merge when the keys are
+// split, on stream.
+func (d *decoder) enqueue(p kernels.Params, pl decodePlan, a decodeArgs, stream cu.Stream) error {
+	kp := newParams(p, operands{q: dense(a.q, p.Nq, p.D), o: dense(a.o, p.Nq, p.D), lse: uint64(a.lse),
+		k: tensorAt{ptr: uint64(a.k), rows: int64(p.Nk), ld: a.rowStride}, v: tensorAt{ptr: uint64(a.v), rows: int64(p.Nk), ld: a.rowStride},
+		vars: variantArgs{heads: int64(p.H), qLens: a.qLens, kLens: a.kLens, alibi: a.alibi}})
+	kp.Splits, kp.PartO, kp.PartLse = int64(pl.splits), uint64(a.partO), uint64(a.partLSE)
+	if p.Pages != nil {
+		kp.BlockTable, kp.TableStride, kp.PageSize = uint64(a.table), a.tableStride, int64(p.Pages.Size)
+	}
+	if err := launch(pl.unit.fn, pl.grid, 32*pl.unit.perBlock, pl.unit.unitBytes*pl.unit.perBlock, stream, &kp); err != nil {
+		return fmt.Errorf("cudakernels: decode launch: %w", err)
+	}
+	if pl.splits == 1 {
+		return nil
+	}
+	rows := int64(p.B) * int64(p.KVHeads()) * int64(pl.rows)
+	merge := d.merge[0]
+	if pl.f64 {
+		merge = d.merge[1]
+	}
+	if err := launch(merge, int((rows+3)/4), 128, 0, stream, &kp); err != nil {
+		return fmt.Errorf("cudakernels: decode merge launch: %w", err)
+	}
+	return nil
+}
+
+// tableOf packs p's block tables as the units read them: int32 [B,
+// stride], stride the longest table (at least 1).
+func tableOf(p kernels.Params) ([]int32, int64) {
+	stride := 1
+	for _, t := range p.Pages.Table {
+		stride = max(stride, len(t))
+	}
+	out := make([]int32, p.B*stride)
+	for b, t := range p.Pages.Table {
+		for i, page := range t {
+			out[b*stride+i] = int32(page)
+		}
+	}
+	return out, int64(stride)
+}
+
+// bytesOf views a slice of integers as bytes.
+func bytesOf[E int32 | int64](x []E) []byte {
+	if len(x) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), len(x)*int(unsafe.Sizeof(x[0])))
+}
+
+// uploadBytes copies host bytes to dst (synchronously: pageable memory).
+func uploadBytes(dst cu.DevicePtr, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	if err := cu.MemcpyHtoD(dst, unsafe.Pointer(&src[0]), int64(len(src))); err != nil {
+		return fmt.Errorf("cudakernels: copying to the device: %w", err)
+	}
+	return nil
+}
+
+// downloadBytes copies device bytes back into dst.
+func downloadBytes(dst []byte, src cu.DevicePtr) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	if err := cu.MemcpyDtoH(unsafe.Pointer(&dst[0]), src, int64(len(dst))); err != nil {
+		return fmt.Errorf("cudakernels: copying from the device: %w", err)
+	}
+	return nil
+}
+
+// decodeForward is the backend's forward of a paged problem: q, the pool's
+// k and v, o and lse go up and down whole, through the workspace, and the
+// units read the pool in the caller's element type.
+func decodeForward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse []T) error {
+	s := storeF32
+	if elemSize[T]() == 8 {
+		s = storeF64
+	}
+	return b.run(func() error {
+		pl, err := b.reg.dec.plan(p, s)
+		if err != nil {
+			return err
+		}
+		var aux auxArgs
+		var a decodeArgs
+		elem := int64(elemSize[T]())
+		table, stride := tableOf(p)
+		po, pls := pl.partBytes(p, int(elem))
+		if err := b.xfer.workspace(part{&a.q, int64(len(q)) * elem}, part{&a.k, int64(len(k)) * elem}, part{&a.v, int64(len(v)) * elem},
+			part{&a.o, int64(len(o)) * elem}, part{&a.lse, int64(len(lse)) * elem}, part{&a.partO, po}, part{&a.partLSE, pls},
+			part{&a.table, int64(len(table)) * 4}, aux.part(p)); err != nil {
+			return err
+		}
+		for _, c := range []struct {
+			to   cu.DevicePtr
+			from []byte
+		}{{a.q, bytesOfT(q)}, {a.k, bytesOfT(k)}, {a.v, bytesOfT(v)}, {a.table, bytesOf(table)}} {
+			if err := uploadBytes(c.to, c.from); err != nil {
+				return err
+			}
+		}
+		if err := aux.upload(); err != nil {
+			return err
+		}
+		vars := aux.at(p, chunk{}, 0)
+		a.qLens, a.kLens, a.alibi = vars.qLens, vars.kLens, vars.alibi
+		a.tableStride, a.rowStride = stride, int64(p.D)
+		if err := b.reg.dec.enqueue(p, pl, a, cu.Stream{}); err != nil {
+			return err
+		}
+		if err := errors.Join(downloadBytes(bytesOfT(o), a.o), downloadBytes(bytesOfT(lse), a.lse)); err != nil {
+			return err
+		}
+		return nil
+	})
+}
+
+// bytesOfT views a []T as bytes.
+func bytesOfT[T kernels.Float](x []T) []byte {
+	if len(x) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), len(x)*elemSize[T]())
+}
