@@ -23,7 +23,8 @@ from triton.testing import do_bench
 
 from markdown_table import emit, progress
 
-LINE = re.compile(r"^BenchmarkDecodeGPU/(\w+)/B(\d+)_Hkv(\d+)_L(\d+)-\d+\s.*?([\d.]+) kernel-us\s+([\d.]+) TB/s")
+LINE = re.compile(r"^BenchmarkDecodeGPU/(\w+)/B(\d+)_Hkv(\d+)_L(\d+)-\d+\s")
+METRIC = re.compile(r"([\d.]+) ([\w/-]+)")
 CEILING = re.compile(r"^BenchmarkDecodeGPU/(\w+)/read-ceiling-\d+\s.*?([\d.]+) TB/s")
 H, D = 32, 128
 
@@ -40,8 +41,9 @@ def ours(binary, short):
     got, ceiling = {}, {}
     for line in out.stdout.splitlines():
         if m := LINE.match(line):
-            prec, b, hkv, l, us, tbs = m.groups()
-            got[(prec, int(b), int(hkv), int(l))] = (float(us), float(tbs))
+            prec, b, hkv, l = m.groups()
+            metrics = {unit: float(x) for x, unit in METRIC.findall(line[m.end():])}
+            got[(prec, int(b), int(hkv), int(l))] = (metrics["kernel-us"], metrics["TB/s"])
         elif m := CEILING.match(line):
             ceiling[m.group(1)] = float(m.group(2))
     return got, ceiling

@@ -281,6 +281,29 @@
 // The CUDA-core kernels are correct rather than fast; they load tiles
 // synchronously and compute with scalar FMAs.
 //
+// # Decoding
+//
+// A forward with few query rows per key head (a decode step) runs on the
+// split-KV kernels of csrc/decode.cuh, a PTX module of its own
+// (decode_sm80.ptx). They run on CUDA cores, on every device, in every
+// precision:
+//   - One warp is one unit: (key head, up to 8 rows of its group, key
+//     split).
+//   - It reads the keys and values in place, dense or through a block
+//     table (kernels.Pages), in float32, float64, bf16 or fp16.
+//   - It writes o and the LSE, or with several splits partial results
+//     that a merge kernel combines through their log-sum-exp.
+//   - decodeSplits (decode.go, a pure function with a table test) picks
+//     the splits from the units and the device's multiprocessors.
+//
+// Every paged forward of the backend runs there; a backward refuses
+// pages. Backend.NewCacheStore keeps a key/value cache's rows in device
+// memory (kernels.CacheStore): a step uploads its new rows, one kernel
+// writes them into the store, and the units attend. Cache formats follow
+// the precision (bf16 for BF16, fp16 for FP16, float32 otherwise). The
+// decode benchmark is Backend.DecodeKernelTime beside Backend.ReadCeiling
+// (a pure read of device memory).
+//
 // # Kernel arguments: Params
 //
 // Every attention kernel (forward, dK/dV, dQ of each family, D = rowsum(dO∘O)

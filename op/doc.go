@@ -128,9 +128,24 @@
 // reads the cache, 2·Hkv·L·D elements per sequence of L tokens per layer;
 // bench/RESULTS.md has the bandwidth it reaches.
 //
-// The cache lives in host memory, for an op on the CPU: CacheDevice(GPU)
-// is refused with an error wrapping ErrNoGPU for now, and so is a cached
-// node whose op runs on a GPU backend (ErrInvalidInput). A cached node is
+// By default the cache lives in host memory, for an op on the CPU.
+// CacheDevice(GPU) puts it in the GPU's memory, for ops on the GPU (a
+// binary without the flashgpu tag, or a machine without a device, gets an
+// error wrapping ErrNoGPU):
+//   - Format: the op's precision decides it: bf16 for BF16, fp16 for
+//     FP16, float32 for FP32 and TF32, float64 for Float64 tensors.
+//   - Allocation: at the first run, on that op's backend. Ops of another
+//     backend (another precision) are refused after that.
+//   - Kernels: every step, the prefill included, runs on the GPU's
+//     split-KV decoding kernels (package cudakernels).
+//   - A step moves q, k and v of its new tokens to the device and o and
+//     the LSE back: (B·H + 2·B·Hkv)·T·D elements up and B·H·T·(D+1)
+//     down. Beside them go 8 bytes per new row for its place, 4 bytes per
+//     sequence per length vector and, when paged, 4 bytes per page of the
+//     longest sequence, per sequence. The cache never moves.
+//
+// A host cache with a GPU op, and a GPU cache with a CPU op, are errors
+// wrapping ErrInvalidInput. A cached node is
 // inference only: differentiating through it (gorgonia.Grad, the
 // LispMachine's backward) is an error. Key lengths, dropout, a bias, a
 // nil or closed cache and a cache of another batch, head count, head
