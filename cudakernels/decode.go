@@ -13,9 +13,10 @@ const (
 
 // decodeResident is the number of units a device of sms multiprocessors,
 // each with smemPerSM bytes of shared memory, holds at once when a unit
-// takes unitBytes.
-func decodeResident(sms, smemPerSM, unitBytes int) int {
-	return sms * max(1, min(decodeUnitsPerSM, smemPerSM/unitBytes))
+// takes unitBytes and a block perBlock units: whole blocks, as the
+// hardware places them.
+func decodeResident(sms, smemPerSM, unitBytes, perBlock int) int {
+	return sms * max(1, min(decodeUnitsPerSM, smemPerSM/(unitBytes*perBlock)*perBlock))
 }
 
 // decodeSplits returns the key splits of a decode over units units (key

@@ -205,7 +205,7 @@ func (d *decoder) plan(p kernels.Params, s storeKind) (decodePlan, error) {
 		}
 	}
 	units := int(int64(p.B) * int64(p.KVHeads()) * tiles)
-	pl.splits = decodeSplits(units, keys, decodeResident(d.sms, d.smemPerSM, pl.unit.unitBytes))
+	pl.splits = decodeSplits(units, keys, decodeResident(d.sms, d.smemPerSM, pl.unit.unitBytes, pl.unit.perBlock))
 	if d.splitsOverride > 0 {
 		pl.splits = d.splitsOverride
 	}

@@ -12,7 +12,7 @@
     using L = flash::decode::Layout<F, S, DP, R>;                                                         \
     flash::require_launch(32 * L::kUnits, L::kBlock);                                                     \
     const int w = threadIdx.x / 32;                                                                       \
-    flash::decode::unit_body<F, S, DP, R>(p, static_cast<long long>(blockIdx.x) * L::kUnits + w,          \
+    flash::decode::rows_body<F, S, DP, R>(p, static_cast<long long>(blockIdx.x) * L::kUnits + w,          \
                                           flash::smem + w * L::kUnit);                                    \
   }
 #define FLASH_DECODE_ROWS(NAME, F, S, DP) \

@@ -54,11 +54,17 @@ __device__ __forceinline__ double log2_of(double x) { return ::log2(x); }
 
 // modified is ScoreMod::apply out of line: the softcap's tanh and ALiBi
 // are rare in decoding, and inlined into every row of every chunk loop they
-// were most of a kernel's code.
+// were most of a kernel's code. It takes the modifier's fields by value: a
+// ScoreMod passed by reference would live in local memory, and the
+// structure holding it with it.
 template <typename F>
-__device__ __noinline__ F modified(const ScoreMod<F>& mod, F s, long long i, long long j) {
+__device__ __noinline__ F modified_at(F cap, F slope, long long shift, F s, long long i, long long j) {
   F dsoft;
-  return mod.apply(s, i, j, dsoft);
+  return ScoreMod<F>{cap, slope, shift, true}.apply(s, i, j, dsoft);
+}
+template <typename F>
+__device__ __forceinline__ F modified(const ScoreMod<F>& mod, F s, long long i, long long j) {
+  return modified_at(mod.cap, mod.slope, mod.shift, s, i, j);
 }
 
 // row_range returns the keys row i sees, lo ≤ j < hi (lo = hi when none).
@@ -198,74 +204,186 @@ struct Piece {
   }
 };
 
-// unit_body computes one unit (see the file's comment). F is the compute
-// type (float, or double for float64), S the storage type of k and v, DP
-// the compiled head dimension (dim ≤ DP, a multiple of 32), R the most rows
-// of a unit.
+// UnitRows is what every unit knows of itself: its split, key head and
+// rows (r0 … r0 + nrows − 1 of the key head's group_rows), its mask, each
+// row's key range [lo, hi) (empty for padding rows and rows past nrows),
+// and its keys [from, to): split s of the union of the rows' ranges.
+template <typename F, int R>
+struct UnitRows {
+  long long splits, s, kvh, hkv, group_rows, r0, pair0, from, to;
+  int nrows;
+  bool live;  // false for the launch's last units past b·hkv key heads
+  SeqMask mk;
+  long long lo[R], hi[R];
+
+  __device__ __forceinline__ void init(const Params& p, long long unit) {
+    hkv = p.h / p.kv_group;
+    group_rows = p.kv_group * p.nq;
+    const long long tiles = (group_rows + R - 1) / R;
+    splits = p.splits;
+    s = unit % splits;
+    const long long tile = unit / splits % tiles;
+    kvh = unit / (splits * tiles);
+    live = kvh < p.b * hkv;
+    if (!live) return;
+    const long long b = kvh / hkv;
+    nrows = static_cast<int>(lmin(R, group_rows - tile * R));
+    r0 = tile * R;
+    // The key head's first query pair (batch·h + head).
+    pair0 = b * p.h + (kvh - b * hkv) * p.kv_group;
+    mk = seq_mask(p, pair0);
+    long long ulo = mk.lk, uhi = 0;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      lo[r] = hi[r] = 0;
+      if (r < nrows) {
+        row_range(mk, (r0 + r) % p.nq, lo[r], hi[r]);
+        if (lo[r] < hi[r]) {
+          ulo = lmin(ulo, lo[r]);
+          uhi = lmax(uhi, hi[r]);
+        }
+      }
+    }
+    from = to = 0;
+    if (ulo < uhi) {
+      const long long per = (uhi - ulo + splits - 1) / splits;
+      from = lmin(uhi, ulo + s * per);
+      to = lmin(uhi, from + per);
+    }
+  }
+
+  // mod returns row r's ScoreMod (its query head's).
+  __device__ __forceinline__ ScoreMod<F> mod(const Params& p, int r) const {
+    return score_mod<F>(p, pair0 + (r0 + r) / p.nq, mk);
+  }
+
+  // q_at returns row r's query row in q.
+  template <typename T>
+  __device__ __forceinline__ const T* q_at(const Params& p, int r) const {
+    const long long pair = pair0 + (r0 + r) / p.nq, i = (r0 + r) % p.nq;
+    return static_cast<const T*>(p.q) + (pair / p.h) * p.q_batch_stride + (pair % p.h) * p.q_head_stride +
+           i * p.q_row_stride;
+  }
+
+  // seen reports whether row r sees a key of the unit's split.
+  __device__ __forceinline__ bool seen(int r) const { return lmax(lo[r], from) < lmin(hi[r], to); }
+
+  // store writes row r's output columns lane·C … of acc (normalised by
+  // inv) and, from lane 0, its LSE: to o and lse with one split, else to
+  // the split's partial results.
+  template <int C>
+  __device__ __forceinline__ void store(const Params& p, int r, const F (&acc)[C], F inv, F row_lse, int lane) const {
+    const long long row = r0 + r;
+    const int dim = static_cast<int>(p.dim);
+    F* out;
+    if (splits == 1) {
+      const long long pair = pair0 + row / p.nq, i = row % p.nq;
+      out = static_cast<F*>(p.o) + (pair / p.h) * p.o_batch_stride + (pair % p.h) * p.o_head_stride + i * p.o_row_stride;
+      if (lane == 0) static_cast<F*>(p.lse)[pair * p.nq + i] = row_lse;
+    } else {
+      const long long at = (kvh * group_rows + row) * splits + s;
+      out = static_cast<F*>(p.part_o) + at * dim;
+      if (lane == 0) {
+        static_cast<F*>(p.part_lse)[2 * at] = row_lse;
+        static_cast<F*>(p.part_lse)[2 * at + 1] = seen(r) ? F(1) : F(0);
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int col = lane * C + c;
+      if (col < dim) out[col] = acc[c] * inv;
+    }
+  }
+};
+
+// Chunks is a unit's double-buffered pipeline over its keys: wait returns
+// the buffer holding chunk it (keys k0 … k0 + n − 1) after starting the
+// copy of the next.
+template <typename S, int DP, int kBuf>
+struct Chunks {
+  const S* k;
+  const S* v;
+  Keys keys;
+  long long to;
+  int dim;
+  bool aligned;
+  unsigned char* sm;
+
+  __device__ __forceinline__ void init(const Params& p, long long kvh, long long hkv, long long from, long long to_,
+                                       unsigned char* sm_, int lane) {
+    k = static_cast<const S*>(p.k);
+    v = static_cast<const S*>(p.v);
+    keys = keys_of(p, kvh, hkv);
+    to = to_;
+    dim = static_cast<int>(p.dim);
+    sm = sm_;
+    aligned = (p.k_row_stride * static_cast<long long>(sizeof(S))) % 16 == 0 &&
+              (reinterpret_cast<unsigned long long>(k) | reinterpret_cast<unsigned long long>(v)) % 16 == 0;
+    if (from < to) load_chunk<S, DP>(k, v, keys, from, static_cast<int>(lmin(kChunk, to - from)), dim, aligned, sm, lane);
+  }
+
+  __device__ __forceinline__ unsigned char* wait(long long k0, long long it, int lane) {
+    if (k0 + kChunk < to) {
+      load_chunk<S, DP>(k, v, keys, k0 + kChunk, static_cast<int>(lmin(kChunk, to - k0 - kChunk)), dim, aligned,
+                        sm + ((it + 1) & 1) * kBuf, lane);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncwarp();
+    return sm + (it & 1) * kBuf;
+  }
+};
+
+// online_step advances a row's online softmax by one chunk: x is a score
+// (log2 units, −inf where masked) whose maximum over the chunk is cm; it
+// returns the probability and updates m, with alpha the factor that
+// rescales what was summed before. A row that has seen only −inf keeps
+// alpha = 1 and gives 0 (NaN for a NaN score, which must reach the row).
+template <typename F>
+__device__ __forceinline__ F online_step(F x, F cm, F& m, F& alpha) {
+  const F mn = max_nan(m, cm);
+  F pr;
+  if (mn == -Math<F>::inf()) {
+    alpha = F(1);
+    pr = x != x ? x : F(0);
+  } else {
+    alpha = exp2_of(m - mn);
+    pr = exp2_of(x - mn);
+  }
+  m = mn;
+  return pr;
+}
+
+
+// unit_body computes a unit of one row (see the file's comment): F is the
+// compute type (float, or double for float64), S the storage type of k and
+// v, DP the compiled head dimension (dim ≤ DP, a multiple of 32). Two
+// lanes share a key for the scores, each summing half its 16-byte pieces
+// against the query row in shared memory.
 template <typename F, typename S, int DP, int R>
 __device__ void unit_body(const Params& p, long long unit, unsigned char* sm) {
   using L = Layout<F, S, DP, R>;
   constexpr int kCols = DP / 32;  // output columns per lane
   constexpr int kVec = Piece<F, S>::kVec;
   const int lane = threadIdx.x % 32;
-  const long long hkv = p.h / p.kv_group;
-  const long long group_rows = p.kv_group * p.nq;
-  const long long tiles = (group_rows + R - 1) / R;
-  const long long splits = p.splits;
-  const long long s = unit % splits, tile = unit / splits % tiles, kvh = unit / (splits * tiles);
-  if (kvh >= p.b * hkv) return;
-  const long long b = kvh / hkv;
-  const int nrows = static_cast<int>(lmin(R, group_rows - tile * R));
-  const long long r0 = tile * R;  // first row of the unit in its key head's rows
-  // The key head's first query pair (batch·h + head) and its rows in q.
-  const long long pair0 = b * p.h + (kvh - b * hkv) * p.kv_group;
-  const SeqMask mk = seq_mask(p, pair0);
+  UnitRows<F, R> u;
+  u.init(p, unit);
+  if (!u.live) return;
   const int dim = static_cast<int>(p.dim);
 
   F* sq = reinterpret_cast<F*>(sm + 2 * L::kBuf);
   F* sp = reinterpret_cast<F*>(sm + 2 * L::kBuf + L::kQ);
-  // The rows' queries, scaled, zero beyond dim; and their key ranges,
-  // whose union the unit splits.
-  // Each row's softcap and ALiBi slope (its query head's).
-  long long lo[R], hi[R];
-  ScoreMod<F> mod[R];
-  long long ulo = mk.lk, uhi = 0;
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    lo[r] = hi[r] = 0;
-    mod[r] = score_mod<F>(p, pair0 + (r0 + r) / p.nq, mk);
-    if (r < nrows) {
-      const long long row = r0 + r, i = row % p.nq;
-      row_range(mk, i, lo[r], hi[r]);
-      if (lo[r] < hi[r]) {
-        ulo = lmin(ulo, lo[r]);
-        uhi = lmax(uhi, hi[r]);
-      }
-    }
-  }
-  const F* q = static_cast<const F*>(p.q);
+  // The rows' queries, scaled, zero beyond dim.
   for (int c = lane; c < R * DP; c += 32) {
     const int r = c / DP, col = c - r * DP;
-    F x = F(0);
-    if (r < nrows && col < dim) {
-      const long long pair = pair0 + (r0 + r) / p.nq, i = (r0 + r) % p.nq;
-      x = q[(pair / p.h) * p.q_batch_stride + (pair % p.h) * p.q_head_stride + i * p.q_row_stride + col] *
-          static_cast<F>(p.scale);
-    }
-    sq[c] = x;
+    sq[c] = r < u.nrows && col < dim ? u.template q_at<F>(p, r)[col] * static_cast<F>(p.scale) : F(0);
   }
-  long long from = 0, to = 0;
-  if (ulo < uhi) {
-    const long long per = (uhi - ulo + splits - 1) / splits;
-    from = lmin(uhi, ulo + s * per);
-    to = lmin(uhi, from + per);
-  }
-
-  const S* k = static_cast<const S*>(p.k);
-  const S* v = static_cast<const S*>(p.v);
-  const Keys keys = keys_of(p, kvh, hkv);
-  const bool aligned = (p.k_row_stride * static_cast<long long>(sizeof(S))) % 16 == 0 &&
-                       (reinterpret_cast<unsigned long long>(k) | reinterpret_cast<unsigned long long>(v)) % 16 == 0;
+  Chunks<S, DP, L::kBuf> ch;
+  ch.init(p, u.kvh, u.hkv, u.from, u.to, sm, lane);
+  ScoreMod<F> mod[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) mod[r] = u.mod(p, r);
 
   F m[R], l[R], acc[R][kCols];
 #pragma unroll
@@ -275,23 +393,13 @@ __device__ void unit_body(const Params& p, long long unit, unsigned char* sm) {
 #pragma unroll
     for (int c = 0; c < kCols; ++c) acc[r][c] = F(0);
   }
-  constexpr F kLog2 = F(1.4426950408889634);
   const int key = lane & (kChunk - 1), half = lane / kChunk;
   const int pieces = (dim + kVec - 1) / kVec;
+  constexpr F kLog2e = F(1.4426950408889634);  // in F's precision: float64 keeps 1e-10
 
-  if (from < to) load_chunk<S, DP>(k, v, keys, from, static_cast<int>(lmin(kChunk, to - from)), dim,
-                                   aligned, sm, lane);
-  for (long long k0 = from, it = 0; k0 < to; k0 += kChunk, ++it) {
-    const int n = static_cast<int>(lmin(kChunk, to - k0));
-    unsigned char* buf = sm + (it & 1) * L::kBuf;
-    if (k0 + kChunk < to) {
-      load_chunk<S, DP>(k, v, keys, k0 + kChunk, static_cast<int>(lmin(kChunk, to - k0 - kChunk)), dim,
-                        aligned, sm + ((it + 1) & 1) * L::kBuf, lane);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncwarp();
+  for (long long k0 = u.from, it = 0; k0 < u.to; k0 += kChunk, ++it) {
+    const int n = static_cast<int>(lmin(kChunk, u.to - k0));
+    const unsigned char* buf = ch.wait(k0, it, lane);
 
     // Scores of this lane's key, both halves summing their pieces.
     F sc[R];
@@ -318,23 +426,15 @@ __device__ void unit_body(const Params& p, long long unit, unsigned char* sm) {
     for (int r = 0; r < R; ++r) {
       sc[r] += __shfl_xor_sync(0xffffffffu, sc[r], kChunk);
       F x = -Math<F>::inf();
-      const bool seen = key < n && j >= lo[r] && j < hi[r];
+      const bool seen = key < n && j >= u.lo[r] && j < u.hi[r];
       vis[r] = __ballot_sync(0xffffffffu, seen);
-      if (seen) x = (mod[r].on ? modified(mod[r], sc[r], (r0 + r) % p.nq, j) : sc[r]) * kLog2;
-      // Online softmax: the chunk's maximum over its 16 keys.
+      if (seen) x = (mod[r].on ? modified(mod[r], sc[r], (u.r0 + r) % p.nq, j) : sc[r]) * kLog2e;
+      // The chunk's maximum over its 16 keys.
       F cm = x;
 #pragma unroll
       for (int off = kChunk / 2; off > 0; off >>= 1) cm = max_nan(cm, __shfl_xor_sync(0xffffffffu, cm, off));
-      const F mn = max_nan(m[r], cm);
-      F alpha, pr;
-      if (mn == -Math<F>::inf()) {
-        alpha = F(1);
-        pr = x != x ? x : F(0);
-      } else {
-        alpha = exp2_of(m[r] - mn);
-        pr = exp2_of(x - mn);
-      }
-      m[r] = mn;
+      F alpha;
+      const F pr = online_step(x, cm, m[r], alpha);
       l[r] = l[r] * alpha + (half == 0 ? pr : F(0));
 #pragma unroll
       for (int c = 0; c < kCols; ++c) acc[r][c] *= alpha;
@@ -362,40 +462,218 @@ __device__ void unit_body(const Params& p, long long unit, unsigned char* sm) {
   }
 
   // Finish: l summed over the keys' lanes; the output normalised.
-  F* o = static_cast<F*>(p.o);
-  F* lse = static_cast<F*>(p.lse);
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) l[r] += __shfl_xor_sync(0xffffffffu, l[r], off);
-    if (r >= nrows) continue;
-    const long long row = r0 + r;
-    const bool seen = lmax(lo[r], from) < lmin(hi[r], to);
-    const F inv = seen ? F(1) / l[r] : F(0);
-    const F unit_lse = seen ? (m[r] + log2_of(l[r])) * F(0.6931471805599453) : Math<F>::inf();
-    if (splits == 1) {
-      const long long pair = pair0 + row / p.nq, i = row % p.nq;
-      F* orow = o + (pair / p.h) * p.o_batch_stride + (pair % p.h) * p.o_head_stride + i * p.o_row_stride;
+    if (r >= u.nrows) continue;
+    const bool seen = u.seen(r);
+    u.store(p, r, acc[r], seen ? F(1) / l[r] : F(0),
+            seen ? (m[r] + log2_of(l[r])) * F(0.6931471805599453) : Math<F>::inf(), lane);
+  }
+}
+
+// reduce_scatter sums N values (N a multiple of 32) across the warp's
+// lanes, value by value, leaving each lane N/32 of the sums: value
+// 32·N/32·… in the transposing butterfly below, lane l ends with the sums
+// of values (N/32)·l … (N/32)·l + N/32 − 1 in v[0 … N/32). Each of its
+// five steps halves what a lane holds: it keeps one half, sends the other
+// to its partner and adds what the partner sends of its kept half, 31·N/32
+// shuffles in all rather than 5·N for one reduction per value.
+template <int kOff, int kHalf, typename F, int N>
+__device__ __forceinline__ void butterfly_step(F (&v)[N], int lane) {
+  const bool upper = (lane & kOff) != 0;
 #pragma unroll
-      for (int c = 0; c < kCols; ++c) {
-        const int col = lane * kCols + c;
-        if (col < dim) orow[col] = acc[r][c] * inv;
-      }
-      if (lane == 0) lse[pair * p.nq + i] = unit_lse;
-    } else {
-      const long long at = (kvh * group_rows + row) * splits + s;
-      F* po = static_cast<F*>(p.part_o) + at * dim;
+  for (int i = 0; i < kHalf; ++i) {
+    const F send = upper ? v[i] : v[i + kHalf];
+    const F keep = upper ? v[i + kHalf] : v[i];
+    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, kOff);
+  }
+}
+
+// The five steps spelled out: a loop over them was left rolled, which put
+// v in local memory.
+template <typename F, int N>
+__device__ __forceinline__ void reduce_scatter(F (&v)[N], int lane) {
+  static_assert(N % 32 == 0, "reduce_scatter: N must be a multiple of 32");
+  butterfly_step<16, N / 2>(v, lane);
+  butterfly_step<8, N / 4>(v, lane);
+  butterfly_step<4, N / 8>(v, lane);
+  butterfly_step<2, N / 16>(v, lane);
+  butterfly_step<1, N / 32>(v, lane);
+}
+
+// group_body computes a unit of up to 8 rows, a query group's heads (as
+// unit_body, which would read every query row from shared memory once per
+// pair of 16-byte pieces of each key: the bound of a grouped decode). Here
+// every lane holds columns lane·C … lane·C + C − 1 of all eight query rows
+// in registers, as it holds those columns of the outputs. A chunk's scores
+// are summed in two halves of 8 keys: each lane's partial dot products of
+// 8 rows × 8 keys go through reduce_scatter, after which lane l holds the
+// two scores of row l/4 and keys 2·(l mod 4) and 2·(l mod 4) + 1. Four
+// lanes then hold a row's 16 scores, its softmax needs shuffles among them
+// only, and its probabilities reach every lane through shared memory for
+// O += P·V.
+template <typename F, typename S, int DP>
+__device__ void group_body(const Params& p, long long unit, unsigned char* sm) {
+  constexpr int R = 8;
+  using L = Layout<F, S, DP, R>;
+  constexpr int kCols = DP / 32;
+  constexpr int kHalf = kChunk / 2;  // keys per reduce_scatter
+  const int lane = threadIdx.x % 32;
+  UnitRows<F, R> u;
+  u.init(p, unit);
+  if (!u.live) return;
+  const int dim = static_cast<int>(p.dim);
+  F* sp = reinterpret_cast<F*>(sm + 2 * L::kBuf + L::kQ);  // [R][kChunk] probabilities
+  constexpr F kLog2e = F(1.4426950408889634);
+
+  F q[R][kCols];
 #pragma unroll
-      for (int c = 0; c < kCols; ++c) {
-        const int col = lane * kCols + c;
-        if (col < dim) po[col] = acc[r][c] * inv;
-      }
-      if (lane == 0) {
-        static_cast<F*>(p.part_lse)[2 * at] = unit_lse;
-        static_cast<F*>(p.part_lse)[2 * at + 1] = seen ? F(1) : F(0);
-      }
+  for (int r = 0; r < R; ++r) {
+    const F* qr = r < u.nrows ? u.template q_at<F>(p, r) : nullptr;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      const int col = lane * kCols + c;
+      q[r][c] = qr != nullptr && col < dim ? qr[col] * static_cast<F>(p.scale) : F(0);
     }
   }
+  bool col_ok[kCols];
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) col_ok[c] = lane * kCols + c < dim;
+  Chunks<S, DP, L::kBuf> ch;
+  ch.init(p, u.kvh, u.hkv, u.from, u.to, sm, lane);
+
+  // The softmax state of this lane's row, shared by its four lanes.
+  const int my_row = lane / 4, quad = lane % 4;
+  long long my_lo = 0, my_hi = 0;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    if (r == my_row) my_lo = u.lo[r], my_hi = u.hi[r];
+  const ScoreMod<F> my_mod = u.mod(p, my_row);
+  F m = -Math<F>::inf(), l = F(0);
+  F acc[R][kCols];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) acc[r][c] = F(0);
+
+  for (long long k0 = u.from, it = 0; k0 < u.to; k0 += kChunk, ++it) {
+    const int n = static_cast<int>(lmin(kChunk, u.to - k0));
+    const unsigned char* buf = ch.wait(k0, it, lane);
+
+    // x[h][e]: this lane's scores, keys k0 + 8h + 2·quad + e.
+    F x[2][2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      F part[R * kHalf];  // row r, key 8h + j at r·8 + j
+#pragma unroll
+      for (int j = 0; j < kHalf; ++j) {
+        const S* krow = reinterpret_cast<const S*>(buf + (h * kHalf + j) * L::kRowBytes) + lane * kCols;
+        // Columns past dim were never copied: whatever they hold (NaN
+        // from an earlier chunk's pool, say) must not meet q's zeros.
+        F kv[kCols];
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) kv[c] = col_ok[c] ? to_f<F>(krow[c]) : F(0);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          F d = F(0);
+#pragma unroll
+          for (int c = 0; c < kCols; ++c) d = Math<F>::fma(q[r][c], kv[c], d);
+          part[r * kHalf + j] = d;
+        }
+      }
+      reduce_scatter(part, lane);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const long long kk = h * kHalf + 2 * quad + e, j = k0 + kk;
+        F s = -Math<F>::inf();
+        if (kk < n && j >= my_lo && j < my_hi)
+          s = (my_mod.on ? modified(my_mod, part[e], (u.r0 + my_row) % p.nq, j) : part[e]) * kLog2e;
+        x[h][e] = s;
+      }
+    }
+    // The row's maximum over the chunk: its four lanes.
+    F cm = max_nan(max_nan(x[0][0], x[0][1]), max_nan(x[1][0], x[1][1]));
+    cm = max_nan(cm, __shfl_xor_sync(0xffffffffu, cm, 1));
+    cm = max_nan(cm, __shfl_xor_sync(0xffffffffu, cm, 2));
+    F alpha = F(1);
+    {
+      const F mn = max_nan(m, cm);
+      if (mn != -Math<F>::inf()) alpha = exp2_of(m - mn);
+      F sum = F(0);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const F s = x[h][e];
+          const F pr = mn == -Math<F>::inf() ? (s != s ? s : F(0)) : exp2_of(s - mn);
+          sp[my_row * kChunk + h * kHalf + 2 * quad + e] = pr;
+          sum += pr;
+        }
+      m = mn;
+      l = l * alpha + sum;
+    }
+    __syncwarp();
+    // Every row's rescaling factor, from its first lane.
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const F a = __shfl_sync(0xffffffffu, alpha, 4 * r);
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) acc[r][c] *= a;
+    }
+
+    // O += P·V. Where every row sees all n keys (a uniform test), every
+    // product counts; else a key a row does not see is skipped, so that
+    // its value, whatever it holds, reaches nothing (0·inf is NaN).
+    bool all = true;
+#pragma unroll
+    for (int r = 0; r < R; ++r) all &= r >= u.nrows || (u.lo[r] <= k0 && k0 + n <= u.hi[r]);
+    const unsigned char* vbuf = buf + kChunk * L::kRowBytes;
+    auto pv = [&](auto kEdge) {
+#pragma unroll 2
+      for (int kk = 0; kk < n; ++kk) {
+        F vv[kCols];
+        const S* vrow = reinterpret_cast<const S*>(vbuf + kk * L::kRowBytes) + lane * kCols;
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) vv[c] = to_f<F>(vrow[c]);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (kEdge && !(k0 + kk >= u.lo[r] && k0 + kk < u.hi[r])) continue;
+          const F pr = sp[r * kChunk + kk];
+#pragma unroll
+          for (int c = 0; c < kCols; ++c) acc[r][c] = Math<F>::fma(pr, vv[c], acc[r][c]);
+        }
+      }
+    };
+    if (all)
+      pv(MaskFlag<false>{});
+    else
+      pv(MaskFlag<true>{});
+    __syncwarp();  // the buffer and sp are rewritten next
+  }
+
+  // Finish: a row's l over its four lanes, then each row's factor from its
+  // first lane.
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const F lr = __shfl_sync(0xffffffffu, l, 4 * r), mr = __shfl_sync(0xffffffffu, m, 4 * r);
+    if (r >= u.nrows) continue;
+    const bool seen = u.seen(r);
+    u.store(p, r, acc[r], seen ? F(1) / lr : F(0), seen ? (mr + log2_of(lr)) * F(0.6931471805599453) : Math<F>::inf(),
+            lane);
+  }
+}
+
+// rows_body is the unit of R rows: unit_body for one, group_body for 8.
+template <typename F, typename S, int DP, int R>
+__device__ __forceinline__ void rows_body(const Params& p, long long unit, unsigned char* sm) {
+  if constexpr (R == 1)
+    unit_body<F, S, DP, 1>(p, unit, sm);
+  else
+    group_body<F, S, DP>(p, unit, sm);
 }
 
 // merge_row combines row `row` (of the launch's b·hkv key heads' rows) over
