@@ -76,7 +76,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.Float64Var(&o.temperature, "temperature", 0.8, "sampling temperature")
 	fs.StringVar(&o.prompt, "prompt", "\n", "text the sample starts from")
 	fs.IntVar(&o.generate, "generate", 0, "generate this many characters from -prompt with the -resume checkpoint, without training (0: train)")
-	fs.BoolVar(&o.kvCache, "kv-cache", true, "generate through one key/value cache per layer (flash attention on the CPU); false re-runs the whole context for every character")
+	fs.BoolVar(&o.kvCache, "kv-cache", true, "generate through one key/value cache per layer (flash attention, the caches on -device); false re-runs the whole context for every character")
 	fs.BoolVar(&o.progress, "progress", true, "report progress on stderr: a bar on a terminal, else a line every -eval-every steps")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

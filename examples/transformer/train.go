@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/gorgonia-flash/flashattention/examples/transformer/model"
-	"github.com/gorgonia-flash/flashattention/op"
 )
 
 // Files written into -out.
@@ -315,16 +314,17 @@ func generateText(m *model.Model, vocab *model.Vocab, prompt []int, n int, o *op
 }
 
 // newGenerator returns the sampler the flags choose, what it is, and how to
-// release it: the cached one for flash attention on the CPU with
-// -kv-cache, else the one that re-runs the context (the cache lives in
-// host memory and needs the flash op; naive attention is the reference).
+// release it: the cached one for flash attention with -kv-cache (its
+// caches on -device: host memory for the CPU, device memory for the
+// GPU), else the one that re-runs the context (the cache needs the flash
+// op; naive attention is the reference).
 func newGenerator(m *model.Model, o *options) (model.Generator, string, func() error, error) {
-	if o.kvCache && o.attention == model.AttentionFlash && o.device == op.CPU {
-		s, err := m.NewCachedSampler(o.flashOpts...)
+	if o.kvCache && o.attention == model.AttentionFlash {
+		s, err := m.NewCachedSampler(o.device, o.flashOpts...)
 		if err != nil {
 			return nil, "", nil, err
 		}
-		return s, "key/value cache", s.Close, nil
+		return s, fmt.Sprintf("key/value cache on the %v", o.device), s.Close, nil
 	}
 	s, err := m.NewSampler(o.attention, o.flashOpts...)
 	if err != nil {

@@ -35,8 +35,8 @@ func nextSegment(n, seg, seq int) int {
 	return n - max(1, seq/2)
 }
 
-// CachedSampler generates through one op.KVCache per layer, on the CPU: a
-// segment's tokens are fed once (the prompt in one prefill run, then one
+// CachedSampler generates through one op.KVCache per layer, on the CPU or
+// the GPU: a segment's tokens are fed once (the prompt in one prefill run, then one
 // token per run), each run attending to the keys and values cached so
 // far, rather than the whole context again for every token. Close frees
 // its caches.
@@ -58,11 +58,11 @@ type cachedGraph struct {
 	lensV            *tensor.Dense // nil in the step graph
 }
 
-// NewCachedSampler makes the caches (Seq tokens each) and compiles the
-// two graphs: the prefill of up to Seq tokens and the one-token step.
-// flashOpts go to op.Attention (they must keep it on the CPU, where the
-// caches are).
-func (m *Model) NewCachedSampler(flashOpts ...op.Option) (s *CachedSampler, err error) {
+// NewCachedSampler makes the caches (Seq tokens each) on dev and compiles
+// the two graphs: the prefill of up to Seq tokens and the one-token step.
+// flashOpts go to op.Attention; they must put it on dev too (DeviceOptions
+// does), where the caches are.
+func (m *Model) NewCachedSampler(dev op.Device, flashOpts ...op.Option) (s *CachedSampler, err error) {
 	cfg := m.Config
 	dt, err := cfg.dtype()
 	if err != nil {
@@ -76,7 +76,7 @@ func (m *Model) NewCachedSampler(flashOpts ...op.Option) (s *CachedSampler, err 
 		}
 	}()
 	for range cfg.Layers {
-		c, err := op.NewKVCache(1, cfg.Heads, cfg.HeadDim(), cfg.Seq, dt)
+		c, err := op.NewKVCache(1, cfg.Heads, cfg.HeadDim(), cfg.Seq, dt, op.CacheDevice(dev))
 		if err != nil {
 			return nil, err
 		}

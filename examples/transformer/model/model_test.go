@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	G "gorgonia.org/gorgonia"
+
+	"github.com/gorgonia-flash/flashattention/op"
 )
 
 const corpusPath = "../../../testdata/corpus/tinyshakespeare_head.txt"
@@ -512,7 +514,7 @@ func TestCachedSamplerMatchesUncached(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cached, err := m.NewCachedSampler()
+		cached, err := m.NewCachedSampler(op.CPU)
 		if err != nil {
 			t.Fatal(err)
 		}
