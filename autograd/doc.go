@@ -26,6 +26,10 @@
 // With Config.LSE the Op's single output is the vector [O | LSE], which
 // Op.Split views as two nodes whose gradients unpackOp's SymDiff places
 // back into one packed gradient; the backward then folds dLSE into D.
+// With Config.Cache (a Cache) each run appends k and v to the cache and
+// attends q to all it holds; the cache keeps the lengths and block tables,
+// and its rows in host memory (NewCache) or, for a NewDeviceCache, in a
+// kernels.CacheStore of the Op's backend, made at the first run.
 // With Config.BNHD the graph's tensors are [B, N, H, D] and the Op copies
 // them, a row of D elements at a time, to and from the kernels' [B, H, N,
 // D]. With Config.Dropout each forward run takes the number of runs before

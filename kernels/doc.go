@@ -101,7 +101,10 @@
 // key head: SplitKV picks the number of splits from the problem and a core
 // count, and MergePartials combines the splits' outputs through their
 // log-sum-exp, exactly (in float64), a split without a visible key being
-// empty.
+// empty. A backend with memory of its own (a GPU) may hold a cache's rows
+// there: a CacheBackend makes a CacheStore, which the cache's owner
+// (autograd.Cache) tells where each new row goes, and whose forward
+// appends and attends in one call.
 //
 // # Masking convention
 //
