@@ -1,6 +1,13 @@
 package cudakernels
 
-// The GPU's key splits for decoding (decode_gpu.go). kernels.SplitKV
+import "fmt"
+
+// What the host knows of the decoding kernels (csrc/decode.cuh, launched
+// by decode_gpu.go), in plain Go so that CPU tests check it: the storage
+// formats, the compiled shapes, each unit's shared memory, and the split
+// choice.
+//
+// The GPU's key splits: kernels.SplitKV
 // serves the CPU, where a unit is a goroutine's and 64 cores are plenty;
 // on the GPU a unit is one warp, and one multiprocessor holds several,
 // each of which waits on memory most of the time, so the device needs
@@ -31,4 +38,94 @@ func decodeSplits(units, keys, resident int) int {
 	}
 	n := (resident + units - 1) / units
 	return max(1, min(n, keys/decodeMinSplitKeys, decodeMaxSplits))
+}
+
+// storeKind is the element format the decode units read keys and values
+// in.
+type storeKind int
+
+const (
+	storeF32 storeKind = iota
+	storeBF16
+	storeFP16
+	storeF64
+)
+
+var storeNames = [...]string{"f32", "bf16", "fp16", "f64"}
+
+func (s storeKind) String() string { return storeNames[s] }
+
+// bytes is the size of one stored element; computeBytes that of the
+// arithmetic (float, or double for float64).
+func (s storeKind) bytes() int {
+	switch s {
+	case storeBF16, storeFP16:
+		return 2
+	case storeF64:
+		return 8
+	}
+	return 4
+}
+
+func (s storeKind) computeBytes() int {
+	if s == storeF64 {
+		return 8
+	}
+	return 4
+}
+
+// storeFor is a cache's storage format on a backend of precision prec: the
+// 16-bit formats for BF16 and FP16 (what those precisions round K and V
+// to anyway, at half the bytes per step), float32 for FP32 and TF32, and
+// float64 for float64 tensors.
+func storeFor(prec Precision, f64 bool) storeKind {
+	switch {
+	case f64:
+		return storeF64
+	case prec == BF16:
+		return storeBF16
+	case prec == FP16:
+		return storeFP16
+	}
+	return storeF32
+}
+
+// The compiled shapes of decode.cu: head dimensions (a unit's columns per
+// lane are DP/32) and rows per unit (1 for a lone row, else 8).
+var (
+	decodeDims  = [...]int{64, 128, 256}
+	decodeTiles = [...]int{1, 8}
+)
+
+// decode.cuh's Layout constants.
+const (
+	decodeChunk      = 16
+	decodePad        = 16
+	decodeSmemBudget = 200 << 10
+)
+
+// decodeLayout mirrors decode.cuh's Layout: a unit's shared memory in
+// bytes and the units (warps) per block. The kernel traps when launched
+// with another shape (require_launch), so a drift fails every test.
+func decodeLayout(s storeKind, dp, rows int) (unitBytes, perBlock int) {
+	row := dp*s.bytes() + decodePad
+	buf := 2 * decodeChunk * row
+	unitBytes = 2*buf + rows*dp*s.computeBytes() + rows*decodeChunk*s.computeBytes()
+	switch {
+	case 4*unitBytes <= decodeSmemBudget:
+		return unitBytes, 4
+	case 2*unitBytes <= decodeSmemBudget:
+		return unitBytes, 2
+	}
+	return unitBytes, 1
+}
+
+// decodeDim returns the compiled head dimension that holds d columns.
+func decodeDim(d int) (int, error) {
+	for _, dp := range decodeDims {
+		if d <= dp {
+			return dp, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: head dimension %d: decoding compiles up to %d", ErrUnsupported, d, decodeDims[len(decodeDims)-1])
 }

@@ -1,6 +1,13 @@
 package cudakernels
 
-import "testing"
+import (
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
 
 // TestDecodeSplits pins the GPU's split choice: the H200's 132
 // multiprocessors, units of the bf16 D = 128 eight-row kernel (22016
@@ -29,5 +36,90 @@ func TestDecodeSplits(t *testing.T) {
 		if got := decodeSplits(tc.units, tc.keys, resident); got != tc.want {
 			t.Errorf("%s: decodeSplits(%d, %d, %d) = %d, want %d", tc.name, tc.units, tc.keys, resident, got, tc.want)
 		}
+	}
+}
+
+// TestDecodeLayoutMirror checks that decodeLayout's constants and compiled
+// shapes are csrc/decode.cuh's and decode.cu's: the kernels trap at launch
+// when the host's shape is not theirs, but only on a GPU.
+func TestDecodeLayoutMirror(t *testing.T) {
+	cuh, err := os.ReadFile("csrc/decode.cuh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]int{"kChunk": decodeChunk, "kPad": decodePad, "kSmemBudget": decodeSmemBudget} {
+		m := regexp.MustCompile(`constexpr int ` + name + ` = ([0-9]+)(?: \* ([0-9]+))?;`).FindSubmatch(cuh)
+		if m == nil {
+			t.Errorf("csrc/decode.cuh: no constexpr int %s", name)
+			continue
+		}
+		got, _ := strconv.Atoi(string(m[1]))
+		if len(m[2]) > 0 {
+			f, _ := strconv.Atoi(string(m[2]))
+			got *= f
+		}
+		if got != want {
+			t.Errorf("csrc/decode.cuh: %s = %d, decode.go has %d", name, got, want)
+		}
+	}
+	cu, err := os.ReadFile("csrc/decode.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dims, tiles []int
+	for _, m := range regexp.MustCompile(`FLASH_DECODE_ROWS\(NAME, F, S, ([0-9]+)\)`).FindAllSubmatch(cu, -1) {
+		n, _ := strconv.Atoi(string(m[1]))
+		dims = append(dims, n)
+	}
+	for _, m := range regexp.MustCompile(`FLASH_DECODE_UNIT\(NAME, F, S, DP, ([0-9]+)\)`).FindAllSubmatch(cu, -1) {
+		n, _ := strconv.Atoi(string(m[1]))
+		tiles = append(tiles, n)
+	}
+	if !slices.Equal(dims, decodeDims[:]) || !slices.Equal(tiles, decodeTiles[:]) {
+		t.Errorf("csrc/decode.cu compiles head dimensions %v and row tiles %v; decode.go has %v and %v", dims, tiles, decodeDims, decodeTiles)
+	}
+	for _, s := range []string{"f32", "bf16", "fp16", "f64"} {
+		if !strings.Contains(string(cu), "FLASH_DECODE("+s+",") {
+			t.Errorf("csrc/decode.cu has no FLASH_DECODE(%s, …)", s)
+		}
+	}
+}
+
+// TestDecodeLayout pins the shared memory of the units and how many a
+// block holds, and the storage format of each precision.
+func TestDecodeLayout(t *testing.T) {
+	for _, tc := range []struct {
+		s                   storeKind
+		dp, rows            int
+		unitBytes, perBlock int
+	}{
+		{storeBF16, 128, 8, 22016, 4}, // 2·2·16·(256+16) + 8·128·4 + 8·16·4
+		{storeBF16, 128, 1, 17984, 4},
+		{storeF32, 128, 8, 38400, 4},
+		{storeF32, 256, 8, 75264, 2},
+		{storeF64, 256, 8, 149504, 1},
+		{storeF64, 64, 1, 34432, 4},
+	} {
+		unit, per := decodeLayout(tc.s, tc.dp, tc.rows)
+		if unit != tc.unitBytes || per != tc.perBlock {
+			t.Errorf("decodeLayout(%v, %d, %d) = %d bytes, %d per block; want %d, %d", tc.s, tc.dp, tc.rows, unit, per, tc.unitBytes, tc.perBlock)
+		}
+		if unit*per > decodeSmemBudget {
+			t.Errorf("decodeLayout(%v, %d, %d): a block takes %d bytes, over the budget %d", tc.s, tc.dp, tc.rows, unit*per, decodeSmemBudget)
+		}
+	}
+	for prec, want := range map[Precision]storeKind{FP32: storeF32, TF32: storeF32, BF16: storeBF16, FP16: storeFP16} {
+		if got := storeFor(prec, false); got != want {
+			t.Errorf("storeFor(%v) = %v, want %v", prec, got, want)
+		}
+		if got := storeFor(prec, true); got != storeF64 {
+			t.Errorf("storeFor(%v, float64) = %v, want f64", prec, got)
+		}
+	}
+	if _, err := decodeDim(257); err == nil {
+		t.Error("decodeDim(257) passed; decoding compiles up to 256")
+	}
+	if dp, err := decodeDim(40); err != nil || dp != 64 {
+		t.Errorf("decodeDim(40) = %d, %v; want 64", dp, err)
 	}
 }
