@@ -33,6 +33,9 @@ type cacheStore struct {
 	k, v   cu.DevicePtr
 	rows   int64 // rows each buffer holds
 	closed bool
+	// up and down are the bytes the last Forward copied to and from the
+	// device, which the tests hold to the formula of cacheForward.
+	up, down int64
 }
 
 // NewCacheStore implements kernels.CacheBackend: the storage of a cache in
@@ -201,6 +204,7 @@ func cacheForward[T kernels.Float](c *cacheStore, p kernels.Params, dest []int64
 			part{&a.partO, po}, part{&a.partLSE, pls}, part{&a.table, int64(len(table)) * 4}, aux.part(p)); err != nil {
 			return err
 		}
+		c.up, c.down = int64(len(aux.host)), 0
 		for _, x := range []struct {
 			to   cu.DevicePtr
 			from []byte
@@ -208,6 +212,7 @@ func cacheForward[T kernels.Float](c *cacheStore, p kernels.Params, dest []int64
 			if err := uploadBytes(x.to, x.from); err != nil {
 				return err
 			}
+			c.up += int64(len(x.from))
 		}
 		if err := aux.upload(); err != nil {
 			return err
@@ -224,8 +229,33 @@ func cacheForward[T kernels.Float](c *cacheStore, p kernels.Params, dest []int64
 		if err := b.reg.dec.enqueue(p, pl, a, cu.Stream{}); err != nil {
 			return err
 		}
+		c.down = int64(len(o)+len(lse)) * elem
 		return errors.Join(downloadBytes(bytesOfT(o), a.o), downloadBytes(bytesOfT(lse), a.lse))
 	})
+}
+
+// stepBytes is what cacheForward copies for a step of p on elements of
+// elem bytes, as the package and op documentation state it: up, q and the
+// new k and v rows, 8 bytes per new row for its destination, 4 per
+// sequence for each length vector, 8 per query head for ALiBi's slopes,
+// and when paged 4 bytes per page of the longest block table, per
+// sequence; down, o and the LSE.
+func stepBytes(p kernels.Params, elem int) (up, down int64) {
+	hkv := p.KVHeads()
+	rows := int64(p.B) * int64(hkv) * int64(p.Nq)
+	up = (int64(p.B)*int64(p.H)*int64(p.Nq)+2*rows)*int64(p.D)*int64(elem) + 8*rows
+	for _, l := range [][]int{p.QLens, p.KLens} {
+		if l != nil {
+			up += 4 * int64(len(l))
+		}
+	}
+	up += 8 * int64(len(p.ALiBi))
+	if p.Pages != nil {
+		_, stride := tableOf(p)
+		up += 4 * int64(p.B) * stride
+	}
+	down = int64(p.B) * int64(p.H) * int64(p.Nq) * int64(p.D+1) * int64(elem)
+	return up, down
 }
 
 func boolInt(b bool) int {

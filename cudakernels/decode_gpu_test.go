@@ -190,6 +190,13 @@ func runCacheSteps(t *testing.T, st kernels.CacheStore, pageSize int, round func
 		if err := st.Forward32(cp, dest, q, k, v, o, lse); err != nil {
 			t.Fatalf("step %d: %v", si, err)
 		}
+		cs := st.(*cacheStore)
+		if up, down := stepBytes(cp, 4); cs.up != up || cs.down != down {
+			t.Errorf("step %d copied %d bytes up and %d down; the documented formula says %d and %d", si, cs.up, cs.down, up, down)
+		}
+		if si == len(steps)-1 {
+			t.Logf("a step of %d new rows per sequence copies %d bytes up and %d down", nq, cs.up, cs.down)
+		}
 		ref := p
 		ref.Nk, ref.KLens = capacity, newLens
 		wantO, wantLSE := make([]float64, len(q)), make([]float64, len(lse))

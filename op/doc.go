@@ -141,8 +141,11 @@
 //   - A step moves q, k and v of its new tokens to the device and o and
 //     the LSE back: (B·H + 2·B·Hkv)·T·D elements up and B·H·T·(D+1)
 //     down. Beside them go 8 bytes per new row for its place, 4 bytes per
-//     sequence per length vector and, when paged, 4 bytes per page of the
-//     longest sequence, per sequence. The cache never moves.
+//     sequence per length vector (the cache's lengths always, the new
+//     rows' with WithLengths), 8 per query head with ALiBi and, when
+//     paged, 4 bytes per page of the longest sequence, per sequence. The
+//     cache never moves. (cudakernels' TestCacheStoreGPU counts the
+//     copies against this formula.)
 //
 // A host cache with a GPU op, and a GPU cache with a CPU op, are errors
 // wrapping ErrInvalidInput. A cached node is
