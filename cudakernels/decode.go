@@ -28,17 +28,21 @@ func decodeResident(sms, smemPerSM, unitBytes, perBlock int) int {
 
 // decodeSplits returns the key splits of a decode over units units (key
 // heads times row tiles) of at most keys keys each, on a device holding
-// resident units: 1 when the units fill it already, else enough splits to
-// fill it once, each of at least decodeMinSplitKeys keys, at most
-// decodeMaxSplits. It is a pure function of the problem and the device,
-// never of timing, so a result never depends on how a run was scheduled.
+// resident units: 1 when the units fill it already, else as many splits
+// as fit it in one wave (rounded down: a few units past a full wave would
+// run in a second one, and double the time), each of at least
+// decodeMinSplitKeys keys, at most decodeMaxSplits. It is a pure function
+// of the problem and the device, never of timing, so a result never
+// depends on how a run was scheduled.
 func decodeSplits(units, keys, resident int) int {
 	if units >= resident {
 		return 1
 	}
-	n := (resident + units - 1) / units
-	return max(1, min(n, keys/decodeMinSplitKeys, decodeMaxSplits))
+	return max(1, min(resident/units, keys/decodeMinSplitKeys, decodeMaxSplits))
 }
+
+// decodeMergeWarps is decode.cuh's kMergeWarps: rows per merge block.
+const decodeMergeWarps = 4
 
 // storeKind is the element format the decode units read keys and values
 // in.

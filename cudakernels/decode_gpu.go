@@ -119,6 +119,9 @@ func (d *decoder) plan(p kernels.Params, s storeKind) (decodePlan, error) {
 	if d.splitsOverride > 0 {
 		pl.splits = d.splitsOverride
 	}
+	if pl.splits > decodeMaxSplits {
+		return pl, fmt.Errorf("%w: %d key splits, more than the merge takes (%d)", kernels.ErrInvalidParams, pl.splits, decodeMaxSplits)
+	}
 	pl.units = int64(p.B) * int64(p.KVHeads()) * tiles * int64(pl.splits)
 	blocks := (pl.units + int64(pl.unit.perBlock) - 1) / int64(pl.unit.perBlock)
 	if blocks > 1<<31-1 {
@@ -169,7 +172,7 @@ func (d *decoder) enqueue(p kernels.Params, pl decodePlan, a decodeArgs, stream 
 	if pl.f64 {
 		merge = d.merge[1]
 	}
-	if err := launch(merge, int((rows+3)/4), 128, 0, stream, &kp); err != nil {
+	if err := launch(merge, int((rows+decodeMergeWarps-1)/decodeMergeWarps), 32*decodeMergeWarps, 0, stream, &kp); err != nil {
 		return fmt.Errorf("cudakernels: decode merge launch: %w", err)
 	}
 	return nil

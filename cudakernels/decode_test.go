@@ -26,12 +26,14 @@ func TestDecodeSplits(t *testing.T) {
 	}{
 		{"one sequence, 8 key heads, 16k keys: fills the device", 8, 16 << 10, 132},
 		{"one sequence, 8 key heads, 128k keys", 8, 128 << 10, 132},
+		{"64 key heads: 16 splits, not 17 (1088 units, 32 in a second wave)", 64, 128 << 10, 16},
 		{"one key head, 128k keys: the cap", 1, 128 << 10, decodeMaxSplits},
 		{"8 key heads, 1k keys: 64 keys per split", 8, 1 << 10, 16},
 		{"short cache: no split below 64 keys", 8, 100, 1},
 		{"no keys", 8, 0, 1},
 		{"64 sequences of 32 key heads fill it", 2048, 4 << 10, 1},
-		{"just below full", 1055, 1 << 20, 2},
+		{"half the device: two splits", 528, 1 << 20, 2},
+		{"just over half: one", 529, 1 << 20, 1},
 	} {
 		if got := decodeSplits(tc.units, tc.keys, resident); got != tc.want {
 			t.Errorf("%s: decodeSplits(%d, %d, %d) = %d, want %d", tc.name, tc.units, tc.keys, resident, got, tc.want)
@@ -47,7 +49,8 @@ func TestDecodeLayoutMirror(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]int{"kChunk": decodeChunk, "kPad": decodePad, "kSmemBudget": decodeSmemBudget} {
+	for name, want := range map[string]int{"kChunk": decodeChunk, "kPad": decodePad, "kSmemBudget": decodeSmemBudget,
+		"kMaxMergeSplits": decodeMaxSplits, "kMergeWarps": decodeMergeWarps} {
 		m := regexp.MustCompile(`constexpr int ` + name + ` = ([0-9]+)(?: \* ([0-9]+))?;`).FindSubmatch(cuh)
 		if m == nil {
 			t.Errorf("csrc/decode.cuh: no constexpr int %s", name)

@@ -32,10 +32,13 @@ FLASH_DECODE(bf16, float, __nv_bfloat16)
 FLASH_DECODE(fp16, float, __half)
 FLASH_DECODE(f64, double, double)
 
-#define FLASH_DECODE_MERGE(NAME, F)                                                          \
-  extern "C" __global__ void __launch_bounds__(128)                                          \
-      flash_decode_merge_##NAME(const __grid_constant__ flash::Params p) {                   \
-    flash::decode::merge_row<F>(p, static_cast<long long>(blockIdx.x) * 4 + threadIdx.x / 32); \
+#define FLASH_DECODE_MERGE(NAME, F)                                                                      \
+  extern "C" __global__ void __launch_bounds__(32 * flash::decode::kMergeWarps)                          \
+      flash_decode_merge_##NAME(const __grid_constant__ flash::Params p) {                               \
+    __shared__ F w[flash::decode::kMergeWarps][flash::decode::kMaxMergeSplits];                           \
+    const int warp = threadIdx.x / 32;                                                                   \
+    flash::decode::merge_row<F>(p, static_cast<long long>(blockIdx.x) * flash::decode::kMergeWarps + warp, \
+                                w[warp]);                                                                \
   }
 FLASH_DECODE_MERGE(f32, float)
 FLASH_DECODE_MERGE(f64, double)

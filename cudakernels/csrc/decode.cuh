@@ -676,30 +676,46 @@ __device__ __forceinline__ void rows_body(const Params& p, long long unit, unsig
     group_body<F, S, DP>(p, unit, sm);
 }
 
+// kMaxMergeSplits bounds the splits a merge takes (decode.go's
+// decodeMaxSplits): the weights of a row's splits sit in its warp's shared
+// memory.
+constexpr int kMaxMergeSplits = 256;
+constexpr int kMergeWarps = 4;  // rows per merge block
+
 // merge_row combines row `row` (of the launch's b·hkv key heads' rows) over
 // its splits, one warp per row, as kernels.MergePartials: the log-sum-exp of
 // the seen splits' LSEs, and their outputs weighed by exp(lse_s − LSE); no
 // split seen gives 0 and +inf, a NaN or infinite maximum that LSE and NaN.
+// The lanes share the splits for the maximum, the sum and the weights (w,
+// this warp's kMaxMergeSplits of shared memory), then the columns for the
+// output, each summing its column over the splits in split order. A split
+// that weighs 0 is skipped, so that its output (0/0 when all its keys
+// scored −inf) reaches nothing.
 template <typename F>
-__device__ void merge_row(const Params& p, long long row) {
+__device__ void merge_row(const Params& p, long long row, F* w) {
   const int lane = threadIdx.x % 32;
   const long long hkv = p.h / p.kv_group, group_rows = p.kv_group * p.nq;
   if (row >= p.b * hkv * group_rows) return;
+  const int n = static_cast<int>(p.splits);
+  if (n > kMaxMergeSplits) __trap();
   const long long kvh = row / group_rows, r = row - kvh * group_rows;
   const long long b = kvh / hkv;
   const long long pair = b * p.h + (kvh - b * hkv) * p.kv_group + r / p.nq, i = r % p.nq;
-  const long long n = p.splits, dim = p.dim;
+  const long long dim = p.dim;
   const F* part_lse = static_cast<const F*>(p.part_lse) + 2 * row * n;
   const F* part_o = static_cast<const F*>(p.part_o) + row * n * dim;
   F* orow = static_cast<F*>(p.o) + (pair / p.h) * p.o_batch_stride + (pair % p.h) * p.o_head_stride + i * p.o_row_stride;
   F* lse = static_cast<F*>(p.lse) + pair * p.nq + i;
   F mx = -Math<F>::inf();
   bool some = false;
-  for (long long s = 0; s < n; ++s)
+  for (int s = lane; s < n; s += 32)
     if (part_lse[2 * s + 1] != F(0)) {
       mx = max_nan(mx, part_lse[2 * s]);
       some = true;
     }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) mx = max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  some = __any_sync(0xffffffffu, some);
   if (!some || mx != mx || mx == Math<F>::inf() || mx == -Math<F>::inf()) {
     const F fill = some ? Math<F>::inf() - Math<F>::inf() : F(0);  // NaN, or 0 with no key
     for (long long c = lane; c < dim; c += 32) orow[c] = fill;
@@ -707,15 +723,19 @@ __device__ void merge_row(const Params& p, long long row) {
     return;
   }
   F sum = F(0);
-  for (long long s = 0; s < n; ++s)
+  for (int s = lane; s < n; s += 32)
     if (part_lse[2 * s + 1] != F(0)) sum += Math<F>::exp(part_lse[2 * s] - mx);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
   const F total = mx + Math<F>::log(sum);
+  for (int s = lane; s < n; s += 32) w[s] = part_lse[2 * s + 1] != F(0) ? Math<F>::exp(part_lse[2 * s] - total) : F(0);
+  __syncwarp();
   for (long long c = lane; c < dim; c += 32) {
     F x = F(0);
-    for (long long s = 0; s < n; ++s) {
-      if (part_lse[2 * s + 1] == F(0)) continue;
-      const F w = Math<F>::exp(part_lse[2 * s] - total);
-      if (w != F(0)) x += w * part_o[s * dim + c];
+#pragma unroll 4
+    for (int s = 0; s < n; ++s) {
+      const F ws = w[s], o = part_o[s * dim + c];
+      x += ws != F(0) ? ws * o : F(0);
     }
     orow[c] = x;
   }
