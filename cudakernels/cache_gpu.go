@@ -73,14 +73,14 @@ func (c *cacheStore) resize(rows int64) error {
 	}
 	return c.b.run(func() error {
 		bytes := rows * c.rowStride * int64(c.s.bytes())
+		// One allocation for both tensors: k is its base, which Close and
+		// the next resize free.
 		var k, v cu.DevicePtr
 		a, err := newArena(part{&k, bytes}, part{&v, bytes})
 		if err != nil {
 			return err
 		}
-		total := carve(0, part{&k, bytes}, part{&v, bytes})
-		carve(a.base, part{&k, bytes}, part{&v, bytes})
-		if err := cu.MemsetD8(a.base, 0, total); err != nil {
+		if err := errors.Join(cu.MemsetD8(k, 0, bytes), cu.MemsetD8(v, 0, bytes)); err != nil {
 			return errors.Join(fmt.Errorf("cudakernels: clearing the cache: %w", err), a.free())
 		}
 		if c.rows > 0 {
