@@ -79,7 +79,7 @@ cols:
 	JEQ    fullrest
 
 fullblock:
-	NT_LOADS
+	NT_LOADS_PF
 	NT_TRANSPOSE
 	NT_FMA16
 	ADDQ $64, AX
