@@ -24,7 +24,10 @@ func main() {
 	}
 }
 
-// run starts the R ranks, one goroutine each, and waits for them.
+// run builds the R ranks' graphs one after the other, then runs their
+// machines concurrently, one goroutine each. (gorgonia.Grad is not safe
+// for concurrent use: it shares package-level constant nodes between
+// graphs.)
 func run() error {
 	layout, err := ring.ForMask(N, R, true) // zig-zag: balanced under the causal mask
 	if err != nil {
@@ -34,18 +37,33 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	ranks := make([]*rank, R)
+	for r := range R {
+		if ranks[r], err = build(ts[r], layout); err != nil {
+			return err
+		}
+		defer ranks[r].m.Close()
+	}
 	errs := make([]error, R)
 	var wg sync.WaitGroup
 	for r := range R {
-		wg.Go(func() { errs[r] = runRank(ts[r], layout) })
+		wg.Go(func() { errs[r] = ranks[r].run() })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
-// runRank builds and runs rank t.Rank()'s graph: its queries, keys and
-// values [B, H, layout.Len(rank), D], and the gradients of sum(out).
-func runRank(t ring.Transport, layout ring.Layout) error {
+// rank is one rank's graph and machine.
+type rank struct {
+	t      ring.Transport
+	layout ring.Layout
+	q      *gorgonia.Node
+	m      gorgonia.VM
+}
+
+// build makes rank t.Rank()'s graph: its queries, keys and values [B, H,
+// layout.Len(rank), D], and the gradients of sum(out).
+func build(t ring.Transport, layout ring.Layout) (*rank, error) {
 	g := gorgonia.NewGraph()
 	n := layout.Len(t.Rank()) // this rank's positions (layout.Split cuts a whole tensor)
 	input := func(name string) *gorgonia.Node {
@@ -57,21 +75,26 @@ func runRank(t ring.Transport, layout ring.Layout) error {
 	out, err := ring.Attention(q, k, v, ring.Ring{Transport: t, Layout: layout},
 		op.WithCausal(true)) // [B, H, n, D]: this rank's rows of the whole attention
 	if err != nil {
-		return err
+		return nil, err
 	}
 	loss := gorgonia.Must(gorgonia.Sum(out))
 	if _, err := gorgonia.Grad(loss, q, k, v); err != nil {
+		return nil, err
+	}
+	return &rank{t: t, layout: layout, q: q, m: gorgonia.NewTapeMachine(g)}, nil
+}
+
+// run runs the rank's forward and backward, which exchange blocks with
+// the other ranks as they run.
+func (rk *rank) run() error {
+	if err := rk.m.RunAll(); err != nil {
 		return err
 	}
-	m := gorgonia.NewTapeMachine(g)
-	defer m.Close()
-	if err := m.RunAll(); err != nil {
-		return err
-	}
-	dq, err := q.Grad()
+	dq, err := rk.q.Grad()
 	if err != nil {
 		return err
 	}
-	fmt.Printf("rank %d: %d positions %v, dQ %v\n", t.Rank(), n, layout.Chunks(t.Rank()), dq.Shape())
+	r := rk.t.Rank()
+	fmt.Printf("rank %d: %d positions %v, dQ %v\n", r, rk.layout.Len(r), rk.layout.Chunks(r), dq.Shape())
 	return nil
 }
