@@ -14,13 +14,12 @@ usage: python3 bench/decode_side_by_side.py BENCH_BINARY [--out FILE] [--short]
 """
 import argparse
 import re
-import subprocess
-import sys
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
+from gobench import benchmark_lines
 from markdown_table import emit, progress
 
 LINE = re.compile(r"^BenchmarkDecodeGPU/(\w+)/B(\d+)_Hkv(\d+)_L(\d+)-\d+\s")
@@ -31,15 +30,8 @@ H, D = 32, 128
 
 def ours(binary, short):
     """Runs our benchmark; returns ({(prec, B, Hkv, L): (us, TB/s)}, {prec: ceiling TB/s})."""
-    cmd = [binary, "-test.run", "^$", "-test.bench", "DecodeGPU", "-test.benchtime", "1x", "-test.v"]
-    if short:
-        cmd.append("-test.short")
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    sys.stderr.write(out.stdout + out.stderr)
-    if out.returncode != 0:
-        sys.exit(f"{binary} failed with exit code {out.returncode}")
     got, ceiling = {}, {}
-    for line in out.stdout.splitlines():
+    for line in benchmark_lines(binary, "DecodeGPU", short):
         if m := LINE.match(line):
             prec, b, hkv, l = m.groups()
             metrics = {unit: float(x) for x, unit in METRIC.findall(line[m.end():])}

@@ -15,13 +15,12 @@ usage: python3 bench/gpu_side_by_side.py BENCH_BINARY [--short] [--out FILE]
 """
 import argparse
 import re
-import subprocess
-import sys
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
+from gobench import benchmark_lines
 from markdown_table import cell, emit, progress
 
 LINE = re.compile(r"^BenchmarkKernelsGPU/(\w+)/(fwd|bwd)/D(\d+)_N(\d+)_causal=(true|false)\S*\s.*?([\d.]+) TFLOP/s")
@@ -38,15 +37,8 @@ PEERS = [
 
 def ours(binary, short):
     """Runs our benchmark; returns {(prec, pass, d, n, causal): TFLOP/s}."""
-    cmd = [binary, "-test.run", "^$", "-test.bench", "KernelsGPU", "-test.benchtime", "1x"]
-    if short:
-        cmd.append("-test.short")
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    sys.stderr.write(out.stdout + out.stderr)
-    if out.returncode != 0:
-        sys.exit(f"{binary} failed with exit code {out.returncode}")
     got = {}
-    for line in out.stdout.splitlines():
+    for line in benchmark_lines(binary, "KernelsGPU", short):
         m = LINE.match(line)
         if m:
             prec, pas, d, n, causal, tflops = m.groups()

@@ -16,7 +16,6 @@ usage: python3 bench/gpu_variants_side_by_side.py BENCH_BINARY [--out FILE]
 import argparse
 import math
 import re
-import subprocess
 import sys
 
 import torch
@@ -25,6 +24,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from triton.testing import do_bench
 
+from gobench import benchmark_lines
 from markdown_table import cell, emit, progress
 
 # The backward is timed by calling backward() again on one graph
@@ -39,13 +39,8 @@ flex = torch.compile(flex_attention)
 
 def ours(binary):
     """Runs our benchmark; returns {(prec, pass, name): TFLOP/s}."""
-    cmd = [binary, "-test.run", "^$", "-test.bench", "VariantsGPU", "-test.benchtime", "1x", "-test.v"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    sys.stderr.write(out.stdout + out.stderr)
-    if out.returncode != 0:
-        sys.exit(f"{binary} failed with exit code {out.returncode}")
     got = {}
-    for line in out.stdout.splitlines():
+    for line in benchmark_lines(binary, "VariantsGPU"):
         m = LINE.match(line)
         if m:
             prec, pas, name, tflops = m.groups()

@@ -151,7 +151,7 @@ func (c *cacheStore) Forward64(p kernels.Params, dest []int64, q, k, v, o, lse [
 // sequence); the cache itself never moves.
 func cacheForward[T kernels.Float](c *cacheStore, p kernels.Params, dest []int64, q, k, v, o, lse []T) error {
 	if (elemSize[T]() == 8) != c.spec.Float64 {
-		return fmt.Errorf("%w: a %d-byte call on a cache of %d-byte elements", kernels.ErrInvalidParams, elemSize[T](), 4+4*boolInt(c.spec.Float64))
+		return fmt.Errorf("%w: a call on %d-byte elements, a cache of the other element type (float64: %v)", kernels.ErrInvalidParams, elemSize[T](), c.spec.Float64)
 	}
 	hkv := p.KVHeads()
 	newRows := p.B * hkv * p.Nq
@@ -204,20 +204,15 @@ func cacheForward[T kernels.Float](c *cacheStore, p kernels.Params, dest []int64
 			part{&a.partO, po}, part{&a.partLSE, pls}, part{&a.table, int64(len(table)) * 4}, aux.part(p)); err != nil {
 			return err
 		}
-		c.up, c.down = int64(len(aux.host)), 0
-		for _, x := range []struct {
-			to   cu.DevicePtr
-			from []byte
-		}{{a.q, bytesOfT(q)}, {kNew, bytesOfT(k)}, {vNew, bytesOfT(v)}, {destDev, bytesOf(destAt)}, {a.table, bytesOf(table)}} {
-			if err := uploadBytes(x.to, x.from); err != nil {
-				return err
-			}
-			c.up += int64(len(x.from))
+		up, err := uploadAll(hostCopy{a.q, bytesOfT(q)}, hostCopy{kNew, bytesOfT(k)}, hostCopy{vNew, bytesOfT(v)},
+			hostCopy{destDev, bytesOf(destAt)}, hostCopy{a.table, bytesOf(table)})
+		if err != nil {
+			return err
 		}
+		c.up, c.down = up+int64(len(aux.host)), 0
 		if err := aux.upload(); err != nil {
 			return err
 		}
-		vars := aux.at(p, chunk{}, 0)
 		kp := newParams(p, operands{k: tensorAt{ptr: uint64(c.k)}, v: tensorAt{ptr: uint64(c.v)}})
 		kp.KNew, kp.VNew, kp.DestRows = uint64(kNew), uint64(vNew), uint64(destDev)
 		grid := int(min((int64(newRows)*int64(p.D)+255)/256, 4096))
@@ -225,7 +220,7 @@ func cacheForward[T kernels.Float](c *cacheStore, p kernels.Params, dest []int64
 			return fmt.Errorf("cudakernels: cache append launch: %w", err)
 		}
 		a.k, a.v, a.rowStride, a.tableStride = c.k, c.v, c.rowStride, stride
-		a.qLens, a.kLens, a.alibi = vars.qLens, vars.kLens, vars.alibi
+		a.setVars(aux.at(p, chunk{}, 0))
 		if err := b.reg.dec.enqueue(p, pl, a, cu.Stream{}); err != nil {
 			return err
 		}
@@ -256,13 +251,6 @@ func stepBytes(p kernels.Params, elem int) (up, down int64) {
 	}
 	down = int64(p.B) * int64(p.H) * int64(p.Nq) * int64(p.D+1) * int64(elem)
 	return up, down
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // ReadCeiling times reading bytes of device memory (a sum of float4s
@@ -335,8 +323,8 @@ func (b *Backend) DecodeKernelTime(p kernels.Params, reps int) (secs float64, by
 		if err := aux.upload(); err != nil {
 			return err
 		}
-		vars := aux.at(p, chunk{}, 0)
-		a.qLens, a.kLens, a.alibi, a.rowStride = vars.qLens, vars.kLens, vars.alibi, rowStride
+		a.setVars(aux.at(p, chunk{}, 0))
+		a.rowStride = rowStride
 		ms, err = timeRuns(reps, flush, flushBytes, func() error { return b.reg.dec.enqueue(p, pl, a, cu.Stream{}) })
 		return err
 	})

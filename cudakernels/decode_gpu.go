@@ -151,6 +151,9 @@ type decodeArgs struct {
 	qLens, kLens, alibi uint64
 }
 
+// setVars takes the lengths and slopes of a call's variantArgs.
+func (a *decodeArgs) setVars(v variantArgs) { a.qLens, a.kLens, a.alibi = v.qLens, v.kLens, v.alibi }
+
 // enqueue launches the units of plan pl, then the merge when the keys are
 // split, on stream.
 func (d *decoder) enqueue(p kernels.Params, pl decodePlan, a decodeArgs, stream cu.Stream) error {
@@ -213,6 +216,24 @@ func uploadBytes(dst cu.DevicePtr, src []byte) error {
 	return nil
 }
 
+// hostCopy is one host-to-device copy of a call.
+type hostCopy struct {
+	to   cu.DevicePtr
+	from []byte
+}
+
+// uploadAll makes the copies in order and returns the bytes copied.
+func uploadAll(copies ...hostCopy) (int64, error) {
+	var n int64
+	for _, c := range copies {
+		if err := uploadBytes(c.to, c.from); err != nil {
+			return n, err
+		}
+		n += int64(len(c.from))
+	}
+	return n, nil
+}
+
 // downloadBytes copies device bytes back into dst.
 func downloadBytes(dst []byte, src cu.DevicePtr) error {
 	if len(dst) == 0 {
@@ -228,10 +249,7 @@ func downloadBytes(dst []byte, src cu.DevicePtr) error {
 // k and v, o and lse go up and down whole, through the workspace, and the
 // units read the pool in the caller's element type.
 func decodeForward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse []T) error {
-	s := storeF32
-	if elemSize[T]() == 8 {
-		s = storeF64
-	}
+	s := storeFor(FP32, elemSize[T]() == 8) // the caller's element type
 	return b.run(func() error {
 		pl, err := b.reg.dec.plan(p, s)
 		if err != nil {
@@ -247,27 +265,19 @@ func decodeForward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, ls
 			part{&a.table, int64(len(table)) * 4}, aux.part(p)); err != nil {
 			return err
 		}
-		for _, c := range []struct {
-			to   cu.DevicePtr
-			from []byte
-		}{{a.q, bytesOfT(q)}, {a.k, bytesOfT(k)}, {a.v, bytesOfT(v)}, {a.table, bytesOf(table)}} {
-			if err := uploadBytes(c.to, c.from); err != nil {
-				return err
-			}
+		if _, err := uploadAll(hostCopy{a.q, bytesOfT(q)}, hostCopy{a.k, bytesOfT(k)}, hostCopy{a.v, bytesOfT(v)},
+			hostCopy{a.table, bytesOf(table)}); err != nil {
+			return err
 		}
 		if err := aux.upload(); err != nil {
 			return err
 		}
-		vars := aux.at(p, chunk{}, 0)
-		a.qLens, a.kLens, a.alibi = vars.qLens, vars.kLens, vars.alibi
+		a.setVars(aux.at(p, chunk{}, 0))
 		a.tableStride, a.rowStride = stride, int64(p.D)
 		if err := b.reg.dec.enqueue(p, pl, a, cu.Stream{}); err != nil {
 			return err
 		}
-		if err := errors.Join(downloadBytes(bytesOfT(o), a.o), downloadBytes(bytesOfT(lse), a.lse)); err != nil {
-			return err
-		}
-		return nil
+		return errors.Join(downloadBytes(bytesOfT(o), a.o), downloadBytes(bytesOfT(lse), a.lse))
 	})
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"unsafe"
 
 	"gorgonia.org/cu"
 
@@ -145,6 +144,4 @@ func timeRuns(reps int, flush cu.DevicePtr, flushBytes int64, run func() error) 
 
 // upload copies src to dst synchronously, for data placed on the device
 // outside a call.
-func upload[T kernels.Float](dst cu.DevicePtr, src []T) error {
-	return cu.MemcpyHtoD(dst, unsafe.Pointer(&src[0]), int64(len(src))*int64(unsafe.Sizeof(src[0])))
-}
+func upload[T kernels.Float](dst cu.DevicePtr, src []T) error { return uploadBytes(dst, bytesOfT(src)) }
