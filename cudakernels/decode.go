@@ -94,12 +94,32 @@ func storeFor(prec Precision, f64 bool) storeKind {
 	return storeF32
 }
 
-// The compiled shapes of decode.cu: head dimensions (a unit's columns per
-// lane are DP/32) and rows per unit (1 for a lone row, else 8).
-var (
-	decodeDims  = [...]int{64, 128, 256}
-	decodeTiles = [...]int{1, 8}
-)
+// The compiled shapes of decode.cu: head dimensions (DP; a CUDA-core
+// unit's columns per lane are DP/32) and rows per unit, by storage format:
+// float32 and float64 on CUDA cores in units of one row or eight, bf16 and
+// fp16 on tensor cores in units of decodeTensorRows.
+var decodeDims = [...]int{64, 128, 256}
+
+const decodeTensorRows = 16
+
+// decodeTiles returns the rows per unit compiled for keys stored as s.
+func decodeTiles(s storeKind) []int {
+	if s == storeBF16 || s == storeFP16 {
+		return []int{decodeTensorRows}
+	}
+	return []int{1, 8}
+}
+
+// decodeTile returns the rows per unit for a key head's rows query rows
+// on keys stored as s: the tensor-core unit for 16-bit formats, else one
+// row alone or eight of a group.
+func decodeTile(s storeKind, rows int) int {
+	tiles := decodeTiles(s)
+	if rows == 1 {
+		return tiles[0]
+	}
+	return tiles[len(tiles)-1]
+}
 
 // decode.cuh's Layout constants.
 const (
@@ -109,12 +129,19 @@ const (
 )
 
 // decodeLayout mirrors decode.cuh's Layout: a unit's shared memory in
-// bytes and the units (warps) per block. The kernel traps when launched
-// with another shape (require_launch), so a drift fails every test.
+// bytes and the units (warps) per block. CUDA-core units double buffer
+// their chunks and keep their rows' queries and probabilities in shared
+// memory; the tensor-core unit keeps those in registers and takes three
+// buffers. The kernel traps when launched with another shape
+// (require_launch), so a drift fails every test.
 func decodeLayout(s storeKind, dp, rows int) (unitBytes, perBlock int) {
 	row := dp*s.bytes() + decodePad
 	buf := 2 * decodeChunk * row
-	unitBytes = 2*buf + rows*dp*s.computeBytes() + rows*decodeChunk*s.computeBytes()
+	if rows == decodeTensorRows {
+		unitBytes = 3 * buf
+	} else {
+		unitBytes = 2*buf + rows*dp*s.computeBytes() + rows*decodeChunk*s.computeBytes()
+	}
 	switch {
 	case 4*unitBytes <= decodeSmemBudget:
 		return unitBytes, 4

@@ -12,7 +12,8 @@ import (
 	"github.com/gorgonia-flash/flashattention/kernels"
 )
 
-// Decoding on the GPU (csrc/decode.cuh): split-KV units on CUDA cores for
+// Decoding on the GPU (csrc/decode.cuh): split-KV units, on tensor cores
+// for keys stored in 16 bits and on CUDA cores for float32 and float64, for
 // a forward with few query rows per key head, reading keys and values in
 // place, dense or paged, in the caller's float32 or float64 or in a
 // key/value cache's bf16 or fp16 (CacheStore). The backend's forward runs
@@ -57,7 +58,7 @@ func loadDecoder(kernelDir string, dev Capability) (d *decoder, err error) {
 	}()
 	for s := range storeKind(len(storeNames)) {
 		for _, dp := range decodeDims {
-			for _, rows := range decodeTiles {
+			for _, rows := range decodeTiles(s) {
 				u := decodeUnit{}
 				u.unitBytes, u.perBlock = decodeLayout(s, dp, rows)
 				name := fmt.Sprintf("flash_decode_%v_d%d_r%d", s, dp, rows)
@@ -101,10 +102,7 @@ func (d *decoder) plan(p kernels.Params, s storeKind) (decodePlan, error) {
 		return decodePlan{}, err
 	}
 	pl := decodePlan{rows: p.H / p.KVHeads() * p.Nq, f64: s == storeF64}
-	tile := decodeTiles[len(decodeTiles)-1]
-	if pl.rows == 1 {
-		tile = 1
-	}
+	tile := decodeTile(s, pl.rows)
 	pl.unit = d.units[decodeKey{s, dp, tile}]
 	tiles := int64((pl.rows + tile - 1) / tile)
 	keys := p.Nk

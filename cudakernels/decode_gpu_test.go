@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gorgonia-flash/flashattention/kernels"
+	"github.com/gorgonia-flash/flashattention/kernels/conformance"
 )
 
 // decodeCase is a paged decode problem whose keys and values sit in a pool
@@ -110,38 +111,55 @@ func checkClose(t *testing.T, name string, got, want []float64, tol float64) {
 	}
 }
 
-// TestCacheStoreGPU runs a cache's steps through the device store, dense
-// and paged, in every storage format: a prefill of uneven prompts (QLens),
-// then single-token steps, each against the float64 reference over
-// everything appended so far, its K and V rounded to the store's format as
-// the store rounds them. What is left is float32 arithmetic over at most
-// 300 keys (300·2⁻²⁴ ≈ 1.8e-5 of the outputs' scale), whatever the format.
+// cacheCase is the shape of a TestCacheStoreGPU run: a grouped problem of
+// two sequences, with its variants set by vary.
+type cacheCase struct {
+	name                    string
+	heads, hkv, d, capacity int
+	vary                    func(*kernels.Params)
+}
+
+// TestCacheStoreGPU drives device caches of every storage format (float32
+// for FP32, bf16 and fp16 on the tensor-core units) dense and paged through
+// a prefill and single-token steps, one sequence sometimes appending
+// nothing, and checks each step's output with the conformance suite's
+// bounds (conformance.CheckForward) against full attention over
+// everything cached, and the bytes each step copies against stepBytes.
 func TestCacheStoreGPU(t *testing.T) {
-	const batch, heads, hkv, d, capacity = 2, 8, 2, 64, 300
-	for _, prec := range []Precision{FP32, BF16, FP16} {
-		for _, pageSize := range []int{0, 16} {
-			t.Run(fmt.Sprintf("%v_pages%d", prec, pageSize), func(t *testing.T) {
-				b := newTestBackend(t, WithPrecision(prec))
-				st, err := b.NewCacheStore(kernels.CacheSpec{Batch: batch, KVHeads: hkv, D: d, Capacity: capacity, PageSize: pageSize})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer st.Close()
-				runCacheSteps(t, st, pageSize, storeRounding(prec), 2e-5, batch, heads, hkv, d, capacity)
-			})
+	for _, c := range []cacheCase{
+		{name: "GQA", heads: 8, hkv: 2, d: 64, capacity: 300},
+		{name: "MQA_D40_window_softcap_ALiBi", heads: 4, hkv: 1, d: 40, capacity: 200, vary: func(p *kernels.Params) {
+			p.Window = kernels.Window{On: true, Left: 30, Right: -1}
+			p.Softcap, p.ALiBi = 4, []float64{0.5, 0.25, 0.125, 0.0625}
+		}},
+	} {
+		for _, prec := range []Precision{FP32, BF16, FP16} {
+			for _, pageSize := range []int{0, 16} {
+				t.Run(fmt.Sprintf("%s/%v_pages%d", c.name, prec, pageSize), func(t *testing.T) {
+					b := newTestBackend(t, WithPrecision(prec))
+					st, err := b.NewCacheStore(kernels.CacheSpec{Batch: 2, KVHeads: c.hkv, D: c.d, Capacity: c.capacity, PageSize: pageSize})
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer st.Close()
+					runCacheSteps(t, st, prec, pageSize, c)
+				})
+			}
 		}
 	}
 }
 
 // runCacheSteps drives st as autograd.Cache does (lengths, pages handed out
 // in order, destinations), checking every step.
-func runCacheSteps(t *testing.T, st kernels.CacheStore, pageSize int, round func(float32) float64, tol float64, batch, heads, hkv, d, capacity int) {
+func runCacheSteps(t *testing.T, st kernels.CacheStore, prec Precision, pageSize int, c cacheCase) {
+	const batch = 2
+	heads, hkv, d, capacity := c.heads, c.hkv, c.d, c.capacity
 	rng := rand.New(rand.NewPCG(3, 4))
 	lens := make([]int, batch)
 	table := make([][]int, batch)
 	pages := 0
-	// The whole sequences, float64, [batch, hkv, capacity, d].
-	allK, allV := make([]float64, batch*hkv*capacity*d), make([]float64, batch*hkv*capacity*d)
+	// The whole sequences, [batch, hkv, capacity, d].
+	allK, allV := make([]float32, batch*hkv*capacity*d), make([]float32, batch*hkv*capacity*d)
 	steps := [][]int{{37, 5}, {1, 1}, {1, 1}, {1, 0}, {1, 1}}
 	for si, news := range steps {
 		nq := 0
@@ -149,6 +167,9 @@ func runCacheSteps(t *testing.T, st kernels.CacheStore, pageSize int, round func
 			nq = max(nq, n)
 		}
 		p := kernels.Params{B: batch, H: heads, Hkv: hkv, Nq: nq, D: d, Scale: 0.125, Causal: true, QLens: news}
+		if c.vary != nil {
+			c.vary(&p)
+		}
 		q := randn[float32](rng, batch*heads*nq*d)
 		k, v := randn[float32](rng, batch*hkv*nq*d), randn[float32](rng, batch*hkv*nq*d)
 		newLens := make([]int, batch)
@@ -179,10 +200,8 @@ func runCacheSteps(t *testing.T, st kernels.CacheStore, pageSize int, round func
 				dest[kvh*nq+tk] = -1
 				if tk < news[bi] {
 					dest[kvh*nq+tk] = int64(cp.KeyRow(kvh, lens[bi]+tk) / d)
-					for c := range d {
-						allK[(kvh*capacity+lens[bi]+tk)*d+c] = round(k[(kvh*nq+tk)*d+c])
-						allV[(kvh*capacity+lens[bi]+tk)*d+c] = round(v[(kvh*nq+tk)*d+c])
-					}
+					copy(allK[(kvh*capacity+lens[bi]+tk)*d:][:d], k[(kvh*nq+tk)*d:])
+					copy(allV[(kvh*capacity+lens[bi]+tk)*d:][:d], v[(kvh*nq+tk)*d:])
 				}
 			}
 		}
@@ -199,40 +218,7 @@ func runCacheSteps(t *testing.T, st kernels.CacheStore, pageSize int, round func
 		}
 		ref := p
 		ref.Nk, ref.KLens = capacity, newLens
-		wantO, wantLSE := make([]float64, len(q)), make([]float64, len(lse))
-		if err := kernels.NaiveForward(ref, widen(q), allK, allV, wantO, wantLSE); err != nil {
-			t.Fatal(err)
-		}
-		checkClose(t, fmt.Sprintf("step %d o", si), widen(o), wantO, tol)
-		checkClose(t, fmt.Sprintf("step %d lse", si), widen(lse), wantLSE, tol)
+		conformance.CheckForward(t, ref, prec, q, allK, allV, o, lse)
 		copy(lens, newLens)
 	}
-}
-
-// storeRounding returns the rounding a store of a backend of precision
-// prec applies to a float32 it stores (storeFor): none for FP32 and TF32,
-// to bf16 or fp16 by round-to-nearest-even for those.
-func storeRounding(prec Precision) func(float32) float64 {
-	switch storeFor(prec, false) {
-	case storeBF16:
-		return func(x float32) float64 {
-			b := math.Float32bits(x)
-			b += 0x7fff + (b>>16)&1
-			return float64(math.Float32frombits(b &^ 0xffff))
-		}
-	case storeFP16:
-		return func(x float32) float64 {
-			if x == 0 {
-				return 0
-			}
-			m, e := math.Frexp(float64(x)) // x = m·2^e, ½ ≤ |m| < 1
-			bits := 11                     // fp16's significand, fewer below its normal range
-			if e-1 < -14 {
-				bits -= -14 - (e - 1)
-			}
-			scale := math.Ldexp(1, bits)
-			return math.Ldexp(math.RoundToEven(m*scale)/scale, e)
-		}
-	}
-	return func(x float32) float64 { return float64(x) }
 }

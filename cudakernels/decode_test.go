@@ -10,10 +10,10 @@ import (
 )
 
 // TestDecodeSplits pins the GPU's split choice: the H200's 132
-// multiprocessors, units of the bf16 D = 128 eight-row kernel (22016
+// multiprocessors, units of the bf16 D = 128 tensor-core kernel (26112
 // bytes, four to a block: two blocks, eight units per multiprocessor).
 func TestDecodeSplits(t *testing.T) {
-	resident := decodeResident(132, 227<<10, 22016, 4)
+	resident := decodeResident(132, 227<<10, 26112, 4)
 	if resident != 1056 {
 		t.Fatalf("resident units %d, want 1056", resident)
 	}
@@ -69,21 +69,30 @@ func TestDecodeLayoutMirror(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dims, tiles []int
-	for _, m := range regexp.MustCompile(`FLASH_DECODE_ROWS\(NAME, F, S, ([0-9]+)\)`).FindAllSubmatch(cu, -1) {
+	var dims []int
+	for _, m := range regexp.MustCompile(`FLASH_DECODE_UNIT\(NAME, F, S, ([0-9]+), R\)`).FindAllSubmatch(cu, -1) {
 		n, _ := strconv.Atoi(string(m[1]))
 		dims = append(dims, n)
 	}
-	for _, m := range regexp.MustCompile(`FLASH_DECODE_UNIT\(NAME, F, S, DP, ([0-9]+)\)`).FindAllSubmatch(cu, -1) {
-		n, _ := strconv.Atoi(string(m[1]))
-		tiles = append(tiles, n)
+	if !slices.Equal(dims, decodeDims[:]) {
+		t.Errorf("csrc/decode.cu compiles head dimensions %v; decode.go has %v", dims, decodeDims)
 	}
-	if !slices.Equal(dims, decodeDims[:]) || !slices.Equal(tiles, decodeTiles[:]) {
-		t.Errorf("csrc/decode.cu compiles head dimensions %v and row tiles %v; decode.go has %v and %v", dims, tiles, decodeDims, decodeTiles)
+	tiles := map[string][]int{}
+	for _, m := range regexp.MustCompile(`(?m)^FLASH_DECODE_DIMS\((\w+), \w+, \w+, ([0-9]+)\)`).FindAllSubmatch(cu, -1) {
+		n, _ := strconv.Atoi(string(m[2]))
+		tiles[string(m[1])] = append(tiles[string(m[1])], n)
 	}
-	for _, s := range []string{"f32", "bf16", "fp16", "f64"} {
-		if !strings.Contains(string(cu), "FLASH_DECODE("+s+",") {
-			t.Errorf("csrc/decode.cu has no FLASH_DECODE(%s, …)", s)
+	for s := range storeKind(len(storeNames)) {
+		if !slices.Equal(tiles[s.String()], decodeTiles(s)) {
+			t.Errorf("csrc/decode.cu compiles row tiles %v for %v; decode.go has %v", tiles[s.String()], s, decodeTiles(s))
+		}
+	}
+	if m := regexp.MustCompile(`constexpr int kTensorRows = ([0-9]+);`).FindSubmatch(cuh); m == nil || string(m[1]) != strconv.Itoa(decodeTensorRows) {
+		t.Errorf("csrc/decode.cuh: kTensorRows is not decode.go's decodeTensorRows = %d", decodeTensorRows)
+	}
+	for _, s := range storeNames {
+		if !strings.Contains(string(cu), "FLASH_CACHE_APPEND("+s+",") {
+			t.Errorf("csrc/decode.cu has no FLASH_CACHE_APPEND(%s, …)", s)
 		}
 	}
 }
@@ -96,8 +105,9 @@ func TestDecodeLayout(t *testing.T) {
 		dp, rows            int
 		unitBytes, perBlock int
 	}{
-		{storeBF16, 128, 8, 22016, 4}, // 2·2·16·(256+16) + 8·128·4 + 8·16·4
-		{storeBF16, 128, 1, 17984, 4},
+		{storeBF16, 128, 16, 26112, 4}, // 3·2·16·(256+16): three buffers, no query or probability rows
+		{storeFP16, 256, 16, 50688, 4},
+		{storeF32, 128, 1, 34368, 4}, // 2·2·16·(512+16) + 128·4 + 16·4
 		{storeF32, 128, 8, 38400, 4},
 		{storeF32, 256, 8, 75264, 2},
 		{storeF64, 256, 8, 149504, 1},
@@ -121,6 +131,14 @@ func TestDecodeLayout(t *testing.T) {
 	}
 	if _, err := decodeDim(257); err == nil {
 		t.Error("decodeDim(257) passed; decoding compiles up to 256")
+	}
+	for _, tc := range []struct {
+		s          storeKind
+		rows, want int
+	}{{storeF32, 1, 1}, {storeF32, 4, 8}, {storeF64, 32, 8}, {storeBF16, 1, 16}, {storeFP16, 4, 16}} {
+		if got := decodeTile(tc.s, tc.rows); got != tc.want {
+			t.Errorf("decodeTile(%v, %d) = %d, want %d", tc.s, tc.rows, got, tc.want)
+		}
 	}
 	if dp, err := decodeDim(40); err != nil || dp != 64 {
 		t.Errorf("decodeDim(40) = %d, %v; want 64", dp, err)

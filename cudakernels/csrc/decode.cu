@@ -15,22 +15,29 @@
     flash::decode::rows_body<F, S, DP, R>(p, static_cast<long long>(blockIdx.x) * L::kUnits + w,          \
                                           flash::smem + w * L::kUnit);                                    \
   }
-#define FLASH_DECODE_ROWS(NAME, F, S, DP) \
-  FLASH_DECODE_UNIT(NAME, F, S, DP, 1)    \
-  FLASH_DECODE_UNIT(NAME, F, S, DP, 8)
-#define FLASH_DECODE(NAME, F, S)          \
-  FLASH_DECODE_ROWS(NAME, F, S, 64)       \
-  FLASH_DECODE_ROWS(NAME, F, S, 128)      \
-  FLASH_DECODE_ROWS(NAME, F, S, 256)      \
-  extern "C" __global__ void __launch_bounds__(256)                                          \
-      flash_cache_append_##NAME(const __grid_constant__ flash::Params p) {                   \
-    flash::decode::append_rows<F, S>(p);                                                     \
+#define FLASH_DECODE_DIMS(NAME, F, S, R) \
+  FLASH_DECODE_UNIT(NAME, F, S, 64, R)     \
+  FLASH_DECODE_UNIT(NAME, F, S, 128, R)    \
+  FLASH_DECODE_UNIT(NAME, F, S, 256, R)
+#define FLASH_CACHE_APPEND(NAME, F, S)                                                     \
+  extern "C" __global__ void __launch_bounds__(256)                                        \
+      flash_cache_append_##NAME(const __grid_constant__ flash::Params p) {                 \
+    flash::decode::append_rows<F, S>(p);                                                   \
   }
 
-FLASH_DECODE(f32, float, float)
-FLASH_DECODE(bf16, float, __nv_bfloat16)
-FLASH_DECODE(fp16, float, __half)
-FLASH_DECODE(f64, double, double)
+// float32 and float64 on CUDA cores: units of one row (unit_body) and of
+// eight (group_body).
+FLASH_DECODE_DIMS(f32, float, float, 1)
+FLASH_DECODE_DIMS(f32, float, float, 8)
+FLASH_DECODE_DIMS(f64, double, double, 1)
+FLASH_DECODE_DIMS(f64, double, double, 8)
+// bf16 and fp16 on tensor cores: units of 16 rows (tc_body).
+FLASH_DECODE_DIMS(bf16, float, __nv_bfloat16, 16)
+FLASH_DECODE_DIMS(fp16, float, __half, 16)
+FLASH_CACHE_APPEND(f32, float, float)
+FLASH_CACHE_APPEND(bf16, float, __nv_bfloat16)
+FLASH_CACHE_APPEND(fp16, float, __half)
+FLASH_CACHE_APPEND(f64, double, double)
 
 #define FLASH_DECODE_MERGE(NAME, F)                                                                      \
   extern "C" __global__ void __launch_bounds__(32 * flash::decode::kMergeWarps)                          \

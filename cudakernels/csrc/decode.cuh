@@ -1,7 +1,8 @@
-// Split-KV decoding (Flash-Decoding) on CUDA cores: the forward of a
-// problem with few query rows per key head, a decode step's, against keys
-// and values that are dense or paged (kernels.Pages), in the caller's
-// float32 or float64 or in a key/value cache's storage format (bf16, fp16).
+// Split-KV decoding (Flash-Decoding): the forward of a problem with few
+// query rows per key head, a decode step's, against keys and values that
+// are dense or paged (kernels.Pages), in the caller's float32 or float64
+// (on CUDA cores) or in a key/value cache's storage format, bf16 or fp16
+// (on tensor cores).
 //
 // Work: one warp is one unit, (key head, tile of up to R query rows of its
 // group, key split). A key head's rows are its group's H/Hkv query heads
@@ -13,15 +14,16 @@
 // ⌈units / kUnits⌉ blocks. Every key and value row a unit reads is read once for
 // all its rows: the reason a group's rows share a unit.
 //
-// A unit loops over its keys in chunks of kChunk, double buffered in its
-// warp's shared memory by cp.async: 16 keys of K and of V. The 32 lanes
-// hold two lanes per key for the scores (each half of the row's 16-byte
-// pieces, then one shuffle), and D/32 columns each for O += P·V, with the
-// chunk's probabilities passed through shared memory. The softmax is
-// online, in log2 units. With one split the unit writes o and lse; with
-// more it writes its normalised partial output and (lse, seen) to
-// p.part_o and p.part_lse, and decode_merge combines them as
-// kernels.MergePartials does.
+// A unit loops over its keys in chunks of kChunk = 16 keys of K and of V,
+// copied into its warp's shared memory by cp.async a few chunks ahead
+// (Chunks). Three bodies compute a chunk: unit_body (one row: two lanes
+// per key for the scores, D/32 output columns per lane), group_body (8
+// rows of a group in registers, the scores summed across lanes by one
+// transposing butterfly) and tc_body (16 rows on tensor cores, mma.sync as
+// in the flash forward). The softmax is online, in log2 units. With one
+// split the unit writes o and lse; with more it writes its normalised
+// partial output and (lse, seen) to p.part_o and p.part_lse, and
+// decode_merge combines them as kernels.MergePartials does.
 #pragma once
 #include "common.cuh"
 #include "mma.cuh"
@@ -102,16 +104,26 @@ __device__ __forceinline__ __half from_f<__half, float>(float x) {
   return __float2half_rn(x);
 }
 
-// Layout is a unit's shared memory, in bytes: two buffers of kChunk K and V
-// rows of DP elements (+ kPad), R query rows of DP compute elements, and
-// R × kChunk probabilities.
+// kTensorRows is the rows of the tensor-core unit (tc_body): the M of one
+// mma.m16n8k16, which a decode step's group of query heads fills only in
+// part; the tensor cores have the throughput to spare, CUDA cores did not.
+constexpr int kTensorRows = 16;
+
+// Layout is a unit's shared memory, in bytes: kStages buffers of kChunk K
+// and V rows of DP elements (+ kPad), then for the CUDA-core units R query
+// rows of DP compute elements and R × kChunk probabilities. Those two
+// double buffer their chunks; the tensor-core unit (R = kTensorRows), whose
+// queries and probabilities stay in registers, takes a third buffer
+// instead, so that two chunks are in flight while it computes one.
 template <typename F, typename S, int DP, int R>
 struct Layout {
+  static constexpr bool kTensor = R == kTensorRows;
+  static constexpr int kStages = kTensor ? 3 : 2;
   static constexpr int kRowBytes = DP * static_cast<int>(sizeof(S)) + kPad;
   static constexpr int kBuf = 2 * kChunk * kRowBytes;  // K then V
-  static constexpr int kQ = R * DP * static_cast<int>(sizeof(F));
-  static constexpr int kP = R * kChunk * static_cast<int>(sizeof(F));
-  static constexpr int kUnit = 2 * kBuf + kQ + kP;
+  static constexpr int kQ = kTensor ? 0 : R * DP * static_cast<int>(sizeof(F));
+  static constexpr int kP = kTensor ? 0 : R * kChunk * static_cast<int>(sizeof(F));
+  static constexpr int kUnit = kStages * kBuf + kQ + kP;
   // Units per block: four where their memory fits the budget, fewer for
   // the widest rows (float32 at DP = 256: two; float64 at 256: one).
   static constexpr int kUnits = kUnit * 4 <= kSmemBudget ? 4 : (kUnit * 2 <= kSmemBudget ? 2 : 1);
@@ -153,32 +165,38 @@ __device__ __forceinline__ Keys keys_of(const Params& p, long long kvh, long lon
   return k;
 }
 
-// load_chunk starts copying keys [k0, k0 + n) of K and V into buffer buf:
-// 16-byte cp.async where the rows allow it (aligned), else element by
-// element, zero-filling each row's columns from dim to a whole piece.
+// load_chunk starts copying keys [k0, k0 + n) of K and V into buffer buf
+// and fills the rest of its kChunk rows of DP columns with zeros: rows past
+// n and columns past dim. The tensor-core unit multiplies whole rows, so a
+// stale NaN there would reach every score of the chunk (0·NaN); the others
+// read the zeros harmlessly. 16-byte cp.async where the rows allow it
+// (aligned; a piece past dim is zero-filled by a source size of 0, and a
+// piece straddling dim copies the row's padding, which a cache keeps zero),
+// else element by element.
 template <typename S, int DP>
 __device__ __forceinline__ void load_chunk(const S* k, const S* v, const Keys& keys, long long k0, int n,
                                            int dim, bool aligned, unsigned char* buf, int lane) {
   constexpr int kVec = 16 / static_cast<int>(sizeof(S));
+  constexpr int kPieces = DP / kVec;
   constexpr int kRowBytes = DP * static_cast<int>(sizeof(S)) + kPad;
-  const int pieces = (dim + kVec - 1) / kVec;
   if (aligned) {
+    const int pieces = (dim + kVec - 1) / kVec;
 #pragma unroll 1
-    for (int i = lane; i < n * pieces; i += 32) {
-      const int key = i / pieces, pc = i - key * pieces;
-      const long long at = keys.row(k0 + key) + pc * kVec;
+    for (int i = lane; i < kChunk * kPieces; i += 32) {
+      const int key = i / kPieces, pc = i - key * kPieces;
+      const bool ok = key < n && pc < pieces;
+      const long long at = ok ? keys.row(k0 + key) + pc * kVec : 0;
       unsigned char* dk = buf + key * kRowBytes + pc * 16;
-      cp_async16(reinterpret_cast<float*>(dk), reinterpret_cast<const float*>(k + at), true);
-      cp_async16(reinterpret_cast<float*>(dk + kChunk * kRowBytes), reinterpret_cast<const float*>(v + at), true);
+      cp_async16(reinterpret_cast<float*>(dk), reinterpret_cast<const float*>(k + at), ok);
+      cp_async16(reinterpret_cast<float*>(dk + kChunk * kRowBytes), reinterpret_cast<const float*>(v + at), ok);
     }
   } else {
-    const int cols = pieces * kVec;
 #pragma unroll 1
-    for (int i = lane; i < n * cols; i += 32) {
-      const int key = i / cols, c = i - key * cols;
+    for (int i = lane; i < kChunk * DP; i += 32) {
+      const int key = i / DP, c = i - key * DP;
       S* dk = reinterpret_cast<S*>(buf + key * kRowBytes) + c;
       S* dv = reinterpret_cast<S*>(buf + (kChunk + key) * kRowBytes) + c;
-      if (c < dim) {
+      if (key < n && c < dim) {
         const long long at = keys.row(k0 + key) + c;
         *dk = k[at];
         *dv = v[at];
@@ -210,7 +228,7 @@ struct Piece {
 // and its keys [from, to): split s of the union of the rows' ranges.
 template <typename F, int R>
 struct UnitRows {
-  long long splits, s, kvh, hkv, group_rows, r0, pair0, from, to;
+  long long splits, s, kvh, hkv, group_rows, r0, b, head0, pair0, from, to;
   int nrows;
   bool live;  // false for the launch's last units past b·hkv key heads
   SeqMask mk;
@@ -226,18 +244,19 @@ struct UnitRows {
     kvh = unit / (splits * tiles);
     live = kvh < p.b * hkv;
     if (!live) return;
-    const long long b = kvh / hkv;
+    b = kvh / hkv;
     nrows = static_cast<int>(lmin(R, group_rows - tile * R));
     r0 = tile * R;
-    // The key head's first query pair (batch·h + head).
-    pair0 = b * p.h + (kvh - b * hkv) * p.kv_group;
+    // The key head's first query head, and its query pair (batch·h + head).
+    head0 = (kvh - b * hkv) * p.kv_group;
+    pair0 = b * p.h + head0;
     mk = seq_mask(p, pair0);
     long long ulo = mk.lk, uhi = 0;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       lo[r] = hi[r] = 0;
       if (r < nrows) {
-        row_range(mk, (r0 + r) % p.nq, lo[r], hi[r]);
+        row_range(mk, row_i(p, r), lo[r], hi[r]);
         if (lo[r] < hi[r]) {
           ulo = lmin(ulo, lo[r]);
           uhi = lmax(uhi, hi[r]);
@@ -252,42 +271,53 @@ struct UnitRows {
     }
   }
 
+  // Row r of the unit is row row_i of query head head0 + row_head of the
+  // group. A decode step (nq = 1) divides by nothing.
+  __device__ __forceinline__ long long row_i(const Params& p, int r) const { return p.nq == 1 ? 0 : (r0 + r) % p.nq; }
+  __device__ __forceinline__ long long row_head(const Params& p, int r) const {
+    return p.nq == 1 ? r0 + r : (r0 + r) / p.nq;
+  }
+
   // mod returns row r's ScoreMod (its query head's).
   __device__ __forceinline__ ScoreMod<F> mod(const Params& p, int r) const {
-    return score_mod<F>(p, pair0 + (r0 + r) / p.nq, mk);
+    return score_mod<F>(p, pair0 + row_head(p, r), mk);
   }
 
   // q_at returns row r's query row in q.
   template <typename T>
   __device__ __forceinline__ const T* q_at(const Params& p, int r) const {
-    const long long pair = pair0 + (r0 + r) / p.nq, i = (r0 + r) % p.nq;
-    return static_cast<const T*>(p.q) + (pair / p.h) * p.q_batch_stride + (pair % p.h) * p.q_head_stride +
-           i * p.q_row_stride;
+    return static_cast<const T*>(p.q) + b * p.q_batch_stride + (head0 + row_head(p, r)) * p.q_head_stride +
+           row_i(p, r) * p.q_row_stride;
   }
 
   // seen reports whether row r sees a key of the unit's split.
   __device__ __forceinline__ bool seen(int r) const { return lmax(lo[r], from) < lmin(hi[r], to); }
 
-  // store writes row r's output columns lane·C … of acc (normalised by
-  // inv) and, from lane 0, its LSE: to o and lse with one split, else to
-  // the split's partial results.
+  // out_row returns where row r's output goes, o's row with one split and
+  // the split's partial row with more, after the leader lane writes the
+  // row's LSE there (with more splits also whether the split saw a key of
+  // the row: seen).
+  __device__ __forceinline__ F* out_row(const Params& p, int r, F row_lse, bool seen_key, bool leader) const {
+    const long long row = r0 + r;
+    if (splits == 1) {
+      const long long head = head0 + row_head(p, r), i = row_i(p, r);
+      if (leader) static_cast<F*>(p.lse)[((b * p.h + head) * p.nq) + i] = row_lse;
+      return static_cast<F*>(p.o) + b * p.o_batch_stride + head * p.o_head_stride + i * p.o_row_stride;
+    }
+    const long long at = (kvh * group_rows + row) * splits + s;
+    if (leader) {
+      static_cast<F*>(p.part_lse)[2 * at] = row_lse;
+      static_cast<F*>(p.part_lse)[2 * at + 1] = seen_key ? F(1) : F(0);
+    }
+    return static_cast<F*>(p.part_o) + at * p.dim;
+  }
+
+  // store writes row r's output columns lane·C … of acc, normalised by
+  // inv, and its LSE, from lane 0.
   template <int C>
   __device__ __forceinline__ void store(const Params& p, int r, const F (&acc)[C], F inv, F row_lse, int lane) const {
-    const long long row = r0 + r;
+    F* out = out_row(p, r, row_lse, seen(r), lane == 0);
     const int dim = static_cast<int>(p.dim);
-    F* out;
-    if (splits == 1) {
-      const long long pair = pair0 + row / p.nq, i = row % p.nq;
-      out = static_cast<F*>(p.o) + (pair / p.h) * p.o_batch_stride + (pair % p.h) * p.o_head_stride + i * p.o_row_stride;
-      if (lane == 0) static_cast<F*>(p.lse)[pair * p.nq + i] = row_lse;
-    } else {
-      const long long at = (kvh * group_rows + row) * splits + s;
-      out = static_cast<F*>(p.part_o) + at * dim;
-      if (lane == 0) {
-        static_cast<F*>(p.part_lse)[2 * at] = row_lse;
-        static_cast<F*>(p.part_lse)[2 * at + 1] = seen(r) ? F(1) : F(0);
-      }
-    }
 #pragma unroll
     for (int c = 0; c < C; ++c) {
       const int col = lane * C + c;
@@ -296,10 +326,13 @@ struct UnitRows {
   }
 };
 
-// Chunks is a unit's double-buffered pipeline over its keys: wait returns
-// the buffer holding chunk it (keys k0 … k0 + n − 1) after starting the
-// copy of the next.
-template <typename S, int DP, int kBuf>
+// Chunks is a unit's pipeline over its keys, kStages buffers of kBuf bytes
+// deep: init starts the first kStages − 1 chunks, and wait returns the
+// buffer holding chunk it (keys k0 … k0 + n − 1) after starting the copy of
+// chunk it + kStages − 1 into the buffer chunk it − 1 used. Every wait
+// commits one copy group, empty past the last chunk, so that "all but the
+// last kStages − 1 groups landed" always means "chunk it landed".
+template <typename S, int DP, int kBuf, int kStages>
 struct Chunks {
   const S* k;
   const S* v;
@@ -308,6 +341,13 @@ struct Chunks {
   int dim;
   bool aligned;
   unsigned char* sm;
+
+  __device__ __forceinline__ void start(long long k0, int stage, int lane) {
+    if (k0 < to)
+      load_chunk<S, DP>(k, v, keys, k0, static_cast<int>(lmin(kChunk, to - k0)), dim, aligned, sm + stage * kBuf, lane);
+    else
+      cp_async_commit();
+  }
 
   __device__ __forceinline__ void init(const Params& p, long long kvh, long long hkv, long long from, long long to_,
                                        unsigned char* sm_, int lane) {
@@ -319,19 +359,17 @@ struct Chunks {
     sm = sm_;
     aligned = (p.k_row_stride * static_cast<long long>(sizeof(S))) % 16 == 0 &&
               (reinterpret_cast<unsigned long long>(k) | reinterpret_cast<unsigned long long>(v)) % 16 == 0;
-    if (from < to) load_chunk<S, DP>(k, v, keys, from, static_cast<int>(lmin(kChunk, to - from)), dim, aligned, sm, lane);
+#pragma unroll
+    for (int st = 0; st < kStages - 1; ++st) start(from + st * kChunk, st, lane);
   }
 
+  // wait takes the chunk's index it and its first key k0.
   __device__ __forceinline__ unsigned char* wait(long long k0, long long it, int lane) {
-    if (k0 + kChunk < to) {
-      load_chunk<S, DP>(k, v, keys, k0 + kChunk, static_cast<int>(lmin(kChunk, to - k0 - kChunk)), dim, aligned,
-                        sm + ((it + 1) & 1) * kBuf, lane);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
+    const int stage = static_cast<int>(it % kStages);
+    start(k0 + (kStages - 1) * kChunk, (stage + kStages - 1) % kStages, lane);
+    cp_async_wait<kStages - 1>();
     __syncwarp();
-    return sm + (it & 1) * kBuf;
+    return sm + stage * kBuf;
   }
 };
 
@@ -372,14 +410,14 @@ __device__ void unit_body(const Params& p, long long unit, unsigned char* sm) {
   if (!u.live) return;
   const int dim = static_cast<int>(p.dim);
 
-  F* sq = reinterpret_cast<F*>(sm + 2 * L::kBuf);
-  F* sp = reinterpret_cast<F*>(sm + 2 * L::kBuf + L::kQ);
+  F* sq = reinterpret_cast<F*>(sm + L::kStages * L::kBuf);
+  F* sp = reinterpret_cast<F*>(sm + L::kStages * L::kBuf + L::kQ);
   // The rows' queries, scaled, zero beyond dim.
   for (int c = lane; c < R * DP; c += 32) {
     const int r = c / DP, col = c - r * DP;
     sq[c] = r < u.nrows && col < dim ? u.template q_at<F>(p, r)[col] * static_cast<F>(p.scale) : F(0);
   }
-  Chunks<S, DP, L::kBuf> ch;
+  Chunks<S, DP, L::kBuf, L::kStages> ch;
   ch.init(p, u.kvh, u.hkv, u.from, u.to, sm, lane);
   ScoreMod<F> mod[R];
 #pragma unroll
@@ -428,7 +466,7 @@ __device__ void unit_body(const Params& p, long long unit, unsigned char* sm) {
       F x = -Math<F>::inf();
       const bool seen = key < n && j >= u.lo[r] && j < u.hi[r];
       vis[r] = __ballot_sync(0xffffffffu, seen);
-      if (seen) x = (mod[r].on ? modified(mod[r], sc[r], (u.r0 + r) % p.nq, j) : sc[r]) * kLog2e;
+      if (seen) x = (mod[r].on ? modified(mod[r], sc[r], u.row_i(p, r), j) : sc[r]) * kLog2e;
       // The chunk's maximum over its 16 keys.
       F cm = x;
 #pragma unroll
@@ -525,7 +563,7 @@ __device__ void group_body(const Params& p, long long unit, unsigned char* sm) {
   u.init(p, unit);
   if (!u.live) return;
   const int dim = static_cast<int>(p.dim);
-  F* sp = reinterpret_cast<F*>(sm + 2 * L::kBuf + L::kQ);  // [R][kChunk] probabilities
+  F* sp = reinterpret_cast<F*>(sm + L::kStages * L::kBuf + L::kQ);  // [R][kChunk] probabilities
   constexpr F kLog2e = F(1.4426950408889634);
 
   F q[R][kCols];
@@ -538,10 +576,7 @@ __device__ void group_body(const Params& p, long long unit, unsigned char* sm) {
       q[r][c] = qr != nullptr && col < dim ? qr[col] * static_cast<F>(p.scale) : F(0);
     }
   }
-  bool col_ok[kCols];
-#pragma unroll
-  for (int c = 0; c < kCols; ++c) col_ok[c] = lane * kCols + c < dim;
-  Chunks<S, DP, L::kBuf> ch;
+  Chunks<S, DP, L::kBuf, L::kStages> ch;
   ch.init(p, u.kvh, u.hkv, u.from, u.to, sm, lane);
 
   // The softmax state of this lane's row, shared by its four lanes.
@@ -570,11 +605,9 @@ __device__ void group_body(const Params& p, long long unit, unsigned char* sm) {
 #pragma unroll
       for (int j = 0; j < kHalf; ++j) {
         const S* krow = reinterpret_cast<const S*>(buf + (h * kHalf + j) * L::kRowBytes) + lane * kCols;
-        // Columns past dim were never copied: whatever they hold (NaN
-        // from an earlier chunk's pool, say) must not meet q's zeros.
         F kv[kCols];
 #pragma unroll
-        for (int c = 0; c < kCols; ++c) kv[c] = col_ok[c] ? to_f<F>(krow[c]) : F(0);
+        for (int c = 0; c < kCols; ++c) kv[c] = to_f<F>(krow[c]);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           F d = F(0);
@@ -589,7 +622,7 @@ __device__ void group_body(const Params& p, long long unit, unsigned char* sm) {
         const long long kk = h * kHalf + 2 * quad + e, j = k0 + kk;
         F s = -Math<F>::inf();
         if (kk < n && j >= my_lo && j < my_hi)
-          s = (my_mod.on ? modified(my_mod, part[e], (u.r0 + my_row) % p.nq, j) : part[e]) * kLog2e;
+          s = (my_mod.on ? modified(my_mod, part[e], u.row_i(p, my_row), j) : part[e]) * kLog2e;
         x[h][e] = s;
       }
     }
@@ -667,11 +700,190 @@ __device__ void group_body(const Params& p, long long unit, unsigned char* sm) {
   }
 }
 
-// rows_body is the unit of R rows: unit_body for one, group_body for 8.
+// TensorOf is the mma policy (mma.cuh) of a 16-bit storage format.
+template <typename S>
+struct TensorOf;
+template <>
+struct TensorOf<__nv_bfloat16> {
+  using E = mma::BF16;
+};
+template <>
+struct TensorOf<__half> {
+  using E = mma::FP16;
+};
+
+// tc_body computes a unit of up to kTensorRows rows on tensor cores, for
+// keys and values stored in 16 bits: S = Q·Kᵀ and O += P·V as the flash
+// forward computes them (fwd_mma.cuh), a chunk of 16 keys being one n16
+// tile of S and one k16 step of P·V. Lane (g, t) = (lane/4, lane%4) holds
+// rows g and g + 8 of the tile: their query fragments (q rounded to the
+// storage format and scaled after the product, as the forward does), four
+// scores of each per chunk, and columns 8n + 2t, 8n + 2t + 1 of each n8
+// tile of the output. A decode step's group fills only some of the 16
+// rows; the others hold zeros and are never stored, a waste the tensor
+// cores absorb (group_body spent its time on exactly these products).
+// Keys a row does not see get p = 0, so a non-finite value there reaches
+// the row as 0·inf = NaN, the tensor-core kernels' MaskedNaNMayPropagate
+// exception; rows of a chunk past its keys are zero (load_chunk).
+template <typename S, int DP>
+__device__ void tc_body(const Params& p, long long unit, unsigned char* sm) {
+  using E = typename TensorOf<S>::E;
+  using L = Layout<float, S, DP, kTensorRows>;
+  constexpr int kKS = DP / 16;  // k steps of S = Q·Kᵀ
+  constexpr int kNO = DP / 8;   // n8 tiles of O
+  const float kInf = Math<float>::inf();
+  constexpr float kLog2e = 1.4426950408889634f;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  UnitRows<float, kTensorRows> u;
+  u.init(p, unit);
+  if (!u.live) return;
+  const int dim = static_cast<int>(p.dim);
+  const float scale = static_cast<float>(p.scale);
+
+  // This lane's rows h = 0, 1 (row g + 8h of the tile), real below nrows.
+  bool real[2];
+  long long lo[2], hi[2], qi[2];
+  ScoreMod<float> mod[2];
+  const float* qrow[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = g + 8 * h;
+    real[h] = r < u.nrows;
+    qi[h] = u.row_i(p, r);
+    lo[h] = hi[h] = 0;
+    if (real[h]) row_range(u.mk, qi[h], lo[h], hi[h]);
+    mod[h] = u.mod(p, real[h] ? r : 0);
+    qrow[h] = real[h] ? u.template q_at<float>(p, r) : nullptr;
+  }
+  const bool modded = mod[0].on || mod[1].on;
+  // The A fragments of Q (mma.cuh's layout): x = 0…3 is row g + 8·(x & 1),
+  // columns 16ks + 2t + 8·(x >> 1) and the next.
+  uint32_t qf[kKS][4];
+#pragma unroll
+  for (int ks = 0; ks < kKS; ++ks)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const float* q = qrow[x & 1];
+      const int col = ks * 16 + 2 * t + 8 * (x >> 1);
+      qf[ks][x] = E::pack(q != nullptr && col < dim ? q[col] : 0.f, q != nullptr && col + 1 < dim ? q[col + 1] : 0.f);
+    }
+
+  Chunks<S, DP, L::kBuf, L::kStages> ch;
+  ch.init(p, u.kvh, u.hkv, u.from, u.to, sm, lane);
+  float m[2] = {-kInf, -kInf}, l[2] = {0.f, 0.f};
+  float acc[kNO][4];
+#pragma unroll
+  for (int n = 0; n < kNO; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+  // ldmatrix addresses of this lane in a buffer (bytes): K as the B
+  // operand of S, keys 8·(l/16) + l%8 at 16-byte piece (l/8)%2; V through
+  // .trans, keys l%8 + 8·((l/8)%2) at piece l/16.
+  const int k_off = ((lane / 16) * 8 + lane % 8) * L::kRowBytes + ((lane / 8) % 2) * 16;
+  const int v_off = (kChunk + lane % 8 + ((lane / 8) % 2) * 8) * L::kRowBytes + (lane / 16) * 16;
+
+  for (long long k0 = u.from, it = 0; k0 < u.to; k0 += kChunk, ++it) {
+    const int n = static_cast<int>(lmin(kChunk, u.to - k0));
+    const unsigned char* buf = ch.wait(k0, it, lane);
+    float sc[2][4];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < kKS; ++ks) {
+      uint32_t b[4];
+      mma::ldsm_x4(b, buf + k_off + ks * 32);
+      E::mma(sc[0], qf[ks], b[0], b[1]);
+      E::mma(sc[1], qf[ks], b[2], b[3]);
+    }
+    // Element (j, e) of sc is row g + 8·(e/2), key k0 + 8j + 2t + (e & 1).
+    // A chunk of 16 keys every real row sees whole, with no modifier (the
+    // common case: a uniform test), is only scaled.
+    bool whole = n == kChunk && !modded;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) whole &= !real[h] || (lo[h] <= k0 && k0 + kChunk <= hi[h]);
+    if (__all_sync(0xffffffffu, whole)) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sc[j][e] *= scale * kLog2e;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e / 2;
+          const long long key = k0 + 8 * j + 2 * t + (e & 1);
+          float x = -kInf;
+          if (key < k0 + n && key >= lo[h] && key < hi[h]) {
+            x = sc[j][e] * scale;
+            if (mod[h].on) x = modified(mod[h], x, qi[h], key);
+            x *= kLog2e;
+          }
+          sc[j][e] = x;
+        }
+    }
+    // Each row's online softmax: the chunk's maximum over the row's four
+    // lanes, the rescaling of what was summed before, the probabilities.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float cm = max_nan(max_nan(sc[0][2 * h], sc[0][2 * h + 1]), max_nan(sc[1][2 * h], sc[1][2 * h + 1]));
+      cm = max_nan(cm, __shfl_xor_sync(0xffffffffu, cm, 1));
+      cm = max_nan(cm, __shfl_xor_sync(0xffffffffu, cm, 2));
+      const float mn = max_nan(m[h], cm);
+      const float alpha = mn == -kInf ? 1.f : exp2f(m[h] - mn);
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+          sc[j][e] = mn == -kInf ? 0.f : exp2f(sc[j][e] - mn);
+          sum += sc[j][e];
+        }
+      m[h] = mn;
+      l[h] = l[h] * alpha + sum;
+      if (alpha != 1.f) {
+#pragma unroll
+        for (int nt = 0; nt < kNO; ++nt) acc[nt][2 * h] *= alpha, acc[nt][2 * h + 1] *= alpha;
+      }
+    }
+    // O += P·V: the score tiles are P's A fragment.
+    uint32_t a[4];
+    mma::p_frag16<E>(a, sc, 0);
+#pragma unroll
+    for (int nt = 0; nt < kNO; nt += 2) {
+      uint32_t b[4];
+      mma::ldsm_x4_t(b, buf + v_off + nt * 16);
+      E::mma(acc[nt], a, b[0], b[1]);
+      E::mma(acc[nt + 1], a, b[2], b[3]);
+    }
+    __syncwarp();  // the buffer is refilled next
+  }
+
+  // Finish: each row's l over its four lanes, then its output columns.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    if (!real[h]) continue;
+    const bool seen = lmax(lo[h], u.from) < lmin(hi[h], u.to);
+    const float inv = seen ? 1.f / l[h] : 0.f;
+    float* out = u.out_row(p, g + 8 * h, seen ? (m[h] + log2f(l[h])) * 0.6931471805599453f : kInf, seen, t == 0);
+#pragma unroll
+    for (int nt = 0; nt < kNO; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = nt * 8 + 2 * t + e;
+        if (col < dim) out[col] = acc[nt][2 * h + e] * inv;
+      }
+  }
+}
+
+// rows_body is the unit of R rows: unit_body for one, group_body for 8,
+// tc_body for kTensorRows.
 template <typename F, typename S, int DP, int R>
 __device__ __forceinline__ void rows_body(const Params& p, long long unit, unsigned char* sm) {
   if constexpr (R == 1)
     unit_body<F, S, DP, 1>(p, unit, sm);
+  else if constexpr (R == kTensorRows)
+    tc_body<S, DP>(p, unit, sm);
   else
     group_body<F, S, DP>(p, unit, sm);
 }

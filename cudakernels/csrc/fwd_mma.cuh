@@ -103,20 +103,6 @@ __device__ void to_vt_tf32(const float* __restrict__ x, float* __restrict__ y, l
   }
 }
 
-// ldsm_x4 loads four 8×8 matrices of 16-bit elements; lane l gives the
-// address of row l%8 of matrix l/8 and receives in r[i] the elements
-// (l/4, 2(l%4)..2(l%4)+1) of matrix i (transposed with ldsm_x4_t).
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
 // cp_rows starts copying rows [r0, r0+ROWS) of a [n, DP] matrix of S into a
 // [ROWS, ld_of<S, DP>] shared tile, zero-filling rows past n.
 template <int ROWS, int DP, typename S>

@@ -151,6 +151,20 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
+// ldsm_x4 loads four 8×8 matrices of 16-bit elements; lane l gives the
+// address of row l%8 of matrix l/8 and receives in r[i] the elements
+// (l/4, 2(l%4)..2(l%4)+1) of matrix i (transposed with ldsm_x4_t).
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
 // cp_async16 copies 16 bytes, or writes 16 zero bytes when !valid (src-size
 // 0: nothing is read, so src only has to be some valid address).
 __device__ __forceinline__ void cp_async16(float* dst, const float* src, bool valid) {

@@ -152,22 +152,45 @@ func checkPagedForward(t *testing.T, b kernels.Backend, prec kernels.Precision, 
 	if err := b.Forward32(pp, pr.q, k, v, got32.o, got32.lse); err != nil {
 		t.Fatalf("%s paged forward (float32): %v", b.Name(), err)
 	}
-	base := naive32(p, prec, pr.q, pr.k, pr.v, pr.do, nil)
-	baseChecks := checks(p, prec != kernels.FP32, base, want, q64, k64, v64, do64)
-	unit := roundingUnit(prec)
 	c64 := checks(p, false, result[float64]{o: got64.o, lse: got64.lse}, want, q64, k64, v64, do64)
-	c32 := checks(p, prec != kernels.FP32, result[float32]{o: got32.o, lse: got32.lse}, want, q64, k64, v64, do64)
-	for i := range 2 { // O and LSE
-		c := c64[i]
+	for _, c := range c64[:2] { // O and LSE
 		if e, at := maxAbsErr(c.got, c.want, pr.leak); !(e <= float64Tolerance*max(maxAbs(c.want), c.floor)) {
 			t.Errorf("float64 paged %s: error %.3g (got %v, want %v)", describe(c.name, p, at), e, c.got[at], c.want[at])
 		}
-		c3 := c32[i]
-		naiveErr := finiteErr(baseChecks[i].got, c3.want)
-		bound := 2*naiveErr + 2*unit*max(maxAbs(c3.want), c3.floor)
-		if e, at := maxAbsErr(c3.got, c3.want, pr.leak); !(e <= bound) {
-			t.Errorf("%v paged %s: error %.3g > bound %.3g (naive %.3g; got %v, want %v)",
-				prec, describe(c3.name, p, at), e, bound, naiveErr, c3.got[at], c3.want[at])
+	}
+	checkForward32(t, p, prec, "paged ", pr.q, pr.k, pr.v, got32.o, got32.lse, want, pr.leak)
+}
+
+// CheckForward checks o and lse, a float32 forward of problem p (dense
+// float32 inputs q, k, v) computed in precision prec, against the float64
+// reference with the suite's bounds: twice the error of the naive baseline
+// in prec plus two rounding units of each output's floor. It serves paths
+// that are not a kernels.Backend, such as the steps of a key/value cache
+// (kernels.CacheStore).
+func CheckForward(t *testing.T, p kernels.Params, prec kernels.Precision, q, k, v, o, lse []float32) {
+	t.Helper()
+	want, err := reference(p, widen(q), widen(k), widen(v), make([]float64, len(q)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkForward32(t, p, prec, "", q, k, v, o, lse, want, false)
+}
+
+// checkForward32 requires o and lse within the bounds of CheckForward of
+// want, the float64 reference; label starts its messages.
+func checkForward32(t *testing.T, p kernels.Params, prec kernels.Precision, label string, q, k, v, o, lse []float32, want result[float64], leak bool) {
+	t.Helper()
+	do := make([]float32, len(q)) // the baseline's backward is not checked
+	q64, k64, v64, do64 := widen(q), widen(k), widen(v), widen(do)
+	baseChecks := checks(p, prec != kernels.FP32, naive32(p, prec, q, k, v, do, nil), want, q64, k64, v64, do64)
+	unit := roundingUnit(prec)
+	got := checks(p, prec != kernels.FP32, result[float32]{o: o, lse: lse}, want, q64, k64, v64, do64)
+	for i, c := range got[:2] { // O and LSE
+		naiveErr := finiteErr(baseChecks[i].got, c.want)
+		bound := 2*naiveErr + 2*unit*max(maxAbs(c.want), c.floor)
+		if e, at := maxAbsErr(c.got, c.want, leak); !(e <= bound) {
+			t.Errorf("%v %s%s: error %.3g > bound %.3g (naive %.3g; got %v, want %v)",
+				prec, label, describe(c.name, p, at), e, bound, naiveErr, c.got[at], c.want[at])
 		}
 	}
 }
