@@ -41,8 +41,9 @@ func decodeSplits(units, keys, resident int) int {
 	return max(1, min(resident/units, keys/decodeMinSplitKeys, decodeMaxSplits))
 }
 
-// decodeMergeWarps is decode.cuh's kMergeWarps: rows per merge block.
-const decodeMergeWarps = 4
+// decodeMergeThreads is decode.cuh's kMergeThreads: the threads of a merge
+// block, which merges one row.
+const decodeMergeThreads = 256
 
 // storeKind is the element format the decode units read keys and values
 // in.

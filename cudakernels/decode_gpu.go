@@ -173,7 +173,10 @@ func (d *decoder) enqueue(p kernels.Params, pl decodePlan, a decodeArgs, stream 
 	if pl.f64 {
 		merge = d.merge[1]
 	}
-	if err := launch(merge, int((rows+decodeMergeWarps-1)/decodeMergeWarps), 32*decodeMergeWarps, 0, stream, &kp); err != nil {
+	if rows > 1<<31-1 {
+		return fmt.Errorf("%w: %w: %d rows to merge, more than a grid holds", kernels.ErrInvalidParams, ErrUnsupported, rows)
+	}
+	if err := launch(merge, int(rows), decodeMergeThreads, 0, stream, &kp); err != nil {
 		return fmt.Errorf("cudakernels: decode merge launch: %w", err)
 	}
 	return nil

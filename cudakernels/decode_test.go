@@ -50,7 +50,7 @@ func TestDecodeLayoutMirror(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]int{"kChunk": decodeChunk, "kPad": decodePad, "kSmemBudget": decodeSmemBudget,
-		"kMaxMergeSplits": decodeMaxSplits, "kMergeWarps": decodeMergeWarps} {
+		"kMaxMergeSplits": decodeMaxSplits, "kMergeThreads": decodeMergeThreads} {
 		m := regexp.MustCompile(`constexpr int ` + name + ` = ([0-9]+)(?: \* ([0-9]+))?;`).FindSubmatch(cuh)
 		if m == nil {
 			t.Errorf("csrc/decode.cuh: no constexpr int %s", name)

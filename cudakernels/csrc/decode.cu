@@ -39,13 +39,11 @@ FLASH_CACHE_APPEND(bf16, float, __nv_bfloat16)
 FLASH_CACHE_APPEND(fp16, float, __half)
 FLASH_CACHE_APPEND(f64, double, double)
 
-#define FLASH_DECODE_MERGE(NAME, F)                                                                      \
-  extern "C" __global__ void __launch_bounds__(32 * flash::decode::kMergeWarps)                          \
-      flash_decode_merge_##NAME(const __grid_constant__ flash::Params p) {                               \
-    __shared__ F w[flash::decode::kMergeWarps][flash::decode::kMaxMergeSplits];                           \
-    const int warp = threadIdx.x / 32;                                                                   \
-    flash::decode::merge_row<F>(p, static_cast<long long>(blockIdx.x) * flash::decode::kMergeWarps + warp, \
-                                w[warp]);                                                                \
+#define FLASH_DECODE_MERGE(NAME, F)                                                        \
+  extern "C" __global__ void __launch_bounds__(flash::decode::kMergeThreads)               \
+      flash_decode_merge_##NAME(const __grid_constant__ flash::Params p) {                 \
+    __shared__ flash::decode::MergeSmem<F> sm;                                              \
+    flash::decode::merge_row<F>(p, blockIdx.x, sm);                                         \
   }
 FLASH_DECODE_MERGE(f32, float)
 FLASH_DECODE_MERGE(f64, double)

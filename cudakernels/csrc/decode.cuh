@@ -408,6 +408,9 @@ __device__ void unit_body(const Params& p, long long unit, unsigned char* sm) {
   UnitRows<F, R> u;
   u.init(p, unit);
   if (!u.live) return;
+  // The first chunks are on their way while the rows are set up.
+  Chunks<S, DP, L::kBuf, L::kStages> ch;
+  ch.init(p, u.kvh, u.hkv, u.from, u.to, sm, lane);
   const int dim = static_cast<int>(p.dim);
 
   F* sq = reinterpret_cast<F*>(sm + L::kStages * L::kBuf);
@@ -417,8 +420,6 @@ __device__ void unit_body(const Params& p, long long unit, unsigned char* sm) {
     const int r = c / DP, col = c - r * DP;
     sq[c] = r < u.nrows && col < dim ? u.template q_at<F>(p, r)[col] * static_cast<F>(p.scale) : F(0);
   }
-  Chunks<S, DP, L::kBuf, L::kStages> ch;
-  ch.init(p, u.kvh, u.hkv, u.from, u.to, sm, lane);
   ScoreMod<F> mod[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) mod[r] = u.mod(p, r);
@@ -562,6 +563,9 @@ __device__ void group_body(const Params& p, long long unit, unsigned char* sm) {
   UnitRows<F, R> u;
   u.init(p, unit);
   if (!u.live) return;
+  // The first chunks are on their way while the rows are set up.
+  Chunks<S, DP, L::kBuf, L::kStages> ch;
+  ch.init(p, u.kvh, u.hkv, u.from, u.to, sm, lane);
   const int dim = static_cast<int>(p.dim);
   F* sp = reinterpret_cast<F*>(sm + L::kStages * L::kBuf + L::kQ);  // [R][kChunk] probabilities
   constexpr F kLog2e = F(1.4426950408889634);
@@ -576,8 +580,6 @@ __device__ void group_body(const Params& p, long long unit, unsigned char* sm) {
       q[r][c] = qr != nullptr && col < dim ? qr[col] * static_cast<F>(p.scale) : F(0);
     }
   }
-  Chunks<S, DP, L::kBuf, L::kStages> ch;
-  ch.init(p, u.kvh, u.hkv, u.from, u.to, sm, lane);
 
   // The softmax state of this lane's row, shared by its four lanes.
   const int my_row = lane / 4, quad = lane % 4;
@@ -737,6 +739,9 @@ __device__ void tc_body(const Params& p, long long unit, unsigned char* sm) {
   UnitRows<float, kTensorRows> u;
   u.init(p, unit);
   if (!u.live) return;
+  // The first chunks are on their way while the rows are set up.
+  Chunks<S, DP, L::kBuf, L::kStages> ch;
+  ch.init(p, u.kvh, u.hkv, u.from, u.to, sm, lane);
   const int dim = static_cast<int>(p.dim);
   const float scale = static_cast<float>(p.scale);
 
@@ -768,8 +773,6 @@ __device__ void tc_body(const Params& p, long long unit, unsigned char* sm) {
       qf[ks][x] = E::pack(q != nullptr && col < dim ? q[col] : 0.f, q != nullptr && col + 1 < dim ? q[col + 1] : 0.f);
     }
 
-  Chunks<S, DP, L::kBuf, L::kStages> ch;
-  ch.init(p, u.kvh, u.hkv, u.from, u.to, sm, lane);
   float m[2] = {-kInf, -kInf}, l[2] = {0.f, 0.f};
   float acc[kNO][4];
 #pragma unroll
@@ -889,69 +892,99 @@ __device__ __forceinline__ void rows_body(const Params& p, long long unit, unsig
 }
 
 // kMaxMergeSplits bounds the splits a merge takes (decode.go's
-// decodeMaxSplits): the weights of a row's splits sit in its warp's shared
-// memory.
+// decodeMaxSplits): one thread of a merge block per split for the weights.
 constexpr int kMaxMergeSplits = 256;
-constexpr int kMergeWarps = 4;  // rows per merge block
+constexpr int kMergeThreads = 256;           // one block per row
+constexpr int kMergeSlices = kMergeThreads / 32;  // warps, each a slice of the splits
+constexpr int kMaxDim = 256;                 // the widest compiled head dimension
+
+// MergeSmem is a merge block's shared memory: the splits' weights, the
+// block's reductions, and each slice's column sums.
+template <typename F>
+struct MergeSmem {
+  F w[kMaxMergeSplits];
+  F red[kMergeSlices];
+  F cols[kMergeSlices][kMaxDim];
+};
+
+// block_reduce combines x over the block's threads with op (max_nan or a
+// sum, in warp order), through red; every thread gets the result.
+template <typename F, typename Op>
+__device__ __forceinline__ F block_reduce(F x, F* red, Op op) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) x = op(x, __shfl_xor_sync(0xffffffffu, x, off));
+  __syncthreads();  // red may still be read by the previous reduction
+  if (lane == 0) red[warp] = x;
+  __syncthreads();
+  F y = red[0];
+#pragma unroll
+  for (int i = 1; i < kMergeSlices; ++i) y = op(y, red[i]);
+  return y;
+}
 
 // merge_row combines row `row` (of the launch's b·hkv key heads' rows) over
-// its splits, one warp per row, as kernels.MergePartials: the log-sum-exp of
-// the seen splits' LSEs, and their outputs weighed by exp(lse_s − LSE); no
-// split seen gives 0 and +inf, a NaN or infinite maximum that LSE and NaN.
-// The lanes share the splits for the maximum, the sum and the weights (w,
-// this warp's kMaxMergeSplits of shared memory), then the columns for the
-// output, each summing its column over the splits in split order. A split
-// that weighs 0 is skipped, so that its output (0/0 when all its keys
-// scored −inf) reaches nothing.
+// its splits, one block per row, as kernels.MergePartials: the log-sum-exp
+// of the seen splits' LSEs, and their outputs weighed by exp(lse_s − LSE);
+// no split seen gives 0 and +inf, a NaN or infinite maximum that LSE and
+// NaN. A thread per split computes the weights; then each warp sums the
+// columns (lanes along them, so that loads coalesce) over its slice of the
+// splits, s ≡ warp mod kMergeSlices, and the slices' sums are added in
+// order. A split that weighs 0 is skipped, so that its output (0/0 when
+// all its keys scored −inf) reaches nothing. A warp per row looping over
+// every split, the first version, was bound by the latency of its loads:
+// 90 µs of a 117 µs decode step at B = 1 and 16k keys on the H200.
 template <typename F>
-__device__ void merge_row(const Params& p, long long row, F* w) {
-  const int lane = threadIdx.x % 32;
+__device__ void merge_row(const Params& p, long long row, MergeSmem<F>& sm) {
   const long long hkv = p.h / p.kv_group, group_rows = p.kv_group * p.nq;
-  if (row >= p.b * hkv * group_rows) return;
-  const int n = static_cast<int>(p.splits);
-  if (n > kMaxMergeSplits) __trap();
+  const int n = static_cast<int>(p.splits), tid = threadIdx.x, lane = tid % 32, slice = tid / 32;
+  if (n > kMaxMergeSplits || p.dim > kMaxDim) __trap();
   const long long kvh = row / group_rows, r = row - kvh * group_rows;
   const long long b = kvh / hkv;
   const long long pair = b * p.h + (kvh - b * hkv) * p.kv_group + r / p.nq, i = r % p.nq;
-  const long long dim = p.dim;
+  const int dim = static_cast<int>(p.dim);
   const F* part_lse = static_cast<const F*>(p.part_lse) + 2 * row * n;
   const F* part_o = static_cast<const F*>(p.part_o) + row * n * dim;
   F* orow = static_cast<F*>(p.o) + (pair / p.h) * p.o_batch_stride + (pair % p.h) * p.o_head_stride + i * p.o_row_stride;
   F* lse = static_cast<F*>(p.lse) + pair * p.nq + i;
-  F mx = -Math<F>::inf();
-  bool some = false;
-  for (int s = lane; s < n; s += 32)
-    if (part_lse[2 * s + 1] != F(0)) {
-      mx = max_nan(mx, part_lse[2 * s]);
-      some = true;
-    }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) mx = max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-  some = __any_sync(0xffffffffu, some);
+  const bool mine = tid < n && part_lse[2 * tid + 1] != F(0);
+  const F my_lse = mine ? part_lse[2 * tid] : -Math<F>::inf();
+  const F mx = block_reduce(my_lse, sm.red, [](F a, F c) { return max_nan(a, c); });
+  const bool some = __syncthreads_or(mine);
   if (!some || mx != mx || mx == Math<F>::inf() || mx == -Math<F>::inf()) {
     const F fill = some ? Math<F>::inf() - Math<F>::inf() : F(0);  // NaN, or 0 with no key
-    for (long long c = lane; c < dim; c += 32) orow[c] = fill;
-    if (lane == 0) *lse = some ? mx : Math<F>::inf();
+    for (int c = tid; c < dim; c += kMergeThreads) orow[c] = fill;
+    if (tid == 0) *lse = some ? mx : Math<F>::inf();
     return;
   }
-  F sum = F(0);
-  for (int s = lane; s < n; s += 32)
-    if (part_lse[2 * s + 1] != F(0)) sum += Math<F>::exp(part_lse[2 * s] - mx);
+  const F e = mine ? Math<F>::exp(my_lse - mx) : F(0);
+  const F total = mx + Math<F>::log(block_reduce(e, sm.red, [](F a, F c) { return a + c; }));
+  if (tid < n) sm.w[tid] = mine ? Math<F>::exp(my_lse - total) : F(0);
+  __syncthreads();
+  constexpr int kCols = kMaxDim / 32;
+  F x[kCols];
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  const F total = mx + Math<F>::log(sum);
-  for (int s = lane; s < n; s += 32) w[s] = part_lse[2 * s + 1] != F(0) ? Math<F>::exp(part_lse[2 * s] - total) : F(0);
-  __syncwarp();
-  for (long long c = lane; c < dim; c += 32) {
-    F x = F(0);
-#pragma unroll 4
-    for (int s = 0; s < n; ++s) {
-      const F ws = w[s], o = part_o[s * dim + c];
-      x += ws != F(0) ? ws * o : F(0);
-    }
-    orow[c] = x;
+  for (int c = 0; c < kCols; ++c) x[c] = F(0);
+#pragma unroll 2
+  for (int s = slice; s < n; s += kMergeSlices) {
+    const F ws = sm.w[s];
+    if (ws == F(0)) continue;
+    const F* o = part_o + static_cast<long long>(s) * dim;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c)
+      if (32 * c + lane < dim) x[c] += ws * o[32 * c + lane];
   }
-  if (lane == 0) *lse = total;
+#pragma unroll
+  for (int c = 0; c < kCols; ++c)
+    if (32 * c + lane < dim) sm.cols[slice][32 * c + lane] = x[c];
+  __syncthreads();
+  for (int c = tid; c < dim; c += kMergeThreads) {
+    F y = sm.cols[0][c];
+#pragma unroll
+    for (int sl = 1; sl < kMergeSlices; ++sl) y += sm.cols[sl][c];
+    orow[c] = y;
+  }
+  if (tid == 0) *lse = total;
 }
 
 // append_rows writes the cache's new rows: element c of new row n of k_new
