@@ -42,7 +42,7 @@ func decodeSplits(units, keys, resident int) int {
 }
 
 // decodeMergeThreads is decode.cuh's kMergeThreads: the threads of a merge
-// block, which merges one row.
+// block, which merges 32 columns of one row.
 const decodeMergeThreads = 256
 
 // storeKind is the element format the decode units read keys and values

@@ -173,10 +173,12 @@ func (d *decoder) enqueue(p kernels.Params, pl decodePlan, a decodeArgs, stream 
 	if pl.f64 {
 		merge = d.merge[1]
 	}
-	if rows > 1<<31-1 {
-		return fmt.Errorf("%w: %w: %d rows to merge, more than a grid holds", kernels.ErrInvalidParams, ErrUnsupported, rows)
+	// A merge block takes 32 columns of one row.
+	blocks := rows * int64((p.D+31)/32)
+	if blocks > 1<<31-1 {
+		return fmt.Errorf("%w: %w: %d blocks to merge, more than a grid holds", kernels.ErrInvalidParams, ErrUnsupported, blocks)
 	}
-	if err := launch(merge, int(rows), decodeMergeThreads, 0, stream, &kp); err != nil {
+	if err := launch(merge, int(blocks), decodeMergeThreads, 0, stream, &kp); err != nil {
 		return fmt.Errorf("cudakernels: decode merge launch: %w", err)
 	}
 	return nil

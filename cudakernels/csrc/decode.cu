@@ -43,7 +43,8 @@ FLASH_CACHE_APPEND(f64, double, double)
   extern "C" __global__ void __launch_bounds__(flash::decode::kMergeThreads)               \
       flash_decode_merge_##NAME(const __grid_constant__ flash::Params p) {                 \
     __shared__ flash::decode::MergeSmem<F> sm;                                              \
-    flash::decode::merge_row<F>(p, blockIdx.x, sm);                                         \
+    const long long col_blocks = (p.dim + 31) / 32;                                         \
+    flash::decode::merge_cols<F>(p, blockIdx.x / col_blocks, blockIdx.x % col_blocks, sm);  \
   }
 FLASH_DECODE_MERGE(f32, float)
 FLASH_DECODE_MERGE(f64, double)

@@ -181,14 +181,25 @@ __device__ __forceinline__ void load_chunk(const S* k, const S* v, const Keys& k
   constexpr int kRowBytes = DP * static_cast<int>(sizeof(S)) + kPad;
   if (aligned) {
     const int pieces = (dim + kVec - 1) / kVec;
-#pragma unroll 1
-    for (int i = lane; i < kChunk * kPieces; i += 32) {
-      const int key = i / kPieces, pc = i - key * kPieces;
+    // Unrolled, lane l copies piece i mod kPieces of keys i / kPieces for
+    // i = l, l + 32, …: one address computation per key, the pieces'
+    // offsets constant.
+    auto copy = [&](int i, long long row) {
+      const int key = i / kPieces, pc = i % kPieces;
       const bool ok = key < n && pc < pieces;
-      const long long at = ok ? keys.row(k0 + key) + pc * kVec : 0;
+      const long long at = ok ? row + pc * kVec : 0;
       unsigned char* dk = buf + key * kRowBytes + pc * 16;
       cp_async16(reinterpret_cast<float*>(dk), reinterpret_cast<const float*>(k + at), ok);
       cp_async16(reinterpret_cast<float*>(dk + kChunk * kRowBytes), reinterpret_cast<const float*>(v + at), ok);
+    };
+    static_assert(kChunk * kPieces % 32 == 0, "load_chunk: a chunk's pieces are whole rounds of the warp");
+    if (keys.table == nullptr) {
+      const long long base = keys.base + k0 * keys.row_stride;
+#pragma unroll
+      for (int i = lane; i < kChunk * kPieces; i += 32) copy(i, base + (i / kPieces) * keys.row_stride);
+    } else {
+#pragma unroll
+      for (int i = lane; i < kChunk * kPieces; i += 32) copy(i, keys.row(k0 + i / kPieces));
     }
   } else {
 #pragma unroll 1
@@ -329,7 +340,8 @@ struct UnitRows {
 // Chunks is a unit's pipeline over its keys, kStages buffers of kBuf bytes
 // deep: init starts the first kStages − 1 chunks, and wait returns the
 // buffer holding chunk it (keys k0 … k0 + n − 1) after starting the copy of
-// chunk it + kStages − 1 into the buffer chunk it − 1 used. Every wait
+// chunk it + kStages − 1 into the buffer chunk it − 1 used (the chunks
+// cycle through the buffers: it mod kStages). Every wait
 // commits one copy group, empty past the last chunk, so that "all but the
 // last kStages − 1 groups landed" always means "chunk it landed".
 template <typename S, int DP, int kBuf, int kStages>
@@ -341,6 +353,7 @@ struct Chunks {
   int dim;
   bool aligned;
   unsigned char* sm;
+  int stage;  // the buffer of the next chunk wait returns
 
   __device__ __forceinline__ void start(long long k0, int stage, int lane) {
     if (k0 < to)
@@ -359,17 +372,20 @@ struct Chunks {
     sm = sm_;
     aligned = (p.k_row_stride * static_cast<long long>(sizeof(S))) % 16 == 0 &&
               (reinterpret_cast<unsigned long long>(k) | reinterpret_cast<unsigned long long>(v)) % 16 == 0;
+    stage = 0;
 #pragma unroll
     for (int st = 0; st < kStages - 1; ++st) start(from + st * kChunk, st, lane);
   }
 
-  // wait takes the chunk's index it and its first key k0.
-  __device__ __forceinline__ unsigned char* wait(long long k0, long long it, int lane) {
-    const int stage = static_cast<int>(it % kStages);
-    start(k0 + (kStages - 1) * kChunk, (stage + kStages - 1) % kStages, lane);
+  // wait takes the chunk's first key k0; chunks are waited for in order.
+  __device__ __forceinline__ unsigned char* wait(long long k0, int lane) {
+    const int refill = stage == 0 ? kStages - 1 : stage - 1;
+    start(k0 + (kStages - 1) * kChunk, refill, lane);
     cp_async_wait<kStages - 1>();
     __syncwarp();
-    return sm + stage * kBuf;
+    unsigned char* buf = sm + stage * kBuf;
+    stage = stage + 1 == kStages ? 0 : stage + 1;
+    return buf;
   }
 };
 
@@ -436,9 +452,9 @@ __device__ void unit_body(const Params& p, long long unit, unsigned char* sm) {
   const int pieces = (dim + kVec - 1) / kVec;
   constexpr F kLog2e = F(1.4426950408889634);  // in F's precision: float64 keeps 1e-10
 
-  for (long long k0 = u.from, it = 0; k0 < u.to; k0 += kChunk, ++it) {
+  for (long long k0 = u.from; k0 < u.to; k0 += kChunk) {
     const int n = static_cast<int>(lmin(kChunk, u.to - k0));
-    const unsigned char* buf = ch.wait(k0, it, lane);
+    const unsigned char* buf = ch.wait(k0, lane);
 
     // Scores of this lane's key, both halves summing their pieces.
     F sc[R];
@@ -595,9 +611,9 @@ __device__ void group_body(const Params& p, long long unit, unsigned char* sm) {
 #pragma unroll
     for (int c = 0; c < kCols; ++c) acc[r][c] = F(0);
 
-  for (long long k0 = u.from, it = 0; k0 < u.to; k0 += kChunk, ++it) {
+  for (long long k0 = u.from; k0 < u.to; k0 += kChunk) {
     const int n = static_cast<int>(lmin(kChunk, u.to - k0));
-    const unsigned char* buf = ch.wait(k0, it, lane);
+    const unsigned char* buf = ch.wait(k0, lane);
 
     // x[h][e]: this lane's scores, keys k0 + 8h + 2·quad + e.
     F x[2][2];
@@ -783,9 +799,9 @@ __device__ void tc_body(const Params& p, long long unit, unsigned char* sm) {
   const int k_off = ((lane / 16) * 8 + lane % 8) * L::kRowBytes + ((lane / 8) % 2) * 16;
   const int v_off = (kChunk + lane % 8 + ((lane / 8) % 2) * 8) * L::kRowBytes + (lane / 16) * 16;
 
-  for (long long k0 = u.from, it = 0; k0 < u.to; k0 += kChunk, ++it) {
+  for (long long k0 = u.from; k0 < u.to; k0 += kChunk) {
     const int n = static_cast<int>(lmin(kChunk, u.to - k0));
-    const unsigned char* buf = ch.wait(k0, it, lane);
+    const unsigned char* buf = ch.wait(k0, lane);
     float sc[2][4];
 #pragma unroll
     for (int j = 0; j < 2; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
@@ -894,9 +910,8 @@ __device__ __forceinline__ void rows_body(const Params& p, long long unit, unsig
 // kMaxMergeSplits bounds the splits a merge takes (decode.go's
 // decodeMaxSplits): one thread of a merge block per split for the weights.
 constexpr int kMaxMergeSplits = 256;
-constexpr int kMergeThreads = 256;           // one block per row
+constexpr int kMergeThreads = 256;                // a block: 32 columns of one row
 constexpr int kMergeSlices = kMergeThreads / 32;  // warps, each a slice of the splits
-constexpr int kMaxDim = 256;                 // the widest compiled head dimension
 
 // MergeSmem is a merge block's shared memory: the splits' weights, the
 // block's reductions, and each slice's column sums.
@@ -904,7 +919,7 @@ template <typename F>
 struct MergeSmem {
   F w[kMaxMergeSplits];
   F red[kMergeSlices];
-  F cols[kMergeSlices][kMaxDim];
+  F cols[kMergeSlices][32];
 };
 
 // block_reduce combines x over the block's threads with op (max_nan or a
@@ -923,68 +938,63 @@ __device__ __forceinline__ F block_reduce(F x, F* red, Op op) {
   return y;
 }
 
-// merge_row combines row `row` (of the launch's b·hkv key heads' rows) over
-// its splits, one block per row, as kernels.MergePartials: the log-sum-exp
-// of the seen splits' LSEs, and their outputs weighed by exp(lse_s − LSE);
-// no split seen gives 0 and +inf, a NaN or infinite maximum that LSE and
-// NaN. A thread per split computes the weights; then each warp sums the
-// columns (lanes along them, so that loads coalesce) over its slice of the
-// splits, s ≡ warp mod kMergeSlices, and the slices' sums are added in
-// order. A split that weighs 0 is skipped, so that its output (0/0 when
-// all its keys scored −inf) reaches nothing. A warp per row looping over
-// every split, the first version, was bound by the latency of its loads:
-// 90 µs of a 117 µs decode step at B = 1 and 16k keys on the H200.
+// merge_cols combines columns 32·cb … 32·cb + 31 of row `row` (of the
+// launch's b·hkv key heads' rows) over its splits, as
+// kernels.MergePartials: the log-sum-exp of the seen splits' LSEs, and
+// their outputs weighed by exp(lse_s − LSE); no split seen gives 0 and
+// +inf, a NaN or infinite maximum that LSE and NaN. A thread per split
+// computes the weights (every block of the row, the same way); then lane
+// l of warp w sums column 32·cb + l over the splits s ≡ w (mod
+// kMergeSlices), its loads independent of each other, and the slices'
+// sums are added in order. A split that weighs 0 is skipped, so that its
+// output (0/0 when all its keys scored −inf) reaches nothing. The first
+// merge, a warp per row looping over the splits, spent 90 µs of a 117 µs
+// step at B = 1, 16k keys on the H200, waiting on its loads one by one.
 template <typename F>
-__device__ void merge_row(const Params& p, long long row, MergeSmem<F>& sm) {
+__device__ void merge_cols(const Params& p, long long row, int cb, MergeSmem<F>& sm) {
   const long long hkv = p.h / p.kv_group, group_rows = p.kv_group * p.nq;
   const int n = static_cast<int>(p.splits), tid = threadIdx.x, lane = tid % 32, slice = tid / 32;
-  if (n > kMaxMergeSplits || p.dim > kMaxDim) __trap();
+  if (n > kMaxMergeSplits) __trap();
   const long long kvh = row / group_rows, r = row - kvh * group_rows;
   const long long b = kvh / hkv;
   const long long pair = b * p.h + (kvh - b * hkv) * p.kv_group + r / p.nq, i = r % p.nq;
-  const int dim = static_cast<int>(p.dim);
+  const long long dim = p.dim, col = 32LL * cb + lane;
   const F* part_lse = static_cast<const F*>(p.part_lse) + 2 * row * n;
-  const F* part_o = static_cast<const F*>(p.part_o) + row * n * dim;
+  const F* part_o = static_cast<const F*>(p.part_o) + row * n * dim + col;
   F* orow = static_cast<F*>(p.o) + (pair / p.h) * p.o_batch_stride + (pair % p.h) * p.o_head_stride + i * p.o_row_stride;
   F* lse = static_cast<F*>(p.lse) + pair * p.nq + i;
   const bool mine = tid < n && part_lse[2 * tid + 1] != F(0);
   const F my_lse = mine ? part_lse[2 * tid] : -Math<F>::inf();
   const F mx = block_reduce(my_lse, sm.red, [](F a, F c) { return max_nan(a, c); });
   const bool some = __syncthreads_or(mine);
+  const bool writes_lse = cb == 0 && tid == 0;
   if (!some || mx != mx || mx == Math<F>::inf() || mx == -Math<F>::inf()) {
     const F fill = some ? Math<F>::inf() - Math<F>::inf() : F(0);  // NaN, or 0 with no key
-    for (int c = tid; c < dim; c += kMergeThreads) orow[c] = fill;
-    if (tid == 0) *lse = some ? mx : Math<F>::inf();
+    if (slice == 0 && col < dim) orow[col] = fill;
+    if (writes_lse) *lse = some ? mx : Math<F>::inf();
     return;
   }
   const F e = mine ? Math<F>::exp(my_lse - mx) : F(0);
   const F total = mx + Math<F>::log(block_reduce(e, sm.red, [](F a, F c) { return a + c; }));
   if (tid < n) sm.w[tid] = mine ? Math<F>::exp(my_lse - total) : F(0);
   __syncthreads();
-  constexpr int kCols = kMaxDim / 32;
-  F x[kCols];
-#pragma unroll
-  for (int c = 0; c < kCols; ++c) x[c] = F(0);
-#pragma unroll 2
-  for (int s = slice; s < n; s += kMergeSlices) {
-    const F ws = sm.w[s];
-    if (ws == F(0)) continue;
-    const F* o = part_o + static_cast<long long>(s) * dim;
-#pragma unroll
-    for (int c = 0; c < kCols; ++c)
-      if (32 * c + lane < dim) x[c] += ws * o[32 * c + lane];
+  F x = F(0);
+  if (col < dim) {
+#pragma unroll 8
+    for (int s = slice; s < n; s += kMergeSlices) {
+      const F ws = sm.w[s], o = part_o[s * dim];
+      x += ws != F(0) ? ws * o : F(0);
+    }
   }
-#pragma unroll
-  for (int c = 0; c < kCols; ++c)
-    if (32 * c + lane < dim) sm.cols[slice][32 * c + lane] = x[c];
+  sm.cols[slice][lane] = x;
   __syncthreads();
-  for (int c = tid; c < dim; c += kMergeThreads) {
-    F y = sm.cols[0][c];
+  if (slice == 0 && col < dim) {
+    F y = sm.cols[0][lane];
 #pragma unroll
-    for (int sl = 1; sl < kMergeSlices; ++sl) y += sm.cols[sl][c];
-    orow[c] = y;
+    for (int sl = 1; sl < kMergeSlices; ++sl) y += sm.cols[sl][lane];
+    orow[col] = y;
   }
-  if (tid == 0) *lse = total;
+  if (writes_lse) *lse = total;
 }
 
 // append_rows writes the cache's new rows: element c of new row n of k_new
