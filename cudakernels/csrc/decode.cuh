@@ -243,7 +243,7 @@ struct UnitRows {
   int nrows;
   bool live;  // false for the launch's last units past b·hkv key heads
   SeqMask mk;
-  long long lo[R], hi[R];
+  long long lo[R], hi[R];  // each row's range; not kept for R = kTensorRows
 
   __device__ __forceinline__ void init(const Params& p, long long unit) {
     hkv = p.h / p.kv_group;
@@ -263,14 +263,31 @@ struct UnitRows {
     pair0 = b * p.h + head0;
     mk = seq_mask(p, pair0);
     long long ulo = mk.lk, uhi = 0;
+    if constexpr (R == kTensorRows) {
+      // tc_body keeps only its lanes' two rows' ranges, so the union is
+      // taken in a loop kept rolled (the unrolled one was a large part of
+      // the kernel's code), in one pass for a decode step (nq = 1),
+      // whose rows all share one range.
+      const int distinct = p.nq == 1 ? 1 : nrows;
+#pragma unroll 1
+      for (int r = 0; r < distinct; ++r) {
+        long long rlo, rhi;
+        row_range(mk, row_i(p, r), rlo, rhi);
+        if (rlo < rhi) {
+          ulo = lmin(ulo, rlo);
+          uhi = lmax(uhi, rhi);
+        }
+      }
+    } else {
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      lo[r] = hi[r] = 0;
-      if (r < nrows) {
-        row_range(mk, row_i(p, r), lo[r], hi[r]);
-        if (lo[r] < hi[r]) {
-          ulo = lmin(ulo, lo[r]);
-          uhi = lmax(uhi, hi[r]);
+      for (int r = 0; r < R; ++r) {
+        lo[r] = hi[r] = 0;
+        if (r < nrows) {
+          row_range(mk, row_i(p, r), lo[r], hi[r]);
+          if (lo[r] < hi[r]) {
+            ulo = lmin(ulo, lo[r]);
+            uhi = lmax(uhi, hi[r]);
+          }
         }
       }
     }
