@@ -83,7 +83,6 @@ import (
 	"hash/fnv"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"time"
 	"unsafe"
@@ -120,11 +119,6 @@ func loadNCCL() error {
 // ncclError describes an NCCL result.
 func ncclError(what string, r C.ncclResult_t) error {
 	return fmt.Errorf("ring: NCCL %s: %s (ncclResult_t %d)", what, C.GoString(C.ringNcclError(r)), int(r))
-}
-
-// cudaError describes a CUDA driver result.
-func cudaError(what string, r C.CUresult) error {
-	return fmt.Errorf("ring: CUDA %s: error %d", what, int(r))
 }
 
 // NCCLID identifies one NCCL ring: every rank joins with the same id.
@@ -217,16 +211,8 @@ func (f *failure) fail(rank int, cause error) {
 type NCCL struct {
 	rank, size int
 	f          *failure
-	jobs       chan func()
-	done       chan struct{}
-	closeOnce  sync.Once
-	// Owned by the worker thread:
-	comm       C.ncclComm_t
-	ctx        C.CUcontext
-	dev        C.CUdevice
-	stream     C.CUstream
-	send, recv C.CUdeviceptr
-	capacity   int // bytes of send and of recv
+	th         *deviceThread
+	comm       C.ncclComm_t // owned by th's thread
 }
 
 var _ Transport = (*NCCL)(nil)
@@ -278,9 +264,9 @@ func newNCCL(id NCCLID, rank, size, device int, timeout time.Duration, f *failur
 	if err := loadNCCL(); err != nil {
 		return nil, err
 	}
-	t := &NCCL{rank: rank, size: size, f: f, jobs: make(chan func()), done: make(chan struct{})}
-	opened := make(chan error, 1)
-	go t.serve(id, device, opened)
+	t := &NCCL{rank: rank, size: size, f: f}
+	th, opened := startDeviceThread(device, func(*deviceThread) error { return t.join(id) })
+	t.th = th
 	select {
 	case err := <-opened:
 		if err != nil {
@@ -294,104 +280,35 @@ func newNCCL(id NCCLID, rank, size, device int, timeout time.Duration, f *failur
 	}
 }
 
-// serve is the transport's thread: it opens the device and the
-// communicator, then runs jobs until Close.
-func (t *NCCL) serve(id NCCLID, device int, opened chan<- error) {
-	// Never unlocked: the thread ends with the goroutine, and with it the
-	// context current on it.
-	runtime.LockOSThread()
-	defer close(t.done)
-	if err := t.open(id, device); err != nil {
-		opened <- err
-		return
-	}
-	opened <- nil
-	for job := range t.jobs {
-		job()
-	}
-}
-
-// open makes the device's primary context current, creates the stream and
-// joins the communicator.
-func (t *NCCL) open(id NCCLID, device int) error {
-	if r := C.cuInit(0); r != C.CUDA_SUCCESS {
-		return cudaError("cuInit", r)
-	}
-	if r := C.cuDeviceGet(&t.dev, C.int(device)); r != C.CUDA_SUCCESS {
-		return cudaError(fmt.Sprintf("cuDeviceGet(%d)", device), r)
-	}
-	if r := C.cuDevicePrimaryCtxRetain(&t.ctx, t.dev); r != C.CUDA_SUCCESS {
-		return cudaError("cuDevicePrimaryCtxRetain", r)
-	}
-	if r := C.cuCtxSetCurrent(t.ctx); r != C.CUDA_SUCCESS {
-		return errors.Join(cudaError("cuCtxSetCurrent", r), t.release())
-	}
-	if r := C.cuStreamCreate(&t.stream, C.CU_STREAM_NON_BLOCKING); r != C.CUDA_SUCCESS {
-		return errors.Join(cudaError("cuStreamCreate", r), t.release())
-	}
+// join joins the communicator, on the thread.
+func (t *NCCL) join(id NCCLID) error {
 	var cid C.ncclUniqueId
 	C.memcpy(unsafe.Pointer(&cid), unsafe.Pointer(&id[0]), C.size_t(len(id)))
 	if r := C.ringNcclCommInitRank(&t.comm, C.int(t.size), &cid, C.int(t.rank)); r != 0 {
 		t.comm = nil
-		return errors.Join(ncclError("ncclCommInitRank", r), t.release())
+		return ncclError("ncclCommInitRank", r)
 	}
 	return nil
 }
 
-// release frees what open and SendRecv acquired, on the worker thread.
-func (t *NCCL) release() error {
-	var errs []error
-	if t.comm != nil {
-		if r := C.ringNcclCommDestroy(t.comm); r != 0 {
-			errs = append(errs, ncclError("ncclCommDestroy", r))
-		}
-		t.comm = nil
+// destroy destroys the communicator, on the thread.
+func (t *NCCL) destroy() error {
+	if t.comm == nil {
+		return nil
 	}
-	for _, p := range []*C.CUdeviceptr{&t.send, &t.recv} {
-		if *p != 0 {
-			if r := C.cuMemFree(*p); r != C.CUDA_SUCCESS {
-				errs = append(errs, cudaError("cuMemFree", r))
-			}
-			*p = 0
-		}
+	r := C.ringNcclCommDestroy(t.comm)
+	t.comm = nil
+	if r != 0 {
+		return ncclError("ncclCommDestroy", r)
 	}
-	if t.stream != nil {
-		if r := C.cuStreamDestroy(t.stream); r != C.CUDA_SUCCESS {
-			errs = append(errs, cudaError("cuStreamDestroy", r))
-		}
-		t.stream = nil
-	}
-	if t.ctx != nil {
-		if r := C.cuDevicePrimaryCtxRelease(t.dev); r != C.CUDA_SUCCESS {
-			errs = append(errs, cudaError("cuDevicePrimaryCtxRelease", r))
-		}
-		t.ctx = nil
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
-// do runs fn on the worker thread.
-func (t *NCCL) do(fn func() error) error {
-	errc := make(chan error, 1)
-	select {
-	case t.jobs <- func() { errc <- fn() }:
-		return <-errc
-	case <-t.done:
-		return fmt.Errorf("ring: NCCL rank %d is closed", t.rank)
-	}
-}
+func (t *NCCL) closed() error { return fmt.Errorf("ring: NCCL rank %d is closed", t.rank) }
 
 // Close destroys the communicator and frees the device memory. Use it
 // once every rank is done with the ring; later calls do nothing.
-func (t *NCCL) Close() error {
-	var err error
-	t.closeOnce.Do(func() {
-		err = t.do(t.release)
-		close(t.jobs)
-		<-t.done
-	})
-	return err
-}
+func (t *NCCL) Close() error { return t.th.close(t.destroy, t.closed()) }
 
 func (t *NCCL) Rank() int { return t.rank }
 func (t *NCCL) Size() int { return t.size }
@@ -440,7 +357,8 @@ func (t *NCCL) SendRecv(ctx context.Context, send, recv [][]byte) error {
 // done, ctx ends or the ring fails; in the last two cases it aborts the
 // communicator, which unblocks the device, and fails the ring.
 func (t *NCCL) exchange(ctx context.Context, send, recv [][]byte) error {
-	return t.do(func() error {
+	stop := stopper(ctx, t.f, "NCCL", t.rank)
+	return t.th.do(func() error {
 		if t.comm == nil {
 			return t.f.cause
 		}
@@ -451,85 +369,28 @@ func (t *NCCL) exchange(ctx context.Context, send, recv [][]byte) error {
 		for _, p := range recv {
 			nr += len(p)
 		}
-		if err := t.reserve(max(ns, nr)); err != nil {
+		if err := t.th.reserve(max(ns, nr)); err != nil {
 			t.Fail(err)
 			return err
 		}
-		off := C.CUdeviceptr(0)
-		for _, p := range send {
-			if len(p) > 0 {
-				if r := C.cuMemcpyHtoDAsync(t.send+off, unsafe.Pointer(&p[0]), C.size_t(len(p)), t.stream); r != C.CUDA_SUCCESS {
-					return t.abort(cudaError("cuMemcpyHtoDAsync", r))
-				}
-			}
-			off += C.CUdeviceptr(len(p))
+		if err := t.th.upload(t.th.send, send); err != nil {
+			return t.abort(err)
 		}
 		next, prev := (t.rank+1)%t.size, (t.rank+t.size-1)%t.size
-		if r := C.ringNcclSendRecv(t.send, C.size_t(ns), C.int(next), t.recv, C.size_t(nr), C.int(prev), t.comm, t.stream); r != 0 {
+		if r := C.ringNcclSendRecv(t.th.send, C.size_t(ns), C.int(next), t.th.recv, C.size_t(nr), C.int(prev), t.comm, t.th.stream); r != 0 {
 			return t.abort(ncclError("send/receive", r))
 		}
-		if err := t.wait(ctx); err != nil {
-			return err
-		}
-		off = 0
-		for _, p := range recv {
-			if len(p) > 0 {
-				if r := C.cuMemcpyDtoHAsync(unsafe.Pointer(&p[0]), t.recv+off, C.size_t(len(p)), t.stream); r != C.CUDA_SUCCESS {
-					return t.abort(cudaError("cuMemcpyDtoHAsync", r))
-				}
-			}
-			off += C.CUdeviceptr(len(p))
-		}
-		return t.wait(ctx)
-	})
-}
-
-// reserve grows the device buffers to hold n bytes each.
-func (t *NCCL) reserve(n int) error {
-	if n <= t.capacity {
-		return nil
-	}
-	for _, p := range []*C.CUdeviceptr{&t.send, &t.recv} {
-		if *p != 0 {
-			if r := C.cuMemFree(*p); r != C.CUDA_SUCCESS {
-				return cudaError("cuMemFree", r)
-			}
-			*p = 0
-		}
-		if r := C.cuMemAlloc(p, C.size_t(n)); r != C.CUDA_SUCCESS {
-			t.capacity = 0
-			return cudaError(fmt.Sprintf("cuMemAlloc(%d)", n), r)
-		}
-	}
-	t.capacity = n
-	return nil
-}
-
-// wait polls the stream until its work is done, ctx ends or the ring
-// fails. Polling, not cuStreamSynchronize, so that a peer that never sends
-// cannot block this thread for ever.
-func (t *NCCL) wait(ctx context.Context) error {
-	for {
-		switch r := C.cuStreamQuery(t.stream); r {
-		case C.CUDA_SUCCESS:
-			return nil
-		case C.CUDA_ERROR_NOT_READY:
-		default:
-			return t.abort(cudaError("stream", r))
-		}
-		select {
-		case <-t.f.failed:
-			return t.abort(t.f.cause)
-		case <-ctx.Done():
-			err := fmt.Errorf("ring: NCCL rank %d: %w", t.rank, ctx.Err())
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				err = fmt.Errorf("%w: %w", ErrTimeout, err)
-			}
+		if err := t.th.wait(stop); err != nil {
 			return t.abort(err)
-		default:
-			time.Sleep(20 * time.Microsecond)
 		}
-	}
+		if err := t.th.download(recv, t.th.recv); err != nil {
+			return t.abort(err)
+		}
+		if err := t.th.wait(stop); err != nil {
+			return t.abort(err)
+		}
+		return nil
+	}, t.closed())
 }
 
 // abort fails the ring with err and aborts the communicator, which ends

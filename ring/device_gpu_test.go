@@ -1,0 +1,293 @@
+//go:build flashgpu
+
+package ring
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorgonia-flash/flashattention/cudakernels"
+	"github.com/gorgonia-flash/flashattention/kernels"
+)
+
+// gpuBackends returns one GPU backend of precision prec per rank (each has
+// its own worker thread, as each rank would have its own device), closed
+// with the test; it skips without a device.
+func gpuBackends(t testing.TB, ranks int, prec cudakernels.Precision) []kernels.Backend {
+	t.Helper()
+	bs := make([]kernels.Backend, ranks)
+	for r := range bs {
+		b, err := cudakernels.NewBackend(cudakernels.WithPrecision(prec))
+		if errors.Is(err, cudakernels.ErrNoDevice) {
+			t.Skipf("no CUDA device: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := b.Close(); err != nil {
+				t.Error(err)
+			}
+		})
+		bs[r] = b
+	}
+	return bs
+}
+
+// deviceRing returns a DeviceRing of ranks on device 0, closed with the
+// test.
+func deviceRing(t testing.TB, ranks int) []Transport {
+	t.Helper()
+	ts, err := DeviceRing(ranks, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, tr := range ts {
+			if err := tr.(*DeviceTransport).Close(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	return ts
+}
+
+// TestDeviceRing runs the ring on R ∈ {1, 2, 3, 4} ranks sharing one GPU
+// through the device transport, the GPU backend computing every block,
+// against naive attention on the whole sequence: float64 (the backend's
+// exact path) within 1e-10 relative, and float32 in BF16 within twice the
+// error of the same backend on the whole sequence at once, every output.
+// Causal (zig-zag) and not, grouped heads, odd lengths per rank.
+func TestDeviceRing(t *testing.T) {
+	for _, ranks := range []int{1, 2, 3, 4} {
+		for _, causal := range []bool{false, true} {
+			p := Problem{B: 2, H: 4, Hkv: 2, D: 32, Scale: 0.2, Causal: causal}
+			l, err := ForMask(37*ranks, ranks, causal)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := ringCase{fmt.Sprintf("R=%d/causal=%v", ranks, causal), p, l}
+			t.Run(c.name+"/float64", func(t *testing.T) {
+				bs := gpuBackends(t, ranks, cudakernels.FP32)
+				g := randomGlobal[float64](c, 11)
+				o, lse, dq, dk, dv := g.reference(t)
+				for r, err := range runRingOn(deviceRing(t, ranks), c, g, func(r int) kernels.Backend { return bs[r] }) {
+					if err != nil {
+						t.Fatalf("rank %d: %v", r, err)
+					}
+				}
+				for _, x := range []struct {
+					name      string
+					got, want []float64
+				}{{"o", g.o, o}, {"lse", g.lse, lse}, {"dq", g.dq, dq}, {"dk", g.dk, dk}, {"dv", g.dv, dv}} {
+					if e := relErr(x.got, x.want); e > 1e-10 {
+						t.Errorf("%s: relative error %.3g > 1e-10", x.name, e)
+					}
+				}
+			})
+			t.Run(c.name+"/bf16", func(t *testing.T) {
+				bs := gpuBackends(t, ranks, cudakernels.BF16)
+				g := randomGlobal[float32](c, 12)
+				o, lse, dq, dk, dv := g.reference(t)
+				// The same backend on the whole sequence: the error the ring may double.
+				kp := g.params
+				so, slse := make([]float32, kp.QLen()), make([]float32, kp.LSELen())
+				sdq, sdk, sdv := make([]float32, kp.QLen()), make([]float32, kp.KLen()), make([]float32, kp.KLen())
+				if err := bs[0].Forward32(kp, g.q, g.k, g.v, so, slse); err != nil {
+					t.Fatal(err)
+				}
+				if err := bs[0].Backward32(kp, g.q, g.k, g.v, so, slse, g.do, nil, sdq, sdk, sdv); err != nil {
+					t.Fatal(err)
+				}
+				for r, err := range runRingOn(deviceRing(t, ranks), c, g, func(r int) kernels.Backend { return bs[r] }) {
+					if err != nil {
+						t.Fatalf("rank %d: %v", r, err)
+					}
+				}
+				for _, x := range []struct {
+					name              string
+					got, single, want []float32
+				}{{"o", g.o, so, o}, {"lse", g.lse, slse, lse}, {"dq", g.dq, sdq, dq}, {"dk", g.dk, sdk, dk}, {"dv", g.dv, sdv, dv}} {
+					e, bound := relErr(x.got, x.want), 2*relErr(x.single, x.want)
+					if !(e <= bound) {
+						t.Errorf("%s: relative error %.3g > %.3g, twice the single-device BF16 error", x.name, e, bound)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestDeviceRingMismatch checks that ranks disagreeing on a message's size
+// get an error, not a hang, and that the ring stays failed.
+func TestDeviceRingMismatch(t *testing.T) {
+	ts := deviceRing(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() {
+			send := [][]byte{make([]byte, 8+r)} // rank 1 sends one byte more
+			recv := [][]byte{make([]byte, 8)}
+			errs[r] = ts[r].SendRecv(ctx, send, recv)
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err == nil {
+			t.Errorf("rank %d: a size mismatch passed", r)
+		}
+	}
+	if err := ts[0].SendRecv(ctx, [][]byte{make([]byte, 8)}, [][]byte{make([]byte, 8)}); !errors.Is(err, ErrAborted) {
+		t.Errorf("a failed ring's next transfer: got %v, want ErrAborted", err)
+	}
+}
+
+// TestDeviceRingTimeout checks that a rank whose neighbour never sends
+// returns ErrTimeout at its deadline.
+func TestDeviceRingTimeout(t *testing.T) {
+	ts := deviceRing(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err := ts[0].SendRecv(ctx, [][]byte{make([]byte, 8)}, [][]byte{make([]byte, 8)})
+	if !errors.Is(err, ErrTimeout) {
+		t.Errorf("got %v, want ErrTimeout", err)
+	}
+}
+
+// BenchmarkDeviceRing times the ring of R = 2 ranks sharing one GPU
+// (BF16, D = 128, H = 16, B = 1) at 16k and 32k tokens per rank and of
+// R = 4 at 16k,
+// causal (zig-zag) and not, forward and forward+backward, against the
+// same backend on the whole sequence. The ranks share the device, so the
+// ring's wall time is not a multi-GPU figure; what it gives is each step's
+// compute time (ms/step, from Stats: a step of a rank, its block against
+// another, with R ranks' kernels on the device at once) and the bytes a
+// step sends, hence the link bandwidth that would hide a step's transfer
+// behind its compute (link-GB/s = B/step ÷ ms/step) and the step's work
+// on a device of its own (alone-ms/step: one block pair, timed alone).
+func BenchmarkDeviceRing(b *testing.B) {
+	const heads, d = 16, 128
+	for _, perRank := range []int{16 << 10, 32 << 10} {
+		for _, ranks := range []int{2, 4} {
+			if ranks*perRank > 64<<10 {
+				continue // two minutes of host copies for the four cases
+			}
+			for _, causal := range []bool{false, true} {
+				for _, backward := range []bool{false, true} {
+					pass := "fwd"
+					if backward {
+						pass = "fwd+bwd"
+					}
+					name := fmt.Sprintf("T%dk/R=%d/causal=%v/%s", perRank>>10, ranks, causal, pass)
+					b.Run(name, func(b *testing.B) { benchDeviceRing(b, perRank, ranks, heads, d, causal, backward) })
+				}
+			}
+		}
+	}
+}
+
+func benchDeviceRing(b *testing.B, perRank, ranks, heads, d int, causal, backward bool) {
+	n := perRank * ranks
+	layout, err := ForMask(n, ranks, causal)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := Problem{B: 1, H: heads, D: d, Scale: 1 / 11.3137, Causal: causal}
+	bs := gpuBackends(b, ranks, cudakernels.BF16)
+	kp := kernels.Params{B: 1, H: heads, Nq: n, Nk: n, D: d, Scale: p.Scale, Causal: causal}
+	flops := kp.ForwardFLOPs()
+	if backward {
+		flops += kp.BackwardFLOPs()
+	}
+	type local struct{ q, k, v, do []float32 }
+	in := make([]local, ranks)
+	rng := rand.New(rand.NewPCG(3, 2))
+	for r := range in {
+		m := heads * layout.Len(r) * d
+		in[r] = local{randoms(rng, m), randoms(rng, m), randoms(rng, m), randoms(rng, m)}
+	}
+	stats := make([]Stats, ranks)
+	for b.Loop() {
+		ts := deviceRing(b, ranks)
+		var wg sync.WaitGroup
+		errs := make([]error, ranks)
+		for r := range ranks {
+			wg.Go(func() {
+				rg := Ring{Transport: ts[r], Layout: layout, Backend: bs[r], Stats: &stats[r]}
+				x := in[r]
+				o, lse, err := Forward(context.Background(), rg, p, x.q, x.k, x.v)
+				if err == nil && backward {
+					_, _, _, err = Backward(context.Background(), rg, p, x.q, x.k, x.v, o, lse, x.do)
+				}
+				errs[r] = err
+			})
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+	var compute time.Duration
+	var steps, bytes, transfers int
+	for _, s := range stats {
+		for i, c := range s.Compute {
+			if i < ranks {
+				compute += c
+				steps++
+			}
+			if s.Sent[i] > 0 {
+				bytes += s.Sent[i]
+				transfers++
+			}
+		}
+	}
+	perStep := compute.Seconds() / float64(steps)
+	b.ReportMetric(perStep*1e3, "ms/step")
+	if transfers > 0 {
+		perTransfer := float64(bytes) / float64(transfers)
+		b.ReportMetric(perTransfer, "B/step")
+		b.ReportMetric(perTransfer/perStep/1e9, "link-GB/s")
+	}
+	b.ReportMetric(aloneStep(b, bs[0], kp, perRank, backward)*1e3, "alone-ms/step")
+}
+
+// aloneStep times one full block pair of a ring step (perRank queries
+// against perRank keys, unmasked: the steps off the diagonal) on backend be
+// alone, forward and, with backward, the backward too; the median of 3
+// after one warm-up, host copies included as in a ring step.
+func aloneStep(b *testing.B, be kernels.Backend, kp kernels.Params, perRank int, backward bool) float64 {
+	sp := kp
+	sp.Nq, sp.Nk, sp.Causal = perRank, perRank, false
+	rng := rand.New(rand.NewPCG(4, 2))
+	q, k, v, do := randoms(rng, sp.QLen()), randoms(rng, sp.KLen()), randoms(rng, sp.KLen()), randoms(rng, sp.QLen())
+	o, lse := make([]float32, sp.QLen()), make([]float32, sp.LSELen())
+	dq, dk, dv := make([]float32, sp.QLen()), make([]float32, sp.KLen()), make([]float32, sp.KLen())
+	var times []float64
+	for i := range 4 {
+		t0 := time.Now()
+		if err := be.Forward32(sp, q, k, v, o, lse); err != nil {
+			b.Fatal(err)
+		}
+		if backward {
+			if err := be.Backward32(sp, q, k, v, o, lse, do, nil, dq, dk, dv); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if i > 0 {
+			times = append(times, time.Since(t0).Seconds())
+		}
+	}
+	slices.Sort(times)
+	return times[len(times)/2]
+}
