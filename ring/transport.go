@@ -12,7 +12,8 @@ import (
 // A Transport moves messages one step around a ring of Size() ranks: from
 // each rank to rank+1, from the last to rank 0. The algorithm sees only
 // this interface; LocalRing implements it with goroutines and channels, and
-// a GPU transport would with NCCL.
+// in a flashgpu build NCCL over NCCL and DeviceRing through one GPU's
+// memory.
 //
 // SendRecv sends the parts of send to rank (Rank()+1) mod Size() and
 // receives into the parts of recv what rank (Rank()−1) mod Size() sends in
