@@ -14,6 +14,7 @@ import (
 
 	"github.com/gorgonia-flash/flashattention/cudakernels"
 	"github.com/gorgonia-flash/flashattention/kernels"
+	"github.com/gorgonia-flash/flashattention/kernels/conformance"
 )
 
 // gpuBackends returns one GPU backend of precision prec per rank (each has
@@ -60,10 +61,11 @@ func deviceRing(t testing.TB, ranks int) []Transport {
 
 // TestDeviceRing runs the ring on R ∈ {1, 2, 3, 4} ranks sharing one GPU
 // through the device transport, the GPU backend computing every block,
-// against naive attention on the whole sequence: float64 (the backend's
-// exact path) within 1e-10 relative, and float32 in BF16 within twice the
-// error of the same backend on the whole sequence at once, every output.
-// Causal (zig-zag) and not, grouped heads, odd lengths per rank.
+// against attention on the whole sequence: float64 (the backend's exact
+// path) within 1e-10 relative of the naive float64 computation, and
+// float32 in BF16, FP16 and TF32 within the conformance suite's bounds
+// (conformance.CheckPass: twice the naive error at that precision), every
+// output. Causal (zig-zag) and not, grouped heads, odd lengths per rank.
 func TestDeviceRing(t *testing.T) {
 	for _, ranks := range []int{1, 2, 3, 4} {
 		for _, causal := range []bool{false, true} {
@@ -91,35 +93,18 @@ func TestDeviceRing(t *testing.T) {
 					}
 				}
 			})
-			t.Run(c.name+"/bf16", func(t *testing.T) {
-				bs := gpuBackends(t, ranks, cudakernels.BF16)
-				g := randomGlobal[float32](c, 12)
-				o, lse, dq, dk, dv := g.reference(t)
-				// The same backend on the whole sequence: the error the ring may double.
-				kp := g.params
-				so, slse := make([]float32, kp.QLen()), make([]float32, kp.LSELen())
-				sdq, sdk, sdv := make([]float32, kp.QLen()), make([]float32, kp.KLen()), make([]float32, kp.KLen())
-				if err := bs[0].Forward32(kp, g.q, g.k, g.v, so, slse); err != nil {
-					t.Fatal(err)
-				}
-				if err := bs[0].Backward32(kp, g.q, g.k, g.v, so, slse, g.do, nil, sdq, sdk, sdv); err != nil {
-					t.Fatal(err)
-				}
-				for r, err := range runRingOn(deviceRing(t, ranks), c, g, func(r int) kernels.Backend { return bs[r] }) {
-					if err != nil {
-						t.Fatalf("rank %d: %v", r, err)
+			for _, prec := range []cudakernels.Precision{cudakernels.BF16, cudakernels.FP16, cudakernels.TF32} {
+				t.Run(fmt.Sprintf("%s/%v", c.name, prec), func(t *testing.T) {
+					bs := gpuBackends(t, ranks, prec)
+					g := randomGlobal[float32](c, 12)
+					for r, err := range runRingOn(deviceRing(t, ranks), c, g, func(r int) kernels.Backend { return bs[r] }) {
+						if err != nil {
+							t.Fatalf("rank %d: %v", r, err)
+						}
 					}
-				}
-				for _, x := range []struct {
-					name              string
-					got, single, want []float32
-				}{{"o", g.o, so, o}, {"lse", g.lse, slse, lse}, {"dq", g.dq, sdq, dq}, {"dk", g.dk, sdk, dk}, {"dv", g.dv, sdv, dv}} {
-					e, bound := relErr(x.got, x.want), 2*relErr(x.single, x.want)
-					if !(e <= bound) {
-						t.Errorf("%s: relative error %.3g > %.3g, twice the single-device BF16 error", x.name, e, bound)
-					}
-				}
-			})
+					conformance.CheckPass(t, g.params, prec, g.q, g.k, g.v, g.do, g.o, g.lse, g.dq, g.dk, g.dv)
+				})
+			}
 		}
 	}
 }

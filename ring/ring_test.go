@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorgonia-flash/flashattention/cpukernels"
 	"github.com/gorgonia-flash/flashattention/kernels"
+	"github.com/gorgonia-flash/flashattention/kernels/conformance"
 )
 
 // ringCase is one ring problem: the global problem and how it is cut.
@@ -169,7 +170,7 @@ func relErr[T kernels.Float](got, want []T) float64 {
 
 // TestRingMatchesSingleDevice checks the ring's output, LSE and gradients
 // against naive attention on the whole sequence, in float64 to 1e-10
-// relative and in float32 to 1e-5.
+// relative and in float32 to 1e-5 and to the conformance suite's bound.
 func TestRingMatchesSingleDevice(t *testing.T) {
 	for i, c := range ringCases(t) {
 		t.Run(c.name+"/float64", func(t *testing.T) { checkRing[float64](t, c, uint64(i), 1e-10) })
@@ -192,6 +193,10 @@ func checkRing[T kernels.Float](t *testing.T, c ringCase, seed uint64, tol float
 		if e := relErr(x.got, x.want); e > tol {
 			t.Errorf("%s: relative error %.3g > %.0g", x.name, e, tol)
 		}
+	}
+	if g32, ok := any(g).(*global[float32]); ok {
+		// And the conformance suite's bound: twice naive float32's error.
+		conformance.CheckPass(t, g32.params, kernels.FP32, g32.q, g32.k, g32.v, g32.do, g32.o, g32.lse, g32.dq, g32.dk, g32.dv)
 	}
 }
 

@@ -369,6 +369,21 @@ func check32(t *testing.T, b kernels.Backend, p kernels.Params, prec kernels.Pre
 	}
 }
 
+// CheckPass checks a float32 forward and backward of problem p (no bias;
+// dense float32 inputs q, k, v, do and outputs o, lse, dq, dk, dv)
+// computed in precision prec against the float64 reference, with the
+// suite's bounds: twice the error of the naive baseline in prec plus two
+// rounding units of each output's floor. It serves computations that are
+// not one kernels.Backend call, such as a ring of them (package ring).
+func CheckPass(t *testing.T, p kernels.Params, prec kernels.Precision, q, k, v, do, o, lse, dq, dk, dv []float32) {
+	t.Helper()
+	want, err := reference(p, widen(q), widen(k), widen(v), widen(do), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check32(t, nil, p, prec, result[float32]{o: o, lse: lse, dq: dq, dk: dk, dv: dv}, want, q, k, v, do, nil, false)
+}
+
 // roundingUnit is half the spacing of numbers near 1 in the precision's
 // storage format: float32 for FP32 and TF32 (results are float32).
 func roundingUnit(prec kernels.Precision) float64 {
