@@ -285,14 +285,16 @@
 //
 // A forward with few query rows per key head (a decode step) runs on the
 // split-KV kernels of csrc/decode.cuh, a PTX module of its own
-// (decode_sm80.ptx). They run on CUDA cores, on every device, in every
-// precision:
-//   - One warp is one unit: (key head, up to 8 rows of its group, key
-//     split).
+// (decode_sm80.ptx), on every device:
+//   - One warp is one unit: (key head, a tile of the rows of its group,
+//     key split). Keys and values stored in bf16 or fp16 (a cache's format
+//     at BF16 and FP16) run on tensor cores, 16 rows to a unit; float32
+//     and float64 run on CUDA cores, exactly, one row or eight to a unit.
 //   - It reads the keys and values in place, dense or through a block
-//     table (kernels.Pages), in float32, float64, bf16 or fp16.
+//     table (kernels.Pages), three or two chunks of 16 keys ahead.
 //   - It writes o and the LSE, or with several splits partial results
-//     that a merge kernel combines through their log-sum-exp.
+//     that a merge kernel (a block per 32 columns of a row) combines
+//     through their log-sum-exp.
 //   - decodeSplits (decode.go, a pure function with a table test) picks
 //     the splits from the units and the device's multiprocessors.
 //
