@@ -15,29 +15,25 @@ func clampRange(lo, hi, base, n int) (from, to int) {
 
 // softcapScores replaces each s[i] by c·tanh(s[i]/c) and, when grad is not
 // nil, stores 1 − tanh² (the derivative) in grad[i]. w is float64 scratch
-// of len(s).
+// of len(s), for float64 scores.
 //
-// tanh(x) is 1 − 2/(1 + e) with e = exp(2x), through the vectorised
-// exponential and with no branch on the sign (a branch per score, taken at
-// random, cost more than the arithmetic): an e that overflows to +Inf
-// gives exactly 1, e = 0 gives −1, as tanh(±∞) = ±1, and NaN stays NaN.
-// That form has an absolute error of a few rounding units, so c·tanh(s/c)
-// errs by a few units of c rather than of the result; in float32 that was
-// four times the error of a naive float32 computation on the softcap
-// golden case. So it is computed in float64 whatever T is, and rounded
-// once at the end. The steps around the exponential are vector loops too
-// (simd.WidenScale32, simd.TanhScaleFromExp32): done one score at a time,
-// the conversions and the division cost more than the exponential and
-// the scores' GEMM together.
+// float32 scores take simd.Softcap32, in float32 throughout: an odd
+// polynomial below |s/c| = ½ and 1 − 2/(1 + e^{2|s/c|}) above, within 4
+// ulp of the result everywhere. The exponential form alone has an
+// absolute error of a few rounding units, so near 0 it errs by units of c
+// rather than of the result; in float32 that was four times a naive
+// float32 computation's error on the softcap golden case, which is why
+// the float32 path was computed in float64 before Softcap32. float64
+// scores keep that form, through the vectorised exponential and with no branch
+// on the sign: an e that overflows to +Inf gives exactly 1, e = 0 gives
+// −1, and NaN stays NaN.
 func softcapScores[T kernels.Float](s []T, c T, w []float64, grad []T) {
 	w = w[:len(s)]
 	c64 := float64(c)
 	switch x := any(s).(type) {
 	case []float32:
-		simd.WidenScale32(w, x, 2/c64)
-		simd.ExpShift64(w, 0)
 		g, _ := any(grad).([]float32)
-		simd.TanhScaleFromExp32(x, g, w, c64)
+		simd.Softcap32(x, g, float32(c))
 	case []float64:
 		simd.WidenScale64(w, x, 2/c64)
 		simd.ExpShift64(w, 0)

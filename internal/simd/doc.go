@@ -9,12 +9,12 @@
 // kernels.Dropout computes the blocks itself, the scalar definition its
 // tests pin), and its test compares it word for word with a scalar Philox.
 //
-// WidenScale32 and TanhScaleFromExp32, the element-wise steps of the
-// attention softcap around its float64 exponential, and DropScale32,
-// which applies dropout's mask from its Philox words, likewise have an
-// AVX-512 path only (the portable loop elsewhere); they are exact IEEE
-// operations per element, and their tests require the portable loop's
-// bits.
+// DropScale32, which applies dropout's mask from its Philox words,
+// likewise has an AVX-512 path only (the portable loop elsewhere); it is
+// exact IEEE operations per element, and its test requires the portable
+// loop's bits. Softcap32, the attention softcap in float32, has an AVX-512
+// path only too; it is within 4 ulp of c·tanh(s/c) (the portable loop
+// rounds a float64 tanh once).
 //
 // # Paths and dispatch
 //

@@ -2,66 +2,8 @@ package simd
 
 import (
 	"math"
-	"math/rand/v2"
 	"testing"
 )
-
-// TestSoftcapSteps32 requires WidenScale32 and TanhScaleFromExp32 (the
-// assembly where the CPU has it) to give the portable loops' bits on
-// every length up to 70 (every tail of 16 lanes) and two long rows, with
-// special values among the inputs, and to leave the elements around their
-// slices alone.
-func TestSoftcapSteps32(t *testing.T) {
-	rng := rand.New(rand.NewPCG(15, 16))
-	specials := []float64{0, math.Copysign(0, -1), math.Inf(1), math.Inf(-1), math.NaN(), math.MaxFloat32, 1e-30, 800}
-	for n := range 300 {
-		if n > 70 && n != 257 && n != 299 {
-			continue
-		}
-		const guard = 9
-		src := make([]float32, n)
-		for i := range src {
-			src[i] = float32(rng.NormFloat64() * 40)
-			if rng.IntN(8) == 0 {
-				src[i] = float32(specials[rng.IntN(len(specials))])
-			}
-		}
-		const a = 2 / 30.0
-		wBuf, wantW := guarded[float64](n, guard), make([]float64, n)
-		w := wBuf[guard : guard+n]
-		WidenScale32(w, src, a)
-		widenScaleGeneric(wantW, src, a)
-		if !sameBits(w, wantW) {
-			t.Fatalf("n=%d: WidenScale32 = %v, want %v", n, w, wantW)
-		}
-		checkGuards(t, "WidenScale32", wBuf, guard, n)
-
-		// Exponentials over the whole range, special values included.
-		e := make([]float64, n)
-		for i := range e {
-			e[i] = math.Exp(rng.NormFloat64() * 20)
-			if rng.IntN(8) == 0 {
-				e[i] = specials[rng.IntN(len(specials))]
-			}
-		}
-		const c = 30
-		for _, withGrad := range []bool{false, true} {
-			dBuf, gBuf := guarded[float32](n, guard), guarded[float32](n, guard)
-			dst, grad := dBuf[guard:guard+n], gBuf[guard:guard+n]
-			wantD, wantG := make([]float32, n), make([]float32, n)
-			if !withGrad {
-				grad, wantG = nil, nil
-			}
-			TanhScaleFromExp32(dst, grad, e, c)
-			tanhScaleFromExpGeneric(wantD, wantG, e, c)
-			if !sameBits(dst, wantD) || !sameBits(grad, wantG) {
-				t.Fatalf("n=%d grad=%v: TanhScaleFromExp32 = %v, %v, want %v, %v", n, withGrad, dst, grad, wantD, wantG)
-			}
-			checkGuards(t, "TanhScaleFromExp32", dBuf, guard, n)
-			checkGuards(t, "TanhScaleFromExp32's grad", gBuf, guard, n)
-		}
-	}
-}
 
 // TestTanhScaleFromExp checks the formula's values: tanh at a few points,
 // its limits at e = 0 and e = +Inf, and NaN.
