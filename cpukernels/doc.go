@@ -50,9 +50,10 @@
 // key block only its real keys, and query blocks past a sequence's last
 // real row are never visited. The softcap and ALiBi
 // change the visible scores of a tile between the GEMM and the online
-// softmax; the softcap's tanh is 1 − 2/(1 + exp(2s/c)) through the
-// vectorised exponential (an overflow to +Inf gives exactly 1), in
-// float64, with the steps around it in vector loops as well. Dropout's
+// softmax; the softcap's tanh is, for float32, simd.Softcap32 (an odd
+// polynomial near 0, 1 − 2/(1 + exp(2|s|/c)) further out, in float32 with
+// AVX-512), and for float64 1 − 2/(1 + exp(2s/c)) through the vectorised
+// exponential (an overflow to +Inf gives exactly 1). Dropout's
 // forward draws each row's Philox words (kernels.Dropout.RowWords) and
 // applies the mask with a vector comparison and a zero-masked product
 // (simd.DropScale32); the backward, which reads the mask by keys, draws
