@@ -96,15 +96,14 @@ func groupKeyHead(p kernels.Params, u, x int) int {
 
 // backwardScratch is one worker's tiles; nothing in it depends on N.
 type backwardScratch[T kernels.Float] struct {
-	ka, va []T       // Bc×(D+1): K_j and V_j with a column of ones
-	kt     []T       // D×Bc: K_jᵀ
-	pt     []T       // Bc×Br: Sᵀ − LSE, then Pᵀ
-	dst    []T       // Bc×Br: dPᵀ − D, then scale·dSᵀ
-	dk, dv []T       // Bc×D: accumulators for the key block
-	tmp    []float64 // Br: the softcap's exponentials, in float64 (softcapScores); nil without a softcap
-	tab    []T       // Br+Bc: the tile's ALiBi terms (alibiTable); nil without ALiBi
-	grad   []T       // Br: the softcap's derivative along one key's rows; nil without a softcap
-	keep   []bool    // Br×Bc: dropout's mask of one tile; nil without dropout
+	ka, va []T    // Bc×(D+1): K_j and V_j with a column of ones
+	kt     []T    // D×Bc: K_jᵀ
+	pt     []T    // Bc×Br: Sᵀ − LSE, then Pᵀ
+	dst    []T    // Bc×Br: dPᵀ − D, then scale·dSᵀ
+	dk, dv []T    // Bc×D: accumulators for the key block
+	tab    []T    // Br+Bc: the tile's ALiBi terms (alibiTable); nil without ALiBi
+	grad   []T    // Br: the softcap's derivative along one key's rows; nil without a softcap
+	keep   []bool // Br×Bc: dropout's mask of one tile; nil without dropout
 	// Bc×Br: the tile's bias, transposed like pt, when it cannot be
 	// loaded into pt before the scores' GEMM (a softcap needs the bare
 	// scores; nil otherwise), and its dS for dBias (nil without a bias).
@@ -124,10 +123,9 @@ type backwardScratch[T kernels.Float] struct {
 
 // backwardScratchLen is the number of elements of one backwardScratch.
 func backwardScratchLen(d int) int {
-	// tmp counted as 2·Br (float64 in a float32 call), keep as Br·Bc/4
-	// (bytes, in a float32 call); four Bc×Br tiles: pt, dst, and a bias's
-	// bt and dbt.
-	return 2*blockCols*(d+1) + d*blockCols + 4*blockCols*blockRows + 2*blockCols*d + 4*blockRows + blockCols + blockRows*blockCols/4
+	// keep counted as Br·Bc/4 (bytes, in a float32 call); four Bc×Br
+	// tiles: pt, dst, and a bias's bt and dbt.
+	return 2*blockCols*(d+1) + d*blockCols + 4*blockCols*blockRows + 2*blockCols*d + 2*blockRows + blockCols + blockRows*blockCols/4
 }
 
 func newBackwardScratch[T kernels.Float](p kernels.Params) *backwardScratch[T] {
@@ -144,7 +142,7 @@ func newBackwardScratch[T kernels.Float](p kernels.Params) *backwardScratch[T] {
 	}
 	// Plain attention allocates no variant scratch.
 	if p.Softcap != 0 {
-		sc.tmp, sc.grad = make([]float64, blockRows), make([]T, blockRows)
+		sc.grad = make([]T, blockRows)
 	}
 	if p.ALiBi != nil {
 		sc.tab = make([]T, blockRows+blockCols)
@@ -521,7 +519,7 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 		var grad []T
 		if p.Softcap != 0 {
 			grad = sc.grad[:len(vis)]
-			softcapScores(vis, T(p.Softcap), sc.tmp, grad)
+			softcapScores(vis, T(p.Softcap), grad)
 			for r := range vis {
 				vis[r] -= qh.lse[row0+from+r]
 			}

@@ -197,7 +197,7 @@ func (u *decodeUnit[T]) run(from, to int, q, k, v []T) {
 				continue
 			}
 			if p.Softcap != 0 {
-				softcapScores(sr[lo:hi], T(p.Softcap), sc.tmp, nil)
+				softcapScores(sr[lo:hi], T(p.Softcap), nil)
 			}
 			if p.ALiBi != nil {
 				h := u.kvh%p.KVHeads()*u.g + r/p.Nq

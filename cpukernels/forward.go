@@ -10,13 +10,12 @@ import (
 
 // forwardScratch is one worker's tiles; nothing in it depends on N.
 type forwardScratch[T kernels.Float] struct {
-	qs  []T       // Br×D: the query tile pre-multiplied by scale
-	s   []T       // Br×Bc: scores, then probabilities
-	acc []T       // Br×D: unnormalised output
-	m   []T       // Br: running row maximum
-	l   []T       // Br: running row sum of exp(S − m)
-	tmp []float64 // Bc: the softcap's exponentials, in float64 (softcapScores); nil without a softcap
-	tab []T       // Br+Bc: the tile's ALiBi terms (alibiTable); nil without ALiBi
+	qs  []T // Br×D: the query tile pre-multiplied by scale
+	s   []T // Br×Bc: scores, then probabilities
+	acc []T // Br×D: unnormalised output
+	m   []T // Br: running row maximum
+	l   []T // Br: running row sum of exp(S − m)
+	tab []T // Br+Bc: the tile's ALiBi terms (alibiTable); nil without ALiBi
 	// Bc: the Philox words of dropout's mask along one row of a tile
 	// (kernels.Dropout.RowWords), compared with its threshold in vector
 	// lanes (dropRow); nil without dropout.
@@ -29,8 +28,8 @@ type forwardScratch[T kernels.Float] struct {
 
 // forwardScratchLen is the number of elements of one forwardScratch.
 func forwardScratchLen(d int) int {
-	// tmp counted as 2·Bc (float64 in a float32 call), words as Bc.
-	return 2*blockRows*d + blockRows*blockCols + 3*blockRows + 4*blockCols
+	// words counted as Bc.
+	return 2*blockRows*d + blockRows*blockCols + 3*blockRows + 2*blockCols
 }
 
 func newForwardScratch[T kernels.Float](p kernels.Params) *forwardScratch[T] {
@@ -43,9 +42,6 @@ func newForwardScratch[T kernels.Float](p kernels.Params) *forwardScratch[T] {
 		l:   make([]T, blockRows),
 	}
 	// Plain attention allocates no variant scratch.
-	if p.Softcap != 0 {
-		sc.tmp = make([]float64, blockCols)
-	}
 	if p.ALiBi != nil {
 		sc.tab = make([]T, blockRows+blockCols)
 	}
@@ -238,7 +234,7 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p *
 				}
 			}
 			if p.Softcap != 0 {
-				softcapScores(sr[from:to], T(p.Softcap), sc.tmp, nil)
+				softcapScores(sr[from:to], T(p.Softcap), nil)
 			}
 			if tab != nil {
 				subtract(sr[from:to], tab[rows-1-r+from:])

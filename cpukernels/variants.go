@@ -14,8 +14,7 @@ func clampRange(lo, hi, base, n int) (from, to int) {
 }
 
 // softcapScores replaces each s[i] by c·tanh(s[i]/c) and, when grad is not
-// nil, stores 1 − tanh² (the derivative) in grad[i]. w is float64 scratch
-// of len(s), for float64 scores.
+// nil, stores 1 − tanh² (the derivative) in grad[i].
 //
 // float32 scores take simd.Softcap32, in float32 throughout: an odd
 // polynomial below |s/c| = ½ and 1 − 2/(1 + e^{2|s/c|}) above, within 4
@@ -24,21 +23,20 @@ func clampRange(lo, hi, base, n int) (from, to int) {
 // rather than of the result; in float32 that was four times a naive
 // float32 computation's error on the softcap golden case, which is why
 // the float32 path was computed in float64 before Softcap32. float64
-// scores keep that form, through the vectorised exponential and with no branch
-// on the sign: an e that overflows to +Inf gives exactly 1, e = 0 gives
-// −1, and NaN stays NaN.
-func softcapScores[T kernels.Float](s []T, c T, w []float64, grad []T) {
-	w = w[:len(s)]
+// scores keep that form, in place, through the vectorised exponential and
+// with no branch on the sign: an e that overflows to +Inf gives exactly 1,
+// e = 0 gives −1, and NaN stays NaN.
+func softcapScores[T kernels.Float](s []T, c T, grad []T) {
 	c64 := float64(c)
 	switch x := any(s).(type) {
 	case []float32:
 		g, _ := any(grad).([]float32)
 		simd.Softcap32(x, g, float32(c))
 	case []float64:
-		simd.WidenScale64(w, x, 2/c64)
-		simd.ExpShift64(w, 0)
+		simd.Scale64(x, 2/c64)
+		simd.ExpShift64(x, 0)
 		g, _ := any(grad).([]float64)
-		simd.TanhScaleFromExp64(x, g, w, c64)
+		simd.TanhScaleFromExp64(x, g, x, c64)
 	}
 }
 

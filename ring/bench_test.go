@@ -75,13 +75,7 @@ func benchRing(b *testing.B, kp kernels.Params, ranks int, backward bool, flops 
 		b.Fatal(err)
 	}
 	p := Problem{B: kp.B, H: kp.H, D: kp.D, Scale: kp.Scale, Causal: kp.Causal}
-	rng := rand.New(rand.NewPCG(1, 2))
-	type local struct{ q, k, v, do []float32 }
-	in := make([]local, ranks)
-	for r := range in {
-		m := kp.B * kp.H * layout.Len(r) * kp.D
-		in[r] = local{randoms(rng, m), randoms(rng, m), randoms(rng, m), randoms(rng, m)}
-	}
+	in := newRankInputs(layout, kp.B*kp.H, kp.D, 1)
 	stats := make([]Stats, ranks)
 	workers := max(1, runtime.GOMAXPROCS(0)/ranks)
 	for b.Loop() {
@@ -89,28 +83,57 @@ func benchRing(b *testing.B, kp kernels.Params, ranks int, backward bool, flops 
 		if err != nil {
 			b.Fatal(err)
 		}
-		var wg sync.WaitGroup
-		errs := make([]error, ranks)
-		for r := range ranks {
-			wg.Go(func() {
-				rg := Ring{Transport: ts[r], Layout: layout, Backend: cpukernels.Backend{Workers: workers}, Stats: &stats[r]}
-				x := in[r]
-				o, lse, err := Forward(context.Background(), rg, p, x.q, x.k, x.v)
-				if err == nil && backward {
-					_, _, _, err = Backward(context.Background(), rg, p, x.q, x.k, x.v, o, lse, x.do)
-				}
-				errs[r] = err
-			})
-		}
-		wg.Wait()
-		for _, err := range errs {
-			if err != nil {
-				b.Fatal(err)
-			}
-		}
+		runRanks(b, ts, layout, func(int) kernels.Backend { return cpukernels.Backend{Workers: workers} }, p, in, backward, stats)
 	}
 	b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-	// The figures of the last call of each rank: the backward's with one.
+	reportSteps(b, stats, ranks)
+}
+
+// rankInputs are one rank's q, k, v and dO.
+type rankInputs struct{ q, k, v, do []float32 }
+
+// newRankInputs fills each rank's inputs, bh heads of layout.Len(r) rows
+// of d, with normal numbers.
+func newRankInputs(layout Layout, bh, d int, seed uint64) []rankInputs {
+	rng := rand.New(rand.NewPCG(seed, 2))
+	in := make([]rankInputs, layout.Ranks())
+	for r := range in {
+		m := bh * layout.Len(r) * d
+		in[r] = rankInputs{randoms(rng, m), randoms(rng, m), randoms(rng, m), randoms(rng, m)}
+	}
+	return in
+}
+
+// runRanks runs Forward, then with backward Backward, on every rank of ts
+// at once, rank r computing with backend(r) and recording into stats[r];
+// a rank's error fails the benchmark.
+func runRanks(b *testing.B, ts []Transport, layout Layout, backend func(r int) kernels.Backend, p Problem, in []rankInputs, backward bool, stats []Stats) {
+	var wg sync.WaitGroup
+	errs := make([]error, len(ts))
+	for r := range ts {
+		wg.Go(func() {
+			rg := Ring{Transport: ts[r], Layout: layout, Backend: backend(r), Stats: &stats[r]}
+			x := in[r]
+			o, lse, err := Forward(context.Background(), rg, p, x.q, x.k, x.v)
+			if err == nil && backward {
+				_, _, _, err = Backward(context.Background(), rg, p, x.q, x.k, x.v, o, lse, x.do)
+			}
+			errs[r] = err
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// reportSteps reports, from the last call of each rank (the backward's
+// with one), the mean compute time of a step (ms/step) and the mean bytes
+// of a transfer (B/step), and returns them in seconds and bytes (0 bytes
+// without a transfer).
+func reportSteps(b *testing.B, stats []Stats, ranks int) (perStep, perTransfer float64) {
 	var compute time.Duration
 	var steps, bytes, transfers int
 	for _, s := range stats {
@@ -125,8 +148,11 @@ func benchRing(b *testing.B, kp kernels.Params, ranks int, backward bool, flops 
 			}
 		}
 	}
-	b.ReportMetric(compute.Seconds()*1e3/float64(steps), "ms/step")
+	perStep = compute.Seconds() / float64(steps)
+	b.ReportMetric(perStep*1e3, "ms/step")
 	if transfers > 0 {
-		b.ReportMetric(float64(bytes)/float64(transfers), "B/step")
+		perTransfer = float64(bytes) / float64(transfers)
+		b.ReportMetric(perTransfer, "B/step")
 	}
+	return perStep, perTransfer
 }

@@ -282,8 +282,8 @@ type deviceGroup struct {
 }
 
 // deviceParcel is one message in the sender's device buffer: its header,
-// and delivered, which the receiver closes once its copy is done (nil
-// when the copy failed: the ring has failed then).
+// and delivered, which the receiver closes once its copy is done (if the
+// copy fails the ring fails instead, and the sender learns of it so).
 type deviceParcel struct {
 	at        C.CUdeviceptr
 	header    [3]uint64

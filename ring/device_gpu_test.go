@@ -78,30 +78,14 @@ func TestDeviceRing(t *testing.T) {
 			t.Run(c.name+"/float64", func(t *testing.T) {
 				bs := gpuBackends(t, ranks, cudakernels.FP32)
 				g := randomGlobal[float64](c, 11)
-				o, lse, dq, dk, dv := g.reference(t)
-				for r, err := range runRingOn(deviceRing(t, ranks), c, g, func(r int) kernels.Backend { return bs[r] }) {
-					if err != nil {
-						t.Fatalf("rank %d: %v", r, err)
-					}
-				}
-				for _, x := range []struct {
-					name      string
-					got, want []float64
-				}{{"o", g.o, o}, {"lse", g.lse, lse}, {"dq", g.dq, dq}, {"dk", g.dk, dk}, {"dv", g.dv, dv}} {
-					if e := relErr(x.got, x.want); e > 1e-10 {
-						t.Errorf("%s: relative error %.3g > 1e-10", x.name, e)
-					}
-				}
+				checkRan(t, runRingOn(deviceRing(t, ranks), c, g, func(r int) kernels.Backend { return bs[r] }))
+				g.checkReference(t, 1e-10)
 			})
 			for _, prec := range []cudakernels.Precision{cudakernels.BF16, cudakernels.FP16, cudakernels.TF32} {
 				t.Run(fmt.Sprintf("%s/%v", c.name, prec), func(t *testing.T) {
 					bs := gpuBackends(t, ranks, prec)
 					g := randomGlobal[float32](c, 12)
-					for r, err := range runRingOn(deviceRing(t, ranks), c, g, func(r int) kernels.Backend { return bs[r] }) {
-						if err != nil {
-							t.Fatalf("rank %d: %v", r, err)
-						}
-					}
+					checkRan(t, runRingOn(deviceRing(t, ranks), c, g, func(r int) kernels.Backend { return bs[r] }))
 					conformance.CheckPass(t, g.params, prec, g.q, g.k, g.v, g.do, g.o, g.lse, g.dq, g.dk, g.dv)
 				})
 			}
@@ -192,56 +176,13 @@ func benchDeviceRing(b *testing.B, perRank, ranks, heads, d int, causal, backwar
 	if backward {
 		flops += kp.BackwardFLOPs()
 	}
-	type local struct{ q, k, v, do []float32 }
-	in := make([]local, ranks)
-	rng := rand.New(rand.NewPCG(3, 2))
-	for r := range in {
-		m := heads * layout.Len(r) * d
-		in[r] = local{randoms(rng, m), randoms(rng, m), randoms(rng, m), randoms(rng, m)}
-	}
+	in := newRankInputs(layout, heads, d, 3)
 	stats := make([]Stats, ranks)
 	for b.Loop() {
-		ts := deviceRing(b, ranks)
-		var wg sync.WaitGroup
-		errs := make([]error, ranks)
-		for r := range ranks {
-			wg.Go(func() {
-				rg := Ring{Transport: ts[r], Layout: layout, Backend: bs[r], Stats: &stats[r]}
-				x := in[r]
-				o, lse, err := Forward(context.Background(), rg, p, x.q, x.k, x.v)
-				if err == nil && backward {
-					_, _, _, err = Backward(context.Background(), rg, p, x.q, x.k, x.v, o, lse, x.do)
-				}
-				errs[r] = err
-			})
-		}
-		wg.Wait()
-		for _, err := range errs {
-			if err != nil {
-				b.Fatal(err)
-			}
-		}
+		runRanks(b, deviceRing(b, ranks), layout, func(r int) kernels.Backend { return bs[r] }, p, in, backward, stats)
 	}
 	b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
-	var compute time.Duration
-	var steps, bytes, transfers int
-	for _, s := range stats {
-		for i, c := range s.Compute {
-			if i < ranks {
-				compute += c
-				steps++
-			}
-			if s.Sent[i] > 0 {
-				bytes += s.Sent[i]
-				transfers++
-			}
-		}
-	}
-	perStep := compute.Seconds() / float64(steps)
-	b.ReportMetric(perStep*1e3, "ms/step")
-	if transfers > 0 {
-		perTransfer := float64(bytes) / float64(transfers)
-		b.ReportMetric(perTransfer, "B/step")
+	if perStep, perTransfer := reportSteps(b, stats, ranks); perTransfer > 0 {
 		b.ReportMetric(perTransfer/perStep/1e9, "link-GB/s")
 	}
 	b.ReportMetric(aloneStep(b, bs[0], kp, perRank, backward)*1e3, "alone-ms/step")

@@ -56,20 +56,8 @@ func TestNCCLRing(t *testing.T) {
 	}
 	c := ringCase{"nccl", Problem{B: 1, H: 4, Hkv: 2, D: 8, Scale: 0.3, Causal: true}, l}
 	g := randomGlobal[float64](c, 5)
-	o, lse, dq, dk, dv := g.reference(t)
-	for rank, err := range runRingOn(ts, c, g, cpu) {
-		if err != nil {
-			t.Fatalf("rank %d: %v", rank, err)
-		}
-	}
-	for _, x := range []struct {
-		name      string
-		got, want []float64
-	}{{"o", g.o, o}, {"lse", g.lse, lse}, {"dq", g.dq, dq}, {"dk", g.dk, dk}, {"dv", g.dv, dv}} {
-		if e := relErr(x.got, x.want); e > 1e-10 {
-			t.Errorf("%s: relative error %.3g", x.name, e)
-		}
-	}
+	checkRan(t, runRingOn(ts, c, g, cpu))
+	g.checkReference(t, 1e-10)
 }
 
 // TestNCCLMissing checks the error a missing library gives, where it is

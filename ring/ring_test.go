@@ -149,6 +149,31 @@ func runRingOn[T kernels.Float](ts []Transport, c ringCase, g *global[T], backen
 	return errs
 }
 
+// checkRan fails the test with the first rank's error, if any.
+func checkRan(t *testing.T, errs []error) {
+	t.Helper()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// checkReference requires the gathered o, lse and gradients of g within
+// tol (relErr) of naive attention on the whole sequence.
+func (g *global[T]) checkReference(t *testing.T, tol float64) {
+	t.Helper()
+	o, lse, dq, dk, dv := g.reference(t)
+	for _, x := range []struct {
+		name      string
+		got, want []T
+	}{{"o", g.o, o}, {"lse", g.lse, lse}, {"dq", g.dq, dq}, {"dk", g.dk, dk}, {"dv", g.dv, dv}} {
+		if e := relErr(x.got, x.want); e > tol {
+			t.Errorf("%s: relative error %.3g > %.0g", x.name, e, tol)
+		}
+	}
+}
+
 // cpu is the CPU backend for every rank.
 func cpu(int) kernels.Backend { return cpukernels.Backend{} }
 
@@ -180,20 +205,8 @@ func TestRingMatchesSingleDevice(t *testing.T) {
 
 func checkRing[T kernels.Float](t *testing.T, c ringCase, seed uint64, tol float64) {
 	g := randomGlobal[T](c, seed)
-	o, lse, dq, dk, dv := g.reference(t)
-	for r, err := range runRing(c, g, cpu) {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	for _, x := range []struct {
-		name      string
-		got, want []T
-	}{{"o", g.o, o}, {"lse", g.lse, lse}, {"dq", g.dq, dq}, {"dk", g.dk, dk}, {"dv", g.dv, dv}} {
-		if e := relErr(x.got, x.want); e > tol {
-			t.Errorf("%s: relative error %.3g > %.0g", x.name, e, tol)
-		}
-	}
+	checkRan(t, runRing(c, g, cpu))
+	g.checkReference(t, tol)
 	if g32, ok := any(g).(*global[float32]); ok {
 		// And the conformance suite's bound: twice naive float32's error.
 		conformance.CheckPass(t, g32.params, kernels.FP32, g32.q, g32.k, g32.v, g32.do, g32.o, g32.lse, g32.dq, g32.dk, g32.dv)
