@@ -41,9 +41,15 @@ func decodeSplits(units, keys, resident int) int {
 	return max(1, min(resident/units, keys/decodeMinSplitKeys, decodeMaxSplits))
 }
 
-// decodeMergeThreads is decode.cuh's kMergeThreads: the threads of a merge
-// block, which merges 32 columns of one row.
+// decodeMergeThreads is decode.cuh's kMergeThreads: the most threads of a
+// merge block, which merges 32 columns of one row.
 const decodeMergeThreads = 256
+
+// decodeMergeBlock is the threads of a merge block for `splits` splits: a
+// warp per split up to eight. The block's threads compute one weight
+// each, so it needs at least `splits` of them (decodeMaxSplits ≤
+// decodeMergeThreads); warps beyond the splits would only wait.
+func decodeMergeBlock(splits int) int { return 32 * min(decodeMergeThreads/32, splits) }
 
 // storeKind is the element format the decode units read keys and values
 // in.
@@ -97,8 +103,8 @@ func storeFor(prec Precision, f64 bool) storeKind {
 
 // The compiled shapes of decode.cu: head dimensions (DP; a CUDA-core
 // unit's columns per lane are DP/32) and rows per unit, by storage format:
-// float32 and float64 on CUDA cores in units of one row or eight, bf16 and
-// fp16 on tensor cores in units of decodeTensorRows.
+// float32 and float64 on CUDA cores in units of one row, four or eight,
+// bf16 and fp16 on tensor cores in units of decodeTensorRows.
 var decodeDims = [...]int{64, 128, 256}
 
 const decodeTensorRows = 16
@@ -108,16 +114,19 @@ func decodeTiles(s storeKind) []int {
 	if s == storeBF16 || s == storeFP16 {
 		return []int{decodeTensorRows}
 	}
-	return []int{1, 8}
+	return []int{1, 4, 8}
 }
 
 // decodeTile returns the rows per unit for a key head's rows query rows
-// on keys stored as s: the tensor-core unit for 16-bit formats, else one
-// row alone or eight of a group.
+// on keys stored as s: the smallest compiled unit that holds them all,
+// else the largest (a long group is cut into tiles of it). Rows a unit
+// holds beyond the group's cost registers and products for nothing.
 func decodeTile(s storeKind, rows int) int {
 	tiles := decodeTiles(s)
-	if rows == 1 {
-		return tiles[0]
+	for _, t := range tiles {
+		if t >= rows {
+			return t
+		}
 	}
 	return tiles[len(tiles)-1]
 }

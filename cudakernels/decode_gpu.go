@@ -178,7 +178,7 @@ func (d *decoder) enqueue(p kernels.Params, pl decodePlan, a decodeArgs, stream 
 	if blocks > 1<<31-1 {
 		return fmt.Errorf("%w: %w: %d blocks to merge, more than a grid holds", kernels.ErrInvalidParams, ErrUnsupported, blocks)
 	}
-	if err := launch(merge, int(blocks), decodeMergeThreads, 0, stream, &kp); err != nil {
+	if err := launch(merge, int(blocks), decodeMergeBlock(pl.splits), 0, stream, &kp); err != nil {
 		return fmt.Errorf("cudakernels: decode merge launch: %w", err)
 	}
 	return nil

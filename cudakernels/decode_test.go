@@ -108,6 +108,7 @@ func TestDecodeLayout(t *testing.T) {
 		{storeBF16, 128, 16, 26112, 4}, // 3·2·16·(256+16): three buffers, no query or probability rows
 		{storeFP16, 256, 16, 50688, 4},
 		{storeF32, 128, 1, 34368, 4}, // 2·2·16·(512+16) + 128·4 + 16·4
+		{storeF32, 128, 4, 36096, 4}, // 2·2·16·(512+16) + 4·128·4 + 4·16·4
 		{storeF32, 128, 8, 38400, 4},
 		{storeF32, 256, 8, 75264, 2},
 		{storeF64, 256, 8, 149504, 1},
@@ -135,12 +136,24 @@ func TestDecodeLayout(t *testing.T) {
 	for _, tc := range []struct {
 		s          storeKind
 		rows, want int
-	}{{storeF32, 1, 1}, {storeF32, 4, 8}, {storeF64, 32, 8}, {storeBF16, 1, 16}, {storeFP16, 4, 16}} {
+	}{{storeF32, 1, 1}, {storeF32, 2, 4}, {storeF32, 4, 4}, {storeF32, 5, 8}, {storeF64, 3, 4}, {storeF64, 32, 8}, {storeBF16, 1, 16}, {storeFP16, 4, 16}} {
 		if got := decodeTile(tc.s, tc.rows); got != tc.want {
 			t.Errorf("decodeTile(%v, %d) = %d, want %d", tc.s, tc.rows, got, tc.want)
 		}
 	}
 	if dp, err := decodeDim(40); err != nil || dp != 64 {
 		t.Errorf("decodeDim(40) = %d, %v; want 64", dp, err)
+	}
+}
+
+// TestDecodeMergeBlock checks the merge's block for every split count it
+// takes: whole warps, at most kMergeThreads, and a thread per split for
+// the weights (the kernel traps otherwise).
+func TestDecodeMergeBlock(t *testing.T) {
+	for splits := 2; splits <= decodeMaxSplits; splits++ {
+		n := decodeMergeBlock(splits)
+		if n%32 != 0 || n > decodeMergeThreads || n < splits || (splits <= 8 && n != 32*splits) {
+			t.Errorf("%d splits: a merge block of %d threads", splits, n)
+		}
 	}
 }

@@ -28,8 +28,10 @@
 // float32 and float64 on CUDA cores: units of one row (unit_body) and of
 // eight (group_body).
 FLASH_DECODE_DIMS(f32, float, float, 1)
+FLASH_DECODE_DIMS(f32, float, float, 4)
 FLASH_DECODE_DIMS(f32, float, float, 8)
 FLASH_DECODE_DIMS(f64, double, double, 1)
+FLASH_DECODE_DIMS(f64, double, double, 4)
 FLASH_DECODE_DIMS(f64, double, double, 8)
 // bf16 and fp16 on tensor cores: units of 16 rows (tc_body).
 FLASH_DECODE_DIMS(bf16, float, __nv_bfloat16, 16)

@@ -575,23 +575,27 @@ __device__ __forceinline__ void reduce_scatter(F (&v)[N], int lane) {
   butterfly_step<1, N / 32>(v, lane);
 }
 
-// group_body computes a unit of up to 8 rows, a query group's heads (as
-// unit_body, which would read every query row from shared memory once per
-// pair of 16-byte pieces of each key: the bound of a grouped decode). Here
-// every lane holds columns lane·C … lane·C + C − 1 of all eight query rows
-// in registers, as it holds those columns of the outputs. A chunk's scores
-// are summed in two halves of 8 keys: each lane's partial dot products of
-// 8 rows × 8 keys go through reduce_scatter, after which lane l holds the
-// two scores of row l/4 and keys 2·(l mod 4) and 2·(l mod 4) + 1. Four
-// lanes then hold a row's 16 scores, its softmax needs shuffles among them
-// only, and its probabilities reach every lane through shared memory for
-// O += P·V.
-template <typename F, typename S, int DP>
+// group_body computes a unit of up to R ∈ {4, 8} rows, a query group's
+// heads (as unit_body, which would read every query row from shared memory
+// once per pair of 16-byte pieces of each key: the bound of a grouped
+// decode). Here every lane holds columns lane·C … lane·C + C − 1 of all R
+// query rows in registers, as it holds those columns of the outputs. A
+// chunk's scores are summed in two halves of 8 keys: each lane's partial
+// dot products of R rows × 8 keys go through reduce_scatter, after which
+// lane l holds kPer = R/4 scores of row l/kLanes (kLanes = 32/R lanes to a
+// row), keys kPer·(l mod kLanes) + e. Those kLanes lanes then hold a row's
+// 16 scores, its softmax needs shuffles among them only, and its
+// probabilities reach every lane through shared memory for O += P·V. Four
+// rows (a group of two to four heads) keep half the registers and do half
+// the products of eight.
+template <typename F, typename S, int DP, int R>
 __device__ void group_body(const Params& p, long long unit, unsigned char* sm) {
-  constexpr int R = 8;
+  static_assert(R == 4 || R == 8, "group_body: 4 or 8 rows");
   using L = Layout<F, S, DP, R>;
   constexpr int kCols = DP / 32;
   constexpr int kHalf = kChunk / 2;  // keys per reduce_scatter
+  constexpr int kPer = R * kHalf / 32;  // scores a lane holds per half
+  constexpr int kLanes = 32 / R;        // lanes holding one row's scores
   const int lane = threadIdx.x % 32;
   UnitRows<F, R> u;
   u.init(p, unit);
@@ -614,8 +618,8 @@ __device__ void group_body(const Params& p, long long unit, unsigned char* sm) {
     }
   }
 
-  // The softmax state of this lane's row, shared by its four lanes.
-  const int my_row = lane / 4, quad = lane % 4;
+  // The softmax state of this lane's row, shared by its kLanes lanes.
+  const int my_row = lane / kLanes, sub = lane % kLanes;
   long long my_lo = 0, my_hi = 0;
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -632,8 +636,8 @@ __device__ void group_body(const Params& p, long long unit, unsigned char* sm) {
     const int n = static_cast<int>(lmin(kChunk, u.to - k0));
     const unsigned char* buf = ch.wait(k0, lane);
 
-    // x[h][e]: this lane's scores, keys k0 + 8h + 2·quad + e.
-    F x[2][2];
+    // x[h][e]: this lane's scores, keys k0 + 8h + kPer·sub + e.
+    F x[2][kPer];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       F part[R * kHalf];  // row r, key 8h + j at r·8 + j
@@ -653,18 +657,22 @@ __device__ void group_body(const Params& p, long long unit, unsigned char* sm) {
       }
       reduce_scatter(part, lane);
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const long long kk = h * kHalf + 2 * quad + e, j = k0 + kk;
+      for (int e = 0; e < kPer; ++e) {
+        const long long kk = h * kHalf + kPer * sub + e, j = k0 + kk;
         F s = -Math<F>::inf();
         if (kk < n && j >= my_lo && j < my_hi)
           s = (my_mod.on ? modified(my_mod, part[e], u.row_i(p, my_row), j) : part[e]) * kLog2e;
         x[h][e] = s;
       }
     }
-    // The row's maximum over the chunk: its four lanes.
-    F cm = max_nan(max_nan(x[0][0], x[0][1]), max_nan(x[1][0], x[1][1]));
-    cm = max_nan(cm, __shfl_xor_sync(0xffffffffu, cm, 1));
-    cm = max_nan(cm, __shfl_xor_sync(0xffffffffu, cm, 2));
+    // The row's maximum over the chunk: its kLanes lanes.
+    F cm = -Math<F>::inf();
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) cm = max_nan(cm, x[h][e]);
+#pragma unroll
+    for (int off = 1; off < kLanes; off <<= 1) cm = max_nan(cm, __shfl_xor_sync(0xffffffffu, cm, off));
     F alpha = F(1);
     {
       const F mn = max_nan(m, cm);
@@ -673,10 +681,10 @@ __device__ void group_body(const Params& p, long long unit, unsigned char* sm) {
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
+        for (int e = 0; e < kPer; ++e) {
           const F s = x[h][e];
           const F pr = mn == -Math<F>::inf() ? (s != s ? s : F(0)) : exp2_of(s - mn);
-          sp[my_row * kChunk + h * kHalf + 2 * quad + e] = pr;
+          sp[my_row * kChunk + h * kHalf + kPer * sub + e] = pr;
           sum += pr;
         }
       m = mn;
@@ -686,7 +694,7 @@ __device__ void group_body(const Params& p, long long unit, unsigned char* sm) {
     // Every row's rescaling factor, from its first lane.
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const F a = __shfl_sync(0xffffffffu, alpha, 4 * r);
+      const F a = __shfl_sync(0xffffffffu, alpha, kLanes * r);
 #pragma unroll
       for (int c = 0; c < kCols; ++c) acc[r][c] *= a;
     }
@@ -721,13 +729,13 @@ __device__ void group_body(const Params& p, long long unit, unsigned char* sm) {
     __syncwarp();  // the buffer and sp are rewritten next
   }
 
-  // Finish: a row's l over its four lanes, then each row's factor from its
-  // first lane.
-  l += __shfl_xor_sync(0xffffffffu, l, 1);
-  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  // Finish: a row's l over its kLanes lanes, then each row's factor from
+  // its first lane.
+#pragma unroll
+  for (int off = 1; off < kLanes; off <<= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    const F lr = __shfl_sync(0xffffffffu, l, 4 * r), mr = __shfl_sync(0xffffffffu, m, 4 * r);
+    const F lr = __shfl_sync(0xffffffffu, l, kLanes * r), mr = __shfl_sync(0xffffffffu, m, kLanes * r);
     if (r >= u.nrows) continue;
     const bool seen = u.seen(r);
     u.store(p, r, acc[r], seen ? F(1) / lr : F(0), seen ? (mr + log2_of(lr)) * F(0.6931471805599453) : Math<F>::inf(),
@@ -912,8 +920,8 @@ __device__ void tc_body(const Params& p, long long unit, unsigned char* sm) {
   }
 }
 
-// rows_body is the unit of R rows: unit_body for one, group_body for 8,
-// tc_body for kTensorRows.
+// rows_body is the unit of R rows: unit_body for one, group_body for 4
+// or 8, tc_body for kTensorRows.
 template <typename F, typename S, int DP, int R>
 __device__ __forceinline__ void rows_body(const Params& p, long long unit, unsigned char* sm) {
   if constexpr (R == 1)
@@ -921,28 +929,29 @@ __device__ __forceinline__ void rows_body(const Params& p, long long unit, unsig
   else if constexpr (R == kTensorRows)
     tc_body<S, DP>(p, unit, sm);
   else
-    group_body<F, S, DP>(p, unit, sm);
+    group_body<F, S, DP, R>(p, unit, sm);
 }
 
 // kMaxMergeSplits bounds the splits a merge takes (decode.go's
 // decodeMaxSplits): one thread of a merge block per split for the weights.
 constexpr int kMaxMergeSplits = 256;
-constexpr int kMergeThreads = 256;                // a block: 32 columns of one row
-constexpr int kMergeSlices = kMergeThreads / 32;  // warps, each a slice of the splits
+constexpr int kMergeThreads = 256;                  // the most threads of a merge block
+constexpr int kMaxMergeSlices = kMergeThreads / 32;  // its warps, each a slice of the splits
 
 // MergeSmem is a merge block's shared memory: the splits' weights, the
 // block's reductions, and each slice's column sums.
 template <typename F>
 struct MergeSmem {
   F w[kMaxMergeSplits];
-  F red[kMergeSlices];
-  F cols[kMergeSlices][32];
+  F red[kMaxMergeSlices];
+  F cols[kMaxMergeSlices][32];
 };
 
 // block_reduce combines x over the block's threads with op (max_nan or a
-// sum, in warp order), through red; every thread gets the result.
+// sum, in warp order), through red; every thread gets the result. The
+// block has `slices` warps.
 template <typename F, typename Op>
-__device__ __forceinline__ F block_reduce(F x, F* red, Op op) {
+__device__ __forceinline__ F block_reduce(F x, F* red, int slices, Op op) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) x = op(x, __shfl_xor_sync(0xffffffffu, x, off));
@@ -950,8 +959,7 @@ __device__ __forceinline__ F block_reduce(F x, F* red, Op op) {
   if (lane == 0) red[warp] = x;
   __syncthreads();
   F y = red[0];
-#pragma unroll
-  for (int i = 1; i < kMergeSlices; ++i) y = op(y, red[i]);
+  for (int i = 1; i < slices; ++i) y = op(y, red[i]);
   return y;
 }
 
@@ -961,9 +969,11 @@ __device__ __forceinline__ F block_reduce(F x, F* red, Op op) {
 // their outputs weighed by exp(lse_s − LSE); no split seen gives 0 and
 // +inf, a NaN or infinite maximum that LSE and NaN. A thread per split
 // computes the weights (every block of the row, the same way); then lane
-// l of warp w sums column 32·cb + l over the splits s ≡ w (mod
-// kMergeSlices), its loads independent of each other, and the slices'
-// sums are added in order. A split that weighs 0 is skipped, so that its
+// l of warp w sums column 32·cb + l over the splits s ≡ w (mod slices),
+// its loads independent of each other, and the slices' sums are added in
+// order. The host launches min(8, splits) warps: at two splits, eight
+// warps of which six had nothing to sum cost B = 64, Hkv = 8, 1k keys
+// 16 % on the H200. A split that weighs 0 is skipped, so that its
 // output (0/0 when all its keys scored −inf) reaches nothing. The first
 // merge, a warp per row looping over the splits, spent 90 µs of a 117 µs
 // step at B = 1, 16k keys on the H200, waiting on its loads one by one.
@@ -971,7 +981,8 @@ template <typename F>
 __device__ void merge_cols(const Params& p, long long row, int cb, MergeSmem<F>& sm) {
   const long long hkv = p.h / p.kv_group, group_rows = p.kv_group * p.nq;
   const int n = static_cast<int>(p.splits), tid = threadIdx.x, lane = tid % 32, slice = tid / 32;
-  if (n > kMaxMergeSplits) __trap();
+  const int slices = static_cast<int>(blockDim.x) / 32;
+  if (n > kMaxMergeSplits || static_cast<int>(blockDim.x) < n) __trap();
   const long long kvh = row / group_rows, r = row - kvh * group_rows;
   const long long b = kvh / hkv;
   const long long pair = b * p.h + (kvh - b * hkv) * p.kv_group + r / p.nq, i = r % p.nq;
@@ -982,7 +993,7 @@ __device__ void merge_cols(const Params& p, long long row, int cb, MergeSmem<F>&
   F* lse = static_cast<F*>(p.lse) + pair * p.nq + i;
   const bool mine = tid < n && part_lse[2 * tid + 1] != F(0);
   const F my_lse = mine ? part_lse[2 * tid] : -Math<F>::inf();
-  const F mx = block_reduce(my_lse, sm.red, [](F a, F c) { return max_nan(a, c); });
+  const F mx = block_reduce(my_lse, sm.red, slices, [](F a, F c) { return max_nan(a, c); });
   const bool some = __syncthreads_or(mine);
   const bool writes_lse = cb == 0 && tid == 0;
   if (!some || mx != mx || mx == Math<F>::inf() || mx == -Math<F>::inf()) {
@@ -992,13 +1003,13 @@ __device__ void merge_cols(const Params& p, long long row, int cb, MergeSmem<F>&
     return;
   }
   const F e = mine ? Math<F>::exp(my_lse - mx) : F(0);
-  const F total = mx + Math<F>::log(block_reduce(e, sm.red, [](F a, F c) { return a + c; }));
+  const F total = mx + Math<F>::log(block_reduce(e, sm.red, slices, [](F a, F c) { return a + c; }));
   if (tid < n) sm.w[tid] = mine ? Math<F>::exp(my_lse - total) : F(0);
   __syncthreads();
   F x = F(0);
   if (col < dim) {
 #pragma unroll 8
-    for (int s = slice; s < n; s += kMergeSlices) {
+    for (int s = slice; s < n; s += slices) {
       const F ws = sm.w[s], o = part_o[s * dim];
       x += ws != F(0) ? ws * o : F(0);
     }
@@ -1007,8 +1018,7 @@ __device__ void merge_cols(const Params& p, long long row, int cb, MergeSmem<F>&
   __syncthreads();
   if (slice == 0 && col < dim) {
     F y = sm.cols[0][lane];
-#pragma unroll
-    for (int sl = 1; sl < kMergeSlices; ++sl) y += sm.cols[sl][lane];
+    for (int sl = 1; sl < slices; ++sl) y += sm.cols[sl][lane];
     orow[col] = y;
   }
   if (writes_lse) *lse = total;
