@@ -15,6 +15,7 @@ import (
 	"github.com/gorgonia-flash/flashattention/cudakernels"
 	"github.com/gorgonia-flash/flashattention/kernels"
 	"github.com/gorgonia-flash/flashattention/kernels/conformance"
+	"gorgonia.org/tensor"
 )
 
 // gpuBackends returns one GPU backend of precision prec per rank (each has
@@ -90,6 +91,25 @@ func TestDeviceRing(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestDeviceRingGraph runs the ring in Gorgonia graphs, a graph per rank
+// on the device transport, each rank's node computing on its own GPU
+// backend (the exact float64 path, and float32 in FP32), on TapeMachines
+// and LispMachines: output and gradients against op.Attention on the whole
+// sequence on the CPU.
+func TestDeviceRingGraph(t *testing.T) {
+	zz := func(n, r int) Layout { l, _ := ZigZag(n, r); return l }
+	for _, c := range []graphCase{
+		{zz(15, 3), 4, 2, true, tensor.Float64, false, 0},
+		{zz(12, 2), 2, 2, false, tensor.Float64, true, 2},
+		{zz(14, 2), 4, 1, true, tensor.Float32, false, 0},
+	} {
+		t.Run(c.String(), func(t *testing.T) {
+			bs := gpuBackends(t, c.l.Ranks(), cudakernels.FP32)
+			checkGraphRing(t, c, deviceRing(t, c.l.Ranks()), func(r int) kernels.Backend { return bs[r] })
+		})
 	}
 }
 
