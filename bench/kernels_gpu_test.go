@@ -110,6 +110,11 @@ func variantShapes() []struct {
 	lengths.KLens = lengths.QLens
 	dropout := at(8192, true)
 	dropout.Dropout = kernels.Dropout{P: 0.1, Seed: 1}
+	// One [N, N] bias slice shared by every batch entry and head, its
+	// gradient wanted (KernelTime fills the bias on the device and never
+	// touches Grad32).
+	bias := at(8192, true)
+	bias.Bias = &kernels.Bias{Bb: 1, Hb: 1, Grad32: make([]float32, bias.Nq*bias.Nk)}
 	return []struct {
 		name string
 		p    kernels.Params
@@ -122,6 +127,7 @@ func variantShapes() []struct {
 		{"alibi_N8192_causal", alibi},
 		{"lengths_quarter_N8192_causal", lengths},
 		{"dropout0.1_N8192_causal", dropout},
+		{"bias_shared_N8192_causal", bias},
 	}
 }
 

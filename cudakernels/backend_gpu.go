@@ -247,7 +247,7 @@ func forward[T kernels.Float](b *Backend, p kernels.Params, q, k, v, o, lse []T,
 	}
 	var st *deviceState
 	err := b.run(func() (err error) {
-		f, err := b.reg.forward(elemSize[T](), p.D)
+		f, err := b.reg.forward(elemSize[T](), p)
 		if err != nil {
 			return err
 		}
@@ -320,7 +320,7 @@ func backward[T kernels.Float](b *Backend, p kernels.Params, st *deviceState, q,
 		if st != nil && st.a == nil {
 			return fmt.Errorf("%w: device state already released", kernels.ErrInvalidParams)
 		}
-		ks, _, err := b.reg.backward(elemSize[T](), p.D)
+		ks, _, err := b.reg.backward(elemSize[T](), p)
 		if err != nil {
 			return err
 		}
@@ -395,7 +395,7 @@ func backward[T kernels.Float](b *Backend, p kernels.Params, st *deviceState, q,
 // backwardScratchBytes is the device memory, beyond bwdBuffers' tensors, that
 // enqueueBackward needs for element type T and problem p.
 func backwardScratchBytes[T kernels.Float](b *Backend, p kernels.Params) (int64, error) {
-	ks, _, err := b.reg.backward(elemSize[T](), p.D)
+	ks, _, err := b.reg.backward(elemSize[T](), p)
 	if err != nil {
 		return 0, err
 	}
@@ -412,7 +412,7 @@ func backwardScratchBytes[T kernels.Float](b *Backend, p kernels.Params) (int64,
 // same way.
 func enqueueBackward[T kernels.Float](b *Backend, p kernels.Params, buf bwdBuffers, stream cu.Stream) error {
 	elem := elemSize[T]()
-	ks, c, err := b.reg.backward(elem, p.D)
+	ks, c, err := b.reg.backward(elem, p)
 	if err != nil {
 		return err
 	}

@@ -44,14 +44,11 @@ func newTestBackend(t testing.TB, opts ...Option) *Backend {
 	return b
 }
 
-// gpuVariants are the variants the CUDA-core kernels (FP32 and float64)
-// compute; tensorCoreVariants those of both tensor-core families.
-var (
-	gpuVariants = conformance.WithVariants(conformance.GQA, conformance.Window, conformance.Softcap, conformance.ALiBi,
-		conformance.Lengths, conformance.Dropout, conformance.LSEGradient, conformance.Bias, conformance.Paged)
-	tensorCoreVariants = conformance.WithVariants(conformance.GQA, conformance.Window, conformance.Softcap,
-		conformance.ALiBi, conformance.Lengths, conformance.LSEGradient, conformance.Paged)
-)
+// gpuVariants are the variants every GPU kernel family computes: the
+// CUDA cores (FP32 and float64), and the tensor cores in TF32, BF16 and
+// FP16 (a bias or dropout takes the mma.sync kernels on the H200: choose).
+var gpuVariants = conformance.WithVariants(conformance.GQA, conformance.Window, conformance.Softcap, conformance.ALiBi,
+	conformance.Lengths, conformance.Dropout, conformance.LSEGradient, conformance.Bias, conformance.Paged)
 
 // TestConformanceFP32 runs the suite on the CUDA-core kernels, which claim
 // every variant and, their products running only over the pairs the masks
@@ -173,13 +170,17 @@ func TestClose(t *testing.T) {
 // times the keep factor, so it is zero exactly where entry (i, j) is
 // dropped (P_ij > 0 for every visible key here). It must be zero where and
 // only where kernels.Dropout.Kept says so, on every (batch, head) pair, in
-// FP32 and float64, whatever the chunking (the pair index must be the
-// call's).
+// every precision and kernel family (the tensor-core forwards round P·Z
+// and V = 1 exactly, and P_ij ≈ 1/120 is far from underflow) and in
+// float64, whatever the chunking (the pair index must be the call's).
 func TestDropoutMaskMatchesCPU(t *testing.T) {
+	forEachKernelSet(t, func(t *testing.T, _ Precision, opts ...Option) { checkDropoutMask(t, newTestBackend(t, opts...)) })
+}
+
+func checkDropoutMask(t *testing.T, b *Backend) {
 	p := kernels.Params{B: 2, H: 3, Nq: 37, Nk: 120, D: 120, Scale: 0.01,
 		Dropout: kernels.Dropout{P: 0.3, Seed: 0xDEADBEEF12345, Offset: 1<<32 + 7}}
 	rng := rand.New(rand.NewPCG(11, 12))
-	b := newTestBackend(t)
 	q, k := randn[float32](rng, p.QLen()), randn[float32](rng, p.KLen())
 	v := make([]float32, p.KLen())
 	for bh := range p.B * p.H {

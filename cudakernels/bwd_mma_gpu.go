@@ -13,11 +13,12 @@ import (
 // mmaBackward is the mma.sync backward (csrc/bwd_mma.cuh, BF16 and FP16) of
 // one padded head dimension: 16-bit copies of Q, K, V and dO in scratch (K
 // and V one per key head), then dK and dV per c.rows keys of each key head
-// and dQ per c.rows queries. The _var kernels compute the variants
-// (pickMmaVariant chooses).
+// and dQ per c.rows queries. The _var kernels compute the variants but the
+// bias and dropout, the _full ones those too (pickMmaVariant chooses);
+// dbias writes the bias gradient, a tile of each slice per block.
 type mmaBackward struct {
-	dkdv, dq, dkdvVar, dqVar, toHalf cu.Function
-	c                                choice
+	dkdv, dq, dkdvVar, dqVar, dkdvFull, dqFull, dbias, toHalf cu.Function
+	c                                                        choice
 }
 
 func loadMmaBackward(mod cu.Module, c choice, maxSmem int) (*mmaBackward, error) {
@@ -39,6 +40,15 @@ func loadMmaBackward(mod cu.Module, c choice, maxSmem int) (*mmaBackward, error)
 	if b.dqVar, err = lookup(mod, "flash_bwd_dq"+suffix+"_var", c.smemDQ, maxSmem); err != nil {
 		return nil, err
 	}
+	if b.dkdvFull, err = lookup(mod, "flash_bwd_dkdv"+suffix+"_full", c.smem, maxSmem); err != nil {
+		return nil, err
+	}
+	if b.dqFull, err = lookup(mod, "flash_bwd_dq"+suffix+"_full", c.smemDQ, maxSmem); err != nil {
+		return nil, err
+	}
+	if b.dbias, err = lookup(mod, "flash_bwd_dbias"+suffix, mmaDbiasSmem(c.dp), maxSmem); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
@@ -51,10 +61,9 @@ func (b *mmaBackward) carve(p kernels.Params, base cu.DevicePtr, s *mmaBwdScratc
 	return carve(base, part{&s.q, qBytes}, part{&s.k, kBytes}, part{&s.v, kBytes}, part{&s.dout, qBytes})
 }
 
-// computes accepts every variant but dropout and the bias (the _var
-// kernels).
+// computes accepts every variant (the _var and _full kernels).
 func (b *mmaBackward) computes(p kernels.Params) error {
-	return refuseVariants(p, "the mma.sync kernels", masksAndMods)
+	return refuseVariants(p, "the mma.sync kernels", allVariants)
 }
 
 func (b *mmaBackward) scratchBytes(p kernels.Params) int64 { return b.carve(p, 0, &mmaBwdScratch{}) }
@@ -81,8 +90,20 @@ func (b *mmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Stream)
 	ops := callerOperands(p, buf)
 	ops.q, ops.k, ops.v, ops.dout = dense(s.q, p.Nq, b.c.dp), dense(s.k, p.Nk, b.c.dp), dense(s.v, p.Nk, b.c.dp), dense(s.dout, p.Nq, b.c.dp)
 	kp := newParams(p, ops)
-	if err := launch(pickMmaVariant(&kp, b.dkdv, b.dkdvVar), gridK, b.c.threads, b.c.smem, stream, &kp); err != nil {
+	if err := launch(pickMmaVariant(&kp, b.dkdv, b.dkdvVar, b.dkdvFull), gridK, b.c.threads, b.c.smem, stream, &kp); err != nil {
 		return err
 	}
-	return launch(pickMmaVariant(&kp, b.dq, b.dqVar), gridQ, b.c.threads, b.c.smemDQ, stream, &kp)
+	if err := launch(pickMmaVariant(&kp, b.dq, b.dqVar, b.dqFull), gridQ, b.c.threads, b.c.smemDQ, stream, &kp); err != nil {
+		return err
+	}
+	if kp.Dbias == 0 {
+		return nil
+	}
+	// A block per tile of mmaBwdStep rows and keys of each bias slice.
+	tiles := int64((p.Nq + mmaBwdStep - 1) / mmaBwdStep)
+	gridB, err := gridOver(buf.vars.biasSlices*tiles, p.Nk, mmaBwdStep)
+	if err != nil {
+		return err
+	}
+	return launch(b.dbias, gridB, b.c.threads, mmaDbiasSmem(b.c.dp), stream, &kp)
 }

@@ -15,11 +15,12 @@ import (
 // scratch copies of the operand type with rows padded to c.dp (V transposed
 // with permuted keys for TF32: csrc/mma.cuh), K and V one copy per key head;
 // the forward reads those. fn is the plain kernel, fnVar the one that
-// computes the variants (csrc/tc_variants.cuh); pickMmaVariant chooses.
+// computes the variants of csrc/tc_variants.cuh but the bias and dropout,
+// fnFull every variant; pickMmaVariant chooses.
 type mmaForward struct {
-	fn, fnVar, toStorage cu.Function
-	toVt                 cu.Function // TF32 only
-	c                    choice
+	fn, fnVar, fnFull, toStorage cu.Function
+	toVt                         cu.Function // TF32 only
+	c                            choice
 }
 
 func loadMmaForward(mod cu.Module, c choice, maxSmem int) (*mmaForward, error) {
@@ -42,6 +43,9 @@ func loadMmaForward(mod cu.Module, c choice, maxSmem int) (*mmaForward, error) {
 	if f.fnVar, err = lookup(mod, name+"_var", c.smem, maxSmem); err != nil {
 		return nil, err
 	}
+	if f.fnFull, err = lookup(mod, name+"_full", c.smem, maxSmem); err != nil {
+		return nil, err
+	}
 	return f, nil
 }
 
@@ -59,10 +63,10 @@ func (f *mmaForward) carve(p kernels.Params, base cu.DevicePtr, s *mmaFwdScratch
 	return carve(base, part{&s.q, bh * int64(p.Nq) * dp * eb}, part{&s.k, kBytes}, part{&s.v, vBytes})
 }
 
-// computes accepts every variant but dropout and the bias (the _var
-// kernels).
+// computes accepts every variant (the _var and _full kernels) but paged
+// keys.
 func (f *mmaForward) computes(p kernels.Params) error {
-	return refuseVariants(p, "the mma.sync kernels", masksAndMods)
+	return refuseVariants(p, "the mma.sync kernels", allVariants)
 }
 
 func (f *mmaForward) scratchBytes(p kernels.Params) int64 { return f.carve(p, 0, &mmaFwdScratch{}) }
@@ -96,13 +100,18 @@ func (f *mmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream) 
 	}
 	kp := newParams(p, operands{q: dense(s.q, p.Nq, f.c.dp), k: dense(s.k, p.Nk, f.c.dp), v: v,
 		o: dense(buf.o, p.Nq, p.D), lse: uint64(buf.lse), vars: buf.vars})
-	return launch(pickMmaVariant(&kp, f.fn, f.fnVar), grid, f.c.threads, f.c.smem, stream, &kp)
+	return launch(pickMmaVariant(&kp, f.fn, f.fnVar, f.fnFull), grid, f.c.threads, f.c.smem, stream, &kp)
 }
 
-// pickMmaVariant is pickVariant for the mma.sync kernels, whose plain
-// kernels compute the causal mask alone (Hopper's compute a window's right
-// bound too): a right bound without the causal mask takes the _var kernel.
-func pickMmaVariant(kp *kernelParams, plain, withVariants cu.Function) cu.Function {
+// pickMmaVariant is pickVariant for the mma.sync kernels: full where the
+// problem has a bias or dropout (the _full kernels compute them on top of
+// _var's variants), else withVariants or plain; the plain kernels compute
+// the causal mask alone (Hopper's compute a window's right bound too), so
+// a right bound without the causal mask takes the _var kernel.
+func pickMmaVariant(kp *kernelParams, plain, withVariants, full cu.Function) cu.Function {
+	if kp.Bias != 0 || kp.DropoutThreshold != 0 {
+		return full
+	}
 	if kp.MaskRight >= 0 && kp.Causal == 0 {
 		return withVariants
 	}

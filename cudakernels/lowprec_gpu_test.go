@@ -28,7 +28,7 @@ func conformanceByFamily(t *testing.T, prec Precision) {
 	for _, f := range testFamilies {
 		t.Run(f.String(), func(t *testing.T) {
 			conformance.Run(t, newTestBackend(t, WithPrecision(prec), WithFamily(f)), prec, conformance.MaskedNaNMayPropagate(),
-				tensorCoreVariants)
+				gpuVariants)
 		})
 	}
 }

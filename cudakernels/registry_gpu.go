@@ -84,12 +84,20 @@ func loadRegistry(dev Capability, fam Family, prec Precision, kernelDir string) 
 	for _, f64 := range []bool{false, true} {
 		for _, dp := range headDims {
 			for _, dir := range []direction{forwardDir, backwardDir} {
-				c, err := choose(dev, fam, request{prec: prec, f64: f64, d: dp, dir: dir})
-				if err != nil {
-					continue // calls with this head dimension get the error
-				}
-				if err := r.load(c, kernelDir); err != nil {
-					return nil, err
+				for _, extra := range []bool{false, true} {
+					c, err := choose(dev, fam, request{prec: prec, f64: f64, d: dp, dir: dir, biasOrDropout: extra})
+					if err != nil {
+						continue // calls with this head dimension get the error
+					}
+					if _, done := r.fwd[c]; done {
+						continue
+					}
+					if _, done := r.bwd[c]; done {
+						continue
+					}
+					if err := r.load(c, kernelDir); err != nil {
+						return nil, err
+					}
 				}
 			}
 		}
@@ -126,14 +134,14 @@ func (r *registry) load(c choice, kernelDir string) (err error) {
 }
 
 // choose is the package's choose for this backend.
-func (r *registry) choose(f64 bool, d int, dir direction) (choice, error) {
-	return choose(r.dev, r.fam, request{prec: r.prec, f64: f64, d: d, dir: dir})
+func (r *registry) choose(elem int, p kernels.Params, dir direction) (choice, error) {
+	return choose(r.dev, r.fam, requestFor(r.prec, elem, p, dir))
 }
 
-// forward returns the forward kernel for a call on elements of elem bytes
-// at head dimension d.
-func (r *registry) forward(elem, d int) (forwardKernel, error) {
-	c, err := r.choose(elem == 8, d, forwardDir)
+// forward returns the forward kernel for a call of problem p on elements
+// of elem bytes.
+func (r *registry) forward(elem int, p kernels.Params) (forwardKernel, error) {
+	c, err := r.choose(elem, p, forwardDir)
 	if err != nil {
 		return nil, err
 	}
@@ -141,8 +149,8 @@ func (r *registry) forward(elem, d int) (forwardKernel, error) {
 }
 
 // backward returns the backward kernel and its choice.
-func (r *registry) backward(elem, d int) (backwardKernel, choice, error) {
-	c, err := r.choose(elem == 8, d, backwardDir)
+func (r *registry) backward(elem int, p kernels.Params) (backwardKernel, choice, error) {
+	c, err := r.choose(elem, p, backwardDir)
 	if err != nil {
 		return nil, c, err
 	}

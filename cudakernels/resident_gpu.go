@@ -101,7 +101,13 @@ func chunkParams(p kernels.Params, n int) kernels.Params {
 		p.Hkv = n / (p.H / p.Hkv)
 	}
 	p.B, p.H = 1, n
-	p.QLens, p.KLens, p.ALiBi, p.Bias = nil, nil, nil, nil
+	p.QLens, p.KLens, p.ALiBi = nil, nil, nil
+	if p.Bias != nil {
+		// The bias lives on the device for the whole call (variantArgs);
+		// the chunk keeps one of no data, so that kernel selection
+		// (requestFor) still sees it.
+		p.Bias = &kernels.Bias{Bb: 1, Hb: 1}
+	}
 	return p
 }
 

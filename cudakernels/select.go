@@ -64,6 +64,15 @@ type request struct {
 	f64  bool      // a float64 call: always CUDA cores in float64
 	d    int       // head dimension
 	dir  direction
+	// biasOrDropout: the problem has an additive bias or dropout, which
+	// the mma.sync and CUDA-core kernels compute and wgmma's do not yet.
+	biasOrDropout bool
+}
+
+// requestFor is the request of a call on elements of elem bytes for
+// problem p in direction dir, on a backend of precision prec.
+func requestFor(prec Precision, elem int, p kernels.Params, dir direction) request {
+	return request{prec: prec, f64: elem == 8, d: p.D, dir: dir, biasOrDropout: p.Bias != nil || p.Dropout.On()}
 }
 
 // choice is a kernel family with its launch shape. It is comparable, and the
@@ -105,9 +114,10 @@ func checkDevice(c Capability, fam Family) error {
 //
 //   - float64 calls, and FP32: CUDA cores.
 //   - TF32, BF16, FP16 forward: wgmma where the device is Hopper, fam is not
-//     FamilySM80 and it is built (wgmmaBuilt), else mma.sync; if that
-//     kernel does not fit the device's shared memory, calls with this head
-//     dimension fail (no fallback).
+//     FamilySM80, it is built (wgmmaBuilt) and the problem has no bias or
+//     dropout (the wgmma kernels do not compute them yet), else mma.sync;
+//     if that kernel does not fit the device's shared memory, calls with
+//     this head dimension fail (no fallback).
 //   - their backward: fails where the forward does; else wgmma as above
 //     (wgmmaBwdBuilt, and fitting), else mma.sync (BF16 and FP16 up to
 //     mmaBwdMaxDim, fitting), else CUDA cores on rounded operands.
@@ -119,7 +129,7 @@ func choose(c Capability, fam Family, r request) (choice, error) {
 	if r.f64 || r.prec == FP32 {
 		return simtChoice(r.dir, r.f64, dp, FP32), nil
 	}
-	useHopper := c.hopper() && fam != FamilySM80
+	useHopper := c.hopper() && fam != FamilySM80 && !r.biasOrDropout
 	fwd := mmaForwardChoice(r.prec, dp)
 	if useHopper && wgmmaBuilt(r.prec, dp) {
 		fwd = wgmmaForwardChoice(r.prec, dp)

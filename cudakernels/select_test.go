@@ -148,3 +148,45 @@ func TestCheckDevice(t *testing.T) {
 		}
 	}
 }
+
+// TestChooseBiasOrDropout checks that a problem with a bias or dropout
+// never gets the wgmma kernels, which do not compute them: on the H200 it
+// takes mma.sync (the forward in every tensor-core precision, the backward
+// in BF16 and FP16 up to mmaBwdMaxDim) or the rounded CUDA cores, as the
+// sm80 family does there; and that requestFor sees both variants.
+func TestChooseBiasOrDropout(t *testing.T) {
+	for _, prec := range []Precision{BF16, FP16, TF32} {
+		for _, d := range headDims {
+			for _, dir := range []direction{forwardDir, backwardDir} {
+				r := request{prec: prec, d: d, dir: dir, biasOrDropout: true}
+				got, err := choose(h200, FamilyAuto, r)
+				if err != nil {
+					t.Fatalf("%v %v D=%d: %v", prec, dir, d, err)
+				}
+				if got.kind == kindWGMMA {
+					t.Errorf("%v %v D=%d with a bias or dropout: wgmma", prec, dir, d)
+				}
+				sm80, err := choose(h200, FamilySM80, r)
+				if err != nil {
+					t.Fatalf("sm80 family %v %v D=%d: %v", prec, dir, d, err)
+				}
+				if got != sm80 {
+					t.Errorf("%v %v D=%d: %v, the sm80 family %v", prec, dir, d, got.kind, sm80.kind)
+				}
+			}
+		}
+	}
+	p := kernels.Params{B: 1, H: 1, Nq: 4, Nk: 4, D: 64}
+	if requestFor(BF16, 4, p, forwardDir).biasOrDropout {
+		t.Error("plain attention asks for the bias or dropout kernels")
+	}
+	p.Dropout = kernels.Dropout{P: 0.1, Seed: 1}
+	if !requestFor(BF16, 4, p, forwardDir).biasOrDropout {
+		t.Error("dropout does not ask for the bias or dropout kernels")
+	}
+	p.Dropout = kernels.Dropout{}
+	p.Bias = &kernels.Bias{Bb: 1, Hb: 1}
+	if r := requestFor(BF16, 8, p, backwardDir); !r.biasOrDropout || !r.f64 || r.dir != backwardDir {
+		t.Errorf("requestFor with a bias, float64, backward = %+v", r)
+	}
+}

@@ -89,6 +89,10 @@ func mmaBwdSmem(dp int) int {
 	return (2*mmaBwdRows+4*mmaBwdStep)*(dp+8)*2 + 4*mmaBwdStep*4
 }
 
+// mmaDbiasSmem is bwd_dbias_smem_bytes: Q, dO, K and V tiles of
+// mmaBwdStep 16-bit rows padded to dp + 8.
+func mmaDbiasSmem(dp int) int { return 4 * mmaBwdStep * (dp + 8) * 2 }
+
 // The wgmma family (csrc/fwd_wgmma.cuh, bwd_wgmma.cuh, sm90.cuh).
 
 // The forward: blocks of two warpgroups (kFwdThreads) own kFwdRows query

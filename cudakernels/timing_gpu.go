@@ -20,13 +20,12 @@ import (
 // included). The L2 cache is flushed before each run, so figures do not
 // depend on the problem fitting in it. Compare it with a whole call's time to
 // see what the copies cost. p may use the variants the backend's precision
-// computes (see the package documentation).
+// computes (see the package documentation); a bias gets random values on
+// the device, and the backward writes dBias when p.Bias has a gradient
+// (Grad32, whose host memory is not touched).
 func (b *Backend) KernelTime(p kernels.Params, backward bool, reps int) (float64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, err
-	}
-	if p.Bias != nil {
-		return 0, fmt.Errorf("%w: KernelTime does not time a bias yet", ErrUnsupported)
 	}
 	if reps < 1 {
 		return 0, fmt.Errorf("%w: reps = %d, want at least 1", kernels.ErrInvalidParams, reps)
@@ -45,11 +44,11 @@ func (b *Backend) KernelTime(p kernels.Params, backward bool, reps int) (float64
 	const flushBytes = 256 << 20 // several times the H200's 60 MB L2
 	var ms float64
 	err := b.run(func() (err error) {
-		f, err := b.reg.forward(4, p.D)
+		f, err := b.reg.forward(4, p)
 		if err != nil {
 			return err
 		}
-		ks, _, err := b.reg.backward(4, p.D)
+		ks, _, err := b.reg.backward(4, p)
 		if err != nil {
 			return err
 		}
@@ -61,9 +60,11 @@ func (b *Backend) KernelTime(p kernels.Params, backward bool, reps int) (float64
 		var buf bwdBuffers
 		var fwdScratch, flush cu.DevicePtr
 		var aux auxArgs
-		a, err := newArena(part{&buf.q, q4}, part{&buf.k, k4}, part{&buf.v, k4}, part{&buf.o, q4}, part{&buf.lse, l4},
-			part{&buf.do, q4}, part{&buf.delta, l4}, part{&buf.dq, q4}, part{&buf.dk, k4}, part{&buf.dv, k4},
-			part{&fwdScratch, f.scratchBytes(p)}, part{&buf.scratch, bs}, part{&flush, flushBytes}, aux.part(p))
+		var bias biasArgs[float32]
+		a, err := newArena(append([]part{part{&buf.q, q4}, part{&buf.k, k4}, part{&buf.v, k4}, part{&buf.o, q4},
+			part{&buf.lse, l4}, part{&buf.do, q4}, part{&buf.delta, l4}, part{&buf.dq, q4}, part{&buf.dk, k4},
+			part{&buf.dv, k4}, part{&fwdScratch, f.scratchBytes(p)}, part{&buf.scratch, bs}, part{&flush, flushBytes},
+			aux.part(p)}, bias.parts(p)...)...)
 		if err != nil {
 			return err
 		}
@@ -73,11 +74,12 @@ func (b *Backend) KernelTime(p kernels.Params, backward bool, reps int) (float64
 		}
 		// The whole call is one chunk: the launches see its B and H.
 		buf.vars = aux.at(p, chunk{n: p.B * p.H}, 0)
+		bias.set(&buf.vars)
 		fbuf := fwdBuffers{q: buf.q, k: buf.k, v: buf.v, o: buf.o, lse: buf.lse, scratch: fwdScratch, vars: buf.vars}
 		for _, c := range []struct {
 			dst cu.DevicePtr
 			n   int
-		}{{buf.q, p.QLen()}, {buf.k, p.KLen()}, {buf.v, p.KLen()}, {buf.do, p.QLen()}} {
+		}{{buf.q, p.QLen()}, {buf.k, p.KLen()}, {buf.v, p.KLen()}, {buf.do, p.QLen()}, {bias.data, p.BiasLen()}} {
 			for off := 0; off < c.n; off += blockLen {
 				if err := upload(c.dst+cu.DevicePtr(4*off), block[:min(blockLen, c.n-off)]); err != nil {
 					return err

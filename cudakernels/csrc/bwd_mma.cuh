@@ -162,9 +162,13 @@ __device__ __forceinline__ void store_rows(float* y, const float (&c)[DP / 8][4]
 // that order, in its registers (deterministic: no atomics), walking for
 // each the query steps whose rows see its keys; the softcap's derivative
 // scales dS. Copies of padding rows and keys load as zeros, and a block
-// with nothing to compute writes zeros.
-template <typename E, int DP, bool kVar>
+// with nothing to compute writes zeros. kFull (with kVar: the _full entry
+// points) adds the bias and dropout as the forward does: dV takes P∘Z, and
+// dS = P∘(Z∘dP − D) (probs_dkdv, drop_by_bits, drop_by_row). dBias is
+// dbias_1tile's.
+template <typename E, int DP, bool kVar, bool kFull = false>
 __device__ void dkdv_1colblock(const Params& p) {
+  static_assert(kVar || !kFull, "the _full kernels compute the _var variants too");
   const long long nq = p.nq, nk = p.nk;
   const bool causal = p.causal != 0;
   const uint16_t* __restrict__ q = static_cast<const uint16_t*>(p.q);
@@ -271,6 +275,8 @@ __device__ void dkdv_1colblock(const Params& p) {
   // some heads, which leaves their scores as they are).
   const bool mod = kVar && (p.softcap != 0.0 || p.alibi != nullptr);
   Mods md{};
+  [[maybe_unused]] Extras ex{};
+  [[maybe_unused]] uint32_t zbits = 0u;
 
   // Step i is query step it of query head bh; the next step is the next
   // query step, or (_var) the next head's first.
@@ -289,6 +295,7 @@ __device__ void dkdv_1colblock(const Params& p) {
     __syncthreads();
     if constexpr (kVar) {
       if (mod && it == it0) md = mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale));
+      if (kFull && it == it0) ex = extras_of(p, bh);
     }
     const long long q0 = static_cast<long long>(it) * kBwdStep;
     const uint16_t* qt = sQ + buf * kBwdStep * kLd;
@@ -334,9 +341,10 @@ __device__ void dkdv_1colblock(const Params& p) {
           uniform &= ar[h].set(offset_of(q0, md.shift, key0 + 8 * h) + 2 * t, kBwdStep - 7, md.slope_l2);
       }
       uint32_t pf[kBwdStep / E::kK][4];
-      with_variant(masked || !uniform, mod, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
-        probs_dkdv<E, true, kMod, kMasked, kCap>(s, pf, scale_log2, Log2Lse{lt}, static_cast<int>(q0), t, qlo, qhi,
-                                                  md, ar);
+      with_variant_of<kFull>(masked || !uniform, mod, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
+        probs_dkdv<E, true, kMod, kMasked, kCap, kNS, Log2Lse, kFull>(s, pf, scale_log2, Log2Lse{lt},
+                                                                      static_cast<int>(q0), t, qlo, qhi, md, ar, &ex,
+                                                                      key0, &zbits);
       });
       mma_fb<E, DP>(acc_dv, pf, dot + bt_off<DP>(lane));  // with kMod, s now holds Pᵀ·dsoft
     }
@@ -345,7 +353,11 @@ __device__ void dkdv_1colblock(const Params& p) {
 #pragma unroll
     for (int j = 0; j < kNS; ++j) dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.f;
     mma_abt<E, DP, kNS>(dp, va, dot + b_off<DP>(lane));
+    if constexpr (kFull) {
+      if (ex.drop.on()) drop_by_bits(dp, zbits, ex.drop_scale());
+    }
     ds_by_col(dp, s, dt, t);
+    if constexpr (kFull) zero_unseen_by_col(dp, q0, t, qlo, qhi);
     mma_pb<E, DP, kNS>(acc_dk, dp, qt + bt_off<DP>(lane));
     __syncthreads();  // every warp is done with this buffer before it refills
   }
@@ -363,8 +375,9 @@ __device__ void dkdv_1colblock(const Params& p) {
   }
 }
 
-template <typename E, int DP, bool kVar>
+template <typename E, int DP, bool kVar, bool kFull = false>
 __device__ void dq_1rowblock(const Params& p) {
+  static_assert(kVar || !kFull, "the _full kernels compute the _var variants too");
   const long long nq = p.nq, nk = p.nk;
   const bool causal = p.causal != 0;
   const uint16_t* __restrict__ q = static_cast<const uint16_t*>(p.q);
@@ -431,6 +444,8 @@ __device__ void dq_1rowblock(const Params& p) {
   // _var: the keys both rows see, and the modifiers.
   const int lo_max = lo32[0] > lo32[1] ? lo32[0] : lo32[1], hi_min = hi32[0] < hi32[1] ? hi32[0] : hi32[1];
   const Mods md = kVar ? mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale)) : Mods{};
+  [[maybe_unused]] const Extras ex = kFull ? extras_of(p, bh) : Extras{};
+  const long long rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
 
   cp_rows<kBwdBQ, DP>(sQ, q + bh * nq * DP, q0, q_real);
   cp_rows<kBwdBQ, DP>(sdO, dout + bh * nq * DP, q0, q_real);
@@ -482,15 +497,20 @@ __device__ void dq_1rowblock(const Params& p) {
         for (int h = 0; h < 2; ++h)
           uniform &= ar[h].set(offset_of(q0 + warp * 16 + g + 8 * h, md.shift, k0) - 2 * t, kBwdStep - 7, md.slope_l2);
       }
-      with_variant(masked || !uniform, md.on, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
-        probs_dq<E, kMod, kMasked, kCap>(s, scale_log2, lse2, static_cast<int>(k0), t, lo32, hi32, md, ar);
+      with_variant_of<kFull>(masked || !uniform, md.on, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
+        probs_dq<E, kMod, kMasked, kCap, kNS, kFull>(s, scale_log2, lse2, static_cast<int>(k0), t, lo32, hi32, md, ar,
+                                                      &ex, rows);
       });
     }
     float dp[kNS][4];
 #pragma unroll
     for (int j = 0; j < kNS; ++j) dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.f;
     mma_abt<E, DP, kNS>(dp, doa, vt + b_off<DP>(lane));
+    if constexpr (kFull) {
+      if (ex.drop.on()) drop_by_row(dp, ex, rows, k0, t);
+    }
     ds_by_row(dp, s, dr);
+    if constexpr (kFull) zero_unseen_by_row(dp, k0, t, lo32, hi32);
     mma_pb<E, DP, kNS>(acc, dp, kt + bt_off<DP>(lane));
     __syncthreads();
   }
@@ -501,6 +521,137 @@ __device__ void dq_1rowblock(const Params& p) {
     float* dq = head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride);
     store_rows<DP>(dq + warp_row * p.dq_row_stride, acc, nq - warp_row, p.dim, p.dq_row_stride,
                    static_cast<float>(p.scale));
+  }
+}
+
+// The dBias kernel's shared memory: Q, dO, K and V tiles of kBwdStep rows,
+// one buffer each. select.go repeats it (mmaDbiasSmem).
+template <int DP> __host__ __device__ constexpr int bwd_dbias_smem_bytes() {
+  return 4 * kBwdStep * ld_of<uint16_t, DP>() * 2;
+}
+
+// dbias_1tile writes dBias for kBwdBQ rows × kBwdStep keys of one bias
+// slice on tensor cores: the sum of dS = P∘(Z∘dP − D) (no softcap
+// derivative: the bias is added after the softcap) over every query pair
+// that reads the slice, batch entries then heads in order, in registers,
+// and 0 where no pair sees the entry. It recomputes S = Q·Kᵀ and
+// dP = dO·Vᵀ from the 16-bit copies as dq_1rowblock does, a pair at a
+// time, so that each entry is written once, by one thread, in a fixed
+// order (no atomics, no scratch: the bias gradient of a slice broadcast
+// over B·H pairs is summed where it is computed). The host launches it
+// only when the caller wants dBias, with the whole call in one launch
+// (pair0 = 0), over slices × row tiles × key tiles.
+template <typename E, int DP>
+__device__ void dbias_1tile(const Params& p) {
+  const long long nq = p.nq, nk = p.nk;
+  const uint16_t* __restrict__ q = static_cast<const uint16_t*>(p.q);
+  const uint16_t* __restrict__ k = static_cast<const uint16_t*>(p.k);
+  const uint16_t* __restrict__ v = static_cast<const uint16_t*>(p.v);
+  const uint16_t* __restrict__ dout = static_cast<const uint16_t*>(p.dout);
+  constexpr int kLd = ld_of<uint16_t, DP>();
+  constexpr int kNS = kBwdStep / 8;  // n8 tiles of S per warp: keys
+  static_assert(kBwdBQ == kBwdStep, "one tile shape for rows and keys");
+  require_launch(kBwdThreads, bwd_dbias_smem_bytes<DP>());
+
+  uint16_t* sQ = reinterpret_cast<uint16_t*>(smem);
+  uint16_t* sdO = sQ + kBwdStep * kLd;
+  uint16_t* sK = sdO + kBwdStep * kLd;
+  uint16_t* sV = sK + kBwdStep * kLd;
+
+  const long long q_tiles = (nq + kBwdBQ - 1) / kBwdBQ, k_tiles = (nk + kBwdStep - 1) / kBwdStep;
+  const long long slice = blockIdx.x / (q_tiles * k_tiles);
+  const long long q0 = blockIdx.x / k_tiles % q_tiles * kBwdBQ, k0 = blockIdx.x % k_tiles * kBwdStep;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const long long rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  // The slice's batch entries and heads: one of each, or all of a broadcast
+  // dimension (stride 0).
+  const long long heads = p.heads, batches = p.b * p.h / heads;
+  const long long slice_heads = p.bias_head_stride != 0 ? heads : 1;
+  const long long sb = slice / slice_heads, sh = slice % slice_heads;
+  const long long b_lo = p.bias_batch_stride != 0 ? sb : 0, b_hi = p.bias_batch_stride != 0 ? sb + 1 : batches;
+  const long long h_lo = p.bias_head_stride != 0 ? sh : 0, h_hi = p.bias_head_stride != 0 ? sh + 1 : heads;
+  const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
+  const uint16_t* qa = sQ + a_off<DP>(warp, lane);
+  const uint16_t* doa = sdO + a_off<DP>(warp, lane);
+
+  float acc[kNS][4];
+#pragma unroll
+  for (int j = 0; j < kNS; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+
+  for (long long b = b_lo; b < b_hi; ++b) {
+    const SeqMask mk = seq_mask(p, b * heads);
+    const long long last = (q0 + kBwdBQ < mk.lq ? q0 + kBwdBQ : mk.lq) - 1;
+    // No row of the tile sees a key of it: nothing to add for this entry.
+    if (q0 > last || mk.key_lo(q0) >= k0 + kBwdStep || mk.key_hi(last) <= k0) continue;
+    int lo32[2], hi32[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      long long lo, hi;
+      row_keys(mk, rows[h], lo, hi);
+      lo32[h] = static_cast<int>(lo), hi32[h] = static_cast<int>(hi);
+    }
+    const int lo_max = lo32[0] > lo32[1] ? lo32[0] : lo32[1], hi_min = hi32[0] < hi32[1] ? hi32[0] : hi32[1];
+    const bool masked = k0 < lo_max || k0 + kBwdStep > hi_min;
+    for (long long h = h_lo; h < h_hi; ++h) {
+      const long long bh = b * heads + h, kvh = kv_pair(p, bh);
+      const Mods md = mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale));
+      const Extras ex = extras_of(p, bh);
+      __syncthreads();  // the previous pair's tiles are no longer read
+      cp_rows<kBwdStep, DP>(sQ, q + bh * nq * DP, q0, mk.lq);
+      cp_rows<kBwdStep, DP>(sdO, dout + bh * nq * DP, q0, mk.lq);
+      cp_rows<kBwdStep, DP>(sK, k + kvh * nk * DP, k0, mk.lk);
+      cp_rows<kBwdStep, DP>(sV, v + kvh * nk * DP, k0, mk.lk);
+      cp_async_commit();
+      float lse2[2], dr[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const bool ok = rows[i] < mk.lq;
+        lse2[i] = ok ? __ldg(static_cast<const float*>(p.lse) + bh * nq + rows[i]) * kLog2e : Math<float>::inf();
+        dr[i] = ok ? __ldg(static_cast<const float*>(p.delta) + bh * nq + rows[i]) : 0.f;
+      }
+      cp_async_wait<0>();
+      __syncthreads();
+
+      float s[kNS][4], dp[kNS][4];
+#pragma unroll
+      for (int j = 0; j < kNS; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.f;
+      mma_abt<E, DP, kNS>(s, qa, sK + b_off<DP>(lane));
+      AlibiRow<-1> ar[2];
+      bool uniform = true;
+      if (md.slope_l2 != 0.f) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+          uniform &= ar[i].set(offset_of(rows[i], md.shift, k0) - 2 * t, kBwdStep - 7, md.slope_l2);
+      }
+      with_variant_of<true>(masked || !uniform, md.on, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
+        probs_dq<E, kMod, kMasked, kCap, kNS, true, false>(s, scale_log2, lse2, static_cast<int>(k0), t, lo32, hi32,
+                                                            md, ar, &ex, rows);
+      });
+      mma_abt<E, DP, kNS>(dp, doa, sV + b_off<DP>(lane));
+      if (ex.drop.on()) drop_by_row(dp, ex, rows, k0, t);
+      ds_by_row(dp, s, dr);
+      zero_unseen_by_row(dp, k0, t, lo32, hi32);
+#pragma unroll
+      for (int j = 0; j < kNS; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[j][e] += dp[j][e];
+    }
+  }
+
+  float* out = static_cast<float*>(p.dbias) + sb * p.bias_batch_stride + sh * p.bias_head_stride;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (rows[h] >= nq) continue;
+#pragma unroll
+    for (int j = 0; j < kNS; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const long long key = k0 + 8 * j + 2 * t + e;
+        if (key < nk) out[rows[h] * nk + key] = acc[j][2 * h + e];
+      }
   }
 }
 

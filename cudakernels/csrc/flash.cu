@@ -60,10 +60,11 @@ FLASH_DOT_DO_O(f64, double)
 // mmaFwdBK and mmaFwdSmem must match.
 #include "fwd_mma.cuh"
 
-// Each attention kernel comes twice, plain and _var (every variant of
-// tc_variants.cuh), as in the Hopper module: the host launches _var when
-// the problem is not plain (pickVariant), so that plain attention keeps
-// its code.
+// Each attention kernel comes three times, plain, _var (the variants of
+// tc_variants.cuh but the bias and dropout) and _full (those too): the
+// host launches the least that computes the problem (pickMmaVariant), so
+// that plain attention, and the variants without a bias or dropout, keep
+// their code.
 #define FLASH_FWD_MMA(NAME, E, DP)                                                                  \
   extern "C" __global__ void __launch_bounds__(flash::mma::kFwdThreads)                             \
       flash_fwd_mma_##NAME##_d##DP(const __grid_constant__ flash::Params p) {                       \
@@ -72,6 +73,10 @@ FLASH_DOT_DO_O(f64, double)
   extern "C" __global__ void __launch_bounds__(flash::mma::kFwdThreads)                             \
       flash_fwd_mma_##NAME##_d##DP##_var(const __grid_constant__ flash::Params p) {                 \
     flash::mma::fwd_1rowblock<flash::mma::E, DP, true>(p);                                          \
+  }                                                                                                 \
+  extern "C" __global__ void __launch_bounds__(flash::mma::kFwdThreads)                             \
+      flash_fwd_mma_##NAME##_d##DP##_full(const __grid_constant__ flash::Params p) {                \
+    flash::mma::fwd_1rowblock<flash::mma::E, DP, true, true>(p);                                    \
   }
 
 FLASH_FWD_MMA(bf16, BF16, 32)
@@ -96,18 +101,25 @@ FLASH_FWD_MMA(tf32, TF32, 256)
 // accumulators would not fit the register budget of this block shape).
 #include "bwd_mma.cuh"
 
-#define FLASH_BWD_MMA_KERNELS(NAME, E, DP, SUFFIX, VAR)                                             \
+#define FLASH_BWD_MMA_KERNELS(NAME, E, DP, SUFFIX, VAR, FULL)                                       \
   extern "C" __global__ void __launch_bounds__(flash::mma::kBwdThreads)                             \
       flash_bwd_dkdv_mma_##NAME##_d##DP##SUFFIX(const __grid_constant__ flash::Params p) {          \
-    flash::mma::dkdv_1colblock<flash::mma::E, DP, VAR>(p);                                          \
+    flash::mma::dkdv_1colblock<flash::mma::E, DP, VAR, FULL>(p);                                    \
   }                                                                                                 \
   extern "C" __global__ void __launch_bounds__(flash::mma::kBwdThreads)                             \
       flash_bwd_dq_mma_##NAME##_d##DP##SUFFIX(const __grid_constant__ flash::Params p) {            \
-    flash::mma::dq_1rowblock<flash::mma::E, DP, VAR>(p);                                            \
+    flash::mma::dq_1rowblock<flash::mma::E, DP, VAR, FULL>(p);                                      \
   }
-#define FLASH_BWD_MMA(NAME, E, DP)              \
-  FLASH_BWD_MMA_KERNELS(NAME, E, DP, , false)  \
-  FLASH_BWD_MMA_KERNELS(NAME, E, DP, _var, true)
+// _full adds the bias and dropout to _var's variants; dbias is the bias
+// gradient (dbias_1tile).
+#define FLASH_BWD_MMA(NAME, E, DP)                                                                  \
+  FLASH_BWD_MMA_KERNELS(NAME, E, DP, , false, false)                                                \
+  FLASH_BWD_MMA_KERNELS(NAME, E, DP, _var, true, false)                                             \
+  FLASH_BWD_MMA_KERNELS(NAME, E, DP, _full, true, true)                                             \
+  extern "C" __global__ void __launch_bounds__(flash::mma::kBwdThreads)                             \
+      flash_bwd_dbias_mma_##NAME##_d##DP(const __grid_constant__ flash::Params p) {                 \
+    flash::mma::dbias_1tile<flash::mma::E, DP>(p);                                                  \
+  }
 
 FLASH_BWD_MMA(bf16, BF16, 32)
 FLASH_BWD_MMA(bf16, BF16, 64)

@@ -165,8 +165,13 @@ __device__ __forceinline__ void query_block(const Params& p, long long& bh, long
 // of whose rows misses one of its keys; the scores go through the
 // modifiers (modified, in log2 units) before the mask. Copies of padding
 // rows and keys load as zeros. Blocks run longest first (block_order).
-template <typename E, int DP, bool kVar>
+// kFull (with kVar: the _full entry point) adds the bias to every visible
+// score after the modifiers, and with dropout multiplies the probabilities
+// that meet V by the dropout factor after l has summed them (the softmax
+// is over every visible key; dropout drops from its result).
+template <typename E, int DP, bool kVar, bool kFull = false>
 __device__ void fwd_1rowblock(const Params& p) {
+  static_assert(kVar || !kFull, "the _full kernels compute the _var variants too");
   using S = typename E::Storage;
   const long long nq = p.nq, nk = p.nk;
   const bool causal = p.causal != 0;
@@ -262,6 +267,7 @@ __device__ void fwd_1rowblock(const Params& p) {
     }
   }
   const Mods md = kVar ? mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale)) : Mods{};
+  [[maybe_unused]] const Extras ex = kFull ? extras_of(p, bh) : Extras{};
 
   // Prologue: Q and the first K/V tile in one cp.async group.
   cp_rows<kFwdBQ, DP>(sQ, q + bh * nq * DP, q0, q_real);
@@ -366,7 +372,7 @@ __device__ void fwd_1rowblock(const Params& p) {
         for (int r = 0; r < kR; ++r)
           uniform &= ar[r].set(offset_of(row_of(r), md.shift, k0) - 2 * t, BK - 7, md.slope_l2);
       }
-      with_variant(masked || !uniform, md.on, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
+      with_variant_of<kFull>(masked || !uniform, md.on, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
 #pragma unroll
         for (int mt = 0; mt < kFwdMT; ++mt)
 #pragma unroll
@@ -377,7 +383,11 @@ __device__ void fwd_1rowblock(const Params& p) {
               float dsoft;
               float x = modified<E, kMod, kCap, kMasked>(s[mt][j][e], scale_log2, md, ar[r], 8 * j + (e & 1), dsoft);
               const int key = static_cast<int>(k0) + j * 8 + 2 * t + (e & 1);
-              if (kMasked && (key < lo32[r] || key >= hi32[r])) x = -Math<float>::inf();
+              const bool seen = !kMasked || (key >= lo32[r] && key < hi32[r]);
+              if constexpr (kFull) {
+                if (ex.bias != nullptr && seen) x = ex.biased(x, row_of(r), key);
+              }
+              if (!seen) x = -Math<float>::inf();
               s[mt][j][e] = x;
             }
       });
@@ -422,6 +432,15 @@ __device__ void fwd_1rowblock(const Params& p) {
           s[mt][j][e] = exp2f(s[mt][j][e] - ref[r]);
           l[r] += s[mt][j][e];
         }
+    if constexpr (kFull) {
+      if (ex.drop.on()) {
+#pragma unroll
+        for (int mt = 0; mt < kFwdMT; ++mt) {
+          const long long rows[2] = {row_of(2 * mt), row_of(2 * mt + 1)};
+          drop_by_row(s[mt], ex, rows, k0, t);
+        }
+      }
+    }
 
     // O += P·V, P taken from the score registers E::kK keys at a time;
     // each V fragment feeds every m16 tile.

@@ -9,11 +9,11 @@
 
 namespace flash {
 
-// philox_word returns word w (0 … 3) of Philox4x32-10 of Random123 at
-// counter (c0, c1, c2, c3) under key (k0, k1): ten rounds of two 32×32
-// multiplications, the key bumped by the Weyl constants after each.
-__device__ __forceinline__ unsigned philox_word(unsigned c0, unsigned c1, unsigned c2, unsigned c3, unsigned k0,
-                                                unsigned k1, int w) {
+// philox4 returns Philox4x32-10 of Random123 at counter (c0, c1, c2, c3)
+// under key (k0, k1): ten rounds of two 32×32 multiplications, the key
+// bumped by the Weyl constants after each.
+__device__ __forceinline__ uint4 philox4(unsigned c0, unsigned c1, unsigned c2, unsigned c3, unsigned k0,
+                                         unsigned k1) {
 #pragma unroll
   for (int r = 0; r < 10; ++r) {
     const unsigned hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
@@ -25,7 +25,14 @@ __device__ __forceinline__ unsigned philox_word(unsigned c0, unsigned c1, unsign
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
-  return w == 0 ? c0 : (w == 1 ? c1 : (w == 2 ? c2 : c3));
+  return make_uint4(c0, c1, c2, c3);
+}
+
+// philox_word returns word w (0 … 3) of philox4.
+__device__ __forceinline__ unsigned philox_word(unsigned c0, unsigned c1, unsigned c2, unsigned c3, unsigned k0,
+                                                unsigned k1, int w) {
+  const uint4 x = philox4(c0, c1, c2, c3, k0, k1);
+  return w == 0 ? x.x : (w == 1 ? x.y : (w == 2 ? x.z : x.w));
 }
 
 // Dropout is a launch's dropout: kept(pair, i, j) is kernels.Dropout.Kept
@@ -39,6 +46,16 @@ struct Dropout {
     const unsigned w = philox_word(static_cast<unsigned>(j / 4), static_cast<unsigned>(i), static_cast<unsigned>(pair),
                                    offset, k0, k1, static_cast<int>(j % 4));
     return w >= threshold;
+  }
+  // kept2 sets k0 and k1 to kept(pair, i, j) and kept(pair, i, j + 1) for
+  // an even j: both words come from one Philox block (keys 4·(j/4) …
+  // 4·(j/4) + 3 share it), so two entries cost one block.
+  __device__ __forceinline__ void kept2(long long pair, long long i, long long j, bool& k0_, bool& k1_) const {
+    const uint4 x = philox4(static_cast<unsigned>(j / 4), static_cast<unsigned>(i), static_cast<unsigned>(pair),
+                            offset, k0, k1);
+    const bool upper = (j & 2) != 0;
+    k0_ = (upper ? x.z : x.x) >= threshold;
+    k1_ = (upper ? x.w : x.y) >= threshold;
   }
 };
 

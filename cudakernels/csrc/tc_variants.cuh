@@ -10,6 +10,7 @@
 // the loops come in six copies.
 #pragma once
 #include "common.cuh"
+#include "philox.cuh"
 #include "variants.cuh"
 
 namespace flash {
@@ -70,6 +71,26 @@ __device__ __forceinline__ void with_variant(bool masked, bool mod, bool cap, F&
       with_mask(masked, [&](auto kMasked) { body(kMasked, MaskFlag<true>{}, MaskFlag<false>{}); });
   } else {
     with_mask(masked, [&](auto kMasked) { body(kMasked, MaskFlag<false>{}, MaskFlag<false>{}); });
+  }
+}
+
+// with_variant_of is with_variant for a kernel that computes the bias and
+// dropout too (kFull): there, only the masked copy with the modifiers, the
+// softcap a flag, two copies rather than six. A bias's loads and
+// dropout's Philox blocks cost more per score than the compares the
+// unmasked copies save, and six copies of the _full loops made the
+// module's PTX half again as large. The masked copy computes unmasked
+// tiles too, and the modifiers with ALiBi off and no softcap leave every
+// score as it was.
+template <bool kFull, typename F>
+__device__ __forceinline__ void with_variant_of(bool masked, bool mod, bool cap, F&& body) {
+  if constexpr (kFull) {
+    if (cap)
+      body(MaskFlag<true>{}, MaskFlag<true>{}, MaskFlag<true>{});
+    else
+      body(MaskFlag<true>{}, MaskFlag<true>{}, MaskFlag<false>{});
+  } else {
+    with_variant(masked, mod, cap, body);
   }
 }
 
@@ -220,6 +241,78 @@ __device__ __forceinline__ void zero_key_grads(const Params& p, long long kvh, l
                       k_end, p.dim, p.dv_row_stride);
 }
 
+// Extras are what the _full kernels compute beyond _var's variants: the
+// additive bias and dropout. bias is the query pair's slice (bias_rows:
+// rows nk apart, natural units) or null; pair numbers the pair for the
+// dropout counter (p.pair0 + bh), as the CUDA-core kernels and the CPU
+// number it, so that every kernel drops the same entries.
+struct Extras {
+  const float* bias;
+  long long nq, nk, pair;
+  Dropout drop;
+
+  // biased adds the bias of row i, key j, in log2 units, to x; the caller
+  // reads it only where the pair is visible (so inside the slice).
+  __device__ __forceinline__ float biased(float x, long long i, long long j) const {
+    return fmaf(__ldg(bias + i * nk + j), kLog2e, x);
+  }
+  __device__ __forceinline__ float drop_scale() const { return static_cast<float>(drop.scale); }
+};
+__device__ __forceinline__ Extras extras_of(const Params& p, long long bh) {
+  return Extras{bias_rows<float>(p, bh), p.nq, p.nk, p.pair0 + bh, dropout_of(p)};
+}
+
+// drop_by_row multiplies x, scores in the C layout whose element e of
+// tile j is row rows[e/2] and key k0 + 8j + 2t + e%2 (forward, dQ, dBias),
+// by the dropout factor of each entry: 1/(1−p) kept, 0 dropped. A thread's
+// two keys of a tile are one even pair, one Philox block (Dropout::kept2).
+template <int NS>
+__device__ __forceinline__ void drop_by_row(float (&x)[NS][4], const Extras& ex, const long long (&rows)[2],
+                                            long long k0, int t) {
+  const float sc = ex.drop_scale();
+#pragma unroll
+  for (int j = 0; j < NS; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      bool a, b;
+      ex.drop.kept2(ex.pair, rows[h], k0 + 8 * j + 2 * t, a, b);
+      x[j][2 * h] = a ? x[j][2 * h] * sc : 0.f;
+      x[j][2 * h + 1] = b ? x[j][2 * h + 1] * sc : 0.f;
+    }
+}
+
+// zero_unseen_by_row sets dS to exactly 0 at the pairs a thread's rows do
+// not see (element e of tile j: key k0 + 8j + 2t + e%2, outside row
+// e/2's [lo, hi)), as the CUDA-core kernels leave them: there dS =
+// 0·(dP − D) would be NaN where dP or D is not finite (an infinite value,
+// or D of a row whose every key a −inf bias removed), which dBias must not
+// take at a pair no row sees, nor dQ of a row that sees no key.
+template <int NS>
+__device__ __forceinline__ void zero_unseen_by_row(float (&ds)[NS][4], long long k0, int t, const int (&lo)[2],
+                                                   const int (&hi)[2]) {
+#pragma unroll
+  for (int j = 0; j < NS; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const long long key = k0 + 8 * j + 2 * t + (e & 1);
+      if (key < lo[e >> 1] || key >= hi[e >> 1]) ds[j][e] = 0.f;
+    }
+}
+
+// zero_unseen_by_col is zero_unseen_by_row for dSᵀ (element e of tile j:
+// query q0 + 8j + 2t + e%2, outside key e/2's [qlo, qhi)).
+template <int NS>
+__device__ __forceinline__ void zero_unseen_by_col(float (&ds)[NS][4], long long q0, int t, const int (&qlo)[2],
+                                                   const int (&qhi)[2]) {
+#pragma unroll
+  for (int j = 0; j < NS; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const long long q = q0 + 8 * j + 2 * t + (e & 1);
+      if (q < qlo[e >> 1] || q >= qhi[e >> 1]) ds[j][e] = 0.f;
+    }
+}
+
 // Log2Lse reads LSE values stored in natural units as log2 units.
 struct Log2Lse {
   const float* lse;
@@ -237,31 +330,64 @@ struct Log2Lse {
 // Pᵀ·dsoft at once would cost 32 registers more). lt[c] is the LSE of the
 // step's query c in log2 units: a pointer to them (Hopper: prep_stats
 // writes them so), or Log2Lse over the natural ones (mma.sync).
-template <typename E, bool kVar, bool kMod, bool kMasked, bool kCap, int NS, typename Lse>
+//
+// kFull (the mma.sync _full dK/dV kernel) adds the bias of ex (query
+// q0 + col, key key0 + 8h) to each visible score before the exponential,
+// and with dropout builds pf from Pᵀ∘Z (the probabilities dV takes) while
+// s keeps Pᵀ(·dsoft), setting bit 4j + e of *zbits where entry (j, e) is
+// kept, for dPᵀ's factor Z (drop_by_bits). Entry (key, query) draws
+// Dropout::kept(pair, query, key), a Philox block each: the thread's keys
+// are 8 apart.
+template <typename E, bool kVar, bool kMod, bool kMasked, bool kCap, int NS, typename Lse, bool kFull = false>
 __device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[NS * 8 / E::kK][4], float scale_log2,
                                            Lse lt, int q0, int t, const int (&qlo)[2], const int (&qhi)[2],
-                                           const Mods& md, const AlibiRow<1> (&ar)[2]) {
+                                           const Mods& md, const AlibiRow<1> (&ar)[2], const Extras* ex = nullptr,
+                                           long long key0 = 0, uint32_t* zbits = nullptr) {
   constexpr int kT = E::kK / 8;  // score tiles per fragment
+  [[maybe_unused]] bool key_in[2] = {false, false};
+  [[maybe_unused]] bool drop_on = false;
+  if constexpr (kFull) {
+    key_in[0] = key0 < ex->nk, key_in[1] = key0 + 8 < ex->nk;
+    drop_on = ex->drop.on();
+    *zbits = 0u;
+  }
 #pragma unroll
   for (int kk = 0; kk < NS / kT; ++kk) {
     float dsoft[kT][4];
+    [[maybe_unused]] float pr[kT][4];
 #pragma unroll
     for (int c = 0; c < kT; ++c)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int j = kk * kT + c, col = 8 * j + 2 * t + (e & 1), h = e >> 1;
-        const float x =
-            modified<E, kMod, kCap, kMasked>(s[j][e], scale_log2, md, ar[h], 8 * j + (e & 1), dsoft[c][e]);
+        float x = modified<E, kMod, kCap, kMasked>(s[j][e], scale_log2, md, ar[h], 8 * j + (e & 1), dsoft[c][e]);
+        const bool seen = !kMasked || (q0 + col >= qlo[h] && q0 + col < qhi[h]);
+        if constexpr (kFull) {
+          if (ex->bias != nullptr && seen && key_in[h] && q0 + col < ex->nq) x = ex->biased(x, q0 + col, key0 + 8 * h);
+        }
         float p = exp2f(x - lt[col]);
         if constexpr (kVar) {
-          if (kMasked && (q0 + col < qlo[h] || q0 + col >= qhi[h])) p = 0.f, dsoft[c][e] = 0.f;
+          if (!seen) p = 0.f, dsoft[c][e] = 0.f;
         } else {
           if (kMasked && q0 + col < qlo[h]) p = 0.f;
         }
         s[j][e] = p;
+        if constexpr (kFull) {
+          pr[c][e] = p;
+          if (drop_on) {
+            const bool kept = ex->drop.kept(ex->pair, q0 + col, key0 + 8 * h);
+            *zbits |= kept ? 1u << (4 * j + e) : 0u;
+            s[j][e] = kept ? p * ex->drop_scale() : 0.f;
+          }
+        }
       }
     E::p_frag(pf[kk], s, kk);
-    if constexpr (kMod) {
+    if constexpr (kFull) {
+#pragma unroll
+      for (int c = 0; c < kT; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[kk * kT + c][e] = kMod ? pr[c][e] * dsoft[c][e] : pr[c][e];
+    } else if constexpr (kMod) {
 #pragma unroll
       for (int c = 0; c < kT; ++c)
 #pragma unroll
@@ -270,25 +396,45 @@ __device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[NS 
   }
 }
 
+// drop_by_bits multiplies dPᵀ by the dropout factor of the entries
+// probs_dkdv drew: 1/(1−p) where bit 4j + e of zbits is set, else 0.
+template <int NS>
+__device__ __forceinline__ void drop_by_bits(float (&x)[NS][4], uint32_t zbits, float scale) {
+#pragma unroll
+  for (int j = 0; j < NS; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) x[j][e] = (zbits >> (4 * j + e)) & 1u ? x[j][e] * scale : 0.f;
+}
+
 // probs_dq turns S (element e of tile j: row e/2, key k0 + 8j + 2t + e%2)
 // into P = exp2(scale_log2·s − lse2[row]), 0 where masked (kMasked) and the
 // key lies outside the row's [lo, hi); with kMod the scores go through the
 // modifiers first (modified; ar: each row's ALiBi bias over the step's keys)
 // and s holds P·dsoft, the factor dS takes.
-template <typename E, bool kMod, bool kMasked, bool kCap, int NS>
+//
+// kFull (the mma.sync _full kernels) adds the bias of ex (rows rows[h]) to
+// each visible score before the exponential; kSoft = false leaves out the
+// softcap's derivative (the dBias kernel: the bias is added after the
+// softcap).
+template <typename E, bool kMod, bool kMasked, bool kCap, int NS, bool kFull = false, bool kSoft = true>
 __device__ __forceinline__ void probs_dq(float (&s)[NS][4], float scale_log2, const float (&lse2)[2], int k0, int t,
                                          const int (&lo)[2], const int (&hi)[2], const Mods& md,
-                                         const AlibiRow<-1> (&ar)[2]) {
+                                         const AlibiRow<-1> (&ar)[2], const Extras* ex = nullptr,
+                                         const long long* rows = nullptr) {
 #pragma unroll
   for (int j = 0; j < NS; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int key = k0 + 8 * j + 2 * t + (e & 1), h = e >> 1;
       float dsoft;
-      const float x = modified<E, kMod, kCap, kMasked>(s[j][e], scale_log2, md, ar[h], 8 * j + (e & 1), dsoft);
+      float x = modified<E, kMod, kCap, kMasked>(s[j][e], scale_log2, md, ar[h], 8 * j + (e & 1), dsoft);
+      const bool seen = !kMasked || (key >= lo[h] && key < hi[h]);
+      if constexpr (kFull) {
+        if (ex->bias != nullptr && seen) x = ex->biased(x, rows[h], key);
+      }
       float p = exp2f(x - lse2[h]);
-      if constexpr (kCap) p *= dsoft;
-      if (kMasked && (key < lo[h] || key >= hi[h])) p = 0.f;
+      if constexpr (kCap && kSoft) p *= dsoft;
+      if (!seen) p = 0.f;
       s[j][e] = p;
     }
 }
