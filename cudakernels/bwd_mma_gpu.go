@@ -18,7 +18,7 @@ import (
 // dbias writes the bias gradient, a tile of each slice per block.
 type mmaBackward struct {
 	dkdv, dq, dkdvVar, dqVar, dkdvFull, dqFull, dbias, toHalf cu.Function
-	c                                                        choice
+	c                                                         choice
 }
 
 func loadMmaBackward(mod cu.Module, c choice, maxSmem int) (*mmaBackward, error) {
