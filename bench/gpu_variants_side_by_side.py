@@ -5,7 +5,9 @@ Runs BenchmarkVariantsGPU from a flashgpu-tagged test binary of package bench
 problems in BF16 with PyTorch: FlexAttention (torch.compile'd
 flex_attention with a block mask and a score_mod), and SDPA where it has the
 variant (enable_gqa on the cuDNN and FlashAttention 2 backends, dropout on
-FlashAttention 2 and the efficient backend). FLOPs are the visible ones for
+FlashAttention 2 and the efficient backend, an additive bias with its
+gradient on the cuDNN and efficient backends, the causal mask folded into
+it as −inf). FLOPs are the visible ones for
 everybody: 4·D per (row, visible key) pair over all heads, the backward
 2.5× the forward, so a variant that costs no more than its visible work
 runs at the plain kernel's TFLOP/s. Both sides flush the L2 cache before
@@ -51,10 +53,14 @@ def ours(binary):
 class Case:
     """One variant: shapes, masks and modifiers, as BenchmarkVariantsGPU's."""
 
-    def __init__(self, name, n, b=None, hkv=16, window=None, softcap=0.0, alibi=False, lens=None, dropout=0.0):
+    def __init__(self, name, n, b=None, hkv=16, window=None, softcap=0.0, alibi=False, lens=None, dropout=0.0,
+                 bias=False):
         self.name, self.n, self.b = name, n, b or 16384 // n
         self.h, self.hkv = 16, hkv
         self.window, self.softcap, self.alibi, self.lens, self.dropout = window, softcap, alibi, lens, dropout
+        # bias: one [N, N] slice shared by every batch entry and head, its
+        # gradient wanted, as BenchmarkVariantsGPU's.
+        self.bias = torch.randn(1, 1, n, n, device="cuda", dtype=torch.bfloat16, requires_grad=True) if bias else None
 
     def visible_pairs(self):
         """Σ over batch entries and rows of the keys the causal mask, the
@@ -87,11 +93,13 @@ class Case:
         return None if self.lens is None else torch.tensor(self.lens, device="cuda", dtype=torch.int32)
 
     def score_mod(self):
-        cap, alibi, heads = self.softcap, self.alibi, self.h
-        if not cap and not alibi:
+        cap, alibi, heads, bias = self.softcap, self.alibi, self.h, self.bias
+        if not cap and not alibi and bias is None:
             return None
 
         def mod(score, b, h, q, kv):
+            if bias is not None:
+                score = score + bias[0, 0, q, kv]
             if cap:
                 score = cap * torch.tanh(score / cap)
             if alibi:
@@ -112,6 +120,7 @@ CASES = [
     Case("alibi_N8192_causal", 8192, alibi=True),
     Case("lengths_quarter_N8192_causal", 8192, b=8, lens=[2048, 1024, 3072, 2048, 512, 3584, 2048, 2048]),
     Case("dropout0.1_N8192_causal", 8192, dropout=0.1),
+    Case("bias_shared_N8192_causal", 8192, bias=True),
 ]
 
 
@@ -147,10 +156,17 @@ def sdpa_peer(c, backend):
     if c.dropout and backend == SDPBackend.CUDNN_ATTENTION:
         return None
     q, k, v = inputs(c)
+    mask, causal = None, True
+    if c.bias is not None:
+        # SDPA takes a mask or is_causal, not both: the causal mask goes
+        # into the bias as −inf, the gradient reaching the bias itself.
+        above = torch.full((c.n, c.n), float("-inf"), device="cuda", dtype=torch.bfloat16).triu(1)
+        mask, causal = lambda: c.bias + above, False
     try:
         with sdpa_kernel([backend]):
             run = lambda: torch.nn.functional.scaled_dot_product_attention(
-                q, k, v, is_causal=True, dropout_p=c.dropout, enable_gqa=c.hkv != c.h)
+                q, k, v, attn_mask=mask() if mask else None, is_causal=causal, dropout_p=c.dropout,
+                enable_gqa=c.hkv != c.h)
             return timed(run, c.flops())
     except RuntimeError:
         return None
@@ -160,6 +176,7 @@ PEERS = [
     ("FlexAttention", flex_peer),
     ("SDPA cuDNN", lambda c: sdpa_peer(c, SDPBackend.CUDNN_ATTENTION)),
     ("SDPA FA2", lambda c: sdpa_peer(c, SDPBackend.FLASH_ATTENTION)),
+    ("SDPA efficient", lambda c: sdpa_peer(c, SDPBackend.EFFICIENT_ATTENTION)),
 ]
 
 

@@ -130,7 +130,8 @@ __device__ __forceinline__ void ds_by_col(float (&dp)[NS][4], const float (&p)[N
 // (every lane must call, rows past nq too), then writes O = acc / l for the
 // columns below p.dim and, from lane t = 0, LSE = m + log l in natural units
 // (m in log2 units). Only the mask decides that a row has no key (any_key
-// false: O = 0, LSE = +inf). Every other row follows IEEE arithmetic as the
+// false: O = 0 exactly, whatever acc holds: its zero probabilities met a
+// tile's infinite value, LSE = +inf). Every other row follows IEEE arithmetic as the
 // naive softmax does: NaN scores make l NaN, and all scores −inf leave
 // l = 0, so O = 0·(1/0) = NaN and LSE = −inf.
 template <int NO>
@@ -150,8 +151,8 @@ __device__ __forceinline__ void finish_row(const Params& p, long long bh, long l
 #pragma unroll
   for (int n = 0; n < NO; ++n) {
     const int col = n * 8 + 2 * t;
-    if (col < dim) orow[col] = acc[n][2 * half] * inv;
-    if (col + 1 < dim) orow[col + 1] = acc[n][2 * half + 1] * inv;
+    if (col < dim) orow[col] = any_key ? acc[n][2 * half] * inv : 0.f;
+    if (col + 1 < dim) orow[col + 1] = any_key ? acc[n][2 * half + 1] * inv : 0.f;
   }
   if (t == 0) lse[bh * nq + row] = any_key ? (m + log2f(l)) * 0.6931471805599453f : Math<float>::inf();
 }
