@@ -76,8 +76,12 @@
 //     and D ≤ 32 or TF32's forward above 128 on Hopper): grouped-query
 //     heads, windows, lengths, softcap and ALiBi, in separate _var
 //     instantiations so that plain attention keeps its tuned kernels
-//     (csrc/tc_variants.cuh holds what the families share); not yet
-//     dropout or the bias.
+//     (csrc/tc_variants.cuh holds what the families share);
+//   - dropout and the bias, on top of those, in the mma.sync kernels'
+//     _full instantiations (the forward in TF32, BF16 and FP16, the
+//     backward in BF16 and FP16, dBias on tensor cores too); a problem
+//     with either never takes the wgmma kernels (choose), so on Hopper it
+//     runs mma.sync, and TF32's backward the rounded CUDA cores.
 //
 // The CUDA-core kernels work through Params' variant fields
 // (csrc/variants.cuh mirrors kernels.Mask and kernels.ModifyScore):
