@@ -53,20 +53,25 @@ func alibiTable[T kernels.Float](tab []T, slope T, d0, n int) []T {
 	return tab
 }
 
-// subtract sets s[i] −= t[i].
+// subtract sets s[i] −= t[i] (simd.Sub32, Sub64): a row's ALiBi terms.
 func subtract[T kernels.Float](s, t []T) {
-	t = t[:len(s)]
-	for i := range s {
-		s[i] -= t[i]
+	switch x := any(s).(type) {
+	case []float32:
+		simd.Sub32(x, any(t).([]float32))
+	case []float64:
+		simd.Sub64(x, any(t).([]float64))
 	}
 }
 
-// add sets s[i] += t[i]: the bias entries of one row's visible keys in
-// the forward, of one key's visible rows in the backward.
+// add sets s[i] += t[i] (simd.Add32, Add64): the bias entries of one
+// row's visible keys in the forward, of one key's visible rows in the
+// backward.
 func add[T kernels.Float](s, t []T) {
-	t = t[:len(s)]
-	for i := range s {
-		s[i] += t[i]
+	switch x := any(s).(type) {
+	case []float32:
+		simd.Add32(x, any(t).([]float32))
+	case []float64:
+		simd.Add64(x, any(t).([]float64))
 	}
 }
 

@@ -35,6 +35,36 @@ func Scale64(x []float64, a float64) {
 	}
 }
 
+// Add32 sets s[i] += t[i] for every i of s; t must be at least as long.
+// It adds the bias entries of a row's visible keys to their scores.
+func Add32(s, t []float32) {
+	if len(s) > 0 {
+		add32(s, t[:len(s)])
+	}
+}
+
+// Add64 is Add32 for float64.
+func Add64(s, t []float64) {
+	if len(s) > 0 {
+		add64(s, t[:len(s)])
+	}
+}
+
+// Sub32 sets s[i] −= t[i] for every i of s; t must be at least as long.
+// It subtracts a row's ALiBi terms from its scores.
+func Sub32(s, t []float32) {
+	if len(s) > 0 {
+		sub32(s, t[:len(s)])
+	}
+}
+
+// Sub64 is Sub32 for float64.
+func Sub64(s, t []float64) {
+	if len(s) > 0 {
+		sub64(s, t[:len(s)])
+	}
+}
+
 // maxGeneric is the portable reference loop for Max32 and Max64.
 func maxGeneric[T float32 | float64](x []T) T {
 	m := T(math.Inf(-1))
@@ -50,5 +80,21 @@ func maxGeneric[T float32 | float64](x []T) T {
 func scaleGeneric[T float32 | float64](x []T, a T) {
 	for i := range x {
 		x[i] *= a
+	}
+}
+
+// addGeneric is the portable reference loop for Add32 and Add64.
+func addGeneric[T float32 | float64](s, t []T) {
+	t = t[:len(s)]
+	for i := range s {
+		s[i] += t[i]
+	}
+}
+
+// subGeneric is the portable reference loop for Sub32 and Sub64.
+func subGeneric[T float32 | float64](s, t []T) {
+	t = t[:len(s)]
+	for i := range s {
+		s[i] -= t[i]
 	}
 }

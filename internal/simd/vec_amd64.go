@@ -46,6 +46,28 @@ func scale32AVX512(x []float32, a float32)
 //go:noescape
 func scale64AVX512(x []float64, a float64)
 
+// add32AVX512 computes, 16 lanes at a time with a masked tail,
+//
+//	for i := range s { s[i] += t[i] }
+//
+//go:noescape
+func add32AVX512(s, t []float32)
+
+// sub32AVX512 is add32AVX512 with s[i] −= t[i].
+//
+//go:noescape
+func sub32AVX512(s, t []float32)
+
+// add64AVX512 is add32AVX512 for float64 (8 lanes).
+//
+//go:noescape
+func add64AVX512(s, t []float64)
+
+// sub64AVX512 is sub32AVX512 for float64 (8 lanes).
+//
+//go:noescape
+func sub64AVX512(s, t []float64)
+
 func max32(x []float32) float32 {
 	switch {
 	case hasAVX512:
@@ -86,4 +108,39 @@ func scale64(x []float64, a float64) {
 	default:
 		scaleGeneric(x, a)
 	}
+}
+
+// The element-wise sums have no AVX2 path: where AVX-512 is missing the
+// loop is Go's, as it was before these helpers.
+
+func add32(s, t []float32) {
+	if hasAVX512 {
+		add32AVX512(s, t)
+		return
+	}
+	addGeneric(s, t)
+}
+
+func sub32(s, t []float32) {
+	if hasAVX512 {
+		sub32AVX512(s, t)
+		return
+	}
+	subGeneric(s, t)
+}
+
+func add64(s, t []float64) {
+	if hasAVX512 {
+		add64AVX512(s, t)
+		return
+	}
+	addGeneric(s, t)
+}
+
+func sub64(s, t []float64) {
+	if hasAVX512 {
+		sub64AVX512(s, t)
+		return
+	}
+	subGeneric(s, t)
 }

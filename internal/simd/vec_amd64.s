@@ -59,6 +59,20 @@ GLOBL negInf64<>(SB), RODATA|NOPTR, $32
 #undef NAMEMAX
 #undef NAMESCALE
 
+// func add32AVX512(s, t []float32)
+#define NAMEOP ·add32AVX512
+#define VOP VADDPS
+#include "vecop_avx512_amd64.h"
+#undef NAMEOP
+#undef VOP
+
+// func sub32AVX512(s, t []float32)
+#define NAMEOP ·sub32AVX512
+#define VOP VSUBPS
+#include "vecop_avx512_amd64.h"
+#undef NAMEOP
+#undef VOP
+
 #undef ES
 #undef LOGES
 #undef FRAMEMAX
@@ -113,3 +127,17 @@ GLOBL negInf64<>(SB), RODATA|NOPTR, $32
 #define NAMEMAX ·max64AVX512
 #define NAMESCALE ·scale64AVX512
 #include "vec_avx512_amd64.h"
+
+// func add64AVX512(s, t []float64)
+#define NAMEOP ·add64AVX512
+#define VOP VADDPD
+#include "vecop_avx512_amd64.h"
+#undef NAMEOP
+#undef VOP
+
+// func sub64AVX512(s, t []float64)
+#define NAMEOP ·sub64AVX512
+#define VOP VSUBPD
+#include "vecop_avx512_amd64.h"
+#undef NAMEOP
+#undef VOP

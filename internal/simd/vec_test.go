@@ -7,18 +7,20 @@ import (
 )
 
 type vecImpl[T float32 | float64] struct {
-	name  string
-	max   func(x []T) T
-	scale func(x []T, a T)
+	name     string
+	max      func(x []T) T
+	scale    func(x []T, a T)
+	add, sub func(s, t []T)
 }
 
 func TestVec32(t *testing.T) { testVec(t, vec32Impls()) }
 func TestVec64(t *testing.T) { testVec(t, vec64Impls()) }
 
-// testVec checks Max and Scale on every length up to 70 (all vector tails
-// of both widths) and a long row, at every offset of a guarded buffer.
-// Both are exact operations, so results must match the generic loop bit
-// for bit; the guards must not change.
+// testVec checks Max, Scale, Add and Sub on every length up to 70 (all
+// vector tails of both widths) and a long row, in a guarded buffer (Add's
+// and Sub's t one element longer than s, which they must not read past
+// len(s)). All are exact operations, so results must match the generic
+// loop bit for bit; the guards must not change.
 func testVec[T float32 | float64](t *testing.T, impls []vecImpl[T]) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	nan, inf := T(math.NaN()), T(math.Inf(1))
@@ -59,6 +61,24 @@ func testVec[T float32 | float64](t *testing.T, impls []vecImpl[T]) {
 				scaleGeneric(x0, a)
 				if !sameBits(x, x0) {
 					t.Fatalf("n=%d: scale = %v, want %v", n, x, x0)
+				}
+				tb := make([]T, n+1)
+				for i := range tb {
+					tb[i] = T(rng.NormFloat64() * 10)
+					if rng.IntN(16) == 0 {
+						tb[i] = inf
+					}
+				}
+				tb[n] = nan // past s: must not reach it
+				for _, op := range []struct {
+					name      string
+					got, want func(s, t []T)
+				}{{"add", impl.add, addGeneric[T]}, {"sub", impl.sub, subGeneric[T]}} {
+					op.got(x, tb)
+					op.want(x0, tb)
+					if !sameBits(x, x0) {
+						t.Fatalf("n=%d: %s = %v, want %v", n, op.name, x, x0)
+					}
 				}
 				for i, v := range buf {
 					if (i < guard || i >= guard+n) && v != sentinel {
