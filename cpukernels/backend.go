@@ -118,6 +118,10 @@ func opsFor[T kernels.Float]() mathOps[T] {
 // transpose writes the rows×cols matrix src (row stride lds) into dst as
 // cols×rows (row stride ldd).
 func transpose[T kernels.Float](rows, cols int, src []T, lds int, dst []T, ldd int) {
+	if s32, ok := any(src).([]float32); ok {
+		simd.Transpose32(rows, cols, s32, lds, any(dst).([]float32), ldd)
+		return
+	}
 	for r := range rows {
 		for c, x := range src[r*lds : r*lds+cols] {
 			dst[c*ldd+r] = x

@@ -80,10 +80,15 @@ func add[T kernels.Float](s, t []T) {
 // of dBias. With store, it writes src + 0 instead, which is what adding
 // into a cleared dst gave (+0 for −0 included), without reading dst.
 //
-// It goes eight rows of dst at a time, reading src in runs of eight
+// float32 goes through simd.AddTransposed32 (8×8 blocks in registers);
+// float64 goes eight rows of dst at a time, reading src in runs of eight
 // contiguous entries (one key's dS at eight query rows) rather than one
 // strided entry at a time.
 func addTransposed[T kernels.Float](rows, cols int, src []T, lds int, dst []T, ldd int, store bool) {
+	if s32, ok := any(src).([]float32); ok {
+		simd.AddTransposed32(rows, cols, s32, lds, any(dst).([]float32), ldd, store)
+		return
+	}
 	c := 0
 	for ; c+8 <= cols; c += 8 {
 		d0 := dst[c*ldd : c*ldd+rows]
@@ -129,9 +134,14 @@ func addTransposed[T kernels.Float](rows, cols int, src []T, lds int, dst []T, l
 }
 
 // transposeTile is transpose for a tile read from a large matrix (the
-// bias, row stride Nk): it reads eight rows of src at a time and writes
-// each column's eight entries together, eight contiguous elements of dst.
+// bias, row stride Nk): float32 through simd.Transpose32; float64 reads
+// eight rows of src at a time and writes each column's eight entries
+// together, eight contiguous elements of dst.
 func transposeTile[T kernels.Float](rows, cols int, src []T, lds int, dst []T, ldd int) {
+	if s32, ok := any(src).([]float32); ok {
+		simd.Transpose32(rows, cols, s32, lds, any(dst).([]float32), ldd)
+		return
+	}
 	r := 0
 	for ; r+8 <= rows; r += 8 {
 		s0 := src[r*lds : r*lds+cols]

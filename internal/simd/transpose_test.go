@@ -1,0 +1,73 @@
+package simd
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestTransposed32 checks Transpose32 and AddTransposed32 (both modes)
+// against the element loop, bit for bit, on every shape up to 19 × 19
+// (8×8 blocks with every edge) and two larger ones, in matrices with
+// strides beyond the tile and elements of dst outside it that must not
+// change; −0 must become +0 where the store mode says so and stay −0 in a
+// plain transpose.
+func TestTransposed32(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	negZero := float32(math.Copysign(0, -1))
+	shapes := [][2]int{{64, 128}, {33, 70}}
+	for r := range 20 {
+		for c := range 20 {
+			shapes = append(shapes, [2]int{r, c})
+		}
+	}
+	for _, sh := range shapes {
+		rows, cols := sh[0], sh[1]
+		lds, ldd := cols+3, rows+5
+		// src ends at the tile's last element, as a bias tile does at the
+		// end of its matrix: no row stride past the last row.
+		src := make([]float32, max(0, (rows-1)*lds+cols))
+		for i := range src {
+			src[i] = float32(rng.NormFloat64())
+			switch rng.IntN(10) {
+			case 0:
+				src[i] = negZero
+			case 1:
+				src[i] = float32(math.NaN())
+			}
+		}
+		for mode := range 3 {
+			dst := make([]float32, max(0, (cols-1)*ldd+rows))
+			for i := range dst {
+				dst[i] = float32(rng.NormFloat64())
+			}
+			want := append([]float32(nil), dst...)
+			for r := range rows {
+				for c := range cols {
+					x := src[r*lds+c]
+					switch mode {
+					case blockCopy:
+						want[c*ldd+r] = x
+					case blockStore:
+						want[c*ldd+r] = x + 0
+					default:
+						want[c*ldd+r] += x
+					}
+				}
+			}
+			switch mode {
+			case blockCopy:
+				Transpose32(rows, cols, src, lds, dst, ldd)
+			default:
+				AddTransposed32(rows, cols, src, lds, dst, ldd, mode == blockStore)
+			}
+			if !sameBits(dst, want) {
+				for i := range dst {
+					if math.Float32bits(dst[i]) != math.Float32bits(want[i]) && !(dst[i] != dst[i] && want[i] != want[i]) {
+						t.Fatalf("%d×%d mode %d: dst[%d] = %v, want %v", rows, cols, mode, i, dst[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
