@@ -1,9 +1,8 @@
 package cpukernels
 
 import (
-	"math"
-
 	"github.com/gorgonia-flash/flashattention/internal/hostmem"
+	"github.com/gorgonia-flash/flashattention/internal/simd"
 	"github.com/gorgonia-flash/flashattention/kernels"
 )
 
@@ -96,14 +95,17 @@ func groupKeyHead(p kernels.Params, u, x int) int {
 
 // backwardScratch is one worker's tiles; nothing in it depends on N.
 type backwardScratch[T kernels.Float] struct {
-	ka, va []T    // Bc×(D+1): K_j and V_j with a column of ones
-	kt     []T    // D×Bc: K_jᵀ
-	pt     []T    // Bc×Br: Sᵀ − LSE, then Pᵀ
-	dst    []T    // Bc×Br: dPᵀ − D, then scale·dSᵀ
-	dk, dv []T    // Bc×D: accumulators for the key block
-	tab    []T    // Br+Bc: the tile's ALiBi terms (alibiTable); nil without ALiBi
-	grad   []T    // Br: the softcap's derivative along one key's rows; nil without a softcap
-	keep   []bool // Br×Bc: dropout's mask of one tile; nil without dropout
+	ka, va []T // Bc×(D+1): K_j and V_j with a column of ones
+	kt     []T // D×Bc: K_jᵀ
+	pt     []T // Bc×Br: Sᵀ − LSE, then Pᵀ
+	dst    []T // Bc×Br: dPᵀ − D, then scale·dSᵀ
+	dk, dv []T // Bc×D: accumulators for the key block
+	tab    []T // Br+Bc: the tile's ALiBi terms (alibiTable); nil without ALiBi
+	grad   []T // Br: the softcap's derivative along one key's rows; nil without a softcap
+	// Dropout's Philox words of one tile by keys (Bc×Br: key c's rows at
+	// keepWords[c·Br:]), drawn eight rows at a time into rowWords (8×Bc)
+	// and transposed; nil without dropout.
+	keepWords, rowWords []uint32
 	// Bc×Br: the tile's bias, transposed like pt, when it cannot be
 	// loaded into pt before the scores' GEMM (a softcap needs the bare
 	// scores; nil otherwise), and its dS for dBias (nil without a bias).
@@ -123,9 +125,10 @@ type backwardScratch[T kernels.Float] struct {
 
 // backwardScratchLen is the number of elements of one backwardScratch.
 func backwardScratchLen(d int) int {
-	// keep counted as Br·Bc/4 (bytes, in a float32 call); four Bc×Br
-	// tiles: pt, dst, and a bias's bt and dbt.
-	return 2*blockCols*(d+1) + d*blockCols + 4*blockCols*blockRows + 2*blockCols*d + 2*blockRows + blockCols + blockRows*blockCols/4
+	// The dropout words counted as (Br + 8)·Bc elements (4 bytes each, as
+	// a float32 call's); four Bc×Br tiles: pt, dst, and a bias's bt and
+	// dbt.
+	return 2*blockCols*(d+1) + d*blockCols + 4*blockCols*blockRows + 2*blockCols*d + 2*blockRows + blockCols + (blockRows+8)*blockCols
 }
 
 func newBackwardScratch[T kernels.Float](p kernels.Params) *backwardScratch[T] {
@@ -148,7 +151,7 @@ func newBackwardScratch[T kernels.Float](p kernels.Params) *backwardScratch[T] {
 		sc.tab = make([]T, blockRows+blockCols)
 	}
 	if p.Dropout.On() {
-		sc.keep = make([]bool, blockRows*blockCols)
+		sc.keepWords, sc.rowWords = make([]uint32, blockCols*blockRows), make([]uint32, 8*blockCols)
 	}
 	if p.Bias != nil {
 		sc.dbt = make([]T, blockCols*blockRows)
@@ -487,13 +490,18 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 	if qh.dbias != nil {
 		dbt = sc.dbt[:cols*blockRows]
 	}
-	// Dropout's mask of the tile, drawn row by row (the generator runs
-	// along the keys) and read column by column: keep[r·Bc + c].
-	var keep []bool
+	// Dropout's words of the tile, drawn by rows (the generator runs along
+	// the keys) and read by keys: eight rows at a time, transposed in
+	// registers into keepWords.
+	var keepWords []uint32
 	if p.Dropout.On() {
-		keep = sc.keep
-		for r := range rows {
-			p.Dropout.KeepRow(qh.bh, row0+r, col0, keep[r*blockCols:r*blockCols+cols])
+		keepWords = sc.keepWords
+		for r0 := 0; r0 < rows; r0 += 8 {
+			n := min(8, rows-r0)
+			for i := range n {
+				p.Dropout.RowWords(qh.bh, row0+r0+i, col0, sc.rowWords[i*blockCols:i*blockCols+cols])
+			}
+			simd.TransposeBits32(n, cols, sc.rowWords, blockCols, keepWords[r0:], blockRows)
 		}
 	}
 	for c := range cols {
@@ -533,10 +541,10 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 			add(vis, bt[c*blockRows+from:])
 		}
 		ops.expShift(vis, 0) // P = exp(S − LSE)
-		var colKeep []bool
-		if keep != nil && to > from {
-			colKeep = keep[from*blockCols+c:]
-			dropGradient(dsv, colKeep, doT[p.D*rows+from:], T(p.Dropout.KeepScale()))
+		var colWords []uint32
+		if keepWords != nil && to > from {
+			colWords = keepWords[c*blockRows+from:]
+			dropGradient(dsv, colWords, doT[p.D*rows+from:], p.Dropout)
 		}
 		// scale·dS = scale·P∘(dP − D), scale folded in once here rather
 		// than into both dQ and dK; with a softcap, times its derivative.
@@ -552,8 +560,8 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 				dsv[r] = scale * vis[r] * dsv[r]
 			}
 		}
-		if colKeep != nil {
-			dropProbabilities(vis, colKeep, T(p.Dropout.KeepScale()))
+		if colWords != nil {
+			dropRow(vis, colWords, p.Dropout)
 		}
 	}
 	if dbt != nil {
@@ -675,61 +683,11 @@ func backwardMaskedTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T],
 
 // dropGradient turns dst, which holds dP̃ on one key's visible rows (dP̃ =
 // dO·vᵀ, the gradient of the dropped probabilities Z = P∘M/(1−p)), into
-// the softmax's dP − D = M/(1−p)·dP̃ − D. keep is the tile's mask at this
-// key from the first of these rows on (row r at keep[r·Bc]), negD holds −D
-// for these rows.
-func dropGradient[T kernels.Float](dst []T, keep []bool, negD []T, keepScale T) {
-	switch x := any(dst).(type) {
-	case []float32:
-		d, s := any(negD).([]float32), float32(keepScale)
-		for r := range x {
-			x[r] = keepOrZero32(s*x[r], keep[r*blockCols]) + d[r]
-		}
-	case []float64:
-		d, s := any(negD).([]float64), float64(keepScale)
-		for r := range x {
-			x[r] = keepOrZero64(s*x[r], keep[r*blockCols]) + d[r]
-		}
-	}
-}
-
-// dropProbabilities turns probabilities P into Z = P∘M/(1−p): those of
-// one key's visible rows for dV = Zᵀ·dO. keep is as for dropGradient: row
-// r's mask at keep[r·Bc].
-func dropProbabilities[T kernels.Float](pt []T, keep []bool, keepScale T) {
-	// One loop per element type: a type switch per element cost more than
-	// the branch it replaces.
-	switch x := any(pt).(type) {
-	case []float32:
-		s := float32(keepScale)
-		for r := range x {
-			x[r] = keepOrZero32(s*x[r], keep[r*blockCols])
-		}
-	case []float64:
-		s := float64(keepScale)
-		for r := range x {
-			x[r] = keepOrZero64(s*x[r], keep[r*blockCols])
-		}
-	}
-}
-
-// keepOrZero32 returns x when keep, else exactly +0 (not x·0, which NaN
-// and ±Inf would survive), without a branch: the mask is drawn at random,
-// so a branch on it is mispredicted about as often as entries are dropped,
-// which cost a third of a dropout forward.
-func keepOrZero32(x float32, keep bool) float32 {
-	var k uint32
-	if keep {
-		k = 1
-	}
-	return math.Float32frombits(math.Float32bits(x) & -k)
-}
-
-// keepOrZero64 is keepOrZero32 for float64.
-func keepOrZero64(x float64, keep bool) float64 {
-	var k uint64
-	if keep {
-		k = 1
-	}
-	return math.Float64frombits(math.Float64bits(x) & -k)
+// the softmax's dP − D = M/(1−p)·dP̃ − D. words are the key's Philox words
+// of these rows (row r at words[r], dropRow compares them with the
+// threshold), negD holds −D for these rows. A dropped entry gives −D
+// exactly, whatever dP̃ holds (NaN and ±Inf included).
+func dropGradient[T kernels.Float](dst []T, words []uint32, negD []T, d kernels.Dropout) {
+	dropRow(dst, words, d)
+	add(dst, negD)
 }

@@ -57,7 +57,9 @@
 // forward draws each row's Philox words (kernels.Dropout.RowWords) and
 // applies the mask with a vector comparison and a zero-masked product
 // (simd.DropScale32); the backward, which reads the mask by keys, draws
-// it as booleans (KeepRow). In the
+// the words eight rows at a time and transposes them in registers
+// (simd.TransposeBits32), so that each key's rows take the same vector
+// comparison. In the
 // backward a work unit is a chunk of one key head's blocks, and it loops
 // over the query heads of its group, so dK and dV of the group sum in one
 // accumulator in head order (deterministic, no atomics). Only the query

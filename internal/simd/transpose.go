@@ -1,11 +1,24 @@
 package simd
 
+import "unsafe"
+
 // Transpose32 sets dst[c·ldd + r] = src[r·lds + c] for r < rows, c <
 // cols: a tile of a row-major matrix (a bias, row stride Nk) written by
 // columns. On amd64 with AVX2 it goes by 8×8 blocks in registers, the
 // edges one element at a time.
 func Transpose32(rows, cols int, src []float32, lds int, dst []float32, ldd int) {
 	transposed32(rows, cols, src, lds, dst, ldd, blockCopy)
+}
+
+// TransposeBits32 is Transpose32 for 32-bit words (dropout's Philox
+// words): the same moves, which copy bits and do no arithmetic.
+func TransposeBits32(rows, cols int, src []uint32, lds int, dst []uint32, ldd int) {
+	if rows <= 0 || cols <= 0 {
+		return
+	}
+	s := unsafe.Slice((*float32)(unsafe.Pointer(&src[0])), len(src))
+	d := unsafe.Slice((*float32)(unsafe.Pointer(&dst[0])), len(dst))
+	transposed32(rows, cols, s, lds, d, ldd, blockCopy)
 }
 
 // AddTransposed32 sets dst[c·ldd + r] += src[r·lds + c] for r < rows,

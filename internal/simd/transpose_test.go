@@ -71,3 +71,29 @@ func TestTransposed32(t *testing.T) {
 		}
 	}
 }
+
+// TestTransposeBits32 checks that TransposeBits32 moves words bit for bit,
+// signalling-NaN patterns included, on shapes with 8×8 blocks and edges.
+func TestTransposeBits32(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	for _, sh := range [][2]int{{0, 0}, {3, 5}, {8, 8}, {13, 130}, {64, 128}} {
+		rows, cols := sh[0], sh[1]
+		lds, ldd := cols+1, rows+2
+		src := make([]uint32, max(0, (rows-1)*lds+cols))
+		for i := range src {
+			src[i] = rng.Uint32()
+			if i%5 == 0 {
+				src[i] = 0x7F800001 // a signalling NaN
+			}
+		}
+		dst := make([]uint32, max(0, (cols-1)*ldd+rows))
+		TransposeBits32(rows, cols, src, lds, dst, ldd)
+		for r := range rows {
+			for c := range cols {
+				if got, want := dst[c*ldd+r], src[r*lds+c]; got != want {
+					t.Fatalf("%d×%d: dst[%d] = %#x, want %#x", rows, cols, c*ldd+r, got, want)
+				}
+			}
+		}
+	}
+}
