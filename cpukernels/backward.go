@@ -236,11 +236,13 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 		row0 := qb * blockRows
 		rows := min(blockRows, p.Nq-row0)
 		at := (bh*p.Nq + row0) * d
+		if row0 >= mask.Lq {
+			// Padding rows, which no key block visits: their dQ is
+			// cleared at the end, and their dQᵀ parts are never read.
+			return
+		}
 		for _, part := range dqT {
 			clear(part[at : at+rows*d])
-		}
-		if row0 >= mask.Lq {
-			return // padding rows, which no key block visits
 		}
 		packed := (bh*p.Nq + row0) * da
 		qs, dot := qsT[packed:packed+da*rows], doT[packed:packed+da*rows]
@@ -325,12 +327,17 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 			}
 		}
 	})
-	// dQ = Σ_chunks dQᵀ, summed in chunk order, then transposed.
+	// dQ = Σ_chunks dQᵀ, summed in chunk order, then transposed; 0 on
+	// padding rows.
 	parallelFor(workers, heads*qBlocks, func(_, unit int) {
 		bh, qb := unit/qBlocks, unit%qBlocks
 		row0 := qb * blockRows
 		rows := min(blockRows, p.Nq-row0)
 		at := (bh*p.Nq + row0) * d
+		if row0 >= masks[bh/p.H].Lq {
+			clear(dq[at : at+rows*d])
+			return
+		}
 		sum := dqT[0][at : at+d*rows]
 		for c := 1; c < chunks; c++ {
 			for i, x := range dqT[c][at : at+d*rows] {
