@@ -357,7 +357,7 @@ __device__ void dkdv_1colblock(const Params& p) {
       if (ex.drop.on()) drop_by_bits(dp, zbits, ex.drop_scale());
     }
     ds_by_col(dp, s, dt, t);
-    if constexpr (kFull) zero_unseen_by_col(dp, q0, t, qlo, qhi);
+    if constexpr (kFull) zero_unseen(dp, q0, t, qlo, qhi);
     mma_pb<E, DP, kNS>(acc_dk, dp, qt + bt_off<DP>(lane));
     __syncthreads();  // every warp is done with this buffer before it refills
   }
@@ -510,7 +510,7 @@ __device__ void dq_1rowblock(const Params& p) {
       if (ex.drop.on()) drop_by_row(dp, ex, rows, k0, t);
     }
     ds_by_row(dp, s, dr);
-    if constexpr (kFull) zero_unseen_by_row(dp, k0, t, lo32, hi32);
+    if constexpr (kFull) zero_unseen(dp, k0, t, lo32, hi32);
     mma_pb<E, DP, kNS>(acc, dp, kt + bt_off<DP>(lane));
     __syncthreads();
   }
@@ -564,13 +564,8 @@ __device__ void dbias_1tile(const Params& p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const long long rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-  // The slice's batch entries and heads: one of each, or all of a broadcast
-  // dimension (stride 0).
-  const long long heads = p.heads, batches = p.b * p.h / heads;
-  const long long slice_heads = p.bias_head_stride != 0 ? heads : 1;
-  const long long sb = slice / slice_heads, sh = slice % slice_heads;
-  const long long b_lo = p.bias_batch_stride != 0 ? sb : 0, b_hi = p.bias_batch_stride != 0 ? sb + 1 : batches;
-  const long long h_lo = p.bias_head_stride != 0 ? sh : 0, h_hi = p.bias_head_stride != 0 ? sh + 1 : heads;
+  const BiasSlice bs = bias_slice(p, slice);
+  const long long heads = bs.heads;
   const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
   const uint16_t* qa = sQ + a_off<DP>(warp, lane);
   const uint16_t* doa = sdO + a_off<DP>(warp, lane);
@@ -579,7 +574,7 @@ __device__ void dbias_1tile(const Params& p) {
 #pragma unroll
   for (int j = 0; j < kNS; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
 
-  for (long long b = b_lo; b < b_hi; ++b) {
+  for (long long b = bs.b_lo; b < bs.b_hi; ++b) {
     const SeqMask mk = seq_mask(p, b * heads);
     const long long last = (q0 + kBwdBQ < mk.lq ? q0 + kBwdBQ : mk.lq) - 1;
     // No row of the tile sees a key of it: nothing to add for this entry.
@@ -593,7 +588,7 @@ __device__ void dbias_1tile(const Params& p) {
     }
     const int lo_max = lo32[0] > lo32[1] ? lo32[0] : lo32[1], hi_min = hi32[0] < hi32[1] ? hi32[0] : hi32[1];
     const bool masked = k0 < lo_max || k0 + kBwdStep > hi_min;
-    for (long long h = h_lo; h < h_hi; ++h) {
+    for (long long h = bs.h_lo; h < bs.h_hi; ++h) {
       const long long bh = b * heads + h, kvh = kv_pair(p, bh);
       const Mods md = mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale));
       const Extras ex = extras_of(p, bh);
@@ -633,7 +628,7 @@ __device__ void dbias_1tile(const Params& p) {
       mma_abt<E, DP, kNS>(dp, doa, sV + b_off<DP>(lane));
       if (ex.drop.on()) drop_by_row(dp, ex, rows, k0, t);
       ds_by_row(dp, s, dr);
-      zero_unseen_by_row(dp, k0, t, lo32, hi32);
+      zero_unseen(dp, k0, t, lo32, hi32);
 #pragma unroll
       for (int j = 0; j < kNS; ++j)
 #pragma unroll
@@ -641,7 +636,7 @@ __device__ void dbias_1tile(const Params& p) {
     }
   }
 
-  float* out = static_cast<float*>(p.dbias) + sb * p.bias_batch_stride + sh * p.bias_head_stride;
+  float* out = static_cast<float*>(p.dbias) + bs.sb * p.bias_batch_stride + bs.sh * p.bias_head_stride;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (rows[h] >= nq) continue;

@@ -312,13 +312,8 @@ __device__ void dbias_1tile(const Params& p) {
   const long long q0 = blockIdx.x / k_tiles % q_tiles * TILE, k0 = blockIdx.x % k_tiles * TILE;
   const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
   const long long row = q0 + ty;
-  // The slice's batch entries and heads: one of each, or all of a broadcast
-  // dimension (stride 0).
-  const long long heads = p.heads, batches = p.b * p.h / heads;
-  const long long slice_heads = p.bias_head_stride != 0 ? heads : 1;
-  const long long sb = slice / slice_heads, sh = slice % slice_heads;
-  const long long b_lo = p.bias_batch_stride != 0 ? sb : 0, b_hi = p.bias_batch_stride != 0 ? sb + 1 : batches;
-  const long long h_lo = p.bias_head_stride != 0 ? sh : 0, h_hi = p.bias_head_stride != 0 ? sh + 1 : heads;
+  const BiasSlice bs = bias_slice(p, slice);
+  const long long heads = bs.heads;
   const long long kv_heads = p.h / p.kv_group;
   const Dropout drop = dropout_of(p);
 
@@ -326,13 +321,13 @@ __device__ void dbias_1tile(const Params& p) {
 #pragma unroll
   for (int c = 0; c < kPerS; ++c) acc[c] = T(0);
 
-  for (long long b = b_lo; b < b_hi; ++b) {
+  for (long long b = bs.b_lo; b < bs.b_hi; ++b) {
     const SeqMask mask = seq_mask(p, b * heads);
     const long long last = (q0 + TILE < mask.lq ? q0 + TILE : mask.lq) - 1;
     // No row of the tile sees a key of it: nothing to add for this entry.
     if (q0 > last || mask.key_lo(q0) >= k0 + TILE || mask.key_hi(last) <= k0) continue;
     const long long lo = row < nq ? mask.key_lo(row) : 0, hi = row < nq ? mask.key_hi(row) : 0;
-    for (long long h = h_lo; h < h_hi; ++h) {
+    for (long long h = bs.h_lo; h < bs.h_hi; ++h) {
       const long long bh = b * heads + h, kvh = kv_pair(p, bh);
       const Scores<T> score = scores_of<T>(p, bh, mask);
       __syncthreads();  // the previous pair's tiles are no longer read
@@ -364,7 +359,7 @@ __device__ void dbias_1tile(const Params& p) {
   }
 
   if (row < nq) {
-    T* out = static_cast<T*>(p.dbias) + sb * p.bias_batch_stride + sh * p.bias_head_stride + row * nk;
+    T* out = static_cast<T*>(p.dbias) + bs.sb * p.bias_batch_stride + bs.sh * p.bias_head_stride + row * nk;
 #pragma unroll
     for (int c = 0; c < kPerS; ++c)
       if (k0 + tx + 8 * c < nk) out[k0 + tx + 8 * c] = acc[c];

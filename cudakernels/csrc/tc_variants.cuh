@@ -281,35 +281,24 @@ __device__ __forceinline__ void drop_by_row(float (&x)[NS][4], const Extras& ex,
     }
 }
 
-// zero_unseen_by_row sets dS to exactly 0 at the pairs a thread's rows do
-// not see (element e of tile j: key k0 + 8j + 2t + e%2, outside row
-// e/2's [lo, hi)), as the CUDA-core kernels leave them: there dS =
+// zero_unseen sets dS to exactly 0 at the pairs a thread's rows do not see
+// (element e of tile j: key base + 8j + 2t + e%2, outside row e/2's [lo,
+// hi)), as the CUDA-core kernels leave them: there dS =
 // 0·(dP − D) would be NaN where dP or D is not finite (an infinite value,
 // or D of a row whose every key a −inf bias removed), which dBias must not
 // take at a pair no row sees, nor dQ of a row that sees no key.
+//
+// The same serves dSᵀ (dK/dV), whose columns are queries: base is then
+// the step's first query, and [lo, hi) the rows that see key e/2.
 template <int NS>
-__device__ __forceinline__ void zero_unseen_by_row(float (&ds)[NS][4], long long k0, int t, const int (&lo)[2],
-                                                   const int (&hi)[2]) {
+__device__ __forceinline__ void zero_unseen(float (&ds)[NS][4], long long base, int t, const int (&lo)[2],
+                                            const int (&hi)[2]) {
 #pragma unroll
   for (int j = 0; j < NS; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const long long key = k0 + 8 * j + 2 * t + (e & 1);
-      if (key < lo[e >> 1] || key >= hi[e >> 1]) ds[j][e] = 0.f;
-    }
-}
-
-// zero_unseen_by_col is zero_unseen_by_row for dSᵀ (element e of tile j:
-// query q0 + 8j + 2t + e%2, outside key e/2's [qlo, qhi)).
-template <int NS>
-__device__ __forceinline__ void zero_unseen_by_col(float (&ds)[NS][4], long long q0, int t, const int (&qlo)[2],
-                                                   const int (&qhi)[2]) {
-#pragma unroll
-  for (int j = 0; j < NS; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const long long q = q0 + 8 * j + 2 * t + (e & 1);
-      if (q < qlo[e >> 1] || q >= qhi[e >> 1]) ds[j][e] = 0.f;
+      const long long c = base + 8 * j + 2 * t + (e & 1);
+      if (c < lo[e >> 1] || c >= hi[e >> 1]) ds[j][e] = 0.f;
     }
 }
 

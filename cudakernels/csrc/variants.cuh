@@ -130,6 +130,26 @@ __device__ __forceinline__ const T* bias_rows(const Params& p, long long bh) {
   return static_cast<const T*>(p.bias) + pair / p.heads * p.bias_batch_stride + pair % p.heads * p.bias_head_stride;
 }
 
+// BiasSlice is the part of a dBias launch's work that slice `slice` of
+// the bias is: its batch entry sb and head sh (0 in a broadcast
+// dimension), and the batch entries [b_lo, b_hi) and heads [h_lo, h_hi)
+// of the pairs that read it, one of each or all of a broadcast dimension
+// (stride 0). heads is the call's query heads per batch entry; the launch
+// holds the whole call (pair0 = 0).
+struct BiasSlice {
+  long long sb, sh, b_lo, b_hi, h_lo, h_hi, heads;
+};
+__device__ __forceinline__ BiasSlice bias_slice(const Params& p, long long slice) {
+  BiasSlice s;
+  s.heads = p.heads;
+  const long long batches = p.b * p.h / s.heads;
+  const long long slice_heads = p.bias_head_stride != 0 ? s.heads : 1;
+  s.sb = slice / slice_heads, s.sh = slice % slice_heads;
+  s.b_lo = p.bias_batch_stride != 0 ? s.sb : 0, s.b_hi = p.bias_batch_stride != 0 ? s.sb + 1 : batches;
+  s.h_lo = p.bias_head_stride != 0 ? s.sh : 0, s.h_hi = p.bias_head_stride != 0 ? s.sh + 1 : s.heads;
+  return s;
+}
+
 // Scores turns the product q·k of query pair bh's row i and key j into
 // the score its softmax sees: scaled, then the softcap and ALiBi
 // (ScoreMod), then the bias; dsoft receives the softcap's derivative. The
