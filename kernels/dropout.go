@@ -205,6 +205,11 @@ func (d Dropout) RowWords(bh, i, j0 int, words []uint32) {
 	// 16 blocks at a time through the vector generator where the CPU has
 	// one (simd.Philox16: the same function, bit for bit), as long as more
 	// than 3 blocks' worth of keys remain (fewer cost less one by one).
+	// Whole draws go straight into words; a last partial one through vec.
+	for len(words)-x >= 64 && simd.Philox16((*[64]uint32)(words[x:x+64]), blk, c1, c2, c3, k0, k1) {
+		x += 64
+		blk += 16
+	}
 	var vec [64]uint32
 	for len(words)-x > 12 && simd.Philox16(&vec, blk, c1, c2, c3, k0, k1) {
 		x += copy(words[x:], vec[:])
