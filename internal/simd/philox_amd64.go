@@ -9,6 +9,22 @@ package simd
 //go:noescape
 func philox16AVX512(out *[64]uint32, ctr0, c1, c2, c3, k0, k1 uint32)
 
+// philox32AVX512 is philox16AVX512 for the 32 counters ctr0 + l, l < 32
+// (out[4l + w]), two sets of 16 in one loop.
+//
+//go:noescape
+func philox32AVX512(out *[128]uint32, ctr0, c1, c2, c3, k0, k1 uint32)
+
+// philox32 is philox32AVX512 where the CPU has AVX-512, and reports false
+// (writing nothing) where it does not.
+func philox32(out *[128]uint32, ctr0, c1, c2, c3, k0, k1 uint32) bool {
+	if !hasAVX512 {
+		return false
+	}
+	philox32AVX512(out, ctr0, c1, c2, c3, k0, k1)
+	return true
+}
+
 // philox16 is philox16AVX512 where the CPU has AVX-512, and reports false
 // (writing nothing) where it does not.
 func philox16(out *[64]uint32, ctr0, c1, c2, c3, k0, k1 uint32) bool {

@@ -34,68 +34,125 @@ GLOBL philoxConst<>(SB), RODATA|NOPTR, $16
 	VPBLENDMD t, hi, K1, hi; \
 	VPMULLD   m, x, lo
 
+// PHILOX_ROUND is one round from state (x0, x1, x2, x3) into (y0, y1,
+// y2, y3), a register set of its own: y0 = hi(M1·x2) ^ x1 ^ k0,
+// y1 = lo(M1·x2), y2 = hi(M0·x0) ^ x3 ^ k1, y3 = lo(M0·x0); then the key
+// (Z4, Z5) takes its Weyl step.
+#define PHILOX_ROUND(x0, x1, x2, x3, y0, y1, y2, y3) \
+	PHILOX_MIX(x0, x1, x2, x3, y0, y1, y2, y3, Z16); \
+	PHILOX_KEY_STEP
+
+// PHILOX_MIX is a round without the key's step, t its scratch register:
+// philox32AVX512 mixes two independent sets under one key.
+#define PHILOX_MIX(x0, x1, x2, x3, y0, y1, y2, y3, t) \
+	MULHILO(Z6, x0, y2, y3, t); \
+	MULHILO(Z7, x2, y0, y1, t); \
+	VPTERNLOGD $0x96, Z4, x1, y0; \
+	VPTERNLOGD $0x96, Z5, x3, y2
+
+#define PHILOX_KEY_STEP \
+	VPADDD Z8, Z4, Z4; \
+	VPADDD Z9, Z5, Z5
+
+// PHILOX_SETUP loads the counters (Z0: ctr0 + lane; Z1–Z3: c1–c3), the
+// key (Z4, Z5), the constants (Z6–Z9: M0, M1 and the Weyl steps) and K1
+// (the odd lanes) from philox16AVX512's and philox32AVX512's arguments,
+// and out into DI.
+#define PHILOX_SETUP \
+	MOVQ         out+0(FP), DI; \
+	MOVL         ctr0+8(FP), AX; \
+	VPBROADCASTD AX, Z0; \
+	VPADDD       philoxIota<>(SB), Z0, Z0; \
+	MOVL         c1+12(FP), AX; \
+	VPBROADCASTD AX, Z1; \
+	MOVL         c2+16(FP), AX; \
+	VPBROADCASTD AX, Z2; \
+	MOVL         c3+20(FP), AX; \
+	VPBROADCASTD AX, Z3; \
+	MOVL         k0+24(FP), AX; \
+	VPBROADCASTD AX, Z4; \
+	MOVL         k1+28(FP), AX; \
+	VPBROADCASTD AX, Z5; \
+	LEAQ         philoxConst<>(SB), SI; \
+	VPBROADCASTD 0(SI), Z6; \
+	VPBROADCASTD 4(SI), Z7; \
+	VPBROADCASTD 8(SI), Z8; \
+	VPBROADCASTD 12(SI), Z9; \
+	MOVW         $0xAAAA, AX; \
+	KMOVW        AX, K1
+
+// PHILOX_STORE writes the 16 blocks of (r0, r1, r2, r3) (word w of lane
+// l in r_w) in key order from off(DI): out[4l + w] = word w of lane l. A
+// 4×4 dword transpose inside each 128-bit chunk (chunk g of r_m is then
+// lane 4g + m, whole), then chunks regrouped so that output vector g
+// holds lanes 4g … 4g+3. Z16–Z19 are scratch; r0–r3 are overwritten.
+#define PHILOX_STORE(r0, r1, r2, r3, off) \
+	VPUNPCKLDQ  r1, r0, Z16; \
+	VPUNPCKHDQ  r1, r0, Z17; \
+	VPUNPCKLDQ  r3, r2, Z18; \
+	VPUNPCKHDQ  r3, r2, Z19; \
+	VPUNPCKLQDQ Z18, Z16, r0; \
+	VPUNPCKHQDQ Z18, Z16, r1; \
+	VPUNPCKLQDQ Z19, Z17, r2; \
+	VPUNPCKHQDQ Z19, Z17, r3; \
+	VSHUFI32X4  $0x44, r1, r0, Z16; \
+	VSHUFI32X4  $0x44, r3, r2, Z17; \
+	VSHUFI32X4  $0xEE, r1, r0, Z18; \
+	VSHUFI32X4  $0xEE, r3, r2, Z19; \
+	VSHUFI32X4  $0x88, Z17, Z16, r0; \
+	VSHUFI32X4  $0xDD, Z17, Z16, r1; \
+	VSHUFI32X4  $0x88, Z19, Z18, r2; \
+	VSHUFI32X4  $0xDD, Z19, Z18, r3; \
+	VMOVDQU32   r0, off(DI); \
+	VMOVDQU32   r1, off+64(DI); \
+	VMOVDQU32   r2, off+128(DI); \
+	VMOVDQU32   r3, off+192(DI)
+
 // func philox16AVX512(out *[64]uint32, ctr0, c1, c2, c3, k0, k1 uint32)
 TEXT ·philox16AVX512(SB), NOSPLIT, $0-32
-	MOVQ         out+0(FP), DI
-	MOVL         ctr0+8(FP), AX
-	VPBROADCASTD AX, Z0
-	VPADDD       philoxIota<>(SB), Z0, Z0
-	MOVL         c1+12(FP), AX
-	VPBROADCASTD AX, Z1
-	MOVL         c2+16(FP), AX
-	VPBROADCASTD AX, Z2
-	MOVL         c3+20(FP), AX
-	VPBROADCASTD AX, Z3
-	MOVL         k0+24(FP), AX
-	VPBROADCASTD AX, Z4
-	MOVL         k1+28(FP), AX
-	VPBROADCASTD AX, Z5
-	LEAQ         philoxConst<>(SB), SI
-	VPBROADCASTD 0(SI), Z6
-	VPBROADCASTD 4(SI), Z7
-	VPBROADCASTD 8(SI), Z8
-	VPBROADCASTD 12(SI), Z9
-	MOVW         $0xAAAA, AX
-	KMOVW        AX, K1
-	MOVQ         $10, CX
+	PHILOX_SETUP
+	MOVQ $5, CX
 
+	// Two rounds per iteration, the state alternating between Z0–Z3 and
+	// Z10–Z13, so that no round moves its result back (ten rounds end in
+	// Z0–Z3).
 round:
-	MULHILO(Z6, Z0, Z10, Z12, Z16) // hi0, lo0 = M0·x0
-	MULHILO(Z7, Z2, Z13, Z14, Z16) // hi1, lo1 = M1·x2
-	VPTERNLOGD   $0x96, Z4, Z1, Z13 // x0' = hi1 ^ x1 ^ k0
-	VPTERNLOGD   $0x96, Z5, Z3, Z10 // x2' = hi0 ^ x3 ^ k1
-	VMOVDQA32    Z13, Z0
-	VMOVDQA32    Z14, Z1 // x1' = lo1
-	VMOVDQA32    Z10, Z2
-	VMOVDQA32    Z12, Z3 // x3' = lo0
-	VPADDD       Z8, Z4, Z4
-	VPADDD       Z9, Z5, Z5
-	DECQ         CX
-	JNZ          round
+	PHILOX_ROUND(Z0, Z1, Z2, Z3, Z10, Z11, Z12, Z13)
+	PHILOX_ROUND(Z10, Z11, Z12, Z13, Z0, Z1, Z2, Z3)
+	DECQ CX
+	JNZ  round
 
-	// Words to key order, out[4l + w] = word w of lane l: a 4×4 dword
-	// transpose inside each 128-bit chunk (chunk g of r_m is then lane
-	// 4g + m, whole), then chunks regrouped so that output vector g holds
-	// lanes 4g … 4g+3.
-	VPUNPCKLDQ   Z1, Z0, Z16 // t0
-	VPUNPCKHDQ   Z1, Z0, Z17 // t1
-	VPUNPCKLDQ   Z3, Z2, Z18 // t2
-	VPUNPCKHDQ   Z3, Z2, Z19 // t3
-	VPUNPCKLQDQ  Z18, Z16, Z0 // r0
-	VPUNPCKHQDQ  Z18, Z16, Z1 // r1
-	VPUNPCKLQDQ  Z19, Z17, Z2 // r2
-	VPUNPCKHQDQ  Z19, Z17, Z3 // r3
-	VSHUFI32X4   $0x44, Z1, Z0, Z16 // r0.c0 r0.c1 r1.c0 r1.c1
-	VSHUFI32X4   $0x44, Z3, Z2, Z17 // r2.c0 r2.c1 r3.c0 r3.c1
-	VSHUFI32X4   $0xEE, Z1, Z0, Z18 // r0.c2 r0.c3 r1.c2 r1.c3
-	VSHUFI32X4   $0xEE, Z3, Z2, Z19 // r2.c2 r2.c3 r3.c2 r3.c3
-	VSHUFI32X4   $0x88, Z17, Z16, Z0 // lanes 0–3
-	VSHUFI32X4   $0xDD, Z17, Z16, Z1 // lanes 4–7
-	VSHUFI32X4   $0x88, Z19, Z18, Z2 // lanes 8–11
-	VSHUFI32X4   $0xDD, Z19, Z18, Z3 // lanes 12–15
-	VMOVDQU32    Z0, 0(DI)
-	VMOVDQU32    Z1, 64(DI)
-	VMOVDQU32    Z2, 128(DI)
-	VMOVDQU32    Z3, 192(DI)
+	PHILOX_STORE(Z0, Z1, Z2, Z3, 0)
+	VZEROUPPER
+	RET
+
+// func philox32AVX512(out *[128]uint32, ctr0, c1, c2, c3, k0, k1 uint32)
+//
+// philox16AVX512 for counters ctr0 … ctr0 + 31: two sets of 16 (Z0–Z3,
+// and Z20–Z23 from ctr0 + 16) mixed in the same loop under one key, so
+// that each round's multiplications of one set overlap the other's: a
+// round of one set alone waits on its own products.
+TEXT ·philox32AVX512(SB), NOSPLIT, $0-32
+	PHILOX_SETUP
+	MOVL         $16, AX
+	VPBROADCASTD AX, Z20
+	VPADDD       Z0, Z20, Z20
+	VMOVDQA32    Z1, Z21
+	VMOVDQA32    Z2, Z22
+	VMOVDQA32    Z3, Z23
+	MOVQ         $5, CX
+
+round2:
+	PHILOX_MIX(Z0, Z1, Z2, Z3, Z10, Z11, Z12, Z13, Z16)
+	PHILOX_MIX(Z20, Z21, Z22, Z23, Z24, Z25, Z26, Z27, Z17)
+	PHILOX_KEY_STEP
+	PHILOX_MIX(Z10, Z11, Z12, Z13, Z0, Z1, Z2, Z3, Z16)
+	PHILOX_MIX(Z24, Z25, Z26, Z27, Z20, Z21, Z22, Z23, Z17)
+	PHILOX_KEY_STEP
+	DECQ CX
+	JNZ  round2
+
+	PHILOX_STORE(Z0, Z1, Z2, Z3, 0)
+	PHILOX_STORE(Z20, Z21, Z22, Z23, 256)
 	VZEROUPPER
 	RET
