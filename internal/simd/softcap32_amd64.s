@@ -10,9 +10,10 @@
 // Z26 ½, Z27 1, Z28 2, Z29 cap, Z30 sign, Z31 c; Z0-Z7 work; K1 tail,
 // K2 |x| < ½.
 
-// SOFTCAP16 takes 16 scores in Z0 and leaves c·tanh(s/c) in Z6 and the
-// derivative in Z7.
-#define SOFTCAP16 \
+// SOFTCAP_POLY takes 16 scores in Z0: x = s/c in Z1, |x| in Z2, K2 the
+// lanes with |x| < ½, and the odd polynomial's tanh x in Z5 (the answer
+// on those lanes).
+#define SOFTCAP_POLY \
 	VDIVPS       Z31, Z0, Z1; \
 	VANDNPS      Z1, Z30, Z2; \
 	VCMPPS       $0x11, Z26, Z2, K2; \
@@ -25,7 +26,13 @@
 	VFMADD213PS  Z13, Z3, Z4; \
 	VFMADD213PS  Z14, Z3, Z4; \
 	VMULPS       Z3, Z1, Z5; \
-	VFMADD213PS  Z1, Z4, Z5; \
+	VFMADD213PS  Z1, Z4, Z5
+
+// SOFTCAP_REST finishes SOFTCAP_POLY for 16 lanes some of which have
+// |x| ≥ ½ (or NaN): 1 − 2/(1 + e^2|x|) with x's sign there, the
+// polynomial's value elsewhere; c·tanh(s/c) in Z6 and the derivative in
+// Z7.
+#define SOFTCAP_REST \
 	VADDPS       Z2, Z2, Z6; \
 	VMINPS       Z6, Z29, Z6; \
 	VMULPS       Z23, Z6, Z7; \
@@ -53,6 +60,14 @@
 	VSUBPS       Z3, Z27, Z3; \
 	VBLENDMPS    Z3, Z7, K2, Z7; \
 	VMULPS       Z31, Z6, Z6
+
+// SOFTCAP_POLYONLY finishes SOFTCAP_POLY where every lane has |x| < ½,
+// the common case at a large cap: SOFTCAP_REST's results on those lanes,
+// bit for bit, without the exponential and its division.
+#define SOFTCAP_POLYONLY \
+	VMULPS Z5, Z5, Z3; \
+	VSUBPS Z3, Z27, Z7; \
+	VMULPS Z31, Z5, Z6
 
 // func softcap32AVX512(s, grad []float32, c float32, consts *[softcap32NConsts]float32)
 TEXT ·softcap32AVX512(SB), NOSPLIT, $0-64
@@ -90,7 +105,16 @@ loop16:
 	CMPQ    CX, $16
 	JLT     tail
 	VMOVUPS (DI), Z0
-	SOFTCAP16
+	SOFTCAP_POLY
+	KORTESTW K2, K2
+	JCS      polyonly // every lane below ½
+	SOFTCAP_REST
+	JMP      store
+
+polyonly:
+	SOFTCAP_POLYONLY
+
+store:
 	VMOVUPS Z6, (DI)
 	TESTQ   R9, R9
 	JEQ     next
@@ -110,7 +134,16 @@ tail:
 	DECQ      BX
 	KMOVW     BX, K1
 	VMOVUPS.Z (DI), K1, Z0
-	SOFTCAP16
+	SOFTCAP_POLY
+	KORTESTW  K2, K2
+	JCS       tailpoly // every lane below ½ (those past the tail are 0)
+	SOFTCAP_REST
+	JMP       tailstore
+
+tailpoly:
+	SOFTCAP_POLYONLY
+
+tailstore:
 	VMOVUPS   Z6, K1, (DI)
 	TESTQ     R9, R9
 	JEQ       done

@@ -103,3 +103,33 @@ func TestSoftcap32Tails(t *testing.T) {
 		}
 	}
 }
+
+// TestSoftcap32PolynomialPath checks that a vector whose every lane is
+// below the polynomial's threshold, which skips the exponential, gives
+// the values and derivatives that the same lanes get beside a lane above
+// it (the full path), bit for bit.
+func TestSoftcap32PolynomialPath(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 1000 {
+		const c = 30
+		small := make([]float32, 16)
+		for i := range small {
+			small[i] = float32(rng.Float64()*29 - 14.5) // |s/c| < ½
+		}
+		mixed := append([]float32(nil), small...)
+		big := rng.IntN(16)
+		mixed[big] = 100 // one lane on the exponential's side
+		gs, gm := make([]float32, 16), make([]float32, 16)
+		ws := append([]float32(nil), small...)
+		Softcap32(ws, gs, c)
+		Softcap32(mixed, gm, c)
+		for i := range small {
+			if i == big {
+				continue
+			}
+			if math.Float32bits(ws[i]) != math.Float32bits(mixed[i]) || math.Float32bits(gs[i]) != math.Float32bits(gm[i]) {
+				t.Fatalf("s = %v: %v, %v alone; %v, %v beside a large score", small[i], ws[i], gs[i], mixed[i], gm[i])
+			}
+		}
+	}
+}
