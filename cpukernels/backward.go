@@ -535,9 +535,7 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 		if p.Softcap != 0 {
 			grad = sc.grad[:len(vis)]
 			softcapScores(vis, T(p.Softcap), grad)
-			for r := range vis {
-				vis[r] -= qh.lse[row0+from+r]
-			}
+			subtract(vis, qh.lse[row0+from:])
 		}
 		if tab != nil {
 			subtract(vis, tab[cols-1-c+from:])
@@ -555,17 +553,10 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 		}
 		// scale·dS = scale·P∘(dP − D), scale folded in once here rather
 		// than into both dQ and dK; with a softcap, times its derivative.
-		switch {
-		case dbt != nil:
+		if dbt != nil {
 			biasGradient(dsv, vis, grad, scale, dbt[c*blockRows+from:])
-		case grad != nil:
-			for r := range dsv {
-				dsv[r] = scale * vis[r] * dsv[r] * grad[r]
-			}
-		default:
-			for r := range dsv {
-				dsv[r] = scale * vis[r] * dsv[r]
-			}
+		} else {
+			scaledProduct(dsv, vis, grad, scale)
 		}
 		if colWords != nil {
 			dropRow(vis, colWords, p.Dropout)
@@ -575,6 +566,28 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 		addTransposed(cols, rows, dbt, blockRows, qh.dbias[row0*p.Nk+col0:], p.Nk, qh.firstGrad)
 	}
 	return cut
+}
+
+// scaledProduct sets dst[r] = scale·p[r]·dst[r] (times grad[r] with a
+// softcap's derivative, nil without), multiplied in that order:
+// simd.ScaledProduct32 for float32.
+func scaledProduct[T kernels.Float](dst, p, grad []T, scale T) {
+	if d32, ok := any(dst).([]float32); ok {
+		g32, _ := any(grad).([]float32)
+		simd.ScaledProduct32(d32, any(p).([]float32), g32, float32(scale))
+		return
+	}
+	p = p[:len(dst)]
+	if grad == nil {
+		for r := range dst {
+			dst[r] = scale * p[r] * dst[r]
+		}
+		return
+	}
+	grad = grad[:len(dst)]
+	for r := range dst {
+		dst[r] = scale * p[r] * dst[r] * grad[r]
+	}
 }
 
 // biasGradient is the scale·dS step of backwardTile for one key's visible

@@ -1,0 +1,81 @@
+//go:build !noasm
+
+#include "textflag.h"
+
+// Both functions: DI dst, SI a, (R8 g), CX the elements left, Z6 s; the
+// products in Go's order, ((s·a)·dst)·g, one rounding each, no FMA.
+
+// func scaledProduct32AVX512(dst, a []float32, s float32)
+TEXT ·scaledProduct32AVX512(SB), NOSPLIT, $0-52
+	MOVQ         dst_base+0(FP), DI
+	MOVQ         dst_len+8(FP), CX
+	MOVQ         a_base+24(FP), SI
+	VBROADCASTSS s+48(FP), Z6
+
+sp16:
+	CMPQ    CX, $16
+	JLT     sptail
+	VMULPS  (SI), Z6, Z0
+	VMULPS  (DI), Z0, Z0
+	VMOVUPS Z0, (DI)
+	ADDQ    $64, SI
+	ADDQ    $64, DI
+	SUBQ    $16, CX
+	JMP     sp16
+
+sptail:
+	TESTQ     CX, CX
+	JEQ       spdone
+	MOVQ      $1, BX
+	SHLQ      CX, BX
+	DECQ      BX
+	KMOVW     BX, K1
+	VMOVUPS.Z (SI), K1, Z1
+	VMOVUPS.Z (DI), K1, Z2
+	VMULPS    Z1, Z6, Z0
+	VMULPS    Z2, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+
+spdone:
+	VZEROUPPER
+	RET
+
+// func scaledProductG32AVX512(dst, a, g []float32, s float32)
+TEXT ·scaledProductG32AVX512(SB), NOSPLIT, $0-76
+	MOVQ         dst_base+0(FP), DI
+	MOVQ         dst_len+8(FP), CX
+	MOVQ         a_base+24(FP), SI
+	MOVQ         g_base+48(FP), R8
+	VBROADCASTSS s+72(FP), Z6
+
+spg16:
+	CMPQ    CX, $16
+	JLT     spgtail
+	VMULPS  (SI), Z6, Z0
+	VMULPS  (DI), Z0, Z0
+	VMULPS  (R8), Z0, Z0
+	VMOVUPS Z0, (DI)
+	ADDQ    $64, SI
+	ADDQ    $64, DI
+	ADDQ    $64, R8
+	SUBQ    $16, CX
+	JMP     spg16
+
+spgtail:
+	TESTQ     CX, CX
+	JEQ       spgdone
+	MOVQ      $1, BX
+	SHLQ      CX, BX
+	DECQ      BX
+	KMOVW     BX, K1
+	VMOVUPS.Z (SI), K1, Z1
+	VMOVUPS.Z (DI), K1, Z2
+	VMOVUPS.Z (R8), K1, Z3
+	VMULPS    Z1, Z6, Z0
+	VMULPS    Z2, Z0, Z0
+	VMULPS    Z3, Z0, Z0
+	VMOVUPS   Z0, K1, (DI)
+
+spgdone:
+	VZEROUPPER
+	RET
