@@ -597,6 +597,19 @@ func scaledProduct[T kernels.Float](dst, p, grad []T, scale T) {
 // then holds scale·dS·grad.
 func biasGradient[T kernels.Float](dst, p, grad []T, scale T, ds []T) {
 	ds = ds[:len(dst)]
+	if d32, ok := any(dst).([]float32); ok {
+		// The same products, one vector pass each (IEEE products
+		// commute, so p·dst is dst·p).
+		ds32 := any(ds).([]float32)
+		copy(ds32, d32)
+		simd.Mul32(ds32, any(p).([]float32))
+		copy(d32, ds32)
+		if grad != nil {
+			simd.Mul32(d32, any(grad).([]float32))
+		}
+		simd.Scale32(d32, float32(scale))
+		return
+	}
 	for r := range dst {
 		x := p[r] * dst[r]
 		ds[r] = x

@@ -65,6 +65,14 @@ func Sub64(s, t []float64) {
 	}
 }
 
+// Mul32 sets s[i] *= t[i] for every i of s; t must be at least as long.
+// It forms the bias gradient's dS = P∘(dP − D).
+func Mul32(s, t []float32) {
+	if len(s) > 0 {
+		mul32(s, t[:len(s)])
+	}
+}
+
 // maxGeneric is the portable reference loop for Max32 and Max64.
 func maxGeneric[T float32 | float64](x []T) T {
 	m := T(math.Inf(-1))
@@ -96,5 +104,13 @@ func subGeneric[T float32 | float64](s, t []T) {
 	t = t[:len(s)]
 	for i := range s {
 		s[i] -= t[i]
+	}
+}
+
+// mulGeneric is the portable reference loop for Mul32.
+func mulGeneric[T float32 | float64](s, t []T) {
+	t = t[:len(s)]
+	for i := range s {
+		s[i] *= t[i]
 	}
 }

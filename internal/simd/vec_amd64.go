@@ -58,6 +58,11 @@ func add32AVX512(s, t []float32)
 //go:noescape
 func sub32AVX512(s, t []float32)
 
+// mul32AVX512 is add32AVX512 with s[i] *= t[i].
+//
+//go:noescape
+func mul32AVX512(s, t []float32)
+
 // add64AVX512 is add32AVX512 for float64 (8 lanes).
 //
 //go:noescape
@@ -127,6 +132,14 @@ func sub32(s, t []float32) {
 		return
 	}
 	subGeneric(s, t)
+}
+
+func mul32(s, t []float32) {
+	if hasAVX512 {
+		mul32AVX512(s, t)
+		return
+	}
+	mulGeneric(s, t)
 }
 
 func add64(s, t []float64) {

@@ -73,6 +73,13 @@ GLOBL negInf64<>(SB), RODATA|NOPTR, $32
 #undef NAMEOP
 #undef VOP
 
+// func mul32AVX512(s, t []float32)
+#define NAMEOP ·mul32AVX512
+#define VOP VMULPS
+#include "vecop_avx512_amd64.h"
+#undef NAMEOP
+#undef VOP
+
 #undef ES
 #undef LOGES
 #undef FRAMEMAX

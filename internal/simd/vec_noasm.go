@@ -17,3 +17,5 @@ func sub32(s, t []float32) { subGeneric(s, t) }
 func add64(s, t []float64) { addGeneric(s, t) }
 
 func sub64(s, t []float64) { subGeneric(s, t) }
+
+func mul32(s, t []float32) { mulGeneric(s, t) }

@@ -106,3 +106,37 @@ func TestVecExported(t *testing.T) {
 		t.Errorf("Scale32/Scale64 = %v %v", x, y)
 	}
 }
+
+// TestMul32 checks Mul32 against the portable loop bit for bit on every
+// length up to 40 and a long row, NaN, ±Inf and −0 among the factors, t
+// one element longer than s (never read past it).
+func TestMul32(t *testing.T) {
+	rng := rand.New(rand.NewPCG(41, 42))
+	for n := range 258 {
+		if n > 40 && n != 257 {
+			continue
+		}
+		s, tb := make([]float32, n), make([]float32, n+1)
+		for i := range tb {
+			tb[i] = float32(rng.NormFloat64())
+			if i < n {
+				s[i] = float32(rng.NormFloat64())
+			}
+			switch rng.IntN(12) {
+			case 0:
+				tb[i] = float32(math.NaN())
+			case 1:
+				tb[i] = float32(math.Inf(1))
+			case 2:
+				tb[i] = float32(math.Copysign(0, -1))
+			}
+		}
+		tb[n] = float32(math.NaN())
+		want := append([]float32(nil), s...)
+		mulGeneric(want, tb)
+		Mul32(s, tb)
+		if !sameBits(s, want) {
+			t.Fatalf("n = %d: %v, want %v", n, s, want)
+		}
+	}
+}
