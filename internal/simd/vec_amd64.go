@@ -115,45 +115,20 @@ func scale64(x []float64, a float64) {
 	}
 }
 
-// The element-wise sums have no AVX2 path: where AVX-512 is missing the
-// loop is Go's, as it was before these helpers.
+// The element-wise operations have no AVX2 path: where AVX-512 is
+// missing the loop is Go's, as it was before these helpers.
 
-func add32(s, t []float32) {
+func add32(s, t []float32) { elementwise(s, t, add32AVX512, addGeneric[float32]) }
+func sub32(s, t []float32) { elementwise(s, t, sub32AVX512, subGeneric[float32]) }
+func mul32(s, t []float32) { elementwise(s, t, mul32AVX512, mulGeneric[float32]) }
+func add64(s, t []float64) { elementwise(s, t, add64AVX512, addGeneric[float64]) }
+func sub64(s, t []float64) { elementwise(s, t, sub64AVX512, subGeneric[float64]) }
+
+// elementwise runs avx512 where the CPU has AVX-512, else generic.
+func elementwise[T float32 | float64](s, t []T, avx512, generic func(s, t []T)) {
 	if hasAVX512 {
-		add32AVX512(s, t)
+		avx512(s, t)
 		return
 	}
-	addGeneric(s, t)
-}
-
-func sub32(s, t []float32) {
-	if hasAVX512 {
-		sub32AVX512(s, t)
-		return
-	}
-	subGeneric(s, t)
-}
-
-func mul32(s, t []float32) {
-	if hasAVX512 {
-		mul32AVX512(s, t)
-		return
-	}
-	mulGeneric(s, t)
-}
-
-func add64(s, t []float64) {
-	if hasAVX512 {
-		add64AVX512(s, t)
-		return
-	}
-	addGeneric(s, t)
-}
-
-func sub64(s, t []float64) {
-	if hasAVX512 {
-		sub64AVX512(s, t)
-		return
-	}
-	subGeneric(s, t)
+	generic(s, t)
 }
