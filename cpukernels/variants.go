@@ -134,12 +134,12 @@ func addTransposed[T kernels.Float](rows, cols int, src []T, lds int, dst []T, l
 }
 
 // transposeTile is transpose for a tile read from a large matrix (the
-// bias, row stride Nk): float32 through simd.Transpose32; float64 reads
+// bias, row stride Nk): float32 as transpose does it; float64 reads
 // eight rows of src at a time and writes each column's eight entries
 // together, eight contiguous elements of dst.
 func transposeTile[T kernels.Float](rows, cols int, src []T, lds int, dst []T, ldd int) {
-	if s32, ok := any(src).([]float32); ok {
-		simd.Transpose32(rows, cols, s32, lds, any(dst).([]float32), ldd)
+	if _, ok := any(src).([]float32); ok {
+		transpose(rows, cols, src, lds, dst, ldd) // simd.Transpose32
 		return
 	}
 	r := 0

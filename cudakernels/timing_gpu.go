@@ -61,10 +61,10 @@ func (b *Backend) KernelTime(p kernels.Params, backward bool, reps int) (float64
 		var fwdScratch, flush cu.DevicePtr
 		var aux auxArgs
 		var bias biasArgs[float32]
-		a, err := newArena(append([]part{part{&buf.q, q4}, part{&buf.k, k4}, part{&buf.v, k4}, part{&buf.o, q4},
-			part{&buf.lse, l4}, part{&buf.do, q4}, part{&buf.delta, l4}, part{&buf.dq, q4}, part{&buf.dk, k4},
-			part{&buf.dv, k4}, part{&fwdScratch, f.scratchBytes(p)}, part{&buf.scratch, bs}, part{&flush, flushBytes},
-			aux.part(p)}, bias.parts(p)...)...)
+		parts := []part{{&buf.q, q4}, {&buf.k, k4}, {&buf.v, k4}, {&buf.o, q4}, {&buf.lse, l4}, {&buf.do, q4},
+			{&buf.delta, l4}, {&buf.dq, q4}, {&buf.dk, k4}, {&buf.dv, k4}, {&fwdScratch, f.scratchBytes(p)},
+			{&buf.scratch, bs}, {&flush, flushBytes}, aux.part(p)}
+		a, err := newArena(append(parts, bias.parts(p)...)...)
 		if err != nil {
 			return err
 		}

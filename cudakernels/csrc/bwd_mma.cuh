@@ -576,9 +576,7 @@ __device__ void dbias_1tile(const Params& p) {
 
   for (long long b = bs.b_lo; b < bs.b_hi; ++b) {
     const SeqMask mk = seq_mask(p, b * heads);
-    const long long last = (q0 + kBwdBQ < mk.lq ? q0 + kBwdBQ : mk.lq) - 1;
-    // No row of the tile sees a key of it: nothing to add for this entry.
-    if (q0 > last || mk.key_lo(q0) >= k0 + kBwdStep || mk.key_hi(last) <= k0) continue;
+    if (!mk.tile_seen(q0, kBwdBQ, k0, kBwdStep)) continue;  // nothing to add for this entry
     int lo32[2], hi32[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

@@ -323,9 +323,7 @@ __device__ void dbias_1tile(const Params& p) {
 
   for (long long b = bs.b_lo; b < bs.b_hi; ++b) {
     const SeqMask mask = seq_mask(p, b * heads);
-    const long long last = (q0 + TILE < mask.lq ? q0 + TILE : mask.lq) - 1;
-    // No row of the tile sees a key of it: nothing to add for this entry.
-    if (q0 > last || mask.key_lo(q0) >= k0 + TILE || mask.key_hi(last) <= k0) continue;
+    if (!mask.tile_seen(q0, TILE, k0, TILE)) continue;  // nothing to add for this entry
     const long long lo = row < nq ? mask.key_lo(row) : 0, hi = row < nq ? mask.key_hi(row) : 0;
     for (long long h = bs.h_lo; h < bs.h_hi; ++h) {
       const long long bh = b * heads + h, kvh = kv_pair(p, bh);

@@ -50,6 +50,13 @@ struct SeqMask {
     return hi < lo ? lo : hi;
   }
   __device__ __forceinline__ bool sees(long long i, long long j) const { return key_lo(i) <= j && j < key_hi(i); }
+  // tile_seen reports whether some row of [q0, q0 + rows) sees some key
+  // of [k0, k0 + cols): the bounds grow with the row, so the first and
+  // the last real row decide it.
+  __device__ __forceinline__ bool tile_seen(long long q0, long long rows, long long k0, long long cols) const {
+    const long long last = (q0 + rows < lq ? q0 + rows : lq) - 1;
+    return q0 <= last && key_lo(q0) < k0 + cols && key_hi(last) > k0;
+  }
 };
 
 // batch_of and head_of_pair split query pair bh of a launch into the batch
