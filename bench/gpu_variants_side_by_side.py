@@ -13,7 +13,7 @@ everybody: 4·D per (row, visible key) pair over all heads, the backward
 runs at the plain kernel's TFLOP/s. Both sides flush the L2 cache before
 each timed run and report a median.
 
-usage: python3 bench/gpu_variants_side_by_side.py BENCH_BINARY [--out FILE]
+usage: python3 bench/gpu_variants_side_by_side.py BENCH_BINARY [--only REGEXP] [--out FILE]
 """
 import argparse
 import math
@@ -39,10 +39,11 @@ D = 128
 flex = torch.compile(flex_attention)
 
 
-def ours(binary):
-    """Runs our benchmark; returns {(prec, pass, name): TFLOP/s}."""
+def ours(binary, only):
+    """Runs our benchmark on the cases whose names match the regular
+    expression only; returns {(prec, pass, name): TFLOP/s}."""
     got = {}
-    for line in benchmark_lines(binary, "VariantsGPU"):
+    for line in benchmark_lines(binary, f"VariantsGPU/././{only}"):
         m = LINE.match(line)
         if m:
             prec, pas, name, tflops = m.groups()
@@ -183,15 +184,19 @@ PEERS = [
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("binary", help="flashgpu-tagged test binary of package bench")
+    ap.add_argument("--only", default=".", help="time only the cases whose names this regular expression matches")
     ap.add_argument("--out", help="also write the table to this file")
     args = ap.parse_args()
 
-    got = ours(args.binary)
+    cases = [c for c in CASES if re.search(args.only, c.name)]
+    if not cases:
+        sys.exit(f"no case matches {args.only!r}: the cases are {', '.join(c.name for c in CASES)}")
+    got = ours(args.binary, args.only)
     header = ["variant", "ours bf16 fwd", "ours bf16 bwd", "ours fp32 fwd", "ours fp32 bwd"]
     for name, _ in PEERS:
         header += [f"{name} fwd", f"{name} bwd"]
     rows = []
-    for c in CASES:
+    for c in cases:
         row = [c.name] + [cell(got.get((prec, pas, c.name))) for prec in ("bf16", "fp32") for pas in ("fwd", "bwd")]
         for name, fn in PEERS:
             try:

@@ -371,7 +371,10 @@ __device__ void dkdv_1colblock(const Params& p) {
     float* dv = head_of(static_cast<float*>(p.dv), kvh, kv_heads, p.dv_batch_stride, p.dv_head_stride);
     store_rows<DP>(dk + warp_key * p.dk_row_stride, acc_dk, nk - warp_key, p.dim, p.dk_row_stride,
                    static_cast<float>(p.scale));
-    store_rows<DP>(dv + warp_key * p.dv_row_stride, acc_dv, nk - warp_key, p.dim, p.dv_row_stride, 1.f);
+    // dV's dropout factor, here rather than in Pᵀ∘Z (probs_dkdv).
+    const Dropout drop = dropout_of(p);
+    const float dv_scale = kFull && drop.on() ? static_cast<float>(drop.scale) : 1.f;
+    store_rows<DP>(dv + warp_key * p.dv_row_stride, acc_dv, nk - warp_key, p.dim, p.dv_row_stride, dv_scale);
   }
 }
 
@@ -507,7 +510,7 @@ __device__ void dq_1rowblock(const Params& p) {
     for (int j = 0; j < kNS; ++j) dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.f;
     mma_abt<E, DP, kNS>(dp, doa, vt + b_off<DP>(lane));
     if constexpr (kFull) {
-      if (ex.drop.on()) drop_by_row(dp, ex, rows, k0, t);
+      if (ex.drop.on()) drop_by_row(dp, ex, rows, k0, t, ex.drop_scale());
     }
     ds_by_row(dp, s, dr);
     if constexpr (kFull) zero_unseen(dp, k0, t, lo32, hi32);
@@ -624,7 +627,7 @@ __device__ void dbias_1tile(const Params& p) {
                                                             md, ar, &ex, rows);
       });
       mma_abt<E, DP, kNS>(dp, doa, sV + b_off<DP>(lane));
-      if (ex.drop.on()) drop_by_row(dp, ex, rows, k0, t);
+      if (ex.drop.on()) drop_by_row(dp, ex, rows, k0, t, ex.drop_scale());
       ds_by_row(dp, s, dr);
       zero_unseen(dp, k0, t, lo32, hi32);
 #pragma unroll

@@ -127,8 +127,11 @@ __device__ __forceinline__ void ds_by_col(float (&dp)[NS][4], const float (&p)[N
 
 // finish_row ends the forward for one of the thread's rows (half 0: g,
 // half 1: g+8) of head bh: it sums the row's partial l over its 4 lanes
-// (every lane must call, rows past nq too), then writes O = acc / l for the
-// columns below p.dim and, from lane t = 0, LSE = m + log l in natural units
+// (every lane must call, rows past nq too), then writes O = o_scale·acc / l
+// for the columns below p.dim (o_scale: the dropout factor 1/(1−p), applied
+// here in float32 rather than to P before P·V, where TF32, BF16 and FP16
+// would round it with P and so scale every output by the same rounding
+// error) and, from lane t = 0, LSE = m + log l in natural units
 // (m in log2 units). Only the mask decides that a row has no key (any_key
 // false: O = 0 exactly, whatever acc holds: its zero probabilities met a
 // tile's infinite value, LSE = +inf). Every other row follows IEEE arithmetic as the
@@ -136,7 +139,8 @@ __device__ __forceinline__ void ds_by_col(float (&dp)[NS][4], const float (&p)[N
 // l = 0, so O = 0·(1/0) = NaN and LSE = −inf.
 template <int NO>
 __device__ __forceinline__ void finish_row(const Params& p, long long bh, long long row, bool any_key,
-                                           const float (&acc)[NO][4], int half, float m, float l) {
+                                           const float (&acc)[NO][4], int half, float m, float l,
+                                           float o_scale = 1.f) {
   const int t = threadIdx.x % 4;
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
@@ -145,7 +149,7 @@ __device__ __forceinline__ void finish_row(const Params& p, long long bh, long l
   // column loop reloaded it per column.
   const long long nq = p.nq, dim = p.dim;
   if (row >= nq) return;
-  const float inv = any_key ? 1.f / l : 0.f;
+  const float inv = any_key ? o_scale / l : 0.f;
   float* orow = head_of(static_cast<float*>(p.o), bh, p.h, p.o_batch_stride, p.o_head_stride) + row * p.o_row_stride;
   float* lse = static_cast<float*>(p.lse);
 #pragma unroll

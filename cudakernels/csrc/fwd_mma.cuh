@@ -166,9 +166,10 @@ __device__ __forceinline__ void query_block(const Params& p, long long& bh, long
 // modifiers (modified, in log2 units) before the mask. Copies of padding
 // rows and keys load as zeros. Blocks run longest first (block_order).
 // kFull (with kVar: the _full entry point) adds the bias to every visible
-// score after the modifiers, and with dropout multiplies the probabilities
-// that meet V by the dropout factor after l has summed them (the softmax
-// is over every visible key; dropout drops from its result).
+// score after the modifiers, and with dropout zeroes the dropped
+// probabilities that meet V after l has summed them (the softmax is over
+// every visible key; dropout drops from its result), finish_row applying
+// the factor 1/(1−p) to O.
 template <typename E, int DP, bool kVar, bool kFull = false>
 __device__ void fwd_1rowblock(const Params& p) {
   static_assert(kVar || !kFull, "the _full kernels compute the _var variants too");
@@ -437,7 +438,7 @@ __device__ void fwd_1rowblock(const Params& p) {
 #pragma unroll
         for (int mt = 0; mt < kFwdMT; ++mt) {
           const long long rows[2] = {row_of(2 * mt), row_of(2 * mt + 1)};
-          drop_by_row(s[mt], ex, rows, k0, t);
+          drop_by_row(s[mt], ex, rows, k0, t, 1.f);
         }
       }
     }
@@ -471,7 +472,8 @@ __device__ void fwd_1rowblock(const Params& p) {
   // Epilogue: O = acc / l and LSE, row by row.
 #pragma unroll
   for (int r = 0; r < kR; ++r)
-    finish_row(p, bh, row_of(r), kVar ? hi32[r] > 0 : vis_of(r) > 0, acc[r / 2], r % 2, m[r], l[r]);
+    finish_row(p, bh, row_of(r), kVar ? hi32[r] > 0 : vis_of(r) > 0, acc[r / 2], r % 2, m[r], l[r],
+               kFull && ex.drop.on() ? ex.drop_scale() : 1.f);
 }
 
 }  // namespace mma

@@ -264,12 +264,13 @@ __device__ __forceinline__ Extras extras_of(const Params& p, long long bh) {
 
 // drop_by_row multiplies x, scores in the C layout whose element e of
 // tile j is row rows[e/2] and key k0 + 8j + 2t + e%2 (forward, dQ, dBias),
-// by the dropout factor of each entry: 1/(1−p) kept, 0 dropped. A thread's
-// two keys of a tile are one even pair, one Philox block (Dropout::kept2).
+// by sc where the entry is kept and by 0 where it is dropped: sc is the
+// dropout factor 1/(1−p) for dP (dQ, dBias), 1 for the forward's P, whose
+// factor finish_row applies. A thread's two keys of a tile are one even
+// pair, one Philox block (Dropout::kept2).
 template <int NS>
 __device__ __forceinline__ void drop_by_row(float (&x)[NS][4], const Extras& ex, const long long (&rows)[2],
-                                            long long k0, int t) {
-  const float sc = ex.drop_scale();
+                                            long long k0, int t, float sc) {
 #pragma unroll
   for (int j = 0; j < NS; ++j)
 #pragma unroll
@@ -322,7 +323,9 @@ struct Log2Lse {
 //
 // kFull (the mma.sync _full dK/dV kernel) adds the bias of ex (query
 // q0 + col, key key0 + 8h) to each visible score before the exponential,
-// and with dropout builds pf from Pᵀ∘Z (the probabilities dV takes) while
+// and with dropout builds pf from Pᵀ∘Z without the factor 1/(1−p), which
+// the caller applies to dV in float32 as the forward does to O (the
+// probabilities dV takes) while
 // s keeps Pᵀ(·dsoft), setting bit 4j + e of *zbits where entry (j, e) is
 // kept, for dPᵀ's factor Z (drop_by_bits). Entry (key, query) draws
 // Dropout::kept(pair, query, key), a Philox block each: the thread's keys
@@ -366,7 +369,7 @@ __device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[NS 
           if (drop_on) {
             const bool kept = ex->drop.kept(ex->pair, q0 + col, key0 + 8 * h);
             *zbits |= kept ? 1u << (4 * j + e) : 0u;
-            s[j][e] = kept ? p * ex->drop_scale() : 0.f;
+            s[j][e] = kept ? p : 0.f;
           }
         }
       }

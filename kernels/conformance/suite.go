@@ -475,6 +475,15 @@ func shapeName(p kernels.Params) string {
 	if p.Bias != nil {
 		name += fmt.Sprintf("_bias%dx%d", p.Bias.Bb, p.Bias.Hb)
 	}
+	if p.QLens != nil {
+		name += "_qlens"
+	}
+	if p.KLens != nil {
+		name += "_klens"
+	}
+	if p.Dropout.P != 0 {
+		name += fmt.Sprintf("_dropout=%v", p.Dropout.P)
+	}
 	return name
 }
 

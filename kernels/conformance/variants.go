@@ -222,7 +222,11 @@ func nonFiniteBias() []variantCase {
 // the usual tolerances, skipping the variants b does not claim.
 func testVariants(t *testing.T, b kernels.Backend, prec kernels.Precision, o options) {
 	for i, c := range variantParams(testing.Short() || raceDetector) {
-		t.Run(shapeName(c.p), func(t *testing.T) {
+		name := shapeName(c.p)
+		if c.lseGrad {
+			name += "_dlse"
+		}
+		t.Run(name, func(t *testing.T) {
 			o.skipUnsupported(t, b, c.p)
 			if c.lseGrad && !o.variants[LSEGradient] {
 				t.Skipf("%s does not claim the %v variant (conformance.WithVariants)", b.Name(), LSEGradient)
