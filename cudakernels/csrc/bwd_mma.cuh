@@ -341,10 +341,13 @@ __device__ void dkdv_1colblock(const Params& p) {
           uniform &= ar[h].set(offset_of(q0, md.shift, key0 + 8 * h) + 2 * t, kBwdStep - 7, md.slope_l2);
       }
       uint32_t pf[kBwdStep / E::kK][4];
+      if constexpr (kFull) {
+        if (ex.drop.on()) zbits = keep_bits_dkdv<kNS>(ex, q0, key0, lane);  // the warp together, before the dispatch
+      }
       with_variant_of<kFull>(masked || !uniform, mod, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
         probs_dkdv<E, true, kMod, kMasked, kCap, kNS, Log2Lse, kFull>(s, pf, scale_log2, Log2Lse{lt},
                                                                       static_cast<int>(q0), t, qlo, qhi, md, ar, &ex,
-                                                                      key0, &zbits);
+                                                                      key0, zbits);
       });
       mma_fb<E, DP>(acc_dv, pf, dot + bt_off<DP>(lane));  // with kMod, s now holds Pᵀ·dsoft
     }

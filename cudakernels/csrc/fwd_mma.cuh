@@ -277,6 +277,10 @@ __device__ void fwd_1rowblock(const Params& p) {
     load_v(sV, static_cast<long long>(t0) * BK);
   }
   cp_async_commit();
+  if constexpr (kFull) {
+    if (ex.bias != nullptr && n_tiles > 0)
+      ex.prefetch_bias<kFwdThreads, BK>(q0, q0 + kFwdBQ < q_real ? q0 + kFwdBQ : q_real, static_cast<long long>(t0) * BK);
+  }
 
   const float scale_log2 = static_cast<float>(p.scale) * 1.4426950408889634f;
   float m[kR], l[kR];  // l: this thread's partial row sums; reduced at the end
@@ -311,6 +315,10 @@ __device__ void fwd_1rowblock(const Params& p) {
       cp_async_wait<0>();
     }
     __syncthreads();
+    if constexpr (kFull) {
+      if (ex.bias != nullptr && it + 1 < n_tiles)
+        ex.prefetch_bias<kFwdThreads, BK>(q0, q0 + kFwdBQ < q_real ? q0 + kFwdBQ : q_real, k0 + BK);
+    }
     const S* kt = sK + (it % 2) * BK * kLd + k_off;
     const S* vt = sV + (it % 2) * fwd_v_tile<E, DP>() + v_off;
 

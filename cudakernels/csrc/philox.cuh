@@ -47,16 +47,6 @@ struct Dropout {
                                    offset, k0, k1, static_cast<int>(j % 4));
     return w >= threshold;
   }
-  // kept2 sets k0 and k1 to kept(pair, i, j) and kept(pair, i, j + 1) for
-  // an even j: both words come from one Philox block (keys 4·(j/4) …
-  // 4·(j/4) + 3 share it), so two entries cost one block.
-  __device__ __forceinline__ void kept2(long long pair, long long i, long long j, bool& k0_, bool& k1_) const {
-    const uint4 x = philox4(static_cast<unsigned>(j / 4), static_cast<unsigned>(i), static_cast<unsigned>(pair),
-                            offset, k0, k1);
-    const bool upper = (j & 2) != 0;
-    k0_ = (upper ? x.z : x.x) >= threshold;
-    k1_ = (upper ? x.w : x.y) >= threshold;
-  }
 };
 
 __device__ __forceinline__ Dropout dropout_of(const Params& p) {

@@ -257,6 +257,24 @@ struct Extras {
     return fmaf(__ldg(bias + i * nk + j), kLog2e, x);
   }
   __device__ __forceinline__ float drop_scale() const { return static_cast<float>(drop.scale); }
+
+  // prefetch_bias asks L1 for the bias of rows [row0, row_end) and keys
+  // [k0, k0 + COLS) ∩ [0, nk), each row's first, middle and last element's
+  // lines (COLS ≤ 64 floats: at most three 128-byte lines), with the
+  // block's kThreads threads. The forward issues it for the next key tile
+  // before this one's products, so that the bias reads per score (biased)
+  // hit L1 instead of waiting on L2 or memory after them.
+  template <int kThreads, int COLS>
+  __device__ __forceinline__ void prefetch_bias(long long row0, long long row_end, long long k0) const {
+    static_assert(COLS <= 64, "three lines per row cover at most 64 floats");
+    const long long k_last = (k0 + COLS < nk ? k0 + COLS : nk) - 1;
+    if (k_last < k0) return;
+    for (long long c = threadIdx.x; c < 3 * (row_end - row0); c += kThreads) {
+      const long long r = row0 + c / 3, part = c % 3;
+      const long long k = part == 0 ? k0 : (part == 1 ? (k0 + k_last) / 2 : k_last);
+      asm volatile("prefetch.global.L1 [%0];\n" ::"l"(bias + r * nk + k));
+    }
+  }
 };
 __device__ __forceinline__ Extras extras_of(const Params& p, long long bh) {
   return Extras{bias_rows<float>(p, bh), p.nq, p.nk, p.pair0 + bh, dropout_of(p)};
@@ -266,20 +284,39 @@ __device__ __forceinline__ Extras extras_of(const Params& p, long long bh) {
 // tile j is row rows[e/2] and key k0 + 8j + 2t + e%2 (forward, dQ, dBias),
 // by sc where the entry is kept and by 0 where it is dropped: sc is the
 // dropout factor 1/(1−p) for dP (dQ, dBias), 1 for the forward's P, whose
-// factor finish_row applies. A thread's two keys of a tile are one even
-// pair, one Philox block (Dropout::kept2).
+// factor finish_row applies.
+//
+// A Philox block covers four keys of one row, so lanes t and t^1 (the
+// same two rows; keys 2t, 2t+1 and 2t^2, 2t^2+1 of a tile, one block per
+// row) need the same two blocks per tile. Each computes one, its own row
+// rows[t&1]'s, keeps the two words of its own keys and hands the other
+// two's keep bits to its partner in one shuffle per call: half the Philox
+// work of drawing both rows in every lane, the same bits. Every lane of
+// the warp must call.
 template <int NS>
 __device__ __forceinline__ void drop_by_row(float (&x)[NS][4], const Extras& ex, const long long (&rows)[2],
                                             long long k0, int t, float sc) {
+  static_assert(NS <= 16, "two keep bits per tile in 32 bits");
+  const int own = t & 1;  // the row this lane draws: its even partner draws row 0
+  const unsigned row = static_cast<unsigned>(own ? rows[1] : rows[0]);
+  uint32_t mine = 0u, theirs = 0u;  // bits 2j, 2j+1: tile j's two keys, of row `own`
+#pragma unroll
+  for (int j = 0; j < NS; ++j) {
+    const uint4 w = philox4(static_cast<unsigned>((k0 + 8 * j + 2 * t) / 4), row, static_cast<unsigned>(ex.pair),
+                            ex.drop.offset, ex.drop.k0, ex.drop.k1);
+    // The even lane's keys are the block's first two words, the odd
+    // lane's its last two.
+    const unsigned m0 = own ? w.z : w.x, m1 = own ? w.w : w.y;
+    const unsigned p0 = own ? w.x : w.z, p1 = own ? w.y : w.w;
+    mine |= (m0 >= ex.drop.threshold ? 1u : 0u) << (2 * j) | (m1 >= ex.drop.threshold ? 1u : 0u) << (2 * j + 1);
+    theirs |= (p0 >= ex.drop.threshold ? 1u : 0u) << (2 * j) | (p1 >= ex.drop.threshold ? 1u : 0u) << (2 * j + 1);
+  }
+  const uint32_t other = __shfl_xor_sync(0xffffffffu, theirs, 1);  // the partner's row, this lane's keys
+  const uint32_t bits[2] = {own ? other : mine, own ? mine : other};
 #pragma unroll
   for (int j = 0; j < NS; ++j)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      bool a, b;
-      ex.drop.kept2(ex.pair, rows[h], k0 + 8 * j + 2 * t, a, b);
-      x[j][2 * h] = a ? x[j][2 * h] * sc : 0.f;
-      x[j][2 * h + 1] = b ? x[j][2 * h + 1] * sc : 0.f;
-    }
+    for (int e = 0; e < 4; ++e) x[j][e] = (bits[e >> 1] >> (2 * j + (e & 1))) & 1u ? x[j][e] * sc : 0.f;
 }
 
 // zero_unseen sets dS to exactly 0 at the pairs a thread's rows do not see
@@ -309,6 +346,40 @@ struct Log2Lse {
   __device__ __forceinline__ float operator[](int c) const { return lse[c] * kLog2e; }
 };
 
+// keep_bits_dkdv returns the dropout keep bits of a dK/dV step: bit 4j + e
+// is Dropout::kept(pair, query q0 + 8j + 2t + e%2, key key0 + 8·(e/2)) for
+// element e of score tile j (probs_dkdv's layout), t = lane % 4.
+//
+// A Philox block covers four consecutive keys of one query, and key0 is
+// k0 + 16·warp + g: the four lanes g = 4m … 4m+3 with the same t need the
+// same four blocks per tile (queries 2t, 2t+1; keys 4m…4m+3 and 8 on).
+// Each draws one of them, element e = g % 4's, whose four words are the
+// keep bits of the four lanes, and gathers its own bits from the others'
+// in four shuffles per step: a quarter of the Philox work of drawing every
+// entry in every lane, the same bits. Every lane of the warp must call.
+template <int NS>
+__device__ __forceinline__ uint32_t keep_bits_dkdv(const Extras& ex, long long q0, long long key0, int lane) {
+  static_assert(NS <= 8, "four keep bits per tile in 32 bits");
+  const int t = lane % 4, w = (lane / 4) % 4;  // w: key0's word in its block (key0 % 4 = g % 4)
+  const unsigned block = static_cast<unsigned>((key0 + 8 * (w >> 1)) / 4);
+  uint32_t drawn = 0u;  // bit 4j + v: lane v's entry w of tile j
+#pragma unroll
+  for (int j = 0; j < NS; ++j) {
+    const uint4 x = philox4(block, static_cast<unsigned>(q0 + 8 * j + 2 * t + (w & 1)), static_cast<unsigned>(ex.pair),
+                            ex.drop.offset, ex.drop.k0, ex.drop.k1);
+    const unsigned th = ex.drop.threshold;
+    drawn |= ((x.x >= th ? 1u : 0u) | (x.y >= th ? 2u : 0u) | (x.z >= th ? 4u : 0u) | (x.w >= th ? 8u : 0u)) << (4 * j);
+  }
+  uint32_t bits = 0u;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const uint32_t from = __shfl_sync(0xffffffffu, drawn, (lane & ~12) | (e << 2));  // the lane that drew element e
+#pragma unroll
+    for (int j = 0; j < NS; ++j) bits |= ((from >> (4 * j + w)) & 1u) << (4 * j + e);
+  }
+  return bits;
+}
+
 // probs_dkdv turns Sᵀ (element e of tile j: key key0 + 8·(e/2), query
 // q0 + 8j + 2t + e%2) into Pᵀ = exp2(scale_log2·s − lt[query]) and its A
 // fragments pf, 0 where masked (kMasked) and the query does not see the
@@ -323,25 +394,21 @@ struct Log2Lse {
 //
 // kFull (the mma.sync _full dK/dV kernel) adds the bias of ex (query
 // q0 + col, key key0 + 8h) to each visible score before the exponential,
-// and with dropout builds pf from Pᵀ∘Z without the factor 1/(1−p), which
-// the caller applies to dV in float32 as the forward does to O (the
-// probabilities dV takes) while
-// s keeps Pᵀ(·dsoft), setting bit 4j + e of *zbits where entry (j, e) is
-// kept, for dPᵀ's factor Z (drop_by_bits). Entry (key, query) draws
-// Dropout::kept(pair, query, key), a Philox block each: the thread's keys
-// are 8 apart.
+// and with dropout builds pf, the probabilities dV takes, from Pᵀ∘Z
+// (zbits: keep_bits_dkdv's; without the factor 1/(1−p), which the caller
+// applies to dV in float32 as the forward does to O) while s keeps
+// Pᵀ(·dsoft).
 template <typename E, bool kVar, bool kMod, bool kMasked, bool kCap, int NS, typename Lse, bool kFull = false>
 __device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[NS * 8 / E::kK][4], float scale_log2,
                                            Lse lt, int q0, int t, const int (&qlo)[2], const int (&qhi)[2],
                                            const Mods& md, const AlibiRow<1> (&ar)[2], const Extras* ex = nullptr,
-                                           long long key0 = 0, uint32_t* zbits = nullptr) {
+                                           long long key0 = 0, uint32_t zbits = 0u) {
   constexpr int kT = E::kK / 8;  // score tiles per fragment
   [[maybe_unused]] bool key_in[2] = {false, false};
   [[maybe_unused]] bool drop_on = false;
   if constexpr (kFull) {
     key_in[0] = key0 < ex->nk, key_in[1] = key0 + 8 < ex->nk;
     drop_on = ex->drop.on();
-    *zbits = 0u;
   }
 #pragma unroll
   for (int kk = 0; kk < NS / kT; ++kk) {
@@ -366,11 +433,7 @@ __device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[NS 
         s[j][e] = p;
         if constexpr (kFull) {
           pr[c][e] = p;
-          if (drop_on) {
-            const bool kept = ex->drop.kept(ex->pair, q0 + col, key0 + 8 * h);
-            *zbits |= kept ? 1u << (4 * j + e) : 0u;
-            s[j][e] = kept ? p : 0.f;
-          }
+          if (drop_on && !((zbits >> (4 * j + e)) & 1u)) s[j][e] = 0.f;
         }
       }
     E::p_frag(pf[kk], s, kk);
