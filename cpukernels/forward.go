@@ -15,8 +15,8 @@ type forwardScratch[T kernels.Float] struct {
 	acc []T // Br×D: unnormalised output
 	m   []T // Br: running row maximum
 	l   []T // Br: running row sum of exp(S − m)
-	tab []T // Br+Bc: the tile's ALiBi terms (alibiTable); nil without ALiBi
-	// Bc: the Philox words of dropout's mask along one row of a tile
+	tab []T // windowPanelRows+maxSpan: the tile's ALiBi terms (alibiTable); nil without ALiBi
+	// maxSpan: the Philox words of dropout's mask along one row of a tile
 	// (kernels.Dropout.RowWords), compared with its threshold in vector
 	// lanes (dropRow); nil without dropout.
 	words []uint32
@@ -26,10 +26,23 @@ type forwardScratch[T kernels.Float] struct {
 	lo, hi [blockRows]int
 }
 
+// maxSpan is the widest tile of keys forwardRowBlock takes: tileSpan's
+// for a panel of windowPanelRows rows.
+const maxSpan = blockRows / windowPanelRows * blockCols
+
+// tileSpan is the keys per tile of a pass over rows rows: whole key blocks,
+// as many as the scores' Br×Bc scratch holds for those rows, at most
+// maxSpan. A panel of 16 rows under a window then computes its band of
+// 256 + 16 keys as one tile, one online-softmax step per row, where tiles
+// of Bc keys took three steps and mostly rescaled the accumulator at each.
+func tileSpan(rows int) int {
+	return min(blockRows/rows, maxSpan/blockCols) * blockCols
+}
+
 // forwardScratchLen is the number of elements of one forwardScratch.
 func forwardScratchLen(d int) int {
-	// words counted as Bc.
-	return 2*blockRows*d + blockRows*blockCols + 3*blockRows + 2*blockCols
+	// words counted as elements.
+	return 2*blockRows*d + blockRows*blockCols + 3*blockRows + windowPanelRows + 2*maxSpan
 }
 
 func newForwardScratch[T kernels.Float](p kernels.Params) *forwardScratch[T] {
@@ -43,10 +56,10 @@ func newForwardScratch[T kernels.Float](p kernels.Params) *forwardScratch[T] {
 	}
 	// Plain attention allocates no variant scratch.
 	if p.ALiBi != nil {
-		sc.tab = make([]T, blockRows+blockCols)
+		sc.tab = make([]T, windowPanelRows+maxSpan)
 	}
 	if p.Dropout.On() {
-		sc.words = make([]uint32, blockCols)
+		sc.words = make([]uint32, maxSpan)
 	}
 	return sc
 }
@@ -188,26 +201,32 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p *
 	// the unit visits: a window of w keys costs about w + Br + Bc keys per
 	// row, not Nk.
 	first, keys := unitRanges(mask, true, row0, rows, p.Nk, sc.lo[:], sc.hi[:])
-	for col0 := first / blockCols * blockCols; col0 < keys; col0 += blockCols {
-		// The tile covers keys [c0, c0+cols): the block, less the keys no
-		// row of the unit sees at its ends, so that a window that starts
+	span := tileSpan(rows) // the scores' row stride
+	for col0 := first / blockCols * blockCols; col0 < keys; col0 += span {
+		// The tile covers keys [c0, c0+cols): its key blocks, less the keys
+		// no row of the unit sees at its ends, so that a window that starts
 		// inside a block does not pay for the whole block.
 		c0 := max(col0, first)
-		cols := min(col0+blockCols, keys) - c0
-		s := sc.s[:rows*blockCols]
+		end := min(col0+span, keys)
+		cols := end - c0
+		s := sc.s[:rows*span]
 		// Without a softcap, which needs the bare scores, the GEMM starts
 		// from the bias and so adds it for free: bias + S, the products
 		// summed first.
 		preload := bias != nil && p.Softcap == 0
 		for r := range rows {
 			if preload {
-				copy(s[r*blockCols:r*blockCols+cols], bias[r*p.Nk+c0:])
+				copy(s[r*span:r*span+cols], bias[r*p.Nk+c0:])
 			} else {
-				clear(s[r*blockCols : r*blockCols+cols])
+				clear(s[r*span : r*span+cols])
 			}
 		}
-		// S = (scale·Q)·Kᵀ for this key block.
-		ops.gemm(rows, cols, d, sc.qs, d, kt[col0*d+c0-col0:], min(blockCols, p.Nk-col0), s, blockCols)
+		// S = (scale·Q)·Kᵀ, one product per key block of Kᵀ (D×w each, its
+		// own row stride).
+		for kb := col0; kb < end; kb += blockCols {
+			from := max(kb, c0)
+			ops.gemm(rows, min(kb+blockCols, end)-from, d, sc.qs, d, kt[kb*d+from-kb:], min(blockCols, p.Nk-kb), s[from-c0:], span)
+		}
 		// Row r, key c0+x reads the ALiBi term tab[x + rows−1−r]: its
 		// a − j is Aligned(row0+r) − (c0+x).
 		var tab []T
@@ -220,7 +239,7 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p *
 		// uncut tile (every tile without a mask) asks no row for its range.
 		cut := sc.lo[rows-1] > c0 || sc.hi[0] < c0+cols
 		for r := range rows {
-			sr := s[r*blockCols : r*blockCols+cols]
+			sr := s[r*span : r*span+cols]
 			from, to := 0, cols
 			if cut {
 				// Keys outside the row's range are masked. Their
@@ -255,18 +274,18 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p *
 		}
 		// acc += P·V for this key block.
 		vb := v[c0*d : (c0+cols)*d]
-		if cut && !blockFinite(vFinite, col0/blockCols, vb) {
+		if cut && !spanFinite(vFinite, col0/blockCols, ceilDiv(end, blockCols), vb) {
 			// Some rows do not see some keys of this block, and a masked P
 			// of 0 times an infinite or NaN value would still be NaN: each
 			// row takes only the keys it sees.
 			for r := range rows {
 				if from, to := clampRange(sc.lo[r], sc.hi[r], c0, cols); to > from {
-					ops.gemm(1, d, to-from, s[r*blockCols+from:], blockCols, vb[from*d:], d, sc.acc[r*d:], d)
+					ops.gemm(1, d, to-from, s[r*span+from:], span, vb[from*d:], d, sc.acc[r*d:], d)
 				}
 			}
 			continue
 		}
-		ops.gemm(rows, d, cols, s, blockCols, vb, d, sc.acc, d)
+		ops.gemm(rows, d, cols, s, span, vb, d, sc.acc, d)
 	}
 	sc.finishRows(rows, d, o, lse)
 }

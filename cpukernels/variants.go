@@ -1,6 +1,8 @@
 package cpukernels
 
 import (
+	"slices"
+
 	"github.com/gorgonia-flash/flashattention/internal/simd"
 	"github.com/gorgonia-flash/flashattention/kernels"
 )
@@ -180,6 +182,15 @@ func clearCols[T kernels.Float](m []T, ld, r0, r1, c0, c1 int) {
 func blockFinite[T kernels.Float](known []bool, i int, x []T) bool {
 	if known != nil {
 		return known[i]
+	}
+	return allFinite(x)
+}
+
+// spanFinite is blockFinite for the key blocks [b0, b1) whose rows x are:
+// every one of them finite.
+func spanFinite[T kernels.Float](known []bool, b0, b1 int, x []T) bool {
+	if known != nil {
+		return !slices.Contains(known[b0:b1], false)
 	}
 	return allFinite(x)
 }
