@@ -228,6 +228,7 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 		rowsFinite = make([]bool, heads*qBlocks)
 	}
 	scale := T(p.Scale)
+	ops := opsFor[T]()
 	masks := entryMasks(p)
 	biasData, dbias := kernels.BiasData[T](p.Bias), kernels.BiasGrad[T](p.Bias)
 	parallelFor(workers, heads*qBlocks, func(_, unit int) {
@@ -251,15 +252,10 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 		if rowsFinite != nil {
 			rowsFinite[unit] = allFinite(q[at:at+rows*d]) && allFinite(do[at:at+rows*d])
 		}
-		for i := range d * rows {
-			qs[i] *= scale
-		}
+		ops.scale(qs[:d*rows], scale)
 		for r := range rows {
 			// D_i = rowsum(dO∘O), the correction term of the softmax gradient.
-			var rowD T
-			for c, x := range do[at+r*d : at+(r+1)*d] {
-				rowD += x * o[at+r*d+c]
-			}
+			rowD := dotProduct(do[at+r*d:at+(r+1)*d], o[at+r*d:at+(r+1)*d])
 			if dlse != nil {
 				// ∂LSE_i/∂S_ij = P_ij: a gradient reaching the LSE lowers
 				// D_i by dLSE_i.
@@ -283,7 +279,6 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 	for w := range scratch {
 		scratch[w] = newBackwardScratch[T](p)
 	}
-	ops := opsFor[T]()
 	// One unit is a chunk of the key blocks of a group of key heads (one
 	// key head unless a bias is broadcast, see keyGroups); for each key
 	// head it loops over the query heads that read it, so dK and dV of a
@@ -340,9 +335,7 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 		}
 		sum := dqT[0][at : at+d*rows]
 		for c := 1; c < chunks; c++ {
-			for i, x := range dqT[c][at : at+d*rows] {
-				sum[i] += x
-			}
+			add(sum, dqT[c][at:at+d*rows])
 		}
 		transpose(d, rows, sum, rows, dq[at:], d)
 	})

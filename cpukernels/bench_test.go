@@ -30,6 +30,11 @@ func benchPass[T kernels.Float](b *testing.B, backward bool) {
 			if err := fwd(p, t.q, t.k, t.v, t.o, t.lse); err != nil {
 				b.Fatal(err)
 			}
+			if backward { // warm, as benchVariants says
+				if err := bwd(p, t.q, t.k, t.v, t.o, t.lse, t.do, nil, t.dq, t.dk, t.dv); err != nil {
+					b.Fatal(err)
+				}
+			}
 			flops := p.ForwardFLOPs()
 			if backward {
 				flops = p.BackwardFLOPs()
@@ -109,6 +114,14 @@ func benchVariants(b *testing.B, backward bool) {
 			be := cpukernels.Backend{}
 			if err := be.Forward32(p, t.q, t.k, t.v, t.o, t.lse); err != nil {
 				b.Fatal(err)
+			}
+			// One backward before the timing, as the forward above: the
+			// first call fills the recycled buffers (page faults on fresh
+			// memory), which cost a third of a 3-iteration average.
+			if backward {
+				if err := be.Backward32(p, t.q, t.k, t.v, t.o, t.lse, t.do, nil, t.dq, t.dk, t.dv); err != nil {
+					b.Fatal(err)
+				}
 			}
 			flops := p.VisibleFLOPs()
 			if backward {

@@ -247,7 +247,7 @@ func (u *decodeUnit[T]) keyRun(c0, x, cols int) (n, at int) {
 
 // finish writes the rows' outputs and LSEs once run has covered all their
 // keys, as forwardRowBlock ends (finishRows).
-func (u *decodeUnit[T]) finish(o, lse []T) { u.sc.finishRows(u.rows, u.p.D, o, lse) }
+func (u *decodeUnit[T]) finish(o, lse []T) { u.sc.finishRows(u.ops, u.rows, u.p.D, o, lse) }
 
 // partial writes row r's output over the split [from, to) into o, in
 // float64, and returns its LSE and whether the row saw a key of the split.

@@ -287,13 +287,13 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p *
 		}
 		ops.gemm(rows, d, cols, s, span, vb, d, sc.acc, d)
 	}
-	sc.finishRows(rows, d, o, lse)
+	sc.finishRows(ops, rows, d, o, lse)
 }
 
 // finishRows writes O = acc / l and LSE = m + log l of rows 0 … rows−1
 // into o (rows of d) and lse, and O = 0, LSE = +Inf for the rows whose key
 // range [lo, hi) is empty.
-func (sc *forwardScratch[T]) finishRows(rows, d int, o, lse []T) {
+func (sc *forwardScratch[T]) finishRows(ops mathOps[T], rows, d int, o, lse []T) {
 	for r := range rows {
 		or := o[r*d : (r+1)*d]
 		if sc.hi[r] == sc.lo[r] {
@@ -305,10 +305,8 @@ func (sc *forwardScratch[T]) finishRows(rows, d int, o, lse []T) {
 		}
 		// For a row whose scores were all −Inf, acc = l = 0 and O = 0·∞ =
 		// NaN, LSE = −Inf + log 0 = −Inf, the IEEE values of the formulas.
-		inv := 1 / sc.l[r]
-		for i, x := range sc.acc[r*d : (r+1)*d] {
-			or[i] = x * inv
-		}
+		copy(or, sc.acc[r*d:(r+1)*d])
+		ops.scale(or, 1/sc.l[r])
 		lse[r] = sc.m[r] + T(math.Log(float64(sc.l[r])))
 	}
 }
