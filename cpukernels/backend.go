@@ -186,25 +186,6 @@ func orAddSigns(w []uint64, keep, add uint64) uint64 {
 	return (a0 | a1 | a2 | a3) &^ keep
 }
 
-// dotProduct returns Σ x[i]·y[i] over len(x) ≤ len(y) elements, in four partial
-// sums (one dependency chain of additions per element ran at the adder's
-// latency, not its throughput).
-func dotProduct[T kernels.Float](x, y []T) T {
-	y = y[:len(x)]
-	var s0, s1, s2, s3 T
-	i := 0
-	for ; i+4 <= len(x); i += 4 {
-		s0 += x[i] * y[i]
-		s1 += x[i+1] * y[i+1]
-		s2 += x[i+2] * y[i+2]
-		s3 += x[i+3] * y[i+3]
-	}
-	for ; i < len(x); i++ {
-		s0 += x[i] * y[i]
-	}
-	return (s0 + s1) + (s2 + s3)
-}
-
 func hasNaN[T kernels.Float](x []T) bool {
 	for _, xi := range x {
 		if xi != xi {

@@ -255,7 +255,13 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 		ops.scale(qs[:d*rows], scale)
 		for r := range rows {
 			// D_i = rowsum(dO∘O), the correction term of the softmax gradient.
-			rowD := dotProduct(do[at+r*d:at+(r+1)*d], o[at+r*d:at+(r+1)*d])
+			// One sum in key order, as the GEMM sums dP = dO·Vᵀ: where
+			// the softmax is constant (a row that sees one key, O = V),
+			// dP − D then cancels exactly.
+			var rowD T
+			for c, x := range do[at+r*d : at+(r+1)*d] {
+				rowD += x * o[at+r*d+c]
+			}
 			if dlse != nil {
 				// ∂LSE_i/∂S_ij = P_ij: a gradient reaching the LSE lowers
 				// D_i by dLSE_i.
