@@ -255,9 +255,10 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 		ops.scale(qs[:d*rows], scale)
 		for r := range rows {
 			// D_i = rowsum(dO∘O), the correction term of the softmax gradient.
-			// One sum in key order, as the GEMM sums dP = dO·Vᵀ: where
-			// the softmax is constant (a row that sees one key, O = V),
-			// dP − D then cancels exactly.
+			// One sum in column order: with it, dP − D cancels exactly
+			// where the softmax is constant (a row that sees one key,
+			// O = V), which the sweep's Nk = 1 case checks; four partial
+			// sums did not.
 			var rowD T
 			for c, x := range do[at+r*d : at+(r+1)*d] {
 				rowD += x * o[at+r*d+c]
