@@ -272,10 +272,10 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p *
 				dropRow(sr[from:to], words, p.Dropout)
 			}
 		}
-		// acc += P·V for this key block.
+		// acc += P·V for this tile.
 		vb := v[c0*d : (c0+cols)*d]
 		if cut && !spanFinite(vFinite, col0/blockCols, ceilDiv(end, blockCols), vb) {
-			// Some rows do not see some keys of this block, and a masked P
+			// Some rows do not see some keys of this tile, and a masked P
 			// of 0 times an infinite or NaN value would still be NaN: each
 			// row takes only the keys it sees.
 			for r := range rows {
