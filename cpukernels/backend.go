@@ -16,12 +16,16 @@ import (
 const (
 	blockRows = 64  // Br: query rows per work unit
 	blockCols = 128 // Bc: keys per inner step
-	// Rows per forward pass under a window bounded on the left (forward),
-	// and rows or keys per panel of a tile that such a window cuts in the
-	// backward (backwardPanelProducts): the GEMMs' microkernels take 8
-	// rows at a time, so 16 keeps them whole while cutting the keys no row
-	// sees (or the rows no key sees) from Br − 1 or Bc − 1 to 15.
+	// Rows per forward pass under a window bounded on the left: the GEMMs'
+	// microkernels take 8 rows at a time, so 16 keeps them whole while
+	// cutting the keys no row sees from Br − 1 to 15, and a 16-row panel's
+	// band of a 256-key window fits one tile (tileSpan).
 	windowPanelRows = 16
+	// Rows or keys per panel of a tile that such a window cuts in the
+	// backward (backwardTile, backwardPanelProducts): 32, whose fewer,
+	// larger products beat 16's smaller waste (window 256: 6–13 % faster
+	// than 16 on dev, 8 slower still).
+	windowPanelBackward = 32
 )
 
 // Backend runs attention on the CPU. The zero value is ready to use.

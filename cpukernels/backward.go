@@ -200,8 +200,9 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 		return err
 	}
 	heads, d, da := p.B*p.H, p.D, p.D+1
-	qBlocks := ceilDiv(p.Nq, blockRows)
+	qBlocks, kBlocks := ceilDiv(p.Nq, blockRows), ceilDiv(p.Nk, blockCols)
 	chunks := keyChunks(p)
+	perChunk := ceilDiv(kBlocks, chunks)
 	nScratch := max(1, min(workers, heads*chunks))
 	aug := heads * p.Nq * da // elements of qsT or doT
 	if err := hostmem.CheckElems[T](2*aug + chunks*p.QLen() + nScratch*backwardScratchLen(d)); err != nil {
@@ -210,7 +211,7 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 	// Recycled buffers (workspace.go): the first loop below writes every
 	// element of qsT and doT that a key block reads (not those of query
 	// blocks past a sequence's length, which none visits) and clears each
-	// dQᵀ.
+	// dQᵀ part where its chunk's key blocks add (chunkRowBlocks).
 	qsT, doT := takeBuffer[T](aug), takeBuffer[T](aug)
 	defer giveBuffer(qsT)
 	defer giveBuffer(doT)
@@ -242,8 +243,10 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 			// cleared at the end, and their dQᵀ parts are never read.
 			return
 		}
-		for _, part := range dqT {
-			clear(part[at : at+rows*d])
+		for c, part := range dqT {
+			if qb0, qb1 := chunkRowBlocks(mask, c, perChunk, p.Nk); qb0 <= qb && qb < qb1 {
+				clear(part[at : at+rows*d])
+			}
 		}
 		packed := (bh*p.Nq + row0) * da
 		qs, dot := qsT[packed:packed+da*rows], doT[packed:packed+da*rows]
@@ -280,8 +283,6 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 		}
 	})
 
-	kBlocks := ceilDiv(p.Nk, blockCols)
-	perChunk := ceilDiv(kBlocks, chunks)
 	scratch := make([]*backwardScratch[T], nScratch)
 	for w := range scratch {
 		scratch[w] = newBackwardScratch[T](p)
@@ -329,24 +330,55 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 			}
 		}
 	})
-	// dQ = Σ_chunks dQᵀ, summed in chunk order, then transposed; 0 on
-	// padding rows.
+	// dQ = Σ_chunks dQᵀ over the chunks that reach the block, summed in
+	// chunk order, then transposed; 0 on padding rows and rows no chunk
+	// reaches.
 	parallelFor(workers, heads*qBlocks, func(_, unit int) {
 		bh, qb := unit/qBlocks, unit%qBlocks
+		mask := &masks[bh/p.H]
 		row0 := qb * blockRows
 		rows := min(blockRows, p.Nq-row0)
 		at := (bh*p.Nq + row0) * d
-		if row0 >= masks[bh/p.H].Lq {
+		var sum []T
+		if row0 < mask.Lq {
+			for c := range chunks {
+				if qb0, qb1 := chunkRowBlocks(mask, c, perChunk, p.Nk); qb < qb0 || qb >= qb1 {
+					continue
+				}
+				if part := dqT[c][at : at+d*rows]; sum == nil {
+					sum = part
+				} else {
+					add(sum, part)
+				}
+			}
+		}
+		if sum == nil {
 			clear(dq[at : at+rows*d])
 			return
-		}
-		sum := dqT[0][at : at+d*rows]
-		for c := 1; c < chunks; c++ {
-			add(sum, dqT[c][at:at+d*rows])
 		}
 		transpose(d, rows, sum, rows, dq[at:], d)
 	})
 	return nil
+}
+
+// chunkRowBlocks returns the query blocks [qb0, qb1) that key chunk c
+// (key blocks [c·per, (c+1)·per)) reaches in a batch entry with mask: the
+// blocks of its dQᵀ part that backwardKeyBlock's tiles write, the union of
+// its key blocks' row ranges (whose bounds grow with the key). The part's
+// other blocks hold nothing of the chunk's, so they are neither cleared
+// nor summed: under a window most of every part, under a causal mask the
+// early rows of the later chunks.
+func chunkRowBlocks(mask *kernels.Mask, c, per, nk int) (qb0, qb1 int) {
+	ks, ke := c*per*blockCols, min(nk, (c+1)*per*blockCols, mask.Lk)
+	if ks >= ke {
+		return 0, 0
+	}
+	lo, _ := mask.QueryRange(ks)
+	_, hi := mask.QueryRange(ke - 1)
+	if lo >= hi {
+		return 0, 0
+	}
+	return lo / blockRows, ceilDiv(hi, blockRows)
 }
 
 // backwardKeyBlock computes dK and dV for keys [col0, col0+Bc) of key
@@ -467,8 +499,8 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 	// each over the rows it sees (see keyPanelRows); the entries left out
 	// are hidden pairs, set to 0 below.
 	if cut && windowPanels(p) {
-		for c0 := 0; c0 < cols; c0 += windowPanelRows {
-			n := min(windowPanelRows, cols-c0)
+		for c0 := 0; c0 < cols; c0 += windowPanelBackward {
+			n := min(windowPanelBackward, cols-c0)
 			if f, t := keyPanelRows(sc, row0, rows, c0, n); t > f {
 				ops.gemm(n, t-f, da, sc.ka[c0*da:], da, qsT[f:], rows, pt[c0*blockRows+f:], blockRows)
 				ops.gemm(n, t-f, da, sc.va[c0*da:], da, doT[f:], rows, dst[c0*blockRows+f:], blockRows)
@@ -644,15 +676,15 @@ func backwardPanelProducts[T kernels.Float](ops mathOps[T], sc *backwardScratch[
 	d := p.D
 	qi, doi := qh.q[row0*d:(row0+rows)*d], qh.do[row0*d:(row0+rows)*d]
 	dqT := qh.dqT[row0*d : (row0+rows)*d]
-	for c0 := 0; c0 < cols; c0 += windowPanelRows {
-		n := min(windowPanelRows, cols-c0)
+	for c0 := 0; c0 < cols; c0 += windowPanelBackward {
+		n := min(windowPanelBackward, cols-c0)
 		if f, t := keyPanelRows(sc, row0, rows, c0, n); t > f {
 			ops.gemm(n, d, t-f, sc.pt[c0*blockRows+f:], blockRows, doi[f*d:], d, sc.dv[c0*d:], d)
 			ops.gemm(n, d, t-f, sc.dst[c0*blockRows+f:], blockRows, qi[f*d:], d, sc.dk[c0*d:], d)
 		}
 	}
-	for r0 := 0; r0 < rows; r0 += windowPanelRows {
-		n := min(windowPanelRows, rows-r0)
+	for r0 := 0; r0 < rows; r0 += windowPanelBackward {
+		n := min(windowPanelBackward, rows-r0)
 		if f, t := rowPanelKeys(sc, row0, rows, cols, r0, n); t > f {
 			ops.gemm(d, n, t-f, sc.kt[f:], blockCols, sc.dst[f*blockRows+r0:], blockRows, dqT[r0:], rows)
 		}
@@ -663,7 +695,7 @@ func backwardPanelProducts[T kernels.Float](ops mathOps[T], sc *backwardScratch[
 // cut by panels: under a window bounded on the left, where every row, and
 // so every key, sees a band that moves with it, a whole tile would compute
 // up to Br − 1 rows per key (and Bc − 1 keys per row) that it does not
-// see, against 15 for a panel of 16.
+// see, against 31 for a panel of windowPanelBackward = 32.
 func windowPanels(p *kernels.Params) bool {
 	return p.Window.On && p.Window.Left >= 0
 }
