@@ -176,18 +176,14 @@ func clearCols[T kernels.Float](m []T, ld, r0, r1, c0, c1 int) {
 	}
 }
 
-// blockFinite reports whether block i holds no NaN or ±Inf: known[i] when
-// the caller scanned every block up front (known not nil), else a scan of
-// x, that block's elements, now.
+// blockFinite is spanFinite for block i alone.
 func blockFinite[T kernels.Float](known []bool, i int, x []T) bool {
-	if known != nil {
-		return known[i]
-	}
-	return allFinite(x)
+	return spanFinite(known, i, i+1, x)
 }
 
-// spanFinite is blockFinite for the key blocks [b0, b1) whose rows x are:
-// every one of them finite.
+// spanFinite reports whether blocks [b0, b1), whose elements are x, hold no
+// NaN or ±Inf: from known when the caller scanned every block up front
+// (known not nil), else a scan of x now.
 func spanFinite[T kernels.Float](known []bool, b0, b1 int, x []T) bool {
 	if known != nil {
 		return !slices.Contains(known[b0:b1], false)
