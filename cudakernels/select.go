@@ -130,7 +130,7 @@ func choose(c Capability, fam Family, r request) (choice, error) {
 		return simtChoice(r.dir, r.f64, dp, FP32), nil
 	}
 	useHopper := c.hopper() && fam != FamilySM80 && !r.biasOrDropout
-	fwd := mmaForwardChoice(r.prec, dp)
+	fwd := mmaForwardChoice(r.prec, dp, r.biasOrDropout)
 	if useHopper && wgmmaBuilt(r.prec, dp) {
 		fwd = wgmmaForwardChoice(r.prec, dp)
 	}
@@ -176,9 +176,12 @@ func simtChoice(dir direction, f64 bool, dp int, rounding Precision) choice {
 	return ch
 }
 
-func mmaForwardChoice(prec Precision, dp int) choice {
-	return choice{kind: kindMMA, dir: forwardDir, prec: prec, elem: 4, dp: dp, rows: mmaFwdRows(dp),
-		step: mmaFwdBK(prec, dp), threads: mmaThreads, smem: mmaFwdSmem(prec, dp)}
+// mmaForwardChoice is the mma.sync forward; full (a bias or dropout) gets
+// the _full kernel's launch shape, which the registry loads as a choice of
+// its own.
+func mmaForwardChoice(prec Precision, dp int, full bool) choice {
+	return choice{kind: kindMMA, dir: forwardDir, prec: prec, elem: 4, dp: dp, rows: mmaFwdRows(dp, full),
+		step: mmaFwdBK(prec, dp), threads: mmaThreads, smem: mmaFwdSmem(prec, dp, full)}
 }
 
 func mmaBackwardChoice(prec Precision, dp int) choice {

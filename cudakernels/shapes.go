@@ -32,9 +32,10 @@ func simtBwdSmem(elemSize, dp, tile int) int {
 const mmaThreads = 128
 
 // mmaFwdRows is fwd_bq, a forward block's query rows: two m16 tiles per
-// warp up to dp = 128, one at 256 (fwd_mt).
-func mmaFwdRows(dp int) int {
-	if dp > 128 {
+// warp up to dp = 128, one at 256 and in the _full kernel (full: the
+// problem has a bias or dropout) at every dp (fwd_mt).
+func mmaFwdRows(dp int, full bool) int {
+	if dp > 128 || full {
 		return 64
 	}
 	return 128
@@ -58,15 +59,21 @@ func mmaFwdBK(prec Precision, dp int) int {
 
 // mmaFwdSmem is fwd_smem_bytes: Q and two K tiles with rows of dp elements
 // padded by 16 bytes, and two V tiles, the same or, for TF32, transposed
-// ([dp, BK] padded by 16 bytes).
-func mmaFwdSmem(prec Precision, dp int) int {
+// ([dp, BK] padded by 16 bytes); with full, a float32 bias tile of the
+// block's rows and BK keys padded by 8 floats (fwd_bias_ld).
+func mmaFwdSmem(prec Precision, dp int, full bool) int {
 	eb, bk := elemBytes(prec), mmaFwdBK(prec, dp)
 	pad := 16 / eb
 	vTile := bk * (dp + pad)
 	if prec == TF32 {
 		vTile = dp * (bk + pad)
 	}
-	return ((mmaFwdRows(dp)+2*bk)*(dp+pad) + 2*vTile) * eb
+	rows := mmaFwdRows(dp, full)
+	smem := ((rows+2*bk)*(dp+pad) + 2*vTile) * eb
+	if full {
+		smem += rows * (bk + 8) * 4
+	}
+	return smem
 }
 
 // The mma.sync backward: kBwdThreads threads, kBwdBK = 64 keys per dK/dV

@@ -55,7 +55,7 @@ FLASH_DOT_DO_O(f64, double)
 // Tensor-core forward: float32 in and out, operands converted once to bf16
 // or fp16 (rows padded to DP) by flash_to_half_*, or to tf32 by
 // flash_to_tf32 (Q, K) and flash_to_tf32_vt (V, transposed), then
-// fwd_bq<DP> query rows per block (128, or 64 at DP = 256) and key tiles of
+// fwd_bq<DP> query rows per block (128, or 64 at DP = 256 and in _full) and key tiles of
 // fwd_bk (64, or 32 for TF32 above DP = 64); select.go's mmaFwdRows,
 // mmaFwdBK and mmaFwdSmem must match.
 #include "fwd_mma.cuh"

@@ -27,9 +27,17 @@ constexpr int kFwdThreads = 32 * kFwdWarps;
 // fwd_mt is the number of m16 tiles (16 query rows each) per warp: two, which
 // share every K and V fragment read from shared memory, up to DP = 128; one
 // at DP = 256, where two would need 256 fp32 output accumulators per thread.
-// fwd_bq is a block's query rows. select.go repeats both (mmaFwdRows).
-template <int DP> __host__ __device__ constexpr int fwd_mt() { return DP > 128 ? 1 : 2; }
-template <int DP> __host__ __device__ constexpr int fwd_bq() { return 16 * fwd_mt<DP>() * kFwdWarps; }
+// The _full kernel (kFull) takes one at every DP: its bias tile in shared
+// memory (fwd_bias_ld) then fits beside the others with two blocks per
+// SM, and its registers, which its bias and dropout fill, fit without
+// spilling. fwd_bq is a block's query rows. select.go repeats both
+// (mmaFwdRows).
+template <int DP, bool kFull = false> __host__ __device__ constexpr int fwd_mt() {
+  return DP > 128 || kFull ? 1 : 2;
+}
+template <int DP, bool kFull = false> __host__ __device__ constexpr int fwd_bq() {
+  return 16 * fwd_mt<DP, kFull>() * kFwdWarps;
+}
 
 // Row stride of the shared tiles in elements of type S: 16 bytes of
 // padding make the stride ≡ 16 bytes (mod 128), so the 8 row addresses of
@@ -51,11 +59,45 @@ template <typename E, int DP> __host__ __device__ constexpr int fwd_v_tile() {
   return E::kVTransposed ? DP * ld_of<S, fwd_bk<E, DP>()>() : fwd_bk<E, DP>() * ld_of<S, DP>();
 }
 
+// fwd_bias_ld is the row stride, in floats, of the _full kernel's bias
+// tile [fwd_bq rows, BK keys]: 8 floats of padding make it ≡ 8 words (mod
+// 32), so that the float2 reads of a warp's 8 rows × 4 lanes take the two
+// wavefronts their 256 bytes need.
+template <typename E, int DP> __host__ __device__ constexpr int fwd_bias_ld() { return fwd_bk<E, DP>() + 8; }
+
 // fwd_smem_bytes is the shared-memory layout: Q, then two K and two V
-// buffers. select.go repeats it (mmaFwdSmem).
-template <typename E, int DP> __host__ __device__ constexpr int fwd_smem_bytes() {
+// buffers, and for kFull one bias tile (fp32). select.go repeats it
+// (mmaFwdSmem).
+template <typename E, int DP, bool kFull = false> __host__ __device__ constexpr int fwd_smem_bytes() {
   using S = typename E::Storage;
-  return ((fwd_bq<DP>() + 2 * fwd_bk<E, DP>()) * ld_of<S, DP>() + 2 * fwd_v_tile<E, DP>()) * sizeof(S);
+  return ((fwd_bq<DP, kFull>() + 2 * fwd_bk<E, DP>()) * ld_of<S, DP>() + 2 * fwd_v_tile<E, DP>()) * sizeof(S) +
+         (kFull ? fwd_bq<DP, kFull>() * fwd_bias_ld<E, DP>() * 4 : 0);
+}
+
+// cp_bias_tile copies the bias of rows [r0, r0 + ROWS) and keys [c0, c0 +
+// COLS) of a slice (rows n apart) into dst (row stride LD floats), zeros
+// past rows_real or n. aligned (n % 4 == 0 and a 16-byte aligned slice):
+// 16-byte copies, 4 keys each; else one per key, as a row of the slice
+// starts anywhere.
+template <int ROWS, int COLS, int LD>
+__device__ __forceinline__ void cp_bias_tile(float* dst, const float* __restrict__ src, long long r0,
+                                             long long rows_real, long long c0, long long n, bool aligned) {
+  if (aligned) {
+    constexpr int kChunks = COLS / 4;
+    for (int c = threadIdx.x; c < ROWS * kChunks; c += kFwdThreads) {
+      const int r = c / kChunks, col = c % kChunks * 4;
+      const bool ok = r0 + r < rows_real && c0 + col < n;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst + r * LD + col)),
+                   "l"(ok ? src + (r0 + r) * n + c0 + col : src), "r"(ok ? 16 : 0));
+    }
+  } else {
+    for (int c = threadIdx.x; c < ROWS * COLS; c += kFwdThreads) {
+      const int r = c / COLS, col = c % COLS;
+      const bool ok = r0 + r < rows_real && c0 + col < n;
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst + r * LD + col)),
+                   "l"(ok ? src + (r0 + r) * n + c0 + col : src), "r"(ok ? 4 : 0));
+    }
+  }
 }
 
 // to_storage_padded writes y[r, c] = round(x[r, c]) for c < dim and 0 for
@@ -183,17 +225,19 @@ __device__ void fwd_1rowblock(const Params& p) {
   constexpr int kVec = 16 / sizeof(S);  // elements per 16 bytes
   constexpr int kLd = ld_of<S, DP>();
   constexpr int kLdVt = ld_of<S, BK>();  // TF32's transposed V tile
-  constexpr int kFwdMT = fwd_mt<DP>();
-  constexpr int kFwdBQ = fwd_bq<DP>();
+  constexpr int kFwdMT = fwd_mt<DP, kFull>();
+  constexpr int kFwdBQ = fwd_bq<DP, kFull>();
+  constexpr int kBiasLd = fwd_bias_ld<E, DP>();
   constexpr int kNS = BK / 8;  // n8 tiles of scores per m16 tile
   constexpr int kNO = DP / 8;  // n8 tiles of output per m16 tile
   constexpr int kR = 2 * kFwdMT;  // rows per thread: g and g+8 of each m16 tile
   static_assert(kNS % 2 == 0 && kNO % 2 == 0, "ldmatrix.x4 loads two n8 tiles");
-  require_launch(kFwdThreads, fwd_smem_bytes<E, DP>());
+  require_launch(kFwdThreads, fwd_smem_bytes<E, DP, kFull>());
 
   S* sQ = reinterpret_cast<S*>(smem);
   S* sK = sQ + kFwdBQ * kLd;  // 2 buffers
   S* sV = sK + 2 * BK * kLd;  // 2 buffers of fwd_v_tile elements
+  [[maybe_unused]] float* sB = reinterpret_cast<float*>(sV + 2 * fwd_v_tile<E, DP>());  // kFull: the bias tile
 
   long long bh, q0;
   query_block<kVar, kFwdBQ>(p, bh, q0);
@@ -276,11 +320,16 @@ __device__ void fwd_1rowblock(const Params& p) {
     cp_rows<BK, DP>(sK, kh, static_cast<long long>(t0) * BK, k_real);
     load_v(sV, static_cast<long long>(t0) * BK);
   }
-  cp_async_commit();
+  // The bias tile: one buffer, refilled for the next tile once every warp
+  // has added this one (below), so that it lands during P·V and the next
+  // products; the first comes with Q.
+  [[maybe_unused]] const bool bias_aligned =
+      kFull && ex.bias != nullptr && nk % 4 == 0 && reinterpret_cast<unsigned long long>(ex.bias) % 16 == 0;
   if constexpr (kFull) {
     if (ex.bias != nullptr && n_tiles > 0)
-      ex.prefetch_bias<kFwdThreads, BK>(q0, q0 + kFwdBQ < q_real ? q0 + kFwdBQ : q_real, static_cast<long long>(t0) * BK);
+      cp_bias_tile<kFwdBQ, BK, kBiasLd>(sB, ex.bias, q0, q_real, static_cast<long long>(t0) * BK, nk, bias_aligned);
   }
+  cp_async_commit();
 
   const float scale_log2 = static_cast<float>(p.scale) * 1.4426950408889634f;
   float m[kR], l[kR];  // l: this thread's partial row sums; reduced at the end
@@ -315,10 +364,6 @@ __device__ void fwd_1rowblock(const Params& p) {
       cp_async_wait<0>();
     }
     __syncthreads();
-    if constexpr (kFull) {
-      if (ex.bias != nullptr && it + 1 < n_tiles)
-        ex.prefetch_bias<kFwdThreads, BK>(q0, q0 + kFwdBQ < q_real ? q0 + kFwdBQ : q_real, k0 + BK);
-    }
     const S* kt = sK + (it % 2) * BK * kLd + k_off;
     const S* vt = sV + (it % 2) * fwd_v_tile<E, DP>() + v_off;
 
@@ -394,12 +439,22 @@ __device__ void fwd_1rowblock(const Params& p) {
               const int key = static_cast<int>(k0) + j * 8 + 2 * t + (e & 1);
               const bool seen = !kMasked || (key >= lo32[r] && key < hi32[r]);
               if constexpr (kFull) {
-                if (ex.bias != nullptr && seen) x = ex.biased(x, row_of(r), key);
+                if (ex.bias != nullptr && seen)
+                  x = fmaf(sB[(row_of(r) - q0) * kBiasLd + (key - static_cast<int>(k0))], kLog2e, x);
               }
               if (!seen) x = -Math<float>::inf();
               s[mt][j][e] = x;
             }
       });
+    }
+    if constexpr (kFull) {
+      // Every warp has added this tile's bias: refill the buffer with the
+      // next tile's (landing by the next iteration's wait).
+      if (ex.bias != nullptr && it + 1 < n_tiles) {
+        __syncthreads();
+        cp_bias_tile<kFwdBQ, BK, kBiasLd>(sB, ex.bias, q0, q_real, k0 + BK, nk, bias_aligned);
+        cp_async_commit();
+      }
     }
 #pragma unroll
     for (int r = 0; r < kR; ++r) tile_max[r] = -Math<float>::inf();

@@ -257,24 +257,6 @@ struct Extras {
     return fmaf(__ldg(bias + i * nk + j), kLog2e, x);
   }
   __device__ __forceinline__ float drop_scale() const { return static_cast<float>(drop.scale); }
-
-  // prefetch_bias asks L1 for the bias of rows [row0, row_end) and keys
-  // [k0, k0 + COLS) ∩ [0, nk), each row's first, middle and last element's
-  // lines (COLS ≤ 64 floats: at most three 128-byte lines), with the
-  // block's kThreads threads. The forward issues it for the next key tile
-  // before this one's products, so that the bias reads per score (biased)
-  // hit L1 instead of waiting on L2 or memory after them.
-  template <int kThreads, int COLS>
-  __device__ __forceinline__ void prefetch_bias(long long row0, long long row_end, long long k0) const {
-    static_assert(COLS <= 64, "three lines per row cover at most 64 floats");
-    const long long k_last = (k0 + COLS < nk ? k0 + COLS : nk) - 1;
-    if (k_last < k0) return;
-    for (long long c = threadIdx.x; c < 3 * (row_end - row0); c += kThreads) {
-      const long long r = row0 + c / 3, part = c % 3;
-      const long long k = part == 0 ? k0 : (part == 1 ? (k0 + k_last) / 2 : k_last);
-      asm volatile("prefetch.global.L1 [%0];\n" ::"l"(bias + r * nk + k));
-    }
-  }
 };
 __device__ __forceinline__ Extras extras_of(const Params& p, long long bh) {
   return Extras{bias_rows<float>(p, bh), p.nq, p.nk, p.pair0 + bh, dropout_of(p)};
