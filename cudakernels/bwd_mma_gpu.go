@@ -15,14 +15,18 @@ import (
 // and V one per key head), then dK and dV per c.rows keys of each key head
 // and dQ per c.rows queries. The _var kernels compute the variants but the
 // bias and dropout, the _full ones those too (pickMmaVariant chooses);
-// dbias writes the bias gradient, a tile of each slice per block.
+// dbias writes the bias gradient, a tile of each slice per block. The
+// _full kernels step over tiles of their own height, with shared memory of
+// their own (smemFull, smemDQFull: mmaBwdFullSmem).
 type mmaBackward struct {
 	dkdv, dq, dkdvVar, dqVar, dkdvFull, dqFull, dbias, toHalf cu.Function
 	c                                                         choice
+	smemFull, smemDQFull                                      int
 }
 
 func loadMmaBackward(mod cu.Module, c choice, maxSmem int) (*mmaBackward, error) {
 	b := &mmaBackward{c: c}
+	b.smemFull, b.smemDQFull = mmaBwdFullSmem(c.dp)
 	var err error
 	if b.toHalf, err = function(mod, "flash_to_half_"+c.prec.String()); err != nil {
 		return nil, err
@@ -40,10 +44,10 @@ func loadMmaBackward(mod cu.Module, c choice, maxSmem int) (*mmaBackward, error)
 	if b.dqVar, err = lookup(mod, "flash_bwd_dq"+suffix+"_var", c.smemDQ, maxSmem); err != nil {
 		return nil, err
 	}
-	if b.dkdvFull, err = lookup(mod, "flash_bwd_dkdv"+suffix+"_full", c.smem, maxSmem); err != nil {
+	if b.dkdvFull, err = lookup(mod, "flash_bwd_dkdv"+suffix+"_full", b.smemFull, maxSmem); err != nil {
 		return nil, err
 	}
-	if b.dqFull, err = lookup(mod, "flash_bwd_dq"+suffix+"_full", c.smemDQ, maxSmem); err != nil {
+	if b.dqFull, err = lookup(mod, "flash_bwd_dq"+suffix+"_full", b.smemDQFull, maxSmem); err != nil {
 		return nil, err
 	}
 	if b.dbias, err = lookup(mod, "flash_bwd_dbias"+suffix, mmaDbiasSmem(c.dp), maxSmem); err != nil {
@@ -90,10 +94,15 @@ func (b *mmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Stream)
 	ops := callerOperands(p, buf)
 	ops.q, ops.k, ops.v, ops.dout = dense(s.q, p.Nq, b.c.dp), dense(s.k, p.Nk, b.c.dp), dense(s.v, p.Nk, b.c.dp), dense(s.dout, p.Nq, b.c.dp)
 	kp := newParams(p, ops)
-	if err := launch(pickMmaVariant(&kp, b.dkdv, b.dkdvVar, b.dkdvFull), gridK, b.c.threads, b.c.smem, stream, &kp); err != nil {
+	dkdv, dq := pickMmaVariant(&kp, b.dkdv, b.dkdvVar, b.dkdvFull), pickMmaVariant(&kp, b.dq, b.dqVar, b.dqFull)
+	smem, smemDQ := b.c.smem, b.c.smemDQ
+	if dkdv == b.dkdvFull {
+		smem, smemDQ = b.smemFull, b.smemDQFull
+	}
+	if err := launch(dkdv, gridK, b.c.threads, smem, stream, &kp); err != nil {
 		return err
 	}
-	if err := launch(pickMmaVariant(&kp, b.dq, b.dqVar, b.dqFull), gridQ, b.c.threads, b.c.smemDQ, stream, &kp); err != nil {
+	if err := launch(dq, gridQ, b.c.threads, smemDQ, stream, &kp); err != nil {
 		return err
 	}
 	if kp.Dbias == 0 {

@@ -78,11 +78,12 @@ func mmaFwdSmem(prec Precision, dp int, full bool) int {
 
 // The mma.sync backward: kBwdThreads threads, kBwdBK = 64 keys per dK/dV
 // block and kBwdBQ = 64 queries per dQ block, each looping over tiles of
-// kBwdStep = 64 rows.
+// kBwdStep = 64 rows, or 32 in the _full kernels (bwd_step).
 const (
-	mmaBwdThreads = 128
-	mmaBwdRows    = 64
-	mmaBwdStep    = 64
+	mmaBwdThreads  = 128
+	mmaBwdRows     = 64
+	mmaBwdStep     = 64
+	mmaBwdFullStep = 32
 	// mmaBwdMaxDim is the largest padded head dimension csrc/flash.cu
 	// builds the backward for: at 256 its dK and dV accumulators would not
 	// fit the registers of this block shape.
@@ -96,9 +97,22 @@ func mmaBwdSmem(dp int) int {
 	return (2*mmaBwdRows+4*mmaBwdStep)*(dp+8)*2 + 4*mmaBwdStep*4
 }
 
+// mmaBwdFullSmem is bwd_dkdv_smem_bytes and bwd_dq_smem_bytes of the _full
+// kernels: their streamed tiles have mmaBwdFullStep rows, and two bias
+// tiles of float32 follow, dK/dV's [step queries, 64 keys] with rows of 64
+// + 4 floats (kDkdvBiasLd), dQ's [64 rows, step keys] with rows of step + 8
+// (row_bias_ld).
+func mmaBwdFullSmem(dp int) (dkdv, dq int) {
+	row := (dp + 8) * 2
+	dkdv = (2*mmaBwdRows+4*mmaBwdFullStep)*row + 4*mmaBwdFullStep*4 + 2*mmaBwdFullStep*(mmaBwdRows+4)*4
+	dq = (2*mmaBwdRows+4*mmaBwdFullStep)*row + 2*mmaBwdRows*(mmaBwdFullStep+8)*4
+	return dkdv, dq
+}
+
 // mmaDbiasSmem is bwd_dbias_smem_bytes: Q, dO, K and V tiles of
-// mmaBwdStep 16-bit rows padded to dp + 8.
-func mmaDbiasSmem(dp int) int { return 4 * mmaBwdStep * (dp + 8) * 2 }
+// mmaBwdStep 16-bit rows padded to dp + 8, and the float32 bias tile of
+// mmaBwdRows rows of mmaBwdStep + 8 floats.
+func mmaDbiasSmem(dp int) int { return 4*mmaBwdStep*(dp+8)*2 + mmaBwdRows*(mmaBwdStep+8)*4 }
 
 // The wgmma family (csrc/fwd_wgmma.cuh, bwd_wgmma.cuh, sm90.cuh).
 

@@ -31,16 +31,36 @@ constexpr int kBwdThreads = 32 * kBwdWarps;  // cp_rows copies with kFwdThreads 
 constexpr int kBwdBK = 16 * kBwdWarps;       // keys per dkdv block: 16 per warp
 constexpr int kBwdBQ = 16 * kBwdWarps;       // queries per dq block: 16 per warp
 constexpr int kBwdStep = 64;                 // rows of the tiles each kernel loops over
-static_assert(kBwdThreads == kFwdThreads, "cp_rows strides by kFwdThreads");
+static_assert(kBwdThreads == kFwdThreads, "cp_rows and cp_bias_tile stride by kFwdThreads");
 
-// Shared-memory layouts, repeated in select.go (mmaBwdSmem): two fixed
-// tiles of 16-bit rows (K and V, or Q and dO), two double-buffered streamed
-// tiles, and for dkdv the streamed queries' LSE and D in fp32.
-template <int DP> __host__ __device__ constexpr int bwd_dkdv_smem_bytes() {
-  return (2 * kBwdBK + 4 * kBwdStep) * ld_of<uint16_t, DP>() * 2 + 4 * kBwdStep * 4;
+// bwd_step is the rows of the tiles the dK/dV and dQ kernels loop over:
+// kBwdStep, or 32 in the _full kernels. There the step's bias tile (fp32)
+// is double-buffered with the streamed tiles, which at 64 rows would leave
+// one block per SM (the dK/dV layout would take 124 KB at DP = 128), and
+// half the scores per step leave registers for the bias and dropout.
+template <bool kFull> __host__ __device__ constexpr int bwd_step() { return kFull ? 32 : kBwdStep; }
+
+// The _full kernels' bias tile strides, in floats. dK/dV's tile [step
+// queries, kBwdBK keys] is read across its rows (one load: 8 keys × 4
+// queries 2 apart), so a stride ≡ 4 (mod 32) words puts the 32 reads in 32
+// banks; dQ's [kBwdBQ rows, step keys] and dBias's [kBwdBQ, kBwdStep] are
+// read along rows in 8-byte pairs, as the forward's (fwd_bias_ld): ≡ 8.
+constexpr int kDkdvBiasLd = kBwdBK + 4;
+template <int COLS> __host__ __device__ constexpr int row_bias_ld() { return COLS + 8; }
+
+// Shared-memory layouts, repeated in select.go (mmaBwdSmem, mmaBwdFullSmem):
+// two fixed tiles of 16-bit rows (K and V, or Q and dO), two
+// double-buffered streamed tiles, for dkdv the streamed queries' LSE and D
+// in fp32, and in the _full kernels two bias tiles.
+template <int DP, bool kFull = false> __host__ __device__ constexpr int bwd_dkdv_smem_bytes() {
+  constexpr int step = bwd_step<kFull>();
+  return (2 * kBwdBK + 4 * step) * ld_of<uint16_t, DP>() * 2 + 4 * step * 4 +
+         (kFull ? 2 * step * kDkdvBiasLd * 4 : 0);
 }
-template <int DP> __host__ __device__ constexpr int bwd_dq_smem_bytes() {
-  return (2 * kBwdBQ + 4 * kBwdStep) * ld_of<uint16_t, DP>() * 2;
+template <int DP, bool kFull = false> __host__ __device__ constexpr int bwd_dq_smem_bytes() {
+  constexpr int step = bwd_step<kFull>();
+  return (2 * kBwdBQ + 4 * step) * ld_of<uint16_t, DP>() * 2 +
+         (kFull ? 2 * kBwdBQ * row_bias_ld<step>() * 4 : 0);
 }
 
 // ldmatrix addresses of one lane (see ldsm_x4), as offsets in 16-bit
@@ -176,17 +196,19 @@ __device__ void dkdv_1colblock(const Params& p) {
   const uint16_t* __restrict__ v = static_cast<const uint16_t*>(p.v);
   const uint16_t* __restrict__ dout = static_cast<const uint16_t*>(p.dout);
   constexpr int kLd = ld_of<uint16_t, DP>();
-  constexpr int kNS = kBwdStep / 8;  // n8 tiles of Sᵀ per warp: queries
-  constexpr int kND = DP / 8;        // n8 tiles of dK and dV per warp
+  constexpr int kStep = bwd_step<kFull>();
+  constexpr int kNS = kStep / 8;  // n8 tiles of Sᵀ per warp: queries
+  constexpr int kND = DP / 8;     // n8 tiles of dK and dV per warp
   static_assert(kNS % 2 == 0 && kND % 2 == 0, "ldmatrix.x4 loads two n8 tiles");
-  require_launch(kBwdThreads, bwd_dkdv_smem_bytes<DP>());
+  require_launch(kBwdThreads, bwd_dkdv_smem_bytes<DP, kFull>());
 
   uint16_t* sK = reinterpret_cast<uint16_t*>(smem);
   uint16_t* sV = sK + kBwdBK * kLd;
-  uint16_t* sQ = sV + kBwdBK * kLd;       // 2 buffers
-  uint16_t* sdO = sQ + 2 * kBwdStep * kLd;  // 2 buffers
-  float* sL = reinterpret_cast<float*>(sdO + 2 * kBwdStep * kLd);  // 2 buffers
-  float* sD = sL + 2 * kBwdStep;                                    // 2 buffers
+  uint16_t* sQ = sV + kBwdBK * kLd;     // 2 buffers
+  uint16_t* sdO = sQ + 2 * kStep * kLd;  // 2 buffers
+  float* sL = reinterpret_cast<float*>(sdO + 2 * kStep * kLd);  // 2 buffers
+  float* sD = sL + 2 * kStep;                                    // 2 buffers
+  [[maybe_unused]] float* sB = sD + 2 * kStep;  // kFull: 2 bias tiles [kStep queries, kDkdvBiasLd]
 
   const long long tiles = (nk + kBwdBK - 1) / kBwdBK;
   // The key head (_var: its group's first query head gives the mask: a
@@ -221,8 +243,8 @@ __device__ void dkdv_1colblock(const Params& p) {
     it0 = n_per = 0;
     if (k0 < mk.lk) {
       const long long q_lo = mk.query_lo(k0), q_hi = mk.query_hi((k0 + kBwdBK < mk.lk ? k0 + kBwdBK : mk.lk) - 1);
-      it0 = static_cast<int>(q_lo / kBwdStep);
-      if (q_hi > q_lo) n_per = static_cast<int>((q_hi + kBwdStep - 1) / kBwdStep) - it0;
+      it0 = static_cast<int>(q_lo / kStep);
+      if (q_hi > q_lo) n_per = static_cast<int>((q_hi + kStep - 1) / kStep) - it0;
     }
     // No key is seen: dK = dV = 0, before any copy.
     if (n_per <= 0) {
@@ -237,13 +259,20 @@ __device__ void dkdv_1colblock(const Params& p) {
   const int n_steps = group * n_per;
 
   // load_step starts copying query step it of query head bh into buffer
-  // buf.
+  // buf, with (kFull) the bias of its queries and the block's keys, the
+  // head's slice being its own or shared with others.
   auto load_step = [&](long long bh, int it, int buf) {
-    const long long r0 = static_cast<long long>(it) * kBwdStep;
-    cp_rows<kBwdStep, DP>(sQ + buf * kBwdStep * kLd, q + bh * nq * DP, r0, q_real);
-    cp_rows<kBwdStep, DP>(sdO + buf * kBwdStep * kLd, dout + bh * nq * DP, r0, q_real);
-    cp_floats<kBwdStep>(sL + buf * kBwdStep, static_cast<const float*>(p.lse) + bh * nq, r0, nq);
-    cp_floats<kBwdStep>(sD + buf * kBwdStep, static_cast<const float*>(p.delta) + bh * nq, r0, nq);
+    const long long r0 = static_cast<long long>(it) * kStep;
+    cp_rows<kStep, DP>(sQ + buf * kStep * kLd, q + bh * nq * DP, r0, q_real);
+    cp_rows<kStep, DP>(sdO + buf * kStep * kLd, dout + bh * nq * DP, r0, q_real);
+    cp_floats<kStep>(sL + buf * kStep, static_cast<const float*>(p.lse) + bh * nq, r0, nq);
+    cp_floats<kStep>(sD + buf * kStep, static_cast<const float*>(p.delta) + bh * nq, r0, nq);
+    if constexpr (kFull) {
+      const float* bias = bias_rows<float>(p, bh);
+      if (bias != nullptr)
+        cp_bias_tile<kStep, kBwdBK, kDkdvBiasLd>(sB + buf * kStep * kDkdvBiasLd, bias, r0, q_real, k0, nk,
+                                                 bias_tile_aligned(bias, nk));
+    }
   };
   cp_rows<kBwdBK, DP>(sK, k + kvh * nk * DP, k0, k_real);
   cp_rows<kBwdBK, DP>(sV, v + kvh * nk * DP, k0, k_real);
@@ -297,11 +326,11 @@ __device__ void dkdv_1colblock(const Params& p) {
       if (mod && it == it0) md = mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale));
       if (kFull && it == it0) ex = extras_of(p, bh);
     }
-    const long long q0 = static_cast<long long>(it) * kBwdStep;
-    const uint16_t* qt = sQ + buf * kBwdStep * kLd;
-    const uint16_t* dot = sdO + buf * kBwdStep * kLd;
-    const float* lt = sL + buf * kBwdStep;
-    const float* dt = sD + buf * kBwdStep;
+    const long long q0 = static_cast<long long>(it) * kStep;
+    const uint16_t* qt = sQ + buf * kStep * kLd;
+    const uint16_t* dot = sdO + buf * kStep * kLd;
+    const float* lt = sL + buf * kStep;
+    const float* dt = sD + buf * kStep;
 
     // Pᵀ: element e of tile j is key key0 + 8·(e/2), query q0 + 8j + 2t + e%2.
     // Rows past nq were zero-filled (Q, dO, LSE, D), so they add nothing.
@@ -331,23 +360,25 @@ __device__ void dkdv_1colblock(const Params& p) {
       // the last row's first key is at most k0 and the first row's last key
       // at least k_last. A key whose queries cross its diagonal in this step
       // takes the masked copy (AlibiRow).
-      const long long q_last = (q0 + kBwdStep < nq ? q0 + kBwdStep : nq) - 1;
+      const long long q_last = (q0 + kStep < nq ? q0 + kStep : nq) - 1;
       const bool masked = !(k_last < mk.key_hi(q0) && mk.key_lo(q_last) <= k0);
       AlibiRow<1> ar[2];
       bool uniform = true;
       if (md.slope_l2 != 0.f) {
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          uniform &= ar[h].set(offset_of(q0, md.shift, key0 + 8 * h) + 2 * t, kBwdStep - 7, md.slope_l2);
+          uniform &= ar[h].set(offset_of(q0, md.shift, key0 + 8 * h) + 2 * t, kStep - 7, md.slope_l2);
       }
-      uint32_t pf[kBwdStep / E::kK][4];
+      uint32_t pf[kStep / E::kK][4];
+      [[maybe_unused]] const float* sb = nullptr;  // this thread's first score in the step's bias tile
       if constexpr (kFull) {
         if (ex.drop.on()) zbits = keep_bits_dkdv<kNS>(ex, q0, key0, lane);  // the warp together, before the dispatch
+        if (ex.bias != nullptr) sb = sB + buf * kStep * kDkdvBiasLd + 2 * t * kDkdvBiasLd + warp * 16 + g;
       }
       with_variant_of<kFull>(masked || !uniform, mod, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
-        probs_dkdv<E, true, kMod, kMasked, kCap, kNS, Log2Lse, kFull>(s, pf, scale_log2, Log2Lse{lt},
-                                                                      static_cast<int>(q0), t, qlo, qhi, md, ar, &ex,
-                                                                      key0, zbits);
+        probs_dkdv<E, true, kMod, kMasked, kCap, kNS, Log2Lse, kFull, kDkdvBiasLd>(
+            s, pf, scale_log2, Log2Lse{lt}, static_cast<int>(q0), t, qlo, qhi, md, ar, sb, kFull && ex.drop.on(),
+            zbits);
       });
       mma_fb<E, DP>(acc_dv, pf, dot + bt_off<DP>(lane));  // with kMod, s now holds Pᵀ·dsoft
     }
@@ -391,14 +422,17 @@ __device__ void dq_1rowblock(const Params& p) {
   const uint16_t* __restrict__ v = static_cast<const uint16_t*>(p.v);
   const uint16_t* __restrict__ dout = static_cast<const uint16_t*>(p.dout);
   constexpr int kLd = ld_of<uint16_t, DP>();
-  constexpr int kNS = kBwdStep / 8;  // n8 tiles of S per warp: keys
+  constexpr int kStep = bwd_step<kFull>();
+  constexpr int kNS = kStep / 8;  // n8 tiles of S per warp: keys
   constexpr int kND = DP / 8;
-  require_launch(kBwdThreads, bwd_dq_smem_bytes<DP>());
+  constexpr int kBiasLd = row_bias_ld<kStep>();
+  require_launch(kBwdThreads, bwd_dq_smem_bytes<DP, kFull>());
 
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem);
   uint16_t* sdO = sQ + kBwdBQ * kLd;
-  uint16_t* sK = sdO + kBwdBQ * kLd;       // 2 buffers
-  uint16_t* sV = sK + 2 * kBwdStep * kLd;  // 2 buffers
+  uint16_t* sK = sdO + kBwdBQ * kLd;    // 2 buffers
+  uint16_t* sV = sK + 2 * kStep * kLd;  // 2 buffers
+  [[maybe_unused]] float* sB = reinterpret_cast<float*>(sV + 2 * kStep * kLd);  // kFull: 2 bias tiles [kBwdBQ, kBiasLd]
 
   long long bh, q0;
   query_block<kVar, kBwdBQ>(p, bh, q0);
@@ -444,8 +478,8 @@ __device__ void dq_1rowblock(const Params& p) {
   } else {
     kv_end = visible_keys((q0 + kBwdBQ < nq ? q0 + kBwdBQ : nq) - 1, nq, nk, causal);
   }
-  const int t0 = static_cast<int>(kv_begin / kBwdStep);
-  const int n_it = kv_end > kv_begin ? static_cast<int>((kv_end + kBwdStep - 1) / kBwdStep) - t0 : 0;
+  const int t0 = static_cast<int>(kv_begin / kStep);
+  const int n_it = kv_end > kv_begin ? static_cast<int>((kv_end + kStep - 1) / kStep) - t0 : 0;
   const long long vis_min = kVar ? 0 : (vis[0] < vis[1] ? vis[0] : vis[1]);
   // _var: the keys both rows see, and the modifiers.
   const int lo_max = lo32[0] > lo32[1] ? lo32[0] : lo32[1], hi_min = hi32[0] < hi32[1] ? hi32[0] : hi32[1];
@@ -453,12 +487,20 @@ __device__ void dq_1rowblock(const Params& p) {
   [[maybe_unused]] const Extras ex = kFull ? extras_of(p, bh) : Extras{};
   const long long rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
 
+  // load_step starts copying key step k0's K and V into buffer buf, with
+  // (kFull) the bias of the block's rows and the step's keys.
+  [[maybe_unused]] const bool bias_aligned = kFull && bias_tile_aligned(ex.bias, nk);
+  auto load_step = [&](long long k0, int buf) {
+    cp_rows<kStep, DP>(sK + buf * kStep * kLd, kh, k0, k_real);
+    cp_rows<kStep, DP>(sV + buf * kStep * kLd, vh, k0, k_real);
+    if constexpr (kFull) {
+      if (ex.bias != nullptr)
+        cp_bias_tile<kBwdBQ, kStep, kBiasLd>(sB + buf * kBwdBQ * kBiasLd, ex.bias, q0, q_real, k0, nk, bias_aligned);
+    }
+  };
   cp_rows<kBwdBQ, DP>(sQ, q + bh * nq * DP, q0, q_real);
   cp_rows<kBwdBQ, DP>(sdO, dout + bh * nq * DP, q0, q_real);
-  if (n_it > 0) {
-    cp_rows<kBwdStep, DP>(sK, kh, static_cast<long long>(t0) * kBwdStep, k_real);
-    cp_rows<kBwdStep, DP>(sV, vh, static_cast<long long>(t0) * kBwdStep, k_real);
-  }
+  if (n_it > 0) load_step(static_cast<long long>(t0) * kStep, 0);
   cp_async_commit();
 
   const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
@@ -470,18 +512,17 @@ __device__ void dq_1rowblock(const Params& p) {
 
   for (int it = 0; it < n_it; ++it) {
     const int buf = it % 2;
-    const long long k0 = static_cast<long long>(t0 + it) * kBwdStep;
+    const long long k0 = static_cast<long long>(t0 + it) * kStep;
     if (it + 1 < n_it) {
-      cp_rows<kBwdStep, DP>(sK + (1 - buf) * kBwdStep * kLd, kh, k0 + kBwdStep, k_real);
-      cp_rows<kBwdStep, DP>(sV + (1 - buf) * kBwdStep * kLd, vh, k0 + kBwdStep, k_real);
+      load_step(k0 + kStep, 1 - buf);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
     __syncthreads();
-    const uint16_t* kt = sK + buf * kBwdStep * kLd;
-    const uint16_t* vt = sV + buf * kBwdStep * kLd;
+    const uint16_t* kt = sK + buf * kStep * kLd;
+    const uint16_t* vt = sV + buf * kStep * kLd;
 
     // P: element e of tile j is row g + 8·(e/2), key k0 + 8j + 2t + e%2.
     // Keys past a row's last visible one (past nk too: those K rows were
@@ -491,21 +532,25 @@ __device__ void dq_1rowblock(const Params& p) {
     for (int j = 0; j < kNS; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
     mma_abt<E, DP, kNS>(s, qa, kt + b_off<DP>(lane));
     if constexpr (!kVar) {
-      probs_by_row(s, scale_log2, lse2, k0 + kBwdStep > vis_min, k0, t, vis);
+      probs_by_row(s, scale_log2, lse2, k0 + kStep > vis_min, k0, t, vis);
     } else {
       // With kMod, s holds P·dsoft (probs_dq). A row crossing its diagonal
       // in this step takes the masked copy (AlibiRow).
-      const bool masked = k0 < lo_max || k0 + kBwdStep > hi_min;
+      const bool masked = k0 < lo_max || k0 + kStep > hi_min;
       AlibiRow<-1> ar[2];
       bool uniform = true;
       if (md.slope_l2 != 0.f) {
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          uniform &= ar[h].set(offset_of(q0 + warp * 16 + g + 8 * h, md.shift, k0) - 2 * t, kBwdStep - 7, md.slope_l2);
+          uniform &= ar[h].set(offset_of(q0 + warp * 16 + g + 8 * h, md.shift, k0) - 2 * t, kStep - 7, md.slope_l2);
+      }
+      [[maybe_unused]] const float* sb = nullptr;  // this thread's first score in the step's bias tile
+      if constexpr (kFull) {
+        if (ex.bias != nullptr) sb = sB + buf * kBwdBQ * kBiasLd + (warp * 16 + g) * kBiasLd + 2 * t;
       }
       with_variant_of<kFull>(masked || !uniform, md.on, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
-        probs_dq<E, kMod, kMasked, kCap, kNS, kFull>(s, scale_log2, lse2, static_cast<int>(k0), t, lo32, hi32, md, ar,
-                                                      &ex, rows);
+        probs_dq<E, kMod, kMasked, kCap, kNS, kFull, true, kBiasLd>(s, scale_log2, lse2, static_cast<int>(k0), t,
+                                                                     lo32, hi32, md, ar, sb);
       });
     }
     float dp[kNS][4];
@@ -531,9 +576,10 @@ __device__ void dq_1rowblock(const Params& p) {
 }
 
 // The dBias kernel's shared memory: Q, dO, K and V tiles of kBwdStep rows,
-// one buffer each. select.go repeats it (mmaDbiasSmem).
+// one buffer each, and the block's bias tile (fp32). select.go repeats it
+// (mmaDbiasSmem).
 template <int DP> __host__ __device__ constexpr int bwd_dbias_smem_bytes() {
-  return 4 * kBwdStep * ld_of<uint16_t, DP>() * 2;
+  return 4 * kBwdStep * ld_of<uint16_t, DP>() * 2 + kBwdBQ * row_bias_ld<kBwdStep>() * 4;
 }
 
 // dbias_1tile writes dBias for kBwdBQ rows × kBwdStep keys of one bias
@@ -563,6 +609,8 @@ __device__ void dbias_1tile(const Params& p) {
   uint16_t* sdO = sQ + kBwdStep * kLd;
   uint16_t* sK = sdO + kBwdStep * kLd;
   uint16_t* sV = sK + kBwdStep * kLd;
+  float* sB = reinterpret_cast<float*>(sV + kBwdStep * kLd);  // the bias tile [kBwdBQ, kBiasLd]
+  constexpr int kBiasLd = row_bias_ld<kBwdStep>();
 
   const long long q_tiles = (nq + kBwdBQ - 1) / kBwdBQ, k_tiles = (nk + kBwdStep - 1) / kBwdStep;
   const long long slice = blockIdx.x / (q_tiles * k_tiles);
@@ -579,6 +627,13 @@ __device__ void dbias_1tile(const Params& p) {
   float acc[kNS][4];
 #pragma unroll
   for (int j = 0; j < kNS; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+
+  // Every pair that reads the slice adds the same bias tile: one copy, which
+  // lands with the first pair's tiles (zeros past nq and nk: those rows
+  // and keys are seen by no pair).
+  const float* bias = static_cast<const float*>(p.bias) + bs.sb * p.bias_batch_stride + bs.sh * p.bias_head_stride;
+  cp_bias_tile<kBwdBQ, kBwdStep, kBiasLd>(sB, bias, q0, nq, k0, nk, bias_tile_aligned(bias, nk));
+  const float* sb = sB + (warp * 16 + g) * kBiasLd + 2 * t;  // this thread's first score
 
   for (long long b = bs.b_lo; b < bs.b_hi; ++b) {
     const SeqMask mk = seq_mask(p, b * heads);
@@ -626,8 +681,8 @@ __device__ void dbias_1tile(const Params& p) {
           uniform &= ar[i].set(offset_of(rows[i], md.shift, k0) - 2 * t, kBwdStep - 7, md.slope_l2);
       }
       with_variant_of<true>(masked || !uniform, md.on, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
-        probs_dq<E, kMod, kMasked, kCap, kNS, true, false>(s, scale_log2, lse2, static_cast<int>(k0), t, lo32, hi32,
-                                                            md, ar, &ex, rows);
+        probs_dq<E, kMod, kMasked, kCap, kNS, true, false, kBiasLd>(s, scale_log2, lse2, static_cast<int>(k0), t, lo32,
+                                                                     hi32, md, ar, sb);
       });
       mma_abt<E, DP, kNS>(dp, doa, sV + b_off<DP>(lane));
       if (ex.drop.on()) drop_by_row(dp, ex, rows, k0, t, ex.drop_scale());
@@ -639,6 +694,7 @@ __device__ void dbias_1tile(const Params& p) {
         for (int e = 0; e < 4; ++e) acc[j][e] += dp[j][e];
     }
   }
+  cp_async_wait<0>();  // the bias tile's copies, where no pair saw the tile
 
   float* out = static_cast<float*>(p.dbias) + bs.sb * p.bias_batch_stride + bs.sh * p.bias_head_stride;
 #pragma unroll

@@ -74,9 +74,16 @@ template <typename E, int DP, bool kFull = false> __host__ __device__ constexpr 
          (kFull ? fwd_bq<DP, kFull>() * fwd_bias_ld<E, DP>() * 4 : 0);
 }
 
+// bias_tile_aligned reports whether cp_bias_tile may copy the bias slice
+// at src (rows n floats apart) 16 bytes at a time: every row starts on a
+// 16-byte boundary.
+__device__ __forceinline__ bool bias_tile_aligned(const float* src, long long n) {
+  return src != nullptr && n % 4 == 0 && reinterpret_cast<unsigned long long>(src) % 16 == 0;
+}
+
 // cp_bias_tile copies the bias of rows [r0, r0 + ROWS) and keys [c0, c0 +
 // COLS) of a slice (rows n apart) into dst (row stride LD floats), zeros
-// past rows_real or n. aligned (n % 4 == 0 and a 16-byte aligned slice):
+// past rows_real or n. aligned (bias_tile_aligned, c0 a multiple of 4):
 // 16-byte copies, 4 keys each; else one per key, as a row of the slice
 // starts anywhere.
 template <int ROWS, int COLS, int LD>
@@ -323,8 +330,7 @@ __device__ void fwd_1rowblock(const Params& p) {
   // The bias tile: one buffer, refilled for the next tile once every warp
   // has added this one (below), so that it lands during P·V and the next
   // products; the first comes with Q.
-  [[maybe_unused]] const bool bias_aligned =
-      kFull && ex.bias != nullptr && nk % 4 == 0 && reinterpret_cast<unsigned long long>(ex.bias) % 16 == 0;
+  [[maybe_unused]] const bool bias_aligned = kFull && bias_tile_aligned(ex.bias, nk);
   if constexpr (kFull) {
     if (ex.bias != nullptr && n_tiles > 0)
       cp_bias_tile<kFwdBQ, BK, kBiasLd>(sB, ex.bias, q0, q_real, static_cast<long long>(t0) * BK, nk, bias_aligned);

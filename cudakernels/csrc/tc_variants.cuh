@@ -243,23 +243,20 @@ __device__ __forceinline__ void zero_key_grads(const Params& p, long long kvh, l
 
 // Extras are what the _full kernels compute beyond _var's variants: the
 // additive bias and dropout. bias is the query pair's slice (bias_rows:
-// rows nk apart, natural units) or null; pair numbers the pair for the
-// dropout counter (p.pair0 + bh), as the CUDA-core kernels and the CPU
-// number it, so that every kernel drops the same entries.
+// rows nk apart, natural units) or null, which the kernels copy tile by
+// tile into shared memory (cp_bias_tile) and add from there; pair numbers
+// the pair for the dropout counter (p.pair0 + bh), as the CUDA-core
+// kernels and the CPU number it, so that every kernel drops the same
+// entries.
 struct Extras {
   const float* bias;
-  long long nq, nk, pair;
+  long long pair;
   Dropout drop;
 
-  // biased adds the bias of row i, key j, in log2 units, to x; the caller
-  // reads it only where the pair is visible (so inside the slice).
-  __device__ __forceinline__ float biased(float x, long long i, long long j) const {
-    return fmaf(__ldg(bias + i * nk + j), kLog2e, x);
-  }
   __device__ __forceinline__ float drop_scale() const { return static_cast<float>(drop.scale); }
 };
 __device__ __forceinline__ Extras extras_of(const Params& p, long long bh) {
-  return Extras{bias_rows<float>(p, bh), p.nq, p.nk, p.pair0 + bh, dropout_of(p)};
+  return Extras{bias_rows<float>(p, bh), p.pair0 + bh, dropout_of(p)};
 }
 
 // drop_by_row multiplies x, scores in the C layout whose element e of
@@ -374,24 +371,23 @@ __device__ __forceinline__ uint32_t keep_bits_dkdv(const Extras& ex, long long q
 // step's query c in log2 units: a pointer to them (Hopper: prep_stats
 // writes them so), or Log2Lse over the natural ones (mma.sync).
 //
-// kFull (the mma.sync _full dK/dV kernel) adds the bias of ex (query
-// q0 + col, key key0 + 8h) to each visible score before the exponential,
-// and with dropout builds pf, the probabilities dV takes, from Pᵀ∘Z
-// (zbits: keep_bits_dkdv's; without the factor 1/(1−p), which the caller
-// applies to dV in float32 as the forward does to O) while s keeps
-// Pᵀ(·dsoft).
-template <typename E, bool kVar, bool kMod, bool kMasked, bool kCap, int NS, typename Lse, bool kFull = false>
+// kFull (the mma.sync _full dK/dV kernel) adds the bias to each score
+// before the exponential, from sb, the step's bias tile in shared memory
+// (rows: queries, kLd floats apart) at this thread's first score (query
+// 2t, key 16·warp + g), null without a bias; the tile holds zeros past the
+// sequence and past nk, and scores the thread's keys do not see are set
+// to 0 whatever their bias. With dropout (drop_on) it builds pf, the
+// probabilities dV takes, from Pᵀ∘Z (zbits: keep_bits_dkdv's; without the
+// factor 1/(1−p), which the caller applies to dV in float32 as the forward
+// does to O) while s keeps Pᵀ(·dsoft).
+template <typename E, bool kVar, bool kMod, bool kMasked, bool kCap, int NS, typename Lse, bool kFull = false,
+          int kLd = 0>
 __device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[NS * 8 / E::kK][4], float scale_log2,
                                            Lse lt, int q0, int t, const int (&qlo)[2], const int (&qhi)[2],
-                                           const Mods& md, const AlibiRow<1> (&ar)[2], const Extras* ex = nullptr,
-                                           long long key0 = 0, uint32_t zbits = 0u) {
+                                           const Mods& md, const AlibiRow<1> (&ar)[2], const float* sb = nullptr,
+                                           bool drop_on = false, uint32_t zbits = 0u) {
+  static_assert(!kFull || kVar, "the _full kernels compute the _var variants too");
   constexpr int kT = E::kK / 8;  // score tiles per fragment
-  [[maybe_unused]] bool key_in[2] = {false, false};
-  [[maybe_unused]] bool drop_on = false;
-  if constexpr (kFull) {
-    key_in[0] = key0 < ex->nk, key_in[1] = key0 + 8 < ex->nk;
-    drop_on = ex->drop.on();
-  }
 #pragma unroll
   for (int kk = 0; kk < NS / kT; ++kk) {
     float dsoft[kT][4];
@@ -404,7 +400,7 @@ __device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[NS 
         float x = modified<E, kMod, kCap, kMasked>(s[j][e], scale_log2, md, ar[h], 8 * j + (e & 1), dsoft[c][e]);
         const bool seen = !kMasked || (q0 + col >= qlo[h] && q0 + col < qhi[h]);
         if constexpr (kFull) {
-          if (ex->bias != nullptr && seen && key_in[h] && q0 + col < ex->nq) x = ex->biased(x, q0 + col, key0 + 8 * h);
+          if (sb != nullptr) x = fmaf(sb[(8 * j + (e & 1)) * kLd + 8 * h], kLog2e, x);
         }
         float p = exp2f(x - lt[col]);
         if constexpr (kVar) {
@@ -449,17 +445,27 @@ __device__ __forceinline__ void drop_by_bits(float (&x)[NS][4], uint32_t zbits, 
 // modifiers first (modified; ar: each row's ALiBi bias over the step's keys)
 // and s holds P·dsoft, the factor dS takes.
 //
-// kFull (the mma.sync _full kernels) adds the bias of ex (rows rows[h]) to
-// each visible score before the exponential; kSoft = false leaves out the
-// softcap's derivative (the dBias kernel: the bias is added after the
-// softcap).
-template <typename E, bool kMod, bool kMasked, bool kCap, int NS, bool kFull = false, bool kSoft = true>
+// kFull (the mma.sync _full kernels) adds the bias to each score before
+// the exponential, from sb, the step's bias tile in shared memory (rows:
+// the block's query rows, kLd floats apart; kLd even) at this thread's
+// first score (row g of the warp's 16, key 2t), null without a bias; the
+// tile holds zeros past the sequence and past nk, and unseen scores are
+// set to 0 whatever their bias. kSoft = false leaves out the softcap's
+// derivative (the dBias kernel: the bias is added after the softcap).
+template <typename E, bool kMod, bool kMasked, bool kCap, int NS, bool kFull = false, bool kSoft = true, int kLd = 0>
 __device__ __forceinline__ void probs_dq(float (&s)[NS][4], float scale_log2, const float (&lse2)[2], int k0, int t,
                                          const int (&lo)[2], const int (&hi)[2], const Mods& md,
-                                         const AlibiRow<-1> (&ar)[2], const Extras* ex = nullptr,
-                                         const long long* rows = nullptr) {
+                                         const AlibiRow<-1> (&ar)[2], const float* sb = nullptr) {
 #pragma unroll
-  for (int j = 0; j < NS; ++j)
+  for (int j = 0; j < NS; ++j) {
+    // The tile's two keys of each of the thread's rows, in one 8-byte read.
+    [[maybe_unused]] float2 b[2];
+    if constexpr (kFull) {
+      if (sb != nullptr) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) b[h] = *reinterpret_cast<const float2*>(sb + 8 * h * kLd + 8 * j);
+      }
+    }
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int key = k0 + 8 * j + 2 * t + (e & 1), h = e >> 1;
@@ -467,13 +473,14 @@ __device__ __forceinline__ void probs_dq(float (&s)[NS][4], float scale_log2, co
       float x = modified<E, kMod, kCap, kMasked>(s[j][e], scale_log2, md, ar[h], 8 * j + (e & 1), dsoft);
       const bool seen = !kMasked || (key >= lo[h] && key < hi[h]);
       if constexpr (kFull) {
-        if (ex->bias != nullptr && seen) x = ex->biased(x, rows[h], key);
+        if (sb != nullptr) x = fmaf(e & 1 ? b[h].y : b[h].x, kLog2e, x);
       }
       float p = exp2f(x - lse2[h]);
       if constexpr (kCap && kSoft) p *= dsoft;
       if (!seen) p = 0.f;
       s[j][e] = p;
     }
+  }
 }
 
 }  // namespace flash
