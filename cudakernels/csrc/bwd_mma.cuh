@@ -635,64 +635,83 @@ __device__ void dbias_1tile(const Params& p) {
   cp_bias_tile<kBwdBQ, kBwdStep, kBiasLd>(sB, bias, q0, nq, k0, nk, bias_tile_aligned(bias, nk));
   const float* sb = sB + (warp * 16 + g) * kBiasLd + 2 * t;  // this thread's first score
 
-  for (long long b = bs.b_lo; b < bs.b_hi; ++b) {
+  // The pairs that add to the tile, batch entries then heads in order:
+  // entries whose sequence lengths leave the tile unseen add nothing.
+  // seen_from returns the first such entry from b on (bs.b_hi: none left).
+  auto seen_from = [&](long long b) {
+    while (b < bs.b_hi && !seq_mask(p, b * heads).tile_seen(q0, kBwdBQ, k0, kBwdStep)) ++b;
+    return b;
+  };
+  // load_pair starts copying pair (b, h)'s tiles.
+  auto load_pair = [&](long long b, long long h) {
     const SeqMask mk = seq_mask(p, b * heads);
-    if (!mk.tile_seen(q0, kBwdBQ, k0, kBwdStep)) continue;  // nothing to add for this entry
+    const long long bh = b * heads + h, kvh = kv_pair(p, bh);
+    cp_rows<kBwdStep, DP>(sQ, q + bh * nq * DP, q0, mk.lq);
+    cp_rows<kBwdStep, DP>(sdO, dout + bh * nq * DP, q0, mk.lq);
+    cp_rows<kBwdStep, DP>(sK, k + kvh * nk * DP, k0, mk.lk);
+    cp_rows<kBwdStep, DP>(sV, v + kvh * nk * DP, k0, mk.lk);
+  };
+  long long b = seen_from(bs.b_lo), h = bs.h_lo;
+  if (b < bs.b_hi) load_pair(b, h);
+  cp_async_commit();  // with the bias tile
+
+  while (b < bs.b_hi) {
+    const SeqMask mk = seq_mask(p, b * heads);
+    const long long bh = b * heads + h;
     int lo32[2], hi32[2];
+    float lse2[2], dr[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int i = 0; i < 2; ++i) {
       long long lo, hi;
-      row_keys(mk, rows[h], lo, hi);
-      lo32[h] = static_cast<int>(lo), hi32[h] = static_cast<int>(hi);
+      row_keys(mk, rows[i], lo, hi);
+      lo32[i] = static_cast<int>(lo), hi32[i] = static_cast<int>(hi);
+      const bool ok = rows[i] < mk.lq;
+      lse2[i] = ok ? __ldg(static_cast<const float*>(p.lse) + bh * nq + rows[i]) * kLog2e : Math<float>::inf();
+      dr[i] = ok ? __ldg(static_cast<const float*>(p.delta) + bh * nq + rows[i]) : 0.f;
     }
     const int lo_max = lo32[0] > lo32[1] ? lo32[0] : lo32[1], hi_min = hi32[0] < hi32[1] ? hi32[0] : hi32[1];
     const bool masked = k0 < lo_max || k0 + kBwdStep > hi_min;
-    for (long long h = bs.h_lo; h < bs.h_hi; ++h) {
-      const long long bh = b * heads + h, kvh = kv_pair(p, bh);
-      const Mods md = mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale));
-      const Extras ex = extras_of(p, bh);
-      __syncthreads();  // the previous pair's tiles are no longer read
-      cp_rows<kBwdStep, DP>(sQ, q + bh * nq * DP, q0, mk.lq);
-      cp_rows<kBwdStep, DP>(sdO, dout + bh * nq * DP, q0, mk.lq);
-      cp_rows<kBwdStep, DP>(sK, k + kvh * nk * DP, k0, mk.lk);
-      cp_rows<kBwdStep, DP>(sV, v + kvh * nk * DP, k0, mk.lk);
-      cp_async_commit();
-      float lse2[2], dr[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const bool ok = rows[i] < mk.lq;
-        lse2[i] = ok ? __ldg(static_cast<const float*>(p.lse) + bh * nq + rows[i]) * kLog2e : Math<float>::inf();
-        dr[i] = ok ? __ldg(static_cast<const float*>(p.delta) + bh * nq + rows[i]) : 0.f;
-      }
-      cp_async_wait<0>();
-      __syncthreads();
+    const Mods md = mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale));
+    const Extras ex = extras_of(p, bh);
+    cp_async_wait<0>();
+    __syncthreads();
 
-      float s[kNS][4], dp[kNS][4];
+    // Both products first, so that the next pair's tiles load while this
+    // one's scores go through the softmax, dropout and dS.
+    float s[kNS][4], dp[kNS][4];
 #pragma unroll
-      for (int j = 0; j < kNS; ++j)
+    for (int j = 0; j < kNS; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.f;
-      mma_abt<E, DP, kNS>(s, qa, sK + b_off<DP>(lane));
-      AlibiRow<-1> ar[2];
-      bool uniform = true;
-      if (md.slope_l2 != 0.f) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-          uniform &= ar[i].set(offset_of(rows[i], md.shift, k0) - 2 * t, kBwdStep - 7, md.slope_l2);
-      }
-      with_variant_of<true>(masked || !uniform, md.on, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
-        probs_dq<E, kMod, kMasked, kCap, kNS, true, false, kBiasLd>(s, scale_log2, lse2, static_cast<int>(k0), t, lo32,
-                                                                     hi32, md, ar, sb);
-      });
-      mma_abt<E, DP, kNS>(dp, doa, sV + b_off<DP>(lane));
-      if (ex.drop.on()) drop_by_row(dp, ex, rows, k0, t, ex.drop_scale());
-      ds_by_row(dp, s, dr);
-      zero_unseen(dp, k0, t, lo32, hi32);
-#pragma unroll
-      for (int j = 0; j < kNS; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[j][e] += dp[j][e];
+      for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.f;
+    mma_abt<E, DP, kNS>(s, qa, sK + b_off<DP>(lane));
+    mma_abt<E, DP, kNS>(dp, doa, sV + b_off<DP>(lane));
+    long long nb = b, nh = h + 1;
+    if (nh == bs.h_hi) nb = seen_from(b + 1), nh = bs.h_lo;
+    __syncthreads();  // every warp has read this pair's tiles
+    if (nb < bs.b_hi) {
+      load_pair(nb, nh);
+      cp_async_commit();
     }
+
+    AlibiRow<-1> ar[2];
+    bool uniform = true;
+    if (md.slope_l2 != 0.f) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        uniform &= ar[i].set(offset_of(rows[i], md.shift, k0) - 2 * t, kBwdStep - 7, md.slope_l2);
+    }
+    with_variant_of<true>(masked || !uniform, md.on, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
+      probs_dq<E, kMod, kMasked, kCap, kNS, true, false, kBiasLd>(s, scale_log2, lse2, static_cast<int>(k0), t, lo32,
+                                                                   hi32, md, ar, sb);
+    });
+    if (ex.drop.on()) drop_by_row(dp, ex, rows, k0, t, ex.drop_scale());
+    ds_by_row(dp, s, dr);
+    zero_unseen(dp, k0, t, lo32, hi32);
+#pragma unroll
+    for (int j = 0; j < kNS; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[j][e] += dp[j][e];
+    b = nb, h = nh;
   }
   cp_async_wait<0>();  // the bias tile's copies, where no pair saw the tile
 
