@@ -101,7 +101,7 @@ func (f *mmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream) 
 	kp := newParams(p, operands{q: dense(s.q, p.Nq, f.c.dp), k: dense(s.k, p.Nk, f.c.dp), v: v,
 		o: dense(buf.o, p.Nq, p.D), lse: uint64(buf.lse), vars: buf.vars})
 	fn := pickMmaVariant(&kp, f.fn, f.fnVar, f.fnFull)
-	if (fn == f.fnFull) != (f.c == mmaForwardChoice(f.c.prec, f.c.dp, true)) {
+	if (fn == f.fnFull) != f.c.full {
 		// The _full kernel has launch shape of its own (mmaFwdRows,
 		// mmaFwdSmem): requestFor and pickMmaVariant must agree on it.
 		return fmt.Errorf("cudakernels: internal error: the mma.sync forward of launch shape %d rows, %d bytes got the wrong kernel for its bias and dropout",

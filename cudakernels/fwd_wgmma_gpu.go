@@ -18,10 +18,11 @@ import (
 // tile c.step, one image per key head (grouped-query attention reads each
 // for all the query heads of its group). fn is the plain kernel, fnVar the
 // one that computes the variants (csrc/sm90_variants.cuh); pickVariant
-// chooses.
+// chooses. A choice with c.full has the _full kernel (fnFull) alone: the
+// bias and dropout, with every other variant, in a launch shape of its own.
 type wgmmaForward struct {
-	fn, fnVar, toRows, toVt, toRowsLen, toVtLen cu.Function
-	c                                           choice
+	fn, fnVar, fnFull, toRows, toVt, toRowsLen, toVtLen cu.Function
+	c                                                   choice
 }
 
 func loadWgmmaForward(mod cu.Module, c choice, maxSmem int) (*wgmmaForward, error) {
@@ -40,6 +41,12 @@ func loadWgmmaForward(mod cu.Module, c choice, maxSmem int) (*wgmmaForward, erro
 		return nil, err
 	}
 	name := fmt.Sprintf("flash_fwd_wgmma_%v_d%d", c.prec, c.dp)
+	if c.full {
+		if f.fnFull, err = lookup(mod, name+"_full", c.smem, maxSmem); err != nil {
+			return nil, err
+		}
+		return f, nil
+	}
 	if f.fn, err = lookup(mod, name, c.smem, maxSmem); err != nil {
 		return nil, err
 	}
@@ -74,9 +81,12 @@ func (f *wgmmaForward) carve(p kernels.Params, base cu.DevicePtr, s *wgmmaFwdScr
 	return carve(base, part{&s.q, bh * nq * row}, part{&s.k, bkv * nk * row}, part{&s.vt, bkv * nk * row})
 }
 
-// computes accepts every variant but dropout and the bias (the _var
-// kernels).
+// computes accepts every variant (the _full kernel), or every one but
+// dropout and the bias (the _var kernels).
 func (f *wgmmaForward) computes(p kernels.Params) error {
+	if f.c.full {
+		return refuseVariants(p, "the Hopper (wgmma) kernels", allVariants)
+	}
 	return refuseVariants(p, "the Hopper (wgmma) kernels", masksAndMods)
 }
 
@@ -109,5 +119,14 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 	dp := int64(f.c.dp)
 	kp := newParams(p, operands{q: tensorAt{uint64(s.q), nqPad, dp}, k: tensorAt{uint64(s.k), nkPad, dp},
 		v: tensorAt{uint64(s.vt), nkPad, dp}, o: dense(buf.o, p.Nq, p.D), lse: uint64(buf.lse), vars: buf.vars})
-	return launch(pickVariant(&kp, f.fn, f.fnVar), grid, f.c.threads, f.c.smem, stream, &kp)
+	fn := pickVariant(&kp, f.fn, f.fnVar)
+	if full := kp.Bias != 0 || kp.DropoutThreshold != 0; full != f.c.full {
+		// requestFor and the kernel's argument must agree on the bias and
+		// dropout: the launch shapes differ.
+		return fmt.Errorf("cudakernels: internal error: the Hopper forward of the bias and dropout (%v) got a problem with them (%v)",
+			f.c.full, full)
+	} else if full {
+		fn = f.fnFull
+	}
+	return launch(fn, grid, f.c.threads, f.c.smem, stream, &kp)
 }

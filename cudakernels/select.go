@@ -94,6 +94,9 @@ type choice struct {
 	// smem is the dynamic shared memory of the forward or of the dK/dV
 	// kernel, smemDQ of the dQ kernel.
 	smem, smemDQ int
+	// full: a forward whose problems have a bias or dropout, launched
+	// with its _full kernel's shape.
+	full bool
 }
 
 // checkDevice fails for a device no kernel runs on, or a family it cannot
@@ -114,12 +117,13 @@ func checkDevice(c Capability, fam Family) error {
 //
 //   - float64 calls, and FP32: CUDA cores.
 //   - TF32, BF16, FP16 forward: wgmma where the device is Hopper, fam is not
-//     FamilySM80, it is built (wgmmaBuilt) and the problem has no bias or
-//     dropout (the wgmma kernels do not compute them yet), else mma.sync;
-//     if that kernel does not fit the device's shared memory, calls with
-//     this head dimension fail (no fallback).
+//     FamilySM80 and it is built (wgmmaBuilt; with a bias or dropout the
+//     _full kernel, at fewer head dimensions), else mma.sync; if that
+//     kernel does not fit the device's shared memory, calls with this head
+//     dimension fail (no fallback).
 //   - their backward: fails where the forward does; else wgmma as above
-//     (wgmmaBwdBuilt, and fitting), else mma.sync (BF16 and FP16 up to
+//     (wgmmaBwdBuilt, fitting, and no bias or dropout: the wgmma backward
+//     does not compute them yet), else mma.sync (BF16 and FP16 up to
 //     mmaBwdMaxDim, fitting), else CUDA cores on rounded operands.
 func choose(c Capability, fam Family, r request) (choice, error) {
 	dp, err := paddedDim(r.d)
@@ -129,10 +133,10 @@ func choose(c Capability, fam Family, r request) (choice, error) {
 	if r.f64 || r.prec == FP32 {
 		return simtChoice(r.dir, r.f64, dp, FP32), nil
 	}
-	useHopper := c.hopper() && fam != FamilySM80 && !r.biasOrDropout
+	useHopper := c.hopper() && fam != FamilySM80
 	fwd := mmaForwardChoice(r.prec, dp, r.biasOrDropout)
-	if useHopper && wgmmaBuilt(r.prec, dp) {
-		fwd = wgmmaForwardChoice(r.prec, dp)
+	if useHopper && wgmmaBuilt(r.prec, dp, r.biasOrDropout) {
+		fwd = wgmmaForwardChoice(r.prec, dp, r.biasOrDropout)
 	}
 	if fwd.smem > c.MaxSmem {
 		return choice{}, fmt.Errorf("%w: %v forward at head dimension %d needs %d bytes of shared memory, the device allows %d",
@@ -141,7 +145,7 @@ func choose(c Capability, fam Family, r request) (choice, error) {
 	if r.dir == forwardDir {
 		return fwd, nil
 	}
-	if useHopper && wgmmaBwdBuilt(r.prec, dp) {
+	if useHopper && !r.biasOrDropout && wgmmaBwdBuilt(r.prec, dp) {
 		if b := wgmmaBackwardChoice(r.prec, dp); max(b.smem, b.smemDQ) <= c.MaxSmem {
 			return b, nil
 		}
@@ -181,7 +185,7 @@ func simtChoice(dir direction, f64 bool, dp int, rounding Precision) choice {
 // its own.
 func mmaForwardChoice(prec Precision, dp int, full bool) choice {
 	return choice{kind: kindMMA, dir: forwardDir, prec: prec, elem: 4, dp: dp, rows: mmaFwdRows(dp, full),
-		step: mmaFwdBK(prec, dp), threads: mmaThreads, smem: mmaFwdSmem(prec, dp, full)}
+		step: mmaFwdBK(prec, dp), threads: mmaThreads, smem: mmaFwdSmem(prec, dp, full), full: full}
 }
 
 func mmaBackwardChoice(prec Precision, dp int) choice {
@@ -189,9 +193,11 @@ func mmaBackwardChoice(prec Precision, dp int) choice {
 		step: mmaBwdStep, threads: mmaBwdThreads, smem: mmaBwdSmem(dp), smemDQ: mmaBwdSmem(dp)}
 }
 
-func wgmmaForwardChoice(prec Precision, dp int) choice {
+// wgmmaForwardChoice is the Hopper forward; full (a bias or dropout) gets
+// the _full kernel's launch shape, a choice of its own as for mma.sync.
+func wgmmaForwardChoice(prec Precision, dp int, full bool) choice {
 	return choice{kind: kindWGMMA, dir: forwardDir, prec: prec, elem: 4, dp: dp, rows: wgmmaRows,
-		step: wgmmaFwdBK(prec, dp), threads: wgmmaThreads, smem: wgmmaFwdSmem(prec, dp)}
+		step: wgmmaFwdBK(prec, dp, full), threads: wgmmaThreads, smem: wgmmaFwdSmem(prec, dp, full), full: full}
 }
 
 func wgmmaBackwardChoice(prec Precision, dp int) choice {

@@ -149,11 +149,13 @@ func TestCheckDevice(t *testing.T) {
 	}
 }
 
-// TestChooseBiasOrDropout checks that a problem with a bias or dropout
-// never gets the wgmma kernels, which do not compute them: on the H200 it
-// takes mma.sync (the forward in every tensor-core precision, the backward
-// in BF16 and FP16 up to mmaBwdMaxDim) or the rounded CUDA cores, as the
-// sm80 family does there; and that requestFor sees both variants.
+// TestChooseBiasOrDropout checks the kernels of a problem with a bias or
+// dropout on the H200: the forward takes the wgmma _full kernel where it is
+// built (wgmmaBuilt with full) and else what the sm80 family takes there
+// (mma.sync's _full kernel); the backward, which the wgmma kernels do not
+// compute for them, always takes the sm80 family's (mma.sync in BF16 and
+// FP16 up to mmaBwdMaxDim, else the rounded CUDA cores); and that
+// requestFor sees both variants.
 func TestChooseBiasOrDropout(t *testing.T) {
 	for _, prec := range []Precision{BF16, FP16, TF32} {
 		for _, d := range headDims {
@@ -163,12 +165,19 @@ func TestChooseBiasOrDropout(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%v %v D=%d: %v", prec, dir, d, err)
 				}
-				if got.kind == kindWGMMA {
-					t.Errorf("%v %v D=%d with a bias or dropout: wgmma", prec, dir, d)
-				}
 				sm80, err := choose(h200, FamilySM80, r)
 				if err != nil {
 					t.Fatalf("sm80 family %v %v D=%d: %v", prec, dir, d, err)
+				}
+				if !got.full && dir == forwardDir {
+					t.Errorf("%v forward D=%d with a bias or dropout: not the _full kernel's shape", prec, d)
+				}
+				dp, _ := paddedDim(d)
+				if dir == forwardDir && wgmmaBuilt(prec, dp, true) {
+					if got != wgmmaForwardChoice(prec, dp, true) {
+						t.Errorf("%v forward D=%d with a bias or dropout: %v, want the wgmma _full kernel", prec, d, got.kind)
+					}
+					continue
 				}
 				if got != sm80 {
 					t.Errorf("%v %v D=%d: %v, the sm80 family %v", prec, dir, d, got.kind, sm80.kind)

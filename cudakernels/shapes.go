@@ -125,30 +125,42 @@ const (
 )
 
 // wgmmaBuilt reports whether csrc/hopper.cu instantiates the forward for
-// precision prec and padded head dimension dp.
-func wgmmaBuilt(prec Precision, dp int) bool {
-	switch prec {
-	case BF16, FP16:
+// precision prec and padded head dimension dp; full asks for the _full
+// kernel (a bias or dropout), which exists where its bias tiles fit: 16-bit
+// operands up to dp = 128, TF32 at 64.
+func wgmmaBuilt(prec Precision, dp int, full bool) bool {
+	switch {
+	case full && (prec == BF16 || prec == FP16):
+		return dp == 64 || dp == 128
+	case full && prec == TF32:
+		return dp == 64
+	case prec == BF16 || prec == FP16:
 		return dp == 64 || dp == 128 || dp == 256
-	case TF32:
+	case prec == TF32:
 		return dp == 64 || dp == 128
 	}
 	return false
 }
 
-// wgmmaFwdBK is fwd_bk: 64 keys for 32-bit operands or dp = 256, else 128.
-func wgmmaFwdBK(prec Precision, dp int) int {
-	if elemBytes(prec) == 4 || dp > 128 {
+// wgmmaFwdBK is fwd_bk: 64 keys for 32-bit operands, dp = 256 or the _full
+// kernel (full), else 128.
+func wgmmaFwdBK(prec Precision, dp int, full bool) int {
+	if elemBytes(prec) == 4 || dp > 128 || full {
 		return 64
 	}
 	return 128
 }
 
 // wgmmaFwdSmem is fwd_smem_bytes: alignment slack, Q, two stages of K and
-// Vᵀ, five mbarriers.
-func wgmmaFwdSmem(prec Precision, dp int) int {
-	eb := elemBytes(prec)
-	return 1024 + wgmmaRows*dp*eb + 4*wgmmaFwdBK(prec, dp)*dp*eb + 5*8
+// Vᵀ, with full two float32 bias tiles of wgmmaRows rows of BK + 8 floats
+// (fwd_bias_ld), five mbarriers.
+func wgmmaFwdSmem(prec Precision, dp int, full bool) int {
+	eb, bk := elemBytes(prec), wgmmaFwdBK(prec, dp, full)
+	smem := 1024 + wgmmaRows*dp*eb + 4*bk*dp*eb + 5*8
+	if full {
+		smem += 2 * wgmmaRows * (bk + 8) * 4
+	}
+	return smem
 }
 
 // The backward: blocks of two warpgroups (kBwdThreads) own kBwdBlock keys

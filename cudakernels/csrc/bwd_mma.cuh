@@ -31,7 +31,7 @@ constexpr int kBwdThreads = 32 * kBwdWarps;  // cp_rows copies with kFwdThreads 
 constexpr int kBwdBK = 16 * kBwdWarps;       // keys per dkdv block: 16 per warp
 constexpr int kBwdBQ = 16 * kBwdWarps;       // queries per dq block: 16 per warp
 constexpr int kBwdStep = 64;                 // rows of the tiles each kernel loops over
-static_assert(kBwdThreads == kFwdThreads, "cp_rows and cp_bias_tile stride by kFwdThreads");
+static_assert(kBwdThreads == kFwdThreads, "cp_rows strides by kFwdThreads");
 
 // bwd_step is the rows of the tiles the dK/dV and dQ kernels loop over:
 // kBwdStep, or 32 in the _full kernels. There the step's bias tile (fp32)
@@ -270,7 +270,7 @@ __device__ void dkdv_1colblock(const Params& p) {
     if constexpr (kFull) {
       const float* bias = bias_rows<float>(p, bh);
       if (bias != nullptr)
-        cp_bias_tile<kStep, kBwdBK, kDkdvBiasLd>(sB + buf * kStep * kDkdvBiasLd, bias, r0, q_real, k0, nk,
+        cp_bias_tile<kStep, kBwdBK, kDkdvBiasLd, kBwdThreads>(sB + buf * kStep * kDkdvBiasLd, bias, r0, q_real, k0, nk,
                                                  bias_tile_aligned(bias, nk));
     }
   };
@@ -495,7 +495,7 @@ __device__ void dq_1rowblock(const Params& p) {
     cp_rows<kStep, DP>(sV + buf * kStep * kLd, vh, k0, k_real);
     if constexpr (kFull) {
       if (ex.bias != nullptr)
-        cp_bias_tile<kBwdBQ, kStep, kBiasLd>(sB + buf * kBwdBQ * kBiasLd, ex.bias, q0, q_real, k0, nk, bias_aligned);
+        cp_bias_tile<kBwdBQ, kStep, kBiasLd, kBwdThreads>(sB + buf * kBwdBQ * kBiasLd, ex.bias, q0, q_real, k0, nk, bias_aligned);
     }
   };
   cp_rows<kBwdBQ, DP>(sQ, q + bh * nq * DP, q0, q_real);
@@ -632,7 +632,7 @@ __device__ void dbias_1tile(const Params& p) {
   // lands with the first pair's tiles (zeros past nq and nk: those rows
   // and keys are seen by no pair).
   const float* bias = static_cast<const float*>(p.bias) + bs.sb * p.bias_batch_stride + bs.sh * p.bias_head_stride;
-  cp_bias_tile<kBwdBQ, kBwdStep, kBiasLd>(sB, bias, q0, nq, k0, nk, bias_tile_aligned(bias, nk));
+  cp_bias_tile<kBwdBQ, kBwdStep, kBiasLd, kBwdThreads>(sB, bias, q0, nq, k0, nk, bias_tile_aligned(bias, nk));
   const float* sb = sB + (warp * 16 + g) * kBiasLd + 2 * t;  // this thread's first score
 
   // The pairs that add to the tile, batch entries then heads in order:

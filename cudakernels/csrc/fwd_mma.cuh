@@ -74,39 +74,6 @@ template <typename E, int DP, bool kFull = false> __host__ __device__ constexpr 
          (kFull ? fwd_bq<DP, kFull>() * fwd_bias_ld<E, DP>() * 4 : 0);
 }
 
-// bias_tile_aligned reports whether cp_bias_tile may copy the bias slice
-// at src (rows n floats apart) 16 bytes at a time: every row starts on a
-// 16-byte boundary.
-__device__ __forceinline__ bool bias_tile_aligned(const float* src, long long n) {
-  return src != nullptr && n % 4 == 0 && reinterpret_cast<unsigned long long>(src) % 16 == 0;
-}
-
-// cp_bias_tile copies the bias of rows [r0, r0 + ROWS) and keys [c0, c0 +
-// COLS) of a slice (rows n apart) into dst (row stride LD floats), zeros
-// past rows_real or n. aligned (bias_tile_aligned, c0 a multiple of 4):
-// 16-byte copies, 4 keys each; else one per key, as a row of the slice
-// starts anywhere.
-template <int ROWS, int COLS, int LD>
-__device__ __forceinline__ void cp_bias_tile(float* dst, const float* __restrict__ src, long long r0,
-                                             long long rows_real, long long c0, long long n, bool aligned) {
-  if (aligned) {
-    constexpr int kChunks = COLS / 4;
-    for (int c = threadIdx.x; c < ROWS * kChunks; c += kFwdThreads) {
-      const int r = c / kChunks, col = c % kChunks * 4;
-      const bool ok = r0 + r < rows_real && c0 + col < n;
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst + r * LD + col)),
-                   "l"(ok ? src + (r0 + r) * n + c0 + col : src), "r"(ok ? 16 : 0));
-    }
-  } else {
-    for (int c = threadIdx.x; c < ROWS * COLS; c += kFwdThreads) {
-      const int r = c / COLS, col = c % COLS;
-      const bool ok = r0 + r < rows_real && c0 + col < n;
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst + r * LD + col)),
-                   "l"(ok ? src + (r0 + r) * n + c0 + col : src), "r"(ok ? 4 : 0));
-    }
-  }
-}
-
 // to_storage_padded writes y[r, c] = round(x[r, c]) for c < dim and 0 for
 // dim ≤ c < dp, rows r < rows: x is [rows, dim] fp32, y is [rows, dp] of
 // E's storage type. Each thread converts 16 bytes' worth of elements.
@@ -333,7 +300,7 @@ __device__ void fwd_1rowblock(const Params& p) {
   [[maybe_unused]] const bool bias_aligned = kFull && bias_tile_aligned(ex.bias, nk);
   if constexpr (kFull) {
     if (ex.bias != nullptr && n_tiles > 0)
-      cp_bias_tile<kFwdBQ, BK, kBiasLd>(sB, ex.bias, q0, q_real, static_cast<long long>(t0) * BK, nk, bias_aligned);
+      cp_bias_tile<kFwdBQ, BK, kBiasLd, kFwdThreads>(sB, ex.bias, q0, q_real, static_cast<long long>(t0) * BK, nk, bias_aligned);
   }
   cp_async_commit();
 
@@ -458,7 +425,7 @@ __device__ void fwd_1rowblock(const Params& p) {
       // next tile's (landing by the next iteration's wait).
       if (ex.bias != nullptr && it + 1 < n_tiles) {
         __syncthreads();
-        cp_bias_tile<kFwdBQ, BK, kBiasLd>(sB, ex.bias, q0, q_real, k0 + BK, nk, bias_aligned);
+        cp_bias_tile<kFwdBQ, BK, kBiasLd, kFwdThreads>(sB, ex.bias, q0, q_real, k0 + BK, nk, bias_aligned);
         cp_async_commit();
       }
     }

@@ -46,46 +46,62 @@ constexpr int kQTileRows = 64;              // rows of a Q tile image: one warpg
 
 // fwd_bk is the key tile: 128 for 16-bit operands up to DP = 128; 64 for
 // TF32 (twice the bytes per element) and at DP = 256, so that Q and two
-// stages of K and Vᵀ fit in shared memory.
-template <typename E, int DP> __host__ __device__ constexpr int fwd_bk() {
-  return sizeof(typename E::Storage) == 4 || DP > 128 ? 64 : 128;
+// stages of K and Vᵀ fit in shared memory; 64 in the _full kernel (kFull),
+// whose two bias tiles take shared memory too.
+template <typename E, int DP, bool kFull = false> __host__ __device__ constexpr int fwd_bk() {
+  return sizeof(typename E::Storage) == 4 || DP > 128 || kFull ? 64 : 128;
 }
 template <typename E, int DP> __host__ __device__ constexpr int fwd_q_bytes() {
   return kFwdRows * DP * static_cast<int>(sizeof(typename E::Storage));
 }
 // A K tile and a Vᵀ tile have the same size.
-template <typename E, int DP> __host__ __device__ constexpr int fwd_kv_bytes() {
-  return fwd_bk<E, DP>() * DP * static_cast<int>(sizeof(typename E::Storage));
+template <typename E, int DP, bool kFull = false> __host__ __device__ constexpr int fwd_kv_bytes() {
+  return fwd_bk<E, DP, kFull>() * DP * static_cast<int>(sizeof(typename E::Storage));
 }
+// fwd_bias_ld is the row stride, in floats, of the _full kernel's bias
+// tiles [kFwdRows, fwd_bk]: ≡ 8 words (mod 32), so that the 8-byte reads of
+// a warp's 8 rows × 4 lanes take the two wavefronts their 256 bytes need.
+template <typename E, int DP> __host__ __device__ constexpr int fwd_bias_ld() { return fwd_bk<E, DP, true>() + 8; }
 // fwd_smem_bytes: up to 1024 bytes to align the tiles, Q, two K and two Vᵀ
-// stages, five mbarriers. select.go repeats it (wgmmaFwdSmem).
-template <typename E, int DP> __host__ __device__ constexpr int fwd_smem_bytes() {
-  return 1024 + fwd_q_bytes<E, DP>() + 4 * fwd_kv_bytes<E, DP>() + 5 * 8;
+// stages, in the _full kernel two bias tiles (fp32), five mbarriers.
+// select.go repeats it (wgmmaFwdSmem).
+template <typename E, int DP, bool kFull = false> __host__ __device__ constexpr int fwd_smem_bytes() {
+  return 1024 + fwd_q_bytes<E, DP>() + 4 * fwd_kv_bytes<E, DP, kFull>() +
+         (kFull ? 2 * kFwdRows * fwd_bias_ld<E, DP>() * 4 : 0) + 5 * 8;
 }
 
 // fwd_body is fwd_rowblock for head bh of mask mk (the plain kernel's mask
 // too: its rows see keys from 0, so only the upper bounds are compared) and
 // score modifiers md (kVar only); blk is the block's place in the grid's
 // pair-major order, bh·q_tiles + tile (kVar only: block_order's; the plain
-// kernel's is blockIdx.x).
-template <typename E, int DP, bool kVar>
+// kernel's is blockIdx.x). kFull (with kVar: the _full kernel) adds the
+// bias and dropout as the mma.sync _full forward does: every thread copies
+// its share of the next key tile's bias into the other of two shared tiles
+// with cp.async while this tile is computed, the bias joins each score
+// after the modifiers, dropout zeroes dropped probabilities after they
+// entered the row sum, and the epilogue scales O by 1/(1−p).
+template <typename E, int DP, bool kVar, bool kFull = false>
 __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long long blk, const SeqMask& mk,
                                          const Mods& md) {
+  static_assert(kVar || !kFull, "the _full kernel computes the _var variants too");
   using S = typename E::Storage;
   const long long nq = p.nq, nk = p.nk;
   const S* __restrict__ q = static_cast<const S*>(p.q);
   const S* __restrict__ k = static_cast<const S*>(p.k);
   const S* __restrict__ vt = static_cast<const S*>(p.v);
-  constexpr int BK = fwd_bk<E, DP>();
-  constexpr int kQBytes = fwd_q_bytes<E, DP>(), kKVBytes = fwd_kv_bytes<E, DP>();
+  constexpr int BK = fwd_bk<E, DP, kFull>();
+  constexpr int kQBytes = fwd_q_bytes<E, DP>(), kKVBytes = fwd_kv_bytes<E, DP, kFull>();
+  constexpr int kBiasLd = fwd_bias_ld<E, DP>(), kBiasTile = kFwdRows * kBiasLd;  // floats
   constexpr int kNS = BK / 8;  // n8 tiles of scores per warp
   constexpr int kNO = DP / 8;  // n8 tiles of output per warp
   const float kInf = Math<float>::inf();
 
-  // Shared memory: Q, K stages 0 and 1, Vᵀ stages 0 and 1, then the
-  // mbarriers full[2], empty[2] and q_full.
+  // Shared memory: Q, K stages 0 and 1, Vᵀ stages 0 and 1, (kFull) bias
+  // tiles 0 and 1, then the mbarriers full[2], empty[2] and q_full.
   const uint32_t sQ = (smem_addr(smem) + 1023u) & ~1023u;
-  const uint32_t sK = sQ + kQBytes, sV = sK + 2 * kKVBytes, bars = sV + 2 * kKVBytes;
+  const uint32_t sK = sQ + kQBytes, sV = sK + 2 * kKVBytes, sB = sV + 2 * kKVBytes;
+  const uint32_t bars = sB + (kFull ? 2 * kBiasTile * 4 : 0);
+  [[maybe_unused]] float* const bias_tiles = reinterpret_cast<float*>(smem + (sB - smem_addr(smem)));
   auto full = [&](int stage) { return bars + 8 * stage; };
   auto empty = [&](int stage) { return bars + 16 + 8 * stage; };
   const uint32_t q_full = bars + 32;
@@ -139,6 +155,18 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
     bulk_copy(sK + stage * kKVBytes, kh + static_cast<long long>(tile) * BK * DP, kKVBytes, full(stage));
     bulk_copy(sV + stage * kKVBytes, vh + static_cast<long long>(tile) * BK * DP, kKVBytes, full(stage));
   };
+  // kFull: the bias tile of key tile t0 + i goes into buffer i % 2; the
+  // first comes with Q.
+  [[maybe_unused]] const Extras ex = kFull ? extras_of(p, bh) : Extras{};
+  [[maybe_unused]] const bool bias_aligned = kFull && mma::bias_tile_aligned(ex.bias, nk);
+  auto load_bias = [&](int buf, long long k0) {
+    mma::cp_bias_tile<kFwdRows, BK, kBiasLd, kFwdThreads>(bias_tiles + buf * kBiasTile, ex.bias, q0, mk.lq, k0, nk,
+                                                          bias_aligned);
+    mma::cp_async_commit();
+  };
+  if constexpr (kFull) {
+    if (ex.bias != nullptr && n_tiles > 0) load_bias(0, static_cast<long long>(t0) * BK);
+  }
   if (threadIdx.x == 0) {
     mbar_arrive_expect_tx(q_full, kQBytes);
     bulk_copy(sQ, q + (kVar ? blk : blockIdx.x) * static_cast<long long>(kFwdRows) * DP, kQBytes, q_full);
@@ -174,6 +202,15 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
     const int stage = it & 1;
     const unsigned parity = (it >> 1) & 1;
     const long long k0 = static_cast<long long>(t0 + it) * BK;
+    if constexpr (kFull) {
+      if (ex.bias != nullptr) {
+        // This tile's bias has landed for every thread, and every thread is
+        // done with the last tile's buffer, which takes the next one.
+        mma::cp_async_wait<0>();
+        __syncthreads();
+        if (it + 1 < n_tiles) load_bias((it + 1) & 1, k0 + BK);
+      }
+    }
     mbar_wait(full(stage), parity);
 
     // S = Q·Kᵀ: 64 rows × BK keys per warpgroup.
@@ -212,17 +249,35 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
         for (int r = 0; r < 2; ++r)
           uniform &= ar[r].set(offset_of(row_of(r), md.shift, k0) - 2 * t, BK - 7, md.slope_l2);
       }
-      with_variant(masked || !uniform, md.on, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
+      // kFull: this thread's first score in the tile's bias (row g of its
+      // warp's 16, key 2t), null without a bias; masked scores become −inf
+      // whatever their bias.
+      [[maybe_unused]] const float* sb = nullptr;
+      if constexpr (kFull) {
+        if (ex.bias != nullptr) sb = bias_tiles + (it & 1) * kBiasTile + (wg * 64 + warp * 16 + g) * kBiasLd + 2 * t;
+      }
+      with_variant_of<kFull>(masked || !uniform, md.on, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
 #pragma unroll
-        for (int j = 0; j < kNS; ++j)
+        for (int j = 0; j < kNS; ++j) {
+          [[maybe_unused]] float2 b[2];
+          if constexpr (kFull) {
+            if (sb != nullptr) {
+#pragma unroll
+              for (int h = 0; h < 2; ++h) b[h] = *reinterpret_cast<const float2*>(sb + 8 * h * kBiasLd + 8 * j);
+            }
+          }
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             float dsoft;
             float x = modified<E, kMod, kCap, kMasked>(s[j][e], scale_log2, md, ar[e / 2], 8 * j + (e & 1), dsoft);
+            if constexpr (kFull) {
+              if (sb != nullptr) x = fmaf(e & 1 ? b[e / 2].y : b[e / 2].x, kLog2e, x);
+            }
             const int key = static_cast<int>(k0) + j * 8 + 2 * t + (e & 1);
             if (kMasked && (key < lo32[e / 2] || key >= hi32[e / 2])) x = -kInf;
             s[j][e] = x;
           }
+        }
       });
     }
     float ref[2];
@@ -251,6 +306,12 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
         s[j][e] = exp2f(s[j][e] - ref[e / 2]);
         l[e / 2] += s[j][e];
       }
+    if constexpr (kFull) {
+      if (ex.drop.on()) {
+        const long long rows[2] = {row_of(0), row_of(1)};
+        drop_by_row(s, ex, rows, k0, t, 1.f);
+      }
+    }
 
     // O += P·V: P from the score registers, E::kK keys per wgmma.
     uint32_t p[BK / E::kK][4];
@@ -272,6 +333,7 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
       load_kv(stage, t0 + it + 2);
     }
   }
+  if constexpr (kFull) mma::cp_async_wait<0>();  // nothing may still be landing in shared memory at exit
 
   // Epilogue: O = acc / l and LSE, row by row; rows that see no key get
   // O = 0 and LSE = +inf.
@@ -287,7 +349,8 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
       l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
       l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
       const bool any_key = vis[r] > 0;
-      inv[r] = any_key ? 1.f / l[r] : 0.f;
+      // Dropout's factor 1/(1−p) in float32 here, as finish_row's o_scale.
+      inv[r] = any_key ? (kFull && ex.drop.on() ? ex.drop_scale() : 1.f) / l[r] : 0.f;
       if (t == 0 && row_of(r) < nq)
         static_cast<float*>(p.lse)[bh * nq + row_of(r)] =
             any_key ? (m[r] + log2f(l[r])) * 0.6931471805599453f : kInf;
@@ -300,10 +363,11 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
 }
 
 // fwd_rowblock reads the images p.q, p.k and p.v (Vᵀ) and writes p.o and
-// p.lse. kVar: the _var entry point (every variant; see sm90_variants.cuh).
-template <typename E, int DP, bool kVar>
+// p.lse. kVar: the _var entry point (every variant; see sm90_variants.cuh);
+// kFull with it: the _full one, which adds the bias and dropout.
+template <typename E, int DP, bool kVar, bool kFull = false>
 __device__ void fwd_rowblock(const Params& p) {
-  require_launch(kFwdThreads, fwd_smem_bytes<E, DP>());
+  require_launch(kFwdThreads, fwd_smem_bytes<E, DP, kFull>());
   if constexpr (!kVar) {
     const long long bh = blockIdx.x / ((p.nq + kFwdRows - 1) / kFwdRows);
     const SeqMask mk = seq_mask(p, bh);
@@ -316,7 +380,7 @@ __device__ void fwd_rowblock(const Params& p) {
     long long bh, tile;
     block_order(blockIdx.x, static_cast<unsigned>(q_tiles), p.mask_right >= 0, bh, tile);
     const SeqMask mk = seq_mask(p, bh);
-    fwd_body<E, DP, true>(p, bh, bh * q_tiles + tile, mk,
+    fwd_body<E, DP, true, kFull>(p, bh, bh * q_tiles + tile, mk,
                           mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale)));
   }
 }

@@ -34,6 +34,22 @@ FLASH_FWD_WGMMA(fp16, FP16, 256)
 FLASH_FWD_WGMMA(tf32, TF32, 64)
 FLASH_FWD_WGMMA(tf32, TF32, 128)
 
+// _full adds the bias and dropout to _var's variants (fwd_body's kFull),
+// where its two bias tiles fit beside the others: 16-bit operands up to
+// DP = 128, TF32 at 64 (select.go's wgmmaFullBuilt); the rest go to the
+// mma.sync _full kernel.
+#define FLASH_FWD_WGMMA_FULL(NAME, E, DP)                                                           \
+  extern "C" __global__ void __launch_bounds__(flash::sm90::kFwdThreads, 1)                        \
+      flash_fwd_wgmma_##NAME##_d##DP##_full(const __grid_constant__ flash::Params p) {             \
+    flash::sm90::fwd_rowblock<flash::mma::E, DP, true, true>(p);                                   \
+  }
+
+FLASH_FWD_WGMMA_FULL(bf16, BF16, 64)
+FLASH_FWD_WGMMA_FULL(bf16, BF16, 128)
+FLASH_FWD_WGMMA_FULL(fp16, FP16, 64)
+FLASH_FWD_WGMMA_FULL(fp16, FP16, 128)
+FLASH_FWD_WGMMA_FULL(tf32, TF32, 64)
+
 // Tile images: to_image_rows (any block size and grid; convert_gpu.go uses
 // 256 threads) for Q and K, to_image_vt (256 threads, any grid) for V. The
 // _len pair serves calls with per-sequence lengths (sm90.cuh's SeqRows: the

@@ -181,6 +181,37 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// bias_tile_aligned reports whether cp_bias_tile may copy the bias slice
+// at src (rows n floats apart) 16 bytes at a time: every row starts on a
+// 16-byte boundary.
+__device__ __forceinline__ bool bias_tile_aligned(const float* src, long long n) {
+  return src != nullptr && n % 4 == 0 && reinterpret_cast<unsigned long long>(src) % 16 == 0;
+}
+
+// cp_bias_tile copies the bias of rows [r0, r0 + ROWS) and keys [c0, c0 +
+// COLS) of a slice (rows n apart) into dst (row stride LD floats), zeros
+// past rows_real or n. aligned (bias_tile_aligned, c0 a multiple of 4):
+// 16-byte copies, 4 keys each; else one per key, as a row of the slice
+// starts anywhere. Every thread of the block (kThreads) takes part.
+template <int ROWS, int COLS, int LD, int kThreads>
+__device__ __forceinline__ void cp_bias_tile(float* dst, const float* __restrict__ src, long long r0,
+                                             long long rows_real, long long c0, long long n, bool aligned) {
+  if (aligned) {
+    constexpr int kChunks = COLS / 4;
+    for (int c = threadIdx.x; c < ROWS * kChunks; c += kThreads) {
+      const int r = c / kChunks, col = c % kChunks * 4;
+      const bool ok = r0 + r < rows_real && c0 + col < n;
+      cp_async16(dst + r * LD + col, ok ? src + (r0 + r) * n + c0 + col : src, ok);
+    }
+  } else {
+    for (int c = threadIdx.x; c < ROWS * COLS; c += kThreads) {
+      const int r = c / COLS, col = c % COLS;
+      const bool ok = r0 + r < rows_real && c0 + col < n;
+      cp_async4(dst + r * LD + col, ok ? src + (r0 + r) * n + c0 + col : src, ok);
+    }
+  }
+}
+
 // cp_tile starts copying rows [r0, r0+ROWS) of a row-major [n, dim] fp32
 // matrix into a [ROWS, LD] shared tile, zero-filling rows past n and columns
 // past dim up to DP. 16-byte copies need dim % 4 == 0 (aligned rows);
