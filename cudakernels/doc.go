@@ -77,11 +77,14 @@
 //     heads, windows, lengths, softcap and ALiBi, in separate _var
 //     instantiations so that plain attention keeps its tuned kernels
 //     (csrc/tc_variants.cuh holds what the families share);
-//   - dropout and the bias, on top of those, in the mma.sync kernels'
-//     _full instantiations (the forward in TF32, BF16 and FP16, the
-//     backward in BF16 and FP16, dBias on tensor cores too); a problem
-//     with either never takes the wgmma kernels (choose), so on Hopper it
-//     runs mma.sync, and TF32's backward the rounded CUDA cores.
+//   - dropout and the bias, on top of those, in _full instantiations: the
+//     mma.sync forward in TF32, BF16 and FP16 and its backward in BF16 and
+//     FP16 (dBias on tensor cores too), the Hopper forward in BF16 and
+//     FP16 at padded 64 and 128 and TF32 at 64, where its two bias tiles
+//     fit (wgmmaBuilt). The Hopper backward does not compute them: a
+//     problem with either takes the mma.sync backward there (choose), and
+//     TF32's backward the rounded CUDA cores. The _full kernels stage the
+//     bias through shared memory in tiles copied one step ahead.
 //
 // The CUDA-core kernels work through Params' variant fields
 // (csrc/variants.cuh mirrors kernels.Mask and kernels.ModifyScore):
