@@ -103,7 +103,29 @@ func gemm64AVX2(m, n, k int, a []float64, lda int, b []float64, ldb int, c []flo
 	gemmDrive(gemmKernel64AVX2, mrAVX2, 8, m, n, k, a, lda, b, ldb, c, ldc)
 }
 
+// gemmWide32AVX512 is gemmKernel32AVX512 for mr ≤ wideRows rows and n a
+// multiple of 64, four zmm of each row at a time (gemmwide_amd64.s), with
+// the same bits.
+//
+//go:noescape
+func gemmWide32AVX512(mr, n, k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int)
+
+// wideRows is the most rows of C that gemm32AVX512 hands to the wide
+// kernel. A product of few rows (the decode's P·V: a key head's group of
+// query rows against a block of values) is a stream through B; at two zmm
+// per sweep the narrow kernel walks each 512-byte row of B (D = 128) four
+// times, a quarter of its lines per sweep, where the wide one walks it
+// twice, half of them contiguous each time.
+const wideRows = 4
+
 func gemm32AVX512(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	if nw := n &^ 63; m <= wideRows && nw > 0 && k*n*4 <= bSweepMax {
+		gemmWide32AVX512(m, nw, k, &a[0], lda, &b[0], ldb, &c[0], ldc)
+		if nw < n {
+			gemmKernel32AVX512(m, n-nw, k, &a[0], lda, &b[nw], ldb, &c[nw], ldc)
+		}
+		return
+	}
 	gemmDrive(gemmKernel32AVX512, mrAVX512, 32, m, n, k, a, lda, b, ldb, c, ldc)
 }
 

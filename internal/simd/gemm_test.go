@@ -39,6 +39,15 @@ func gemmCases() []gemmCase {
 			}
 		}
 	}
+	// Few rows, whole and partial 64-column blocks: the AVX-512 wide kernel
+	// (gemm32AVX512) and its column tail.
+	for _, m := range []int{1, 2, 3, 4} {
+		for _, n := range []int{64, 65, 127, 128, 130, 192} {
+			for _, k := range []int{1, 3, 4, 5, 17, 128} {
+				cases = append(cases, gemmCase{m, n, k, k + pad(), n + pad(), n + pad()})
+			}
+		}
+	}
 	for _, s := range [][3]int{
 		{32, 64, 64}, {64, 64, 64}, {64, 128, 64}, {128, 64, 128}, {40, 113, 72},
 		{113, 40, 113}, {128, 256, 256}, {17, 200, 96}, {64, 8, 256}, {3, 257, 33},
