@@ -4,8 +4,8 @@ import "unsafe"
 
 // Transpose32 sets dst[c·ldd + r] = src[r·lds + c] for r < rows, c <
 // cols: a tile of a row-major matrix (a bias, row stride Nk) written by
-// columns. On amd64 with AVX2 it goes by 8×8 blocks in registers, the
-// edges one element at a time.
+// columns. On amd64 it goes by 16×16 blocks in registers with AVX-512,
+// 8×8 ones with AVX2, the edges one element at a time.
 func Transpose32(rows, cols int, src []float32, lds int, dst []float32, ldd int) {
 	transposed32(rows, cols, src, lds, dst, ldd, blockCopy)
 }
@@ -41,28 +41,46 @@ const (
 	blockAdd
 )
 
-// transposed32 checks the bounds once, then runs the 8×8 blocks through
-// block8 where there is one and the edges through the generic loop.
+// transposed32 checks the bounds once, then covers the tile with the
+// largest blocks there are (transposeBlocks).
 func transposed32(rows, cols int, src []float32, lds int, dst []float32, ldd int, mode int) {
 	if rows <= 0 || cols <= 0 {
 		return
 	}
 	_ = src[(rows-1)*lds+cols-1]
 	_ = dst[(cols-1)*ldd+rows-1]
-	r8, c8 := 0, 0
-	if block8 != nil {
-		r8, c8 = rows/8*8, cols/8*8
-		for r := 0; r < r8; r += 8 {
-			for c := 0; c < c8; c += 8 {
-				block8(&src[r*lds+c], lds, &dst[c*ldd+r], ldd, mode)
+	transposeBlocks(rows, cols, src, lds, dst, ldd, mode)
+}
+
+// transposeBlocks runs the whole n×n blocks of the tile through the largest
+// block function this CPU has (16×16 with AVX-512, 8×8 with AVX2), then its
+// right edge (the blocked rows, the columns past the blocks) and its
+// bottom edge (the rows past them) the same way with what still fits, and
+// what no block covers through the generic loop. Bounds are checked by the
+// caller.
+func transposeBlocks(rows, cols int, src []float32, lds int, dst []float32, ldd int, mode int) {
+	for _, b := range [...]struct {
+		n  int
+		fn func(src *float32, lds int, dst *float32, ldd int, mode int)
+	}{{16, block16}, {8, block8}} {
+		rb, cb := rows/b.n*b.n, cols/b.n*b.n
+		if b.fn == nil || rb == 0 || cb == 0 {
+			continue
+		}
+		for r := 0; r < rb; r += b.n {
+			for c := 0; c < cb; c += b.n {
+				b.fn(&src[r*lds+c], lds, &dst[c*ldd+r], ldd, mode)
 			}
 		}
+		if cols > cb {
+			transposeBlocks(rb, cols-cb, src[cb:], lds, dst[cb*ldd:], ldd, mode)
+		}
+		if rows > rb {
+			transposeBlocks(rows-rb, cols, src[rb*lds:], lds, dst[rb:], ldd, mode)
+		}
+		return
 	}
-	// The edges: columns past c8 of the blocked rows, then the rows past r8.
-	transposedGeneric(r8, c8, cols, src, lds, dst, ldd, mode)
-	if rows > r8 {
-		transposedGeneric(rows-r8, 0, cols, src[r8*lds:], lds, dst[r8:], ldd, mode)
-	}
+	transposedGeneric(rows, 0, cols, src, lds, dst, ldd, mode)
 }
 
 // transposedGeneric is the portable loop of transposed32 over rows

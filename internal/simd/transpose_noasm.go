@@ -2,5 +2,6 @@
 
 package simd
 
-// block8 is the 8×8 block of transposed32: none without the assembly.
-var block8 func(src *float32, lds int, dst *float32, ldd int, mode int)
+// block8 and block16 are the blocks of transposed32: none without the
+// assembly.
+var block8, block16 func(src *float32, lds int, dst *float32, ldd int, mode int)

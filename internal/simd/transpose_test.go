@@ -8,14 +8,17 @@ import (
 
 // TestTransposed32 checks Transpose32 and AddTransposed32 (both modes)
 // against the element loop, bit for bit, on every shape up to 19 × 19
-// (8×8 blocks with every edge) and two larger ones, in matrices with
+// (8×8 blocks with every edge) and larger ones (16×16 blocks and their
+// edges), in matrices with
 // strides beyond the tile and elements of dst outside it that must not
 // change; −0 must become +0 where the store mode says so and stay −0 in a
 // plain transpose.
 func TestTransposed32(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 22))
 	negZero := float32(math.Copysign(0, -1))
-	shapes := [][2]int{{64, 128}, {33, 70}}
+	// Up to 19 × 19: 8×8 blocks with every edge; past 16: 16×16 blocks
+	// with 8×8 and element edges on either side.
+	shapes := [][2]int{{64, 128}, {33, 70}, {16, 16}, {31, 17}, {17, 31}, {32, 48}, {40, 37}, {48, 24}, {25, 57}}
 	for r := range 20 {
 		for c := range 20 {
 			shapes = append(shapes, [2]int{r, c})
