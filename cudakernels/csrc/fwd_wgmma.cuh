@@ -261,10 +261,7 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
         for (int j = 0; j < kNS; ++j) {
           [[maybe_unused]] float2 b[2];
           if constexpr (kFull) {
-            if (sb != nullptr) {
-#pragma unroll
-              for (int h = 0; h < 2; ++h) b[h] = *reinterpret_cast<const float2*>(sb + 8 * h * kBiasLd + 8 * j);
-            }
+            if (sb != nullptr) row_bias_pairs<kBiasLd>(sb, j, b);
           }
 #pragma unroll
           for (int e = 0; e < 4; ++e) {

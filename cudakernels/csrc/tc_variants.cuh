@@ -439,6 +439,17 @@ __device__ __forceinline__ void drop_by_bits(float (&x)[NS][4], uint32_t zbits, 
     for (int e = 0; e < 4; ++e) x[j][e] = (zbits >> (4 * j + e)) & 1u ? x[j][e] * scale : 0.f;
 }
 
+// row_bias_pairs reads the bias of score tile j of a thread's two rows in
+// the C layout (element e: row g + 8·(e/2), key 8j + 2t + e%2) from a bias
+// tile in shared memory whose rows are kLd floats apart (kLd even), sb
+// pointing at the thread's first score (row g, key 2t): b[h] holds row
+// g + 8h's two keys, each row's pair in one 8-byte read.
+template <int kLd>
+__device__ __forceinline__ void row_bias_pairs(const float* sb, int j, float2 (&b)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) b[h] = *reinterpret_cast<const float2*>(sb + 8 * h * kLd + 8 * j);
+}
+
 // probs_dq turns S (element e of tile j: row e/2, key k0 + 8j + 2t + e%2)
 // into P = exp2(scale_log2·s − lse2[row]), 0 where masked (kMasked) and the
 // key lies outside the row's [lo, hi); with kMod the scores go through the
@@ -458,13 +469,9 @@ __device__ __forceinline__ void probs_dq(float (&s)[NS][4], float scale_log2, co
                                          const AlibiRow<-1> (&ar)[2], const float* sb = nullptr) {
 #pragma unroll
   for (int j = 0; j < NS; ++j) {
-    // The tile's two keys of each of the thread's rows, in one 8-byte read.
     [[maybe_unused]] float2 b[2];
     if constexpr (kFull) {
-      if (sb != nullptr) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) b[h] = *reinterpret_cast<const float2*>(sb + 8 * h * kLd + 8 * j);
-      }
+      if (sb != nullptr) row_bias_pairs<kLd>(sb, j, b);
     }
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
