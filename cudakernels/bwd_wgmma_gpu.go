@@ -17,28 +17,49 @@ import (
 // of wgmmaBwdPad rows: Q, K, V and dO by rows, Qᵀ, Kᵀ and dOᵀ transposed,
 // and the LSE (log2 units) and D padded likewise (flash_bwd_stats_sm90);
 // K, V and Kᵀ one image per key head. dkdvVar and dqVar compute the
-// variants (pickVariant).
+// variants (pickVariant). A choice with c.full has the _full kernels alone
+// (in dkdvVar and dqVar: the bias and dropout with every other variant),
+// and for the bias gradient the mma.sync module's dBias kernel with its
+// 16-bit copies of the inputs (dbias, toHalf).
 type wgmmaBackward struct {
 	dkdv, dq, dkdvVar, dqVar, stats, statsVar cu.Function
 	toRows, toVt, toRowsLen, toVtLen          cu.Function
+	dbias, toHalf                             cu.Function
 	c                                         choice
 }
 
-func loadWgmmaBackward(mod cu.Module, c choice, maxSmem int) (*wgmmaBackward, error) {
+// loadWgmmaBackward looks up c's kernels in mod, the Hopper module, and
+// (c.full) the dBias kernel and its conversion in sm80, the mma.sync one.
+func loadWgmmaBackward(mod, sm80 cu.Module, c choice, maxSmem int) (*wgmmaBackward, error) {
 	b := &wgmmaBackward{c: c}
 	suffix := fmt.Sprintf("_wgmma_%v_d%d", c.prec, c.dp)
 	var err error
-	if b.dkdv, err = lookup(mod, "flash_bwd_dkdv"+suffix, c.smem, maxSmem); err != nil {
-		return nil, err
-	}
-	if b.dq, err = lookup(mod, "flash_bwd_dq"+suffix, c.smemDQ, maxSmem); err != nil {
-		return nil, err
-	}
-	if b.dkdvVar, err = lookup(mod, "flash_bwd_dkdv"+suffix+"_var", c.smem, maxSmem); err != nil {
-		return nil, err
-	}
-	if b.dqVar, err = lookup(mod, "flash_bwd_dq"+suffix+"_var", c.smemDQ, maxSmem); err != nil {
-		return nil, err
+	if c.full {
+		if b.dkdvVar, err = lookup(mod, "flash_bwd_dkdv"+suffix+"_full", c.smem, maxSmem); err != nil {
+			return nil, err
+		}
+		if b.dqVar, err = lookup(mod, "flash_bwd_dq"+suffix+"_full", c.smemDQ, maxSmem); err != nil {
+			return nil, err
+		}
+		if b.dbias, err = lookup(sm80, fmt.Sprintf("flash_bwd_dbias_mma_%v_d%d", c.prec, c.dp), mmaDbiasSmem(c.dp), maxSmem); err != nil {
+			return nil, err
+		}
+		if b.toHalf, err = function(sm80, "flash_to_half_"+c.prec.String()); err != nil {
+			return nil, err
+		}
+	} else {
+		if b.dkdv, err = lookup(mod, "flash_bwd_dkdv"+suffix, c.smem, maxSmem); err != nil {
+			return nil, err
+		}
+		if b.dq, err = lookup(mod, "flash_bwd_dq"+suffix, c.smemDQ, maxSmem); err != nil {
+			return nil, err
+		}
+		if b.dkdvVar, err = lookup(mod, "flash_bwd_dkdv"+suffix+"_var", c.smem, maxSmem); err != nil {
+			return nil, err
+		}
+		if b.dqVar, err = lookup(mod, "flash_bwd_dq"+suffix+"_var", c.smemDQ, maxSmem); err != nil {
+			return nil, err
+		}
 	}
 	for _, f := range []struct {
 		fn   *cu.Function
@@ -63,36 +84,49 @@ func (b *wgmmaBackward) padded(p kernels.Params) (nq, nk int64) {
 	return roundUp(int64(p.Nq), wgmmaBwdPad), roundUp(int64(p.Nk), wgmmaBwdPad)
 }
 
-func (b *wgmmaBackward) carve(p kernels.Params, base cu.DevicePtr, s *wgmmaBwdScratch) int64 {
+// carve lays out the images and statistics from base, and with a bias
+// (c.full) the dBias kernel's 16-bit copies after them in halves: for any
+// bias, since the problem a chunk's scratch is sized for (chunkParams)
+// keeps the bias but not whether its gradient is wanted.
+func (b *wgmmaBackward) carve(p kernels.Params, base cu.DevicePtr, s *wgmmaBwdScratch, halves *mmaBwdScratch) int64 {
 	bh, bkv, row := int64(p.B)*int64(p.H), int64(p.B)*int64(p.KVHeads()), int64(b.c.dp)*int64(elemBytes(b.c.prec))
 	nq, nk := b.padded(p)
 	qb, kb, st := bh*nq*row, bkv*nk*row, bh*nq*4
-	return carve(base, part{&s.q, qb}, part{&s.qT, qb}, part{&s.dout, qb}, part{&s.doutT, qb},
+	n := carve(base, part{&s.q, qb}, part{&s.qT, qb}, part{&s.dout, qb}, part{&s.doutT, qb},
 		part{&s.k, kb}, part{&s.kT, kb}, part{&s.v, kb}, part{&s.lseLog2, st}, part{&s.deltaPad, st})
+	if b.c.full && p.Bias != nil {
+		n += carveHalves(p, b.c.dp, base+cu.DevicePtr(n), halves)
+	}
+	return n
 }
 
 // computes accepts every variant but dropout and the bias (the _var
-// kernels).
+// kernels), or with c.full every one (the _full kernels).
 func (b *wgmmaBackward) computes(p kernels.Params) error {
+	if b.c.full {
+		return refuseVariants(p, "the Hopper (wgmma) kernels", allVariants)
+	}
 	return refuseVariants(p, "the Hopper (wgmma) kernels", masksAndMods)
 }
 
 func (b *wgmmaBackward) scratchBytes(p kernels.Params) int64 {
-	return b.carve(p, 0, &wgmmaBwdScratch{})
+	return b.carve(p, 0, &wgmmaBwdScratch{}, &mmaBwdScratch{})
 }
 
 // launch converts the inputs into images in buf.scratch (K and V of the
 // B·KVHeads() key heads only; with lengths, up to each batch entry's
 // length rounded up to a block), then enqueues the statistics, the dK/dV
 // kernel (a block per 128 keys of a key head: backwardGrids) and the dQ
-// kernel. buf.delta must already hold D.
+// kernel, and for a bias gradient the 16-bit copies and the dBias kernel.
+// buf.delta must already hold D.
 func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Stream) error {
 	gridK, gridQ, err := backwardGrids(p, b.c.rows)
 	if err != nil {
 		return err
 	}
 	var s wgmmaBwdScratch
-	b.carve(p, buf.scratch, &s)
+	var halves mmaBwdScratch
+	b.carve(p, buf.scratch, &s, &halves)
 	im := imaging{toRows: b.toRows, toVt: b.toVt, toRowsLen: b.toRowsLen, toVtLen: b.toVtLen, p: p, dp: b.c.dp,
 		elemSz: elemBytes(b.c.prec), stream: stream}
 	qim, kim := im.queries(buf.vars), im.keys(buf.vars)
@@ -120,12 +154,29 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 	ops.lseLog2, ops.deltaPad = uint64(s.lseLog2), uint64(s.deltaPad)
 	kp := newParams(p, ops)
 	bh := int64(p.B) * int64(p.H)
+	stats, dkdv, dq := pickVariant(&kp, b.stats, b.statsVar), pickVariant(&kp, b.dkdv, b.dkdvVar), pickVariant(&kp, b.dq, b.dqVar)
+	if full := kp.Bias != 0 || kp.DropoutThreshold != 0; full != b.c.full {
+		return fmt.Errorf("cudakernels: internal error: Hopper backward kernels of full = %v launched on a problem of full = %v",
+			b.c.full, full)
+	} else if full {
+		stats, dkdv, dq = b.statsVar, b.dkdvVar, b.dqVar
+	}
 	const statThreads, maxBlocks = 256, 4096
-	if err := launch(pickVariant(&kp, b.stats, b.statsVar), int(min((bh*nqPad+statThreads-1)/statThreads, maxBlocks)), statThreads, 0, stream, &kp); err != nil {
+	if err := launch(stats, int(min((bh*nqPad+statThreads-1)/statThreads, maxBlocks)), statThreads, 0, stream, &kp); err != nil {
 		return err
 	}
-	if err := launch(pickVariant(&kp, b.dkdv, b.dkdvVar), gridK, b.c.threads, b.c.smem, stream, &kp); err != nil {
+	if err := launch(dkdv, gridK, b.c.threads, b.c.smem, stream, &kp); err != nil {
 		return err
 	}
-	return launch(pickVariant(&kp, b.dq, b.dqVar), gridQ, b.c.threads, b.c.smemDQ, stream, &kp)
+	if err := launch(dq, gridQ, b.c.threads, b.c.smemDQ, stream, &kp); err != nil {
+		return err
+	}
+	if kp.Dbias == 0 {
+		return nil
+	}
+	kpHalves, err := halves.convert(b.toHalf, p, buf, b.c.dp, stream)
+	if err != nil {
+		return err
+	}
+	return launchMmaDbias(b.dbias, p, buf, &kpHalves, b.c.dp, stream)
 }

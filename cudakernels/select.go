@@ -65,7 +65,7 @@ type request struct {
 	d    int       // head dimension
 	dir  direction
 	// biasOrDropout: the problem has an additive bias or dropout, which
-	// the mma.sync and CUDA-core kernels compute and wgmma's do not yet.
+	// only the _full kernels and the CUDA-core ones compute.
 	biasOrDropout bool
 }
 
@@ -94,8 +94,8 @@ type choice struct {
 	// smem is the dynamic shared memory of the forward or of the dK/dV
 	// kernel, smemDQ of the dQ kernel.
 	smem, smemDQ int
-	// full: a forward whose problems have a bias or dropout, launched
-	// with its _full kernel's shape.
+	// full: a tensor-core kernel for problems with a bias or dropout,
+	// launched with its _full kernels' shape.
 	full bool
 }
 
@@ -122,8 +122,8 @@ func checkDevice(c Capability, fam Family) error {
 //     kernel does not fit the device's shared memory, calls with this head
 //     dimension fail (no fallback).
 //   - their backward: fails where the forward does; else wgmma as above
-//     (wgmmaBwdBuilt, fitting, and no bias or dropout: the wgmma backward
-//     does not compute them yet), else mma.sync (BF16 and FP16 up to
+//     (wgmmaBwdBuilt, fitting; with a bias or dropout the _full kernels,
+//     BF16 and FP16 only), else mma.sync (BF16 and FP16 up to
 //     mmaBwdMaxDim, fitting), else CUDA cores on rounded operands.
 func choose(c Capability, fam Family, r request) (choice, error) {
 	dp, err := paddedDim(r.d)
@@ -145,8 +145,8 @@ func choose(c Capability, fam Family, r request) (choice, error) {
 	if r.dir == forwardDir {
 		return fwd, nil
 	}
-	if useHopper && !r.biasOrDropout && wgmmaBwdBuilt(r.prec, dp) {
-		if b := wgmmaBackwardChoice(r.prec, dp); max(b.smem, b.smemDQ) <= c.MaxSmem {
+	if useHopper && wgmmaBwdBuilt(r.prec, dp, r.biasOrDropout) {
+		if b := wgmmaBackwardChoice(r.prec, dp, r.biasOrDropout); max(b.smem, b.smemDQ) <= c.MaxSmem {
 			return b, nil
 		}
 	}
@@ -200,11 +200,13 @@ func wgmmaForwardChoice(prec Precision, dp int, full bool) choice {
 		step: wgmmaFwdBK(prec, dp, full), threads: wgmmaThreads, smem: wgmmaFwdSmem(prec, dp, full), full: full}
 }
 
-func wgmmaBackwardChoice(prec Precision, dp int) choice {
+// wgmmaBackwardChoice is the Hopper backward; full (a bias or dropout)
+// gets the _full kernels' shared memory, a choice of its own.
+func wgmmaBackwardChoice(prec Precision, dp int, full bool) choice {
 	step, _ := wgmmaBwdShape(prec, dp)
-	dkdv, dq := wgmmaBwdSmem(prec, dp)
+	dkdv, dq := wgmmaBwdSmem(prec, dp, full)
 	return choice{kind: kindWGMMA, dir: backwardDir, prec: prec, elem: 4, dp: dp, rows: wgmmaBwdBlock,
-		step: step, threads: wgmmaBwdThreads, smem: dkdv, smemDQ: dq}
+		step: step, threads: wgmmaBwdThreads, smem: dkdv, smemDQ: dq, full: full}
 }
 
 // headDims are the head dimensions kernels are compiled for. A problem's D is

@@ -150,12 +150,12 @@ func TestCheckDevice(t *testing.T) {
 }
 
 // TestChooseBiasOrDropout checks the kernels of a problem with a bias or
-// dropout on the H200: the forward takes the wgmma _full kernel where it is
-// built (wgmmaBuilt with full) and else what the sm80 family takes there
-// (mma.sync's _full kernel); the backward, which the wgmma kernels do not
-// compute for them, always takes the sm80 family's (mma.sync in BF16 and
-// FP16 up to mmaBwdMaxDim, else the rounded CUDA cores); and that
-// requestFor sees both variants.
+// dropout on the H200: each direction takes the wgmma _full kernels where
+// they are built (wgmmaBuilt and wgmmaBwdBuilt with full) and else what
+// the sm80 family takes there (mma.sync's _full kernels, or for the
+// backward in TF32 and above mmaBwdMaxDim the rounded CUDA cores); every
+// tensor-core choice has the _full shape; and requestFor sees both
+// variants.
 func TestChooseBiasOrDropout(t *testing.T) {
 	for _, prec := range []Precision{BF16, FP16, TF32} {
 		for _, d := range headDims {
@@ -169,13 +169,19 @@ func TestChooseBiasOrDropout(t *testing.T) {
 				if err != nil {
 					t.Fatalf("sm80 family %v %v D=%d: %v", prec, dir, d, err)
 				}
-				if !got.full && dir == forwardDir {
-					t.Errorf("%v forward D=%d with a bias or dropout: not the _full kernel's shape", prec, d)
+				if !got.full && (dir == forwardDir || got.kind == kindWGMMA) {
+					t.Errorf("%v %v D=%d with a bias or dropout: not the _full kernels' shape", prec, dir, d)
 				}
 				dp, _ := paddedDim(d)
 				if dir == forwardDir && wgmmaBuilt(prec, dp, true) {
 					if got != wgmmaForwardChoice(prec, dp, true) {
 						t.Errorf("%v forward D=%d with a bias or dropout: %v, want the wgmma _full kernel", prec, d, got.kind)
+					}
+					continue
+				}
+				if dir == backwardDir && wgmmaBwdBuilt(prec, dp, true) {
+					if got != wgmmaBackwardChoice(prec, dp, true) {
+						t.Errorf("%v backward D=%d with a bias or dropout: %v, want the wgmma _full kernels", prec, d, got.kind)
 					}
 					continue
 				}

@@ -175,10 +175,15 @@ const (
 
 // wgmmaBwdBuilt reports whether csrc/hopper.cu instantiates the backward
 // for prec and dp: up to 128 columns, where K, V and two stages of four
-// streamed operands still fit shared memory.
-func wgmmaBwdBuilt(prec Precision, dp int) bool {
-	switch prec {
-	case BF16, FP16, TF32:
+// streamed operands still fit shared memory; full asks for the _full
+// kernels (a bias or dropout), built for 16-bit operands only, where their
+// bias tiles fit beside the rest and the mma.sync module's dBias kernel
+// takes the same operands.
+func wgmmaBwdBuilt(prec Precision, dp int, full bool) bool {
+	switch {
+	case full:
+		return (prec == BF16 || prec == FP16) && (dp == 64 || dp == 128)
+	case prec == BF16 || prec == FP16 || prec == TF32:
 		return dp == 64 || dp == 128
 	}
 	return false
@@ -193,10 +198,17 @@ func wgmmaBwdShape(prec Precision, dp int) (step, tstages int) {
 	return 64, 2
 }
 
-// wgmmaBwdSmem is bwd_dkdv_smem_bytes and bwd_dq_smem_bytes.
-func wgmmaBwdSmem(prec Precision, dp int) (dkdv, dq int) {
+// wgmmaBwdSmem is bwd_dkdv_smem_bytes and bwd_dq_smem_bytes; with full,
+// dK/dV adds one float32 bias tile [step queries, wgmmaBwdBlock keys] and
+// dQ two [wgmmaBwdBlock queries, step keys], unpadded (swizzled).
+func wgmmaBwdSmem(prec Precision, dp int, full bool) (dkdv, dq int) {
 	step, tstages := wgmmaBwdShape(prec, dp)
 	row := dp * elemBytes(prec)
 	fixed, streamed := 2*wgmmaBwdBlock*row, step*row
-	return 1024 + fixed + 2*(2+tstages)*streamed + 4*step*4 + 7*8, 1024 + fixed + 6*streamed + 5*8
+	dkdv, dq = 1024+fixed+2*(2+tstages)*streamed+4*step*4+7*8, 1024+fixed+6*streamed+5*8
+	if full {
+		dkdv += step * wgmmaBwdBlock * 4
+		dq += 2 * wgmmaBwdBlock * step * 4
+	}
+	return dkdv, dq
 }

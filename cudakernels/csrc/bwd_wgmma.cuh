@@ -68,6 +68,24 @@
 //     one fragment at a time, then multiplies, so that P and dsoft are
 //     never both held whole). The group's heads share the softcap; each
 //     brings its own ALiBi slope.
+//   - The additive bias and dropout (kFull, the _full kernels, 16-bit
+//     operands): P is recomputed with the bias (fp32, staged in shared
+//     memory by every thread with cp.async: bias tiles are read per score,
+//     and their rows start anywhere, which bulk copies do not allow), dV
+//     takes Pᵀ∘Z and dS = P∘(Z∘dP/(1−p) − D), dV's factor 1/(1−p) applied
+//     in float32 as the forward does to O; the keep bits come from the
+//     same Philox words as in every other kernel (keep_bits_dkdv,
+//     drop_by_row). dS is exactly 0 at every pair a row does not see
+//     (zero_unseen). dQ's block holds two bias tiles [128 queries, 64
+//     keys], the next step's copied while this one computes, behind one
+//     barrier per step; dK/dV's, [64 queries, 128 keys], fits once (two
+//     would pass the 227 KB a block may have at DP = 128), refilled between
+//     a barrier after this step's softmax and one before the next step's.
+//     Both tiles are stored with their 8-key groups swizzled by the row
+//     instead of padded (DqBiasSwizzle, DkdvBiasSwizzle): padding would not
+//     fit either, and the swizzle keeps every read free of bank conflicts.
+//     dBias is the mma.sync kernel's (dbias_1tile), on 16-bit copies of
+//     the inputs.
 #pragma once
 #include "common.cuh"
 #include "sm90.cuh"
@@ -100,17 +118,42 @@ template <typename E, int DP, int ROWS> __host__ __device__ constexpr int bwd_ro
 }
 // Shared memory of dkdv_colblock: alignment slack, K and V, two stages of
 // Q and dO steps, bwd_tstages of Qᵀ and dOᵀ, two stages of the steps' LSE
-// and D, seven mbarriers. select.go repeats both layouts (wgmmaBwdSmem).
-template <typename E, int DP> __host__ __device__ constexpr int bwd_dkdv_smem_bytes() {
+// and D, (kFull) the bias tile, seven mbarriers. select.go repeats both
+// layouts (wgmmaBwdSmem).
+template <typename E, int DP, bool kFull = false> __host__ __device__ constexpr int bwd_dkdv_smem_bytes() {
   constexpr int kStep = bwd_step<E, DP>();
   return 1024 + 2 * bwd_rows_bytes<E, DP, kBwdBlock>() + 2 * (2 + bwd_tstages<E, DP>()) * bwd_rows_bytes<E, DP, kStep>() +
-         4 * kStep * 4 + 7 * 8;
+         4 * kStep * 4 + (kFull ? kStep * kBwdBlock * 4 : 0) + 7 * 8;
 }
 // Shared memory of dq_rowblock: slack, Q and dO, two stages of K, V and Kᵀ
-// steps, five mbarriers.
-template <typename E, int DP> __host__ __device__ constexpr int bwd_dq_smem_bytes() {
-  return 1024 + 2 * bwd_rows_bytes<E, DP, kBwdBlock>() + 6 * bwd_rows_bytes<E, DP, bwd_step<E, DP>()>() + 5 * 8;
+// steps, (kFull) two bias tiles, five mbarriers.
+template <typename E, int DP, bool kFull = false> __host__ __device__ constexpr int bwd_dq_smem_bytes() {
+  constexpr int kStep = bwd_step<E, DP>();
+  return 1024 + 2 * bwd_rows_bytes<E, DP, kBwdBlock>() + 6 * bwd_rows_bytes<E, DP, kStep>() +
+         (kFull ? 2 * kBwdBlock * kStep * 4 : 0) + 5 * 8;
 }
+
+// The _full kernels' bias tiles are fp32 rows of whole steps or blocks,
+// with no padding (DkdvBiasSwizzle and DqBiasSwizzle place their 8-key
+// groups). Both swizzles keep groups of 4 keys together, as the 16-byte
+// copies need.
+//
+// DkdvBiasSwizzle: dK/dV's tile [STEP queries, kBwdBlock keys]. A load of
+// probs_dkdv takes, in lane (g, t), key 16·warp + g (+ 8) of query
+// 2t (+1) + 8j: rows 2t apart, one column group per t. XOR-ing the key's
+// 8-key group with bits 1–2 of the row (t) puts the four t's in four
+// different groups of banks: 32 banks for 32 lanes.
+struct DkdvBiasSwizzle {
+  __device__ __forceinline__ static int col(int r, int c) { return c ^ (((r >> 1) & 3) << 3); }
+};
+// DqBiasSwizzle: dQ's tile [kBwdBlock queries, STEP keys] (STEP = 64). A
+// load of probs_dq takes, in lane (g, t), the pair of keys 8j + 2t of row
+// 16·warp + g (+ 8): eight rows a row stride apart. XOR-ing the key's
+// group with the row's low three bits (g) spreads them so that every bank
+// serves two of the 64 words, the least an 8-byte load of 32 lanes takes.
+struct DqBiasSwizzle {
+  __device__ __forceinline__ static int col(int r, int c) { return c ^ ((r & 7) << 3); }
+};
 
 // prep_stats writes p.lse_log2[bh, i] = log2e·lse[bh, i] and
 // p.delta_pad[bh, i] = delta[bh, i] for the real rows i < lq of head bh,
@@ -245,8 +288,9 @@ __device__ __forceinline__ void copy_transposed(uint32_t dst, const typename E::
 
 // dkdv_body is dkdv_colblock for key head kvh of mask mk (the mask of its
 // group's batch entry).
-template <typename E, int DP, bool kVar>
+template <typename E, int DP, bool kVar, bool kFull>
 __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long long kblk, const SeqMask& mk) {
+  static_assert(kVar || !kFull, "the _full kernels compute the _var variants too");
   using S = typename E::Storage;
   const long long nq = p.nq, nk = p.nk;
   const S* __restrict__ q = static_cast<const S*>(p.q);
@@ -267,11 +311,13 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
   unsigned char* const sm = aligned_smem();
   const uint32_t base = smem_addr(sm);
   // K and V, then stages of [Q, dO], stages of [Qᵀ, dOᵀ], LSE and D per
-  // stage, then the mbarriers kv_full, full[2] (Q, dO, LSE, D), tfull[2]
-  // (Qᵀ, dOᵀ) and empty[2] (one phase per step, both kinds of stage).
+  // stage, (kFull) the bias tile, then the mbarriers kv_full, full[2] (Q,
+  // dO, LSE, D), tfull[2] (Qᵀ, dOᵀ) and empty[2] (one phase per step, both
+  // kinds of stage).
   const uint32_t sK = base, sV = sK + kFixed, sStage = sV + kFixed, sTStage = sStage + 4 * kStep;
-  const int stats_off = 2 * kFixed + (4 + 2 * TST) * kStep;
-  const uint32_t bars = base + stats_off + 4 * kStats;
+  const int stats_off = 2 * kFixed + (4 + 2 * TST) * kStep, bias_off = stats_off + 4 * kStats;
+  constexpr int kBiasLd = kBwdBlock;  // floats per row of the bias tile
+  const uint32_t bars = base + bias_off + (kFull ? STEP * kBiasLd * 4 : 0);
   const uint32_t kv_full = bars;
   auto full = [&](int s) { return bars + 8 + 8 * s; };
   auto tfull = [&](int s) { return bars + 24 + 8 * s; };
@@ -354,6 +400,21 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
     for (int s = 0; s < 2 && s < n_steps; ++s) load_step(s);
     for (int s = 0; s < TST && s < n_steps; ++s) load_transposed(s);
   }
+  // kFull: step i's bias (its head's slice, queries × the block's keys),
+  // copied by every thread; has_bias is uniform over the grid.
+  [[maybe_unused]] float* const bias_tile = reinterpret_cast<float*>(sm + bias_off);
+  [[maybe_unused]] const bool has_bias = kFull && p.bias != nullptr;
+  auto load_bias = [&](int i) {
+    long long bh_i, r0;
+    head_step(i, bh_i, r0);
+    const float* bias = bias_rows<float>(p, bh_i);
+    mma::cp_bias_tile<STEP, kBwdBlock, kBiasLd, kBwdThreads, DkdvBiasSwizzle>(bias_tile, bias, r0, mk.lq, k0, nk,
+                                                                             mma::bias_tile_aligned(bias, nk));
+    mma::cp_async_commit();
+  };
+  if constexpr (kFull) {
+    if (has_bias) load_bias(0);
+  }
 
   const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
   const float scale = static_cast<float>(p.scale);
@@ -377,6 +438,14 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
   // some heads, which leaves their scores as they are).
   const bool mod = kVar && (p.softcap != 0.0 || p.alibi != nullptr);
   Mods md{};
+  [[maybe_unused]] Extras ex{};
+  [[maybe_unused]] uint32_t zbits = 0u;
+  // kFull: this thread's first score in the bias tile (query 2t, key
+  // key0 − k0 through DkdvBiasSwizzle) and its second key's offset from it.
+  [[maybe_unused]] const int bias_key = wg * kBwdTile + warp * 16 + g;
+  [[maybe_unused]] const float* const sb =
+      bias_tile + 2 * t * kBiasLd + DkdvBiasSwizzle::col(2 * t, bias_key);
+  [[maybe_unused]] const int sb_h1 = DkdvBiasSwizzle::col(2 * t, bias_key + 8) - DkdvBiasSwizzle::col(2 * t, bias_key);
   mbar_wait(kv_full, 0);
 
   int it = it0;           // the query step of step i …
@@ -391,6 +460,7 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
     const float* dt = reinterpret_cast<const float*>(sm + stats_off + (2 + stage) * kStats);
     if constexpr (kVar) {
       if (mod && it == it0) md = mods_of(score_mod<float>(p, bh, mk), scale);  // a new query head: its ALiBi slope
+      if (kFull && it == it0) ex = extras_of(p, bh);
     }
     mbar_wait(full(stage), parity);
 
@@ -429,16 +499,35 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
         for (int h = 0; h < 2; ++h)
           uniform &= ar[h].set(offset_of(q0, md.shift, key0 + 8 * h) + 2 * t, STEP - 7, md.slope_l2);
       }
-      with_variant(masked || !uniform, mod, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
-        probs_dkdv<E, true, kMod, kMasked, kCap>(s, pf, scale_log2, lt, static_cast<int>(q0), t, qlo, qhi, md, ar);
+      if constexpr (kFull) {
+        if (ex.drop.on()) zbits = keep_bits_dkdv<kNS>(ex, q0, key0, lane);  // the warp together, before the dispatch
+        if (has_bias) {
+          mma::cp_async_wait<0>();
+          __syncthreads();  // step i's bias has landed for every thread
+        }
+      }
+      with_variant_of<kFull>(masked || !uniform, mod, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
+        probs_dkdv<E, true, kMod, kMasked, kCap, kNS, const float*, kFull, kBiasLd>(
+            s, pf, scale_log2, lt, static_cast<int>(q0), t, qlo, qhi, md, ar, has_bias ? sb : nullptr,
+            kFull && ex.drop.on(), zbits, sb_h1);
       });
+      if constexpr (kFull) {
+        if (has_bias && i + 1 < n_steps) {
+          __syncthreads();  // every thread is done with step i's bias
+          load_bias(i + 1);
+        }
+      }
     }
     mbar_wait(tfull(ts), (i / TST) & 1);
     wgmma_fence();
-    gemm_rs<E, DP, STEP>(acc_dv, pf, tst + kStep);  // dV += Pᵀ·dO
+    gemm_rs<E, DP, STEP>(acc_dv, pf, tst + kStep);  // dV += Pᵀ·dO (kFull: (Pᵀ∘Z)·dO)
     wgmma_commit();
     wgmma_wait<1>();  // dPᵀ has landed
+    if constexpr (kFull) {
+      if (ex.drop.on()) drop_by_bits(dp, zbits, ex.drop_scale());
+    }
     ds_by_col(dp, s, dt, t);  // with kMod, s holds Pᵀ·dsoft: dSᵀ·dsoft
+    if constexpr (kFull) zero_unseen(dp, q0, t, qlo, qhi);
     uint32_t df[STEP / E::kK][4];
     to_frags<E>(df, dp);
     wgmma_fence();
@@ -476,7 +565,9 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
     // products are done reading.
     float* dk = head_of(static_cast<float*>(p.dk), kvh, kv_heads, p.dk_batch_stride, p.dk_head_stride);
     float* dv = head_of(static_cast<float*>(p.dv), kvh, kv_heads, p.dv_batch_stride, p.dv_head_stride);
-    const float sk[2] = {scale, scale}, sv[2] = {1.f, 1.f};
+    // dV's dropout factor, here rather than in Pᵀ∘Z (probs_dkdv).
+    const float dv_scale = kFull && dropout_of(p).on() ? static_cast<float>(dropout_of(p).scale) : 1.f;
+    const float sk[2] = {scale, scale}, sv[2] = {dv_scale, dv_scale};
     store_wg_rows<DP, kWgBytes>(dk, p.dk_row_stride, k0 + wg * kBwdTile, nk, p.dim, sK + wg * kWgBytes, acc_dk, sk,
                                 wg, rows_vec(dk, p.dk_row_stride, p.dim));
     store_wg_rows<DP, kWgBytes>(dv, p.dv_row_stride, k0 + wg * kBwdTile, nk, p.dim, sV + wg * kWgBytes, acc_dv, sv,
@@ -487,14 +578,15 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
 // dkdv_colblock reads the images p.q, p.q_t, p.k, p.v, p.dout, p.dout_t and
 // the padded statistics p.lse_log2, p.delta_pad; it writes p.dk and p.dv of
 // the key head blockIdx.x / key blocks (_var: block_order's). kVar: the
-// _var entry point (every variant; see sm90_variants.cuh).
-template <typename E, int DP, bool kVar>
+// _var entry point (every variant; see sm90_variants.cuh); kFull with it:
+// the _full one, which adds the bias and dropout.
+template <typename E, int DP, bool kVar, bool kFull = false>
 __device__ void dkdv_colblock(const Params& p) {
-  require_launch(kBwdThreads, bwd_dkdv_smem_bytes<E, DP>());
+  require_launch(kBwdThreads, bwd_dkdv_smem_bytes<E, DP, kFull>());
   if constexpr (!kVar) {
     const long long kvh = blockIdx.x / ((p.nk + kBwdBlock - 1) / kBwdBlock);
     require_plain(p);
-    dkdv_body<E, DP, false>(p, kvh, 0, seq_mask(p, kvh));
+    dkdv_body<E, DP, false, false>(p, kvh, 0, seq_mask(p, kvh));
   } else {
     // Longest blocks first (block_order): under a causal mask (a right
     // bound) the first keys see the most rows; under a left bound alone,
@@ -503,7 +595,7 @@ __device__ void dkdv_colblock(const Params& p) {
     block_order(blockIdx.x, static_cast<unsigned>((p.nk + kBwdBlock - 1) / kBwdBlock),
                 p.mask_right < 0 && p.mask_left >= 0, kvh, kblk);
     // A group lies in one batch entry, so its first head's mask is all's.
-    dkdv_body<E, DP, true>(p, kvh, kblk, seq_mask(p, kvh * p.kv_group));
+    dkdv_body<E, DP, true, kFull>(p, kvh, kblk, seq_mask(p, kvh * p.kv_group));
   }
 }
 
@@ -511,9 +603,10 @@ __device__ void dkdv_colblock(const Params& p) {
 // dq_body is dq_rowblock for query head bh of mask mk and score modifiers
 // md (kVar only), and query block qblk (kVar only: block_order's; the plain
 // kernel's is blockIdx.x mod the blocks per head).
-template <typename E, int DP, bool kVar>
+template <typename E, int DP, bool kVar, bool kFull>
 __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long qblk, const SeqMask& mk,
                                         const Mods& md) {
+  static_assert(kVar || !kFull, "the _full kernels compute the _var variants too");
   using S = typename E::Storage;
   const long long nq = p.nq, nk = p.nk;
   const S* __restrict__ q = static_cast<const S*>(p.q);
@@ -529,11 +622,13 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
   constexpr int kNS = STEP / 8;  // n8 tiles of S per warp: keys
   constexpr int kND = DP / 8;
 
-  const uint32_t base = smem_addr(aligned_smem());
-  // Q and dO, then stages of [K, V, Kᵀ], then the mbarriers qd_full,
-  // full[2], empty[2].
+  unsigned char* const sm = aligned_smem();
+  const uint32_t base = smem_addr(sm);
+  // Q and dO, then stages of [K, V, Kᵀ], (kFull) two bias tiles, then the
+  // mbarriers qd_full, full[2], empty[2].
   const uint32_t sQ = base, sdO = sQ + kFixed, sStage = sdO + kFixed;
-  const uint32_t bars = sStage + 6 * kStep;
+  constexpr int kBiasTile = kBwdBlock * STEP;  // floats: [queries, keys]
+  const uint32_t bars = sStage + 6 * kStep + (kFull ? 2 * kBiasTile * 4 : 0);
   const uint32_t qd_full = bars;
   auto full = [&](int s) { return bars + 8 + 8 * s; };
   auto empty = [&](int s) { return bars + 24 + 8 * s; };
@@ -613,6 +708,24 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
 #pragma unroll
   for (int n = 0; n < kND; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
   constexpr int kWgBytes = bwd_rows_bytes<E, DP, kBwdTile>();
+  // kFull: key step it's bias goes into tile it % 2, copied by every
+  // thread one step ahead; has_bias is uniform over the grid.
+  [[maybe_unused]] const Extras ex = kFull ? extras_of(p, bh) : Extras{};
+  [[maybe_unused]] const bool has_bias = kFull && ex.bias != nullptr;
+  [[maybe_unused]] float* const bias_tiles = reinterpret_cast<float*>(sm + (sStage + 6 * kStep - base));
+  auto load_bias = [&](int it) {
+    mma::cp_bias_tile<kBwdBlock, STEP, STEP, kBwdThreads, DqBiasSwizzle>(
+        bias_tiles + (it & 1) * kBiasTile, ex.bias, q0, mk.lq, static_cast<long long>(t0 + it) * STEP, nk,
+        mma::bias_tile_aligned(ex.bias, nk));
+    mma::cp_async_commit();
+  };
+  if constexpr (kFull) {
+    if (has_bias && n_it > 0) load_bias(0);
+  }
+  // kFull: this thread's first score in a bias tile (row row0 − q0, key
+  // 2t; DqBiasSwizzle moves its 8-key groups by g, row_bias_pairs's jx).
+  [[maybe_unused]] const int bias_row = wg * kBwdTile + warp * 16 + g;
+  [[maybe_unused]] const long long rows[2] = {row0, row0 + 8};
   mbar_wait(qd_full, 0);
 
   for (int it = 0; it < n_it; ++it) {
@@ -620,6 +733,15 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
     const unsigned parity = (it >> 1) & 1;
     const long long k0 = static_cast<long long>(t0 + it) * STEP;
     const uint32_t st = sStage + stage * 3 * kStep;
+    if constexpr (kFull) {
+      if (has_bias) {
+        // This step's bias has landed for every thread, and every thread
+        // is done with the last step's tile, which takes the next step's.
+        mma::cp_async_wait<0>();
+        __syncthreads();
+        if (it + 1 < n_it) load_bias(it + 1);
+      }
+    }
     mbar_wait(full(stage), parity);
 
     // S = Q·Kᵀ and dP = dO·Vᵀ; element e of tile j is row row0 + 8·(e/2),
@@ -647,12 +769,21 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
         for (int h = 0; h < 2; ++h)
           uniform &= ar[h].set(offset_of(row0 + 8 * h, md.shift, k0) - 2 * t, STEP - 7, md.slope_l2);
       }
-      with_variant(masked || !uniform, md.on, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
-        probs_dq<E, kMod, kMasked, kCap>(s, scale_log2, l2, static_cast<int>(k0), t, lo32, hi32, md, ar);
+      [[maybe_unused]] const float* sb = nullptr;
+      if constexpr (kFull) {
+        if (has_bias) sb = bias_tiles + (it & 1) * kBiasTile + bias_row * STEP + 2 * t;
+      }
+      with_variant_of<kFull>(masked || !uniform, md.on, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
+        probs_dq<E, kMod, kMasked, kCap, kNS, kFull, true, STEP>(s, scale_log2, l2, static_cast<int>(k0), t, lo32, hi32,
+                                                                 md, ar, sb, g);
       });
     }
     wgmma_wait<0>();
+    if constexpr (kFull) {
+      if (ex.drop.on()) drop_by_row(dp, ex, rows, k0, t, ex.drop_scale());
+    }
     ds_by_row(dp, s, dr);  // with kMod, s holds P·dsoft: dS·dsoft
+    if constexpr (kFull) zero_unseen(dp, k0, t, lo32, hi32);
     uint32_t df[STEP / E::kK][4];
     to_frags<E>(df, dp);
     wgmma_fence();
@@ -684,21 +815,22 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
 
 // dq_rowblock reads the images p.q, p.k, p.k_t, p.v, p.dout and the padded
 // statistics; it writes p.dq. kVar: the _var entry point (every variant;
-// see sm90_variants.cuh).
-template <typename E, int DP, bool kVar>
+// see sm90_variants.cuh); kFull with it: the _full one (the bias and
+// dropout).
+template <typename E, int DP, bool kVar, bool kFull = false>
 __device__ void dq_rowblock(const Params& p) {
-  require_launch(kBwdThreads, bwd_dq_smem_bytes<E, DP>());
+  require_launch(kBwdThreads, bwd_dq_smem_bytes<E, DP, kFull>());
   if constexpr (!kVar) {
     const long long bh = blockIdx.x / ((p.nq + kBwdBlock - 1) / kBwdBlock);
     const SeqMask mk = seq_mask(p, bh);
     require_plain(p);
-    dq_body<E, DP, false>(p, bh, 0, mk, Mods{});
+    dq_body<E, DP, false, false>(p, bh, 0, mk, Mods{});
   } else {
     // Longest blocks first (block_order), as in the forward.
     long long bh, qblk;
     block_order(blockIdx.x, static_cast<unsigned>((p.nq + kBwdBlock - 1) / kBwdBlock), p.mask_right >= 0, bh, qblk);
     const SeqMask mk = seq_mask(p, bh);
-    dq_body<E, DP, true>(p, bh, qblk, mk, mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale)));
+    dq_body<E, DP, true, kFull>(p, bh, qblk, mk, mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale)));
   }
 }
 

@@ -95,18 +95,18 @@ FLASH_TO_IMAGE(tf32, TF32)
 // rows (p.q, p.k, p.v, p.dout and p.q_t, p.k_t, p.dout_t; K, V and Kᵀ one
 // image per key head); p.lse_log2 and p.delta_pad come from
 // flash_bwd_stats_sm90.
-#define FLASH_BWD_WGMMA_KERNELS(NAME, E, DP, SUFFIX, VAR)                                       \
+#define FLASH_BWD_WGMMA_KERNELS(NAME, E, DP, SUFFIX, VAR, FULL)                                 \
   extern "C" __global__ void __launch_bounds__(flash::sm90::kBwdThreads, 1)                        \
       flash_bwd_dkdv_wgmma_##NAME##_d##DP##SUFFIX(const __grid_constant__ flash::Params p) {       \
-    flash::sm90::dkdv_colblock<flash::mma::E, DP, VAR>(p);                                         \
+    flash::sm90::dkdv_colblock<flash::mma::E, DP, VAR, FULL>(p);                                   \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(flash::sm90::kBwdThreads, 1)                        \
       flash_bwd_dq_wgmma_##NAME##_d##DP##SUFFIX(const __grid_constant__ flash::Params p) {         \
-    flash::sm90::dq_rowblock<flash::mma::E, DP, VAR>(p);                                           \
+    flash::sm90::dq_rowblock<flash::mma::E, DP, VAR, FULL>(p);                                     \
   }
-#define FLASH_BWD_WGMMA(NAME, E, DP)                \
-  FLASH_BWD_WGMMA_KERNELS(NAME, E, DP, , false)    \
-  FLASH_BWD_WGMMA_KERNELS(NAME, E, DP, _var, true)
+#define FLASH_BWD_WGMMA(NAME, E, DP)                       \
+  FLASH_BWD_WGMMA_KERNELS(NAME, E, DP, , false, false)    \
+  FLASH_BWD_WGMMA_KERNELS(NAME, E, DP, _var, true, false)
 
 FLASH_BWD_WGMMA(bf16, BF16, 64)
 FLASH_BWD_WGMMA(bf16, BF16, 128)
@@ -114,6 +114,14 @@ FLASH_BWD_WGMMA(fp16, FP16, 64)
 FLASH_BWD_WGMMA(fp16, FP16, 128)
 FLASH_BWD_WGMMA(tf32, TF32, 64)
 FLASH_BWD_WGMMA(tf32, TF32, 128)
+
+// _full adds the bias and dropout (the _full kernels' bias tiles fit
+// beside the others for 16-bit operands up to DP = 128: select.go's
+// wgmmaBwdBuilt with full); dBias is the mma.sync module's kernel.
+FLASH_BWD_WGMMA_KERNELS(bf16, BF16, 64, _full, true, true)
+FLASH_BWD_WGMMA_KERNELS(bf16, BF16, 128, _full, true, true)
+FLASH_BWD_WGMMA_KERNELS(fp16, FP16, 64, _full, true, true)
+FLASH_BWD_WGMMA_KERNELS(fp16, FP16, 128, _full, true, true)
 
 // LSE in log2 units and D, padded to whole blocks; any block size and grid.
 // The _var one, for every problem the _var kernels compute, leaves the

@@ -188,12 +188,19 @@ __device__ __forceinline__ bool bias_tile_aligned(const float* src, long long n)
   return src != nullptr && n % 4 == 0 && reinterpret_cast<unsigned long long>(src) % 16 == 0;
 }
 
+// NoSwizzle places column c of row r of a shared tile at column c.
+struct NoSwizzle {
+  __device__ __forceinline__ static int col(int, int c) { return c; }
+};
+
 // cp_bias_tile copies the bias of rows [r0, r0 + ROWS) and keys [c0, c0 +
 // COLS) of a slice (rows n apart) into dst (row stride LD floats), zeros
-// past rows_real or n. aligned (bias_tile_aligned, c0 a multiple of 4):
-// 16-byte copies, 4 keys each; else one per key, as a row of the slice
-// starts anywhere. Every thread of the block (kThreads) takes part.
-template <int ROWS, int COLS, int LD, int kThreads>
+// past rows_real or n; key c of row r goes to column Swz::col(r, c), which
+// must keep groups of 4 columns together. aligned (bias_tile_aligned, c0 a
+// multiple of 4): 16-byte copies, 4 keys each; else one per key, as a row
+// of the slice starts anywhere. Every thread of the block (kThreads) takes
+// part.
+template <int ROWS, int COLS, int LD, int kThreads, typename Swz = NoSwizzle>
 __device__ __forceinline__ void cp_bias_tile(float* dst, const float* __restrict__ src, long long r0,
                                              long long rows_real, long long c0, long long n, bool aligned) {
   if (aligned) {
@@ -201,13 +208,13 @@ __device__ __forceinline__ void cp_bias_tile(float* dst, const float* __restrict
     for (int c = threadIdx.x; c < ROWS * kChunks; c += kThreads) {
       const int r = c / kChunks, col = c % kChunks * 4;
       const bool ok = r0 + r < rows_real && c0 + col < n;
-      cp_async16(dst + r * LD + col, ok ? src + (r0 + r) * n + c0 + col : src, ok);
+      cp_async16(dst + r * LD + Swz::col(r, col), ok ? src + (r0 + r) * n + c0 + col : src, ok);
     }
   } else {
     for (int c = threadIdx.x; c < ROWS * COLS; c += kThreads) {
       const int r = c / COLS, col = c % COLS;
       const bool ok = r0 + r < rows_real && c0 + col < n;
-      cp_async4(dst + r * LD + col, ok ? src + (r0 + r) * n + c0 + col : src, ok);
+      cp_async4(dst + r * LD + Swz::col(r, col), ok ? src + (r0 + r) * n + c0 + col : src, ok);
     }
   }
 }

@@ -376,16 +376,18 @@ __device__ __forceinline__ uint32_t keep_bits_dkdv(const Extras& ex, long long q
 // (rows: queries, kLd floats apart) at this thread's first score (query
 // 2t, key 16·warp + g), null without a bias; the tile holds zeros past the
 // sequence and past nk, and scores the thread's keys do not see are set
-// to 0 whatever their bias. With dropout (drop_on) it builds pf, the
-// probabilities dV takes, from Pᵀ∘Z (zbits: keep_bits_dkdv's; without the
-// factor 1/(1−p), which the caller applies to dV in float32 as the forward
-// does to O) while s keeps Pᵀ(·dsoft).
+// to 0 whatever their bias. The thread's second key (g + 8) is sb_h1
+// floats from its first in every row: 8 in a padded tile, ±8 in the Hopper
+// kernel's swizzled one (bwd_wgmma.cuh, DkdvBiasSwizzle). With dropout
+// (drop_on) it builds pf, the probabilities dV takes, from Pᵀ∘Z (zbits:
+// keep_bits_dkdv's; without the factor 1/(1−p), which the caller applies
+// to dV in float32 as the forward does to O) while s keeps Pᵀ(·dsoft).
 template <typename E, bool kVar, bool kMod, bool kMasked, bool kCap, int NS, typename Lse, bool kFull = false,
           int kLd = 0>
 __device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[NS * 8 / E::kK][4], float scale_log2,
                                            Lse lt, int q0, int t, const int (&qlo)[2], const int (&qhi)[2],
                                            const Mods& md, const AlibiRow<1> (&ar)[2], const float* sb = nullptr,
-                                           bool drop_on = false, uint32_t zbits = 0u) {
+                                           bool drop_on = false, uint32_t zbits = 0u, int sb_h1 = 8) {
   static_assert(!kFull || kVar, "the _full kernels compute the _var variants too");
   constexpr int kT = E::kK / 8;  // score tiles per fragment
 #pragma unroll
@@ -400,7 +402,7 @@ __device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[NS 
         float x = modified<E, kMod, kCap, kMasked>(s[j][e], scale_log2, md, ar[h], 8 * j + (e & 1), dsoft[c][e]);
         const bool seen = !kMasked || (q0 + col >= qlo[h] && q0 + col < qhi[h]);
         if constexpr (kFull) {
-          if (sb != nullptr) x = fmaf(sb[(8 * j + (e & 1)) * kLd + 8 * h], kLog2e, x);
+          if (sb != nullptr) x = fmaf(sb[(8 * j + (e & 1)) * kLd + (h ? sb_h1 : 0)], kLog2e, x);
         }
         float p = exp2f(x - lt[col]);
         if constexpr (kVar) {
@@ -443,11 +445,14 @@ __device__ __forceinline__ void drop_by_bits(float (&x)[NS][4], uint32_t zbits, 
 // the C layout (element e: row g + 8·(e/2), key 8j + 2t + e%2) from a bias
 // tile in shared memory whose rows are kLd floats apart (kLd even), sb
 // pointing at the thread's first score (row g, key 2t): b[h] holds row
-// g + 8h's two keys, each row's pair in one 8-byte read.
+// g + 8h's two keys, each row's pair in one 8-byte read. In a tile whose
+// 8-key groups are swizzled by the row (bwd_wgmma.cuh's DqBiasSwizzle),
+// tile j of the thread's rows lies at group j ^ jx (jx = g); padded tiles
+// take jx = 0.
 template <int kLd>
-__device__ __forceinline__ void row_bias_pairs(const float* sb, int j, float2 (&b)[2]) {
+__device__ __forceinline__ void row_bias_pairs(const float* sb, int j, float2 (&b)[2], int jx = 0) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) b[h] = *reinterpret_cast<const float2*>(sb + 8 * h * kLd + 8 * j);
+  for (int h = 0; h < 2; ++h) b[h] = *reinterpret_cast<const float2*>(sb + 8 * h * kLd + 8 * (j ^ jx));
 }
 
 // probs_dq turns S (element e of tile j: row e/2, key k0 + 8j + 2t + e%2)
@@ -461,17 +466,18 @@ __device__ __forceinline__ void row_bias_pairs(const float* sb, int j, float2 (&
 // the block's query rows, kLd floats apart; kLd even) at this thread's
 // first score (row g of the warp's 16, key 2t), null without a bias; the
 // tile holds zeros past the sequence and past nk, and unseen scores are
-// set to 0 whatever their bias. kSoft = false leaves out the softcap's
-// derivative (the dBias kernel: the bias is added after the softcap).
+// set to 0 whatever their bias (jx: row_bias_pairs's swizzle). kSoft =
+// false leaves out the softcap's derivative (the dBias kernel: the bias is
+// added after the softcap).
 template <typename E, bool kMod, bool kMasked, bool kCap, int NS, bool kFull = false, bool kSoft = true, int kLd = 0>
 __device__ __forceinline__ void probs_dq(float (&s)[NS][4], float scale_log2, const float (&lse2)[2], int k0, int t,
                                          const int (&lo)[2], const int (&hi)[2], const Mods& md,
-                                         const AlibiRow<-1> (&ar)[2], const float* sb = nullptr) {
+                                         const AlibiRow<-1> (&ar)[2], const float* sb = nullptr, int jx = 0) {
 #pragma unroll
   for (int j = 0; j < NS; ++j) {
     [[maybe_unused]] float2 b[2];
     if constexpr (kFull) {
-      if (sb != nullptr) row_bias_pairs<kLd>(sb, j, b);
+      if (sb != nullptr) row_bias_pairs<kLd>(sb, j, b, jx);
     }
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
