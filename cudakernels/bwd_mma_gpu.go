@@ -60,14 +60,8 @@ func loadMmaBackward(mod cu.Module, c choice, maxSmem int) (*mmaBackward, error)
 type mmaBwdScratch struct{ q, k, v, dout cu.DevicePtr }
 
 func (b *mmaBackward) carve(p kernels.Params, base cu.DevicePtr, s *mmaBwdScratch) int64 {
-	return carveHalves(p, b.c.dp, base, s)
-}
-
-// carveHalves lays out from base the 16-bit copies of padded head
-// dimension dp (K and V one per key head) and returns their size.
-func carveHalves(p kernels.Params, dp int, base cu.DevicePtr, s *mmaBwdScratch) int64 {
-	bh, bkv, row := int64(p.B)*int64(p.H), int64(p.B)*int64(p.KVHeads()), int64(dp)*2
-	qBytes, kBytes := bh*int64(p.Nq)*row, bkv*int64(p.Nk)*row
+	bh, bkv, dp := int64(p.B)*int64(p.H), int64(p.B)*int64(p.KVHeads()), int64(b.c.dp)
+	qBytes, kBytes := bh*int64(p.Nq)*dp*2, bkv*int64(p.Nk)*dp*2
 	return carve(base, part{&s.q, qBytes}, part{&s.k, kBytes}, part{&s.v, kBytes}, part{&s.dout, qBytes})
 }
 
@@ -87,10 +81,19 @@ func (b *mmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Stream)
 	}
 	var s mmaBwdScratch
 	b.carve(p, buf.scratch, &s)
-	kp, err := s.convert(b.toHalf, p, buf, b.c.dp, stream)
-	if err != nil {
-		return err
+	kv := keyHeads(p)
+	for _, c := range []struct {
+		src, dst cu.DevicePtr
+		heads    kernels.Params // the heads to convert: query or key heads
+		rows     int
+	}{{buf.q, s.q, p, p.Nq}, {buf.k, s.k, kv, p.Nk}, {buf.v, s.v, kv, p.Nk}, {buf.do, s.dout, p, p.Nq}} {
+		if err := launchToStorage(b.toHalf, c.src, c.dst, c.heads, c.rows, b.c.dp, 8, stream); err != nil {
+			return err
+		}
 	}
+	ops := callerOperands(p, buf)
+	ops.q, ops.k, ops.v, ops.dout = dense(s.q, p.Nq, b.c.dp), dense(s.k, p.Nk, b.c.dp), dense(s.v, p.Nk, b.c.dp), dense(s.dout, p.Nq, b.c.dp)
+	kp := newParams(p, ops)
 	dkdv, dq := pickMmaVariant(&kp, b.dkdv, b.dkdvVar, b.dkdvFull), pickMmaVariant(&kp, b.dq, b.dqVar, b.dqFull)
 	smem, smemDQ := b.c.smem, b.c.smemDQ
 	if dkdv == b.dkdvFull {
@@ -105,36 +108,11 @@ func (b *mmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Stream)
 	if kp.Dbias == 0 {
 		return nil
 	}
-	return launchMmaDbias(b.dbias, p, buf, &kp, b.c.dp, stream)
-}
-
-// convert enqueues the 16-bit copies of Q, K, V and dO into s (K and V of
-// the key heads only) and returns the kernels' argument with them as its
-// operands.
-func (s mmaBwdScratch) convert(toHalf cu.Function, p kernels.Params, buf bwdBuffers, dp int, stream cu.Stream) (kernelParams, error) {
-	kv := keyHeads(p)
-	for _, c := range []struct {
-		src, dst cu.DevicePtr
-		heads    kernels.Params // the heads to convert: query or key heads
-		rows     int
-	}{{buf.q, s.q, p, p.Nq}, {buf.k, s.k, kv, p.Nk}, {buf.v, s.v, kv, p.Nk}, {buf.do, s.dout, p, p.Nq}} {
-		if err := launchToStorage(toHalf, c.src, c.dst, c.heads, c.rows, dp, 8, stream); err != nil {
-			return kernelParams{}, err
-		}
-	}
-	ops := callerOperands(p, buf)
-	ops.q, ops.k, ops.v, ops.dout = dense(s.q, p.Nq, dp), dense(s.k, p.Nk, dp), dense(s.v, p.Nk, dp), dense(s.dout, p.Nq, dp)
-	return newParams(p, ops), nil
-}
-
-// launchMmaDbias enqueues the mma.sync dBias kernel (dbias_1tile, padded
-// head dimension dp), a block per tile of mmaBwdStep rows and keys of each
-// bias slice, on kp, whose operands are the 16-bit copies (convert).
-func launchMmaDbias(dbias cu.Function, p kernels.Params, buf bwdBuffers, kp *kernelParams, dp int, stream cu.Stream) error {
+	// A block per tile of mmaBwdStep rows and keys of each bias slice.
 	tiles := int64((p.Nq + mmaBwdStep - 1) / mmaBwdStep)
-	grid, err := gridOver(buf.vars.biasSlices*tiles, p.Nk, mmaBwdStep)
+	gridB, err := gridOver(buf.vars.biasSlices*tiles, p.Nk, mmaBwdStep)
 	if err != nil {
 		return err
 	}
-	return launch(dbias, grid, mmaBwdThreads, mmaDbiasSmem(dp), stream, kp)
+	return launch(b.dbias, gridB, b.c.threads, mmaDbiasSmem(b.c.dp), stream, &kp)
 }

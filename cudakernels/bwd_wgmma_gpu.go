@@ -19,18 +19,14 @@ import (
 // K, V and Kᵀ one image per key head. dkdvVar and dqVar compute the
 // variants (pickVariant). A choice with c.full has the _full kernels alone
 // (in dkdvVar and dqVar: the bias and dropout with every other variant),
-// and for the bias gradient the mma.sync module's dBias kernel with its
-// 16-bit copies of the inputs (dbias, toHalf).
+// and dbias, which writes the bias gradient from the same images.
 type wgmmaBackward struct {
-	dkdv, dq, dkdvVar, dqVar, stats, statsVar cu.Function
-	toRows, toVt, toRowsLen, toVtLen          cu.Function
-	dbias, toHalf                             cu.Function
-	c                                         choice
+	dkdv, dq, dkdvVar, dqVar, stats, statsVar, dbias cu.Function
+	toRows, toVt, toRowsLen, toVtLen                 cu.Function
+	c                                                choice
 }
 
-// loadWgmmaBackward looks up c's kernels in mod, the Hopper module, and
-// (c.full) the dBias kernel and its conversion in sm80, the mma.sync one.
-func loadWgmmaBackward(mod, sm80 cu.Module, c choice, maxSmem int) (*wgmmaBackward, error) {
+func loadWgmmaBackward(mod cu.Module, c choice, maxSmem int) (*wgmmaBackward, error) {
 	b := &wgmmaBackward{c: c}
 	suffix := fmt.Sprintf("_wgmma_%v_d%d", c.prec, c.dp)
 	var err error
@@ -41,10 +37,7 @@ func loadWgmmaBackward(mod, sm80 cu.Module, c choice, maxSmem int) (*wgmmaBackwa
 		if b.dqVar, err = lookup(mod, "flash_bwd_dq"+suffix+"_full", c.smemDQ, maxSmem); err != nil {
 			return nil, err
 		}
-		if b.dbias, err = lookup(sm80, fmt.Sprintf("flash_bwd_dbias_mma_%v_d%d", c.prec, c.dp), mmaDbiasSmem(c.dp), maxSmem); err != nil {
-			return nil, err
-		}
-		if b.toHalf, err = function(sm80, "flash_to_half_"+c.prec.String()); err != nil {
+		if b.dbias, err = lookup(mod, "flash_bwd_dbias"+suffix, wgmmaDbiasSmem(c.prec, c.dp), maxSmem); err != nil {
 			return nil, err
 		}
 	} else {
@@ -84,20 +77,12 @@ func (b *wgmmaBackward) padded(p kernels.Params) (nq, nk int64) {
 	return roundUp(int64(p.Nq), wgmmaBwdPad), roundUp(int64(p.Nk), wgmmaBwdPad)
 }
 
-// carve lays out the images and statistics from base, and with a bias
-// (c.full) the dBias kernel's 16-bit copies after them in halves: for any
-// bias, since the problem a chunk's scratch is sized for (chunkParams)
-// keeps the bias but not whether its gradient is wanted.
-func (b *wgmmaBackward) carve(p kernels.Params, base cu.DevicePtr, s *wgmmaBwdScratch, halves *mmaBwdScratch) int64 {
+func (b *wgmmaBackward) carve(p kernels.Params, base cu.DevicePtr, s *wgmmaBwdScratch) int64 {
 	bh, bkv, row := int64(p.B)*int64(p.H), int64(p.B)*int64(p.KVHeads()), int64(b.c.dp)*int64(elemBytes(b.c.prec))
 	nq, nk := b.padded(p)
 	qb, kb, st := bh*nq*row, bkv*nk*row, bh*nq*4
-	n := carve(base, part{&s.q, qb}, part{&s.qT, qb}, part{&s.dout, qb}, part{&s.doutT, qb},
+	return carve(base, part{&s.q, qb}, part{&s.qT, qb}, part{&s.dout, qb}, part{&s.doutT, qb},
 		part{&s.k, kb}, part{&s.kT, kb}, part{&s.v, kb}, part{&s.lseLog2, st}, part{&s.deltaPad, st})
-	if b.c.full && p.Bias != nil {
-		n += carveHalves(p, b.c.dp, base+cu.DevicePtr(n), halves)
-	}
-	return n
 }
 
 // computes accepts every variant but dropout and the bias (the _var
@@ -110,23 +95,23 @@ func (b *wgmmaBackward) computes(p kernels.Params) error {
 }
 
 func (b *wgmmaBackward) scratchBytes(p kernels.Params) int64 {
-	return b.carve(p, 0, &wgmmaBwdScratch{}, &mmaBwdScratch{})
+	return b.carve(p, 0, &wgmmaBwdScratch{})
 }
 
 // launch converts the inputs into images in buf.scratch (K and V of the
 // B·KVHeads() key heads only; with lengths, up to each batch entry's
 // length rounded up to a block), then enqueues the statistics, the dK/dV
 // kernel (a block per 128 keys of a key head: backwardGrids) and the dQ
-// kernel, and for a bias gradient the 16-bit copies and the dBias kernel.
-// buf.delta must already hold D.
+// kernel, and for a bias gradient the dBias kernel (a block per
+// wgmmaBwdBlock queries × wgmmaBwdTile keys of each bias slice). buf.delta
+// must already hold D.
 func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Stream) error {
 	gridK, gridQ, err := backwardGrids(p, b.c.rows)
 	if err != nil {
 		return err
 	}
 	var s wgmmaBwdScratch
-	var halves mmaBwdScratch
-	b.carve(p, buf.scratch, &s, &halves)
+	b.carve(p, buf.scratch, &s)
 	im := imaging{toRows: b.toRows, toVt: b.toVt, toRowsLen: b.toRowsLen, toVtLen: b.toVtLen, p: p, dp: b.c.dp,
 		elemSz: elemBytes(b.c.prec), stream: stream}
 	qim, kim := im.queries(buf.vars), im.keys(buf.vars)
@@ -174,9 +159,9 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 	if kp.Dbias == 0 {
 		return nil
 	}
-	kpHalves, err := halves.convert(b.toHalf, p, buf, b.c.dp, stream)
+	gridB, err := gridOver(buf.vars.biasSlices*int64((p.Nq+wgmmaBwdBlock-1)/wgmmaBwdBlock), p.Nk, wgmmaBwdTile)
 	if err != nil {
 		return err
 	}
-	return launchMmaDbias(b.dbias, p, buf, &kpHalves, b.c.dp, stream)
+	return launch(b.dbias, gridB, b.c.threads, wgmmaDbiasSmem(b.c.prec, b.c.dp), stream, &kp)
 }

@@ -128,7 +128,7 @@ func (r *registry) load(c choice, kernelDir string) (err error) {
 	case c.kind == kindMMA:
 		r.bwd[c], err = loadMmaBackward(mod, c, r.dev.MaxSmem)
 	default:
-		r.bwd[c], err = loadWgmmaBackward(mod, r.mod, c, r.dev.MaxSmem)
+		r.bwd[c], err = loadWgmmaBackward(mod, c, r.dev.MaxSmem)
 	}
 	return err
 }

@@ -183,6 +183,9 @@ func TestChooseBiasOrDropout(t *testing.T) {
 					if got != wgmmaBackwardChoice(prec, dp, true) {
 						t.Errorf("%v backward D=%d with a bias or dropout: %v, want the wgmma _full kernels", prec, d, got.kind)
 					}
+					if n := wgmmaDbiasSmem(prec, dp); n > h200.MaxSmem {
+						t.Errorf("%v D=%d: the wgmma dBias kernel needs %d bytes of shared memory, the H200 allows %d", prec, d, n, h200.MaxSmem)
+					}
 					continue
 				}
 				if got != sm80 {

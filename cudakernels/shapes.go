@@ -177,8 +177,7 @@ const (
 // for prec and dp: up to 128 columns, where K, V and two stages of four
 // streamed operands still fit shared memory; full asks for the _full
 // kernels (a bias or dropout), built for 16-bit operands only, where their
-// bias tiles fit beside the rest and the mma.sync module's dBias kernel
-// takes the same operands.
+// bias tiles fit beside the rest (and dBias's stages of four operands).
 func wgmmaBwdBuilt(prec Precision, dp int, full bool) bool {
 	switch {
 	case full:
@@ -196,6 +195,14 @@ func wgmmaBwdShape(prec Precision, dp int) (step, tstages int) {
 		return 32, 1
 	}
 	return 64, 2
+}
+
+// wgmmaDbiasSmem is bwd_dbias_smem_bytes: alignment slack, two stages of
+// Q and dO (wgmmaBwdBlock rows) and K and V (wgmmaBwdTile rows), the
+// float32 bias tile [wgmmaBwdBlock, wgmmaBwdTile], four mbarriers.
+func wgmmaDbiasSmem(prec Precision, dp int) int {
+	row := dp * elemBytes(prec)
+	return 1024 + 2*(2*wgmmaBwdBlock+2*wgmmaBwdTile)*row + wgmmaBwdBlock*wgmmaBwdTile*4 + 4*8
 }
 
 // wgmmaBwdSmem is bwd_dkdv_smem_bytes and bwd_dq_smem_bytes; with full,

@@ -84,8 +84,13 @@
 //     Both tiles are stored with their 8-key groups swizzled by the row
 //     instead of padded (DqBiasSwizzle, DkdvBiasSwizzle): padding would not
 //     fit either, and the swizzle keeps every read free of bank conflicts.
-//     dBias is the mma.sync kernel's (dbias_1tile), on 16-bit copies of
-//     the inputs.
+//   dbias_tile     one block per 128 queries × 64 keys of a bias slice loops
+//                  over the query pairs that read the slice (batch entries,
+//                  then heads, in order): S = Q·Kᵀ and dP = dO·Vᵀ from the
+//                  same images, dS summed in registers, written once (no
+//                  atomics: deterministic). Each pair's four tiles are one
+//                  stage of two, refilled early as in dq_rowblock; the
+//                  slice's bias tile is copied once.
 #pragma once
 #include "common.cuh"
 #include "sm90.cuh"
@@ -131,6 +136,15 @@ template <typename E, int DP, bool kFull = false> __host__ __device__ constexpr 
   constexpr int kStep = bwd_step<E, DP>();
   return 1024 + 2 * bwd_rows_bytes<E, DP, kBwdBlock>() + 6 * bwd_rows_bytes<E, DP, kStep>() +
          (kFull ? 2 * kBwdBlock * kStep * 4 : 0) + 5 * 8;
+}
+
+// Shared memory of dbias_tile: slack, two stages of Q and dO (kBwdBlock
+// rows) and K and V (kBwdTile rows), the bias tile [kBwdBlock, kBwdTile]
+// (fp32, DqBiasSwizzle), four mbarriers. select.go repeats it
+// (wgmmaDbiasSmem).
+template <typename E, int DP> __host__ __device__ constexpr int bwd_dbias_smem_bytes() {
+  return 1024 + 2 * (2 * bwd_rows_bytes<E, DP, kBwdBlock>() + 2 * bwd_rows_bytes<E, DP, kBwdTile>()) +
+         kBwdBlock * kBwdTile * 4 + 4 * 8;
 }
 
 // The _full kernels' bias tiles are fp32 rows of whole steps or blocks,
@@ -831,6 +845,174 @@ __device__ void dq_rowblock(const Params& p) {
     block_order(blockIdx.x, static_cast<unsigned>((p.nq + kBwdBlock - 1) / kBwdBlock), p.mask_right >= 0, bh, qblk);
     const SeqMask mk = seq_mask(p, bh);
     dq_body<E, DP, true, kFull>(p, bh, qblk, mk, mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale)));
+  }
+}
+
+// dbias_tile writes dBias for kBwdBlock queries × kBwdTile keys of one bias
+// slice: the sum of dS = P∘(Z∘dP − D) (no softcap derivative: the bias is
+// added after the softcap) over every query pair that reads the slice,
+// batch entries then heads in order, and 0 where no pair sees the entry.
+// It reads the images and padded statistics the dK/dV and dQ kernels read
+// (p.q, p.dout, p.k, p.v, p.lse_log2, p.delta_pad). The host launches it
+// only when the caller wants dBias, with the whole call in one launch
+// (pair0 = 0), over slices × query blocks × key tiles.
+template <typename E, int DP>
+__device__ void dbias_tile(const Params& p) {
+  using S = typename E::Storage;
+  require_launch(kBwdThreads, bwd_dbias_smem_bytes<E, DP>());
+  constexpr int BK = kBwdTile;  // keys per tile
+  constexpr int kNS = BK / 8;   // n8 tiles of S per warp
+  constexpr int kQBytes = bwd_rows_bytes<E, DP, kBwdBlock>(), kKBytes = bwd_rows_bytes<E, DP, BK>();
+  constexpr int kStage = 2 * kQBytes + 2 * kKBytes;  // Q, dO, K, V
+  constexpr int kWgBytes = bwd_rows_bytes<E, DP, kBwdTile>();
+  const long long nq = p.nq, nk = p.nk;
+  const S* __restrict__ q = static_cast<const S*>(p.q);
+  const S* __restrict__ k = static_cast<const S*>(p.k);
+  const S* __restrict__ v = static_cast<const S*>(p.v);
+  const S* __restrict__ dout = static_cast<const S*>(p.dout);
+  const float* __restrict__ lse2 = static_cast<const float*>(p.lse_log2);
+  const float* __restrict__ dpad = static_cast<const float*>(p.delta_pad);
+  const long long nq_pad = (nq + kBwdPad - 1) / kBwdPad * kBwdPad;
+  const long long nk_pad = (nk + kBwdPad - 1) / kBwdPad * kBwdPad;
+
+  unsigned char* const sm = aligned_smem();
+  const uint32_t base = smem_addr(sm);
+  // Two stages of [Q, dO, K, V], the bias tile, then the mbarriers full[2]
+  // and empty[2].
+  auto sQ = [&](int s) { return base + s * kStage; };
+  float* const bias_tile = reinterpret_cast<float*>(sm + 2 * kStage);
+  const uint32_t bars = base + 2 * kStage + kBwdBlock * BK * 4;
+  auto full = [&](int s) { return bars + 8 * s; };
+  auto empty = [&](int s) { return bars + 16 + 8 * s; };
+
+  const long long q_tiles = (nq + kBwdBlock - 1) / kBwdBlock, k_tiles = (nk + BK - 1) / BK;
+  const long long slice = blockIdx.x / (q_tiles * k_tiles);
+  const long long q0 = blockIdx.x / k_tiles % q_tiles * kBwdBlock, k0 = blockIdx.x % k_tiles * BK;
+  const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const long long row0 = q0 + wg * kBwdTile + warp * 16 + g;
+  const long long rows[2] = {row0, row0 + 8};
+  const BiasSlice bs = bias_slice(p, slice);
+  const long long heads = bs.heads;
+  const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
+
+  // The pairs that add to the tile, batch entries then heads in order:
+  // entries whose masks leave the tile unseen add nothing. seen_from
+  // returns the first such entry from b on (bs.b_hi: none left), advance
+  // the pair after (b, h).
+  auto seen_from = [&](long long b) {
+    while (b < bs.b_hi && !seq_mask(p, b * heads).tile_seen(q0, kBwdBlock, k0, BK)) ++b;
+    return b;
+  };
+  auto advance = [&](long long& b, long long& h) {
+    if (++h == bs.h_hi) b = seen_from(b + 1), h = bs.h_lo;
+  };
+  // load_pair starts the bulk copies of pair (b, h)'s tiles into stage st.
+  auto load_pair = [&](int st, long long b, long long h) {
+    const long long bh = b * heads + h, kvh = kv_pair(p, bh);
+    const uint32_t bar = full(st);
+    mbar_arrive_expect_tx(bar, kStage);
+    copy_rows<E, DP, kBwdBlock>(sQ(st), q, bh, nq_pad, q0, bar);
+    copy_rows<E, DP, kBwdBlock>(sQ(st) + kQBytes, dout, bh, nq_pad, q0, bar);
+    copy_rows<E, DP, BK>(sQ(st) + 2 * kQBytes, k, kvh, nk_pad, k0, bar);
+    copy_rows<E, DP, BK>(sQ(st) + 2 * kQBytes + kKBytes, v, kvh, nk_pad, k0, bar);
+  };
+
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < 2; ++st) mbar_init(full(st), 1), mbar_init(empty(st), kBwdThreads);
+    mbar_fence_init();
+  }
+  __syncthreads();
+  long long b = seen_from(bs.b_lo), h = bs.h_lo;
+  // Thread 0's cursor: the next pair to load. The first two go into the
+  // two stages now; pair i + 1 goes into the stage of pair i − 1 while
+  // pair i's products run.
+  long long nb = b, nh = h;
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < 2 && nb < bs.b_hi; ++st) {
+      load_pair(st, nb, nh);
+      advance(nb, nh);
+    }
+  }
+  // Every pair that reads the slice adds the same bias tile: one copy
+  // (zeros past nq and nk: those rows and keys are seen by no pair).
+  const float* bias = static_cast<const float*>(p.bias) + bs.sb * p.bias_batch_stride + bs.sh * p.bias_head_stride;
+  mma::cp_bias_tile<kBwdBlock, BK, BK, kBwdThreads, DqBiasSwizzle>(bias_tile, bias, q0, nq, k0, nk,
+                                                                   mma::bias_tile_aligned(bias, nk));
+  mma::cp_async_commit();
+  mma::cp_async_wait<0>();
+  __syncthreads();  // the bias tile has landed for every thread
+  const float* sb = bias_tile + (wg * kBwdTile + warp * 16 + g) * BK + 2 * t;  // this thread's first score (DqBiasSwizzle: jx = g)
+
+  float acc[kNS][4];
+#pragma unroll
+  for (int j = 0; j < kNS; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+
+  for (int i = 0; b < bs.b_hi; ++i) {
+    const int stage = i & 1;
+    const unsigned parity = (i >> 1) & 1;
+    const long long bh = b * heads + h;
+    const SeqMask mk = seq_mask(p, bh);
+    int lo32[2], hi32[2];
+    float l2[2], dr[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      long long lo, hi;
+      row_keys(mk, rows[r], lo, hi);
+      lo32[r] = static_cast<int>(lo), hi32[r] = static_cast<int>(hi);
+      l2[r] = __ldg(lse2 + bh * nq_pad + rows[r]);
+      dr[r] = __ldg(dpad + bh * nq_pad + rows[r]);
+    }
+    const int lo_max = lo32[0] > lo32[1] ? lo32[0] : lo32[1], hi_min = hi32[0] < hi32[1] ? hi32[0] : hi32[1];
+    const bool masked = k0 < lo_max || k0 + BK > hi_min;
+    const Mods md = mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale));
+    const Extras ex = extras_of(p, bh);
+    mbar_wait(full(stage), parity);
+
+    float s[kNS][4], dp[kNS][4];
+    const uint32_t st = sQ(stage);
+    two_products<E, DP, BK>(s, dp, st + wg * kWgBytes, st + 2 * kQBytes, st + kQBytes + wg * kWgBytes,
+                            st + 2 * kQBytes + kKBytes, [&] {
+                              if (threadIdx.x == 0 && i > 0 && nb < bs.b_hi) {
+                                mbar_wait(empty((i - 1) & 1), ((i - 1) >> 1) & 1);  // every thread is done with pair i − 1
+                                load_pair((i - 1) & 1, nb, nh);
+                                advance(nb, nh);
+                              }
+                            });
+    AlibiRow<-1> ar[2];
+    bool uniform = true;
+    if (md.slope_l2 != 0.f) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        uniform &= ar[r].set(offset_of(rows[r], md.shift, k0) - 2 * t, BK - 7, md.slope_l2);
+    }
+    with_variant_of<true>(masked || !uniform, md.on, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
+      probs_dq<E, kMod, kMasked, kCap, kNS, true, false, BK>(s, scale_log2, l2, static_cast<int>(k0), t, lo32, hi32,
+                                                             md, ar, sb, g);
+    });
+    wgmma_wait<0>();
+    mbar_arrive(empty(stage));  // every thread: this pair's tiles are read
+    if (ex.drop.on()) drop_by_row(dp, ex, rows, k0, t, ex.drop_scale());
+    ds_by_row(dp, s, dr);
+    zero_unseen(dp, k0, t, lo32, hi32);
+#pragma unroll
+    for (int j = 0; j < kNS; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[j][e] += dp[j][e];
+    advance(b, h);
+  }
+
+  float* out = static_cast<float*>(p.dbias) + bs.sb * p.bias_batch_stride + bs.sh * p.bias_head_stride;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (rows[r] >= nq) continue;
+#pragma unroll
+    for (int j = 0; j < kNS; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const long long key = k0 + 8 * j + 2 * t + e;
+        if (key < nk) out[rows[r] * nk + key] = acc[j][2 * r + e];
+      }
   }
 }
 

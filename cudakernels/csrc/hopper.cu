@@ -117,11 +117,21 @@ FLASH_BWD_WGMMA(tf32, TF32, 128)
 
 // _full adds the bias and dropout (the _full kernels' bias tiles fit
 // beside the others for 16-bit operands up to DP = 128: select.go's
-// wgmmaBwdBuilt with full); dBias is the mma.sync module's kernel.
-FLASH_BWD_WGMMA_KERNELS(bf16, BF16, 64, _full, true, true)
-FLASH_BWD_WGMMA_KERNELS(bf16, BF16, 128, _full, true, true)
-FLASH_BWD_WGMMA_KERNELS(fp16, FP16, 64, _full, true, true)
-FLASH_BWD_WGMMA_KERNELS(fp16, FP16, 128, _full, true, true)
+// wgmmaBwdBuilt with full), and dbias writes the bias gradient: a block of
+// kBwdThreads per kBwdBlock queries × kBwdTile keys of each bias slice
+// (blockIdx.x = (slice · query blocks + query block) · key tiles + key
+// tile), bwd_dbias_smem_bytes of shared memory, on the same images.
+#define FLASH_BWD_WGMMA_FULL(NAME, E, DP)                                                          \
+  FLASH_BWD_WGMMA_KERNELS(NAME, E, DP, _full, true, true)                                          \
+  extern "C" __global__ void __launch_bounds__(flash::sm90::kBwdThreads, 1)                        \
+      flash_bwd_dbias_wgmma_##NAME##_d##DP(const __grid_constant__ flash::Params p) {              \
+    flash::sm90::dbias_tile<flash::mma::E, DP>(p);                                                 \
+  }
+
+FLASH_BWD_WGMMA_FULL(bf16, BF16, 64)
+FLASH_BWD_WGMMA_FULL(bf16, BF16, 128)
+FLASH_BWD_WGMMA_FULL(fp16, FP16, 64)
+FLASH_BWD_WGMMA_FULL(fp16, FP16, 128)
 
 // LSE in log2 units and D, padded to whole blocks; any block size and grid.
 // The _var one, for every problem the _var kernels compute, leaves the
