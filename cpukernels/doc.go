@@ -54,7 +54,7 @@
 // polynomial near 0, 1 − 2/(1 + exp(2|s|/c)) further out, in float32 with
 // AVX-512), and for float64 1 − 2/(1 + exp(2s/c)) through the vectorised
 // exponential (an overflow to +Inf gives exactly 1). Dropout's
-// forward draws each row's Philox words (kernels.Dropout.RowWords) and
+// forward draws each row's 16-bit Philox draws (kernels.Dropout.RowWords) and
 // applies the mask with a vector comparison and a zero-masked product
 // (simd.DropScale32); the backward, which reads the mask by keys, draws
 // the words eight rows at a time and transposes them in registers

@@ -81,10 +81,12 @@
 //     mma.sync forward in TF32, BF16 and FP16 and its backward in BF16 and
 //     FP16 (dBias on tensor cores too), the Hopper forward in BF16 and
 //     FP16 at padded 64 and 128 and TF32 at 64, where its two bias tiles
-//     fit (wgmmaBuilt). The Hopper backward does not compute them: a
-//     problem with either takes the mma.sync backward there (choose), and
-//     TF32's backward the rounded CUDA cores. The _full kernels stage the
-//     bias through shared memory in tiles copied one step ahead.
+//     fit (wgmmaBuilt), and the Hopper backward in BF16 and FP16 at padded
+//     64 and 128 (wgmmaBwdBuilt with full), with a dBias kernel of its own
+//     on the same images; TF32's backward of them takes the rounded CUDA
+//     cores. The _full kernels stage the bias through shared memory in
+//     tiles copied one step ahead (the Hopper backward's dK/dV, where two
+//     tiles do not fit, one tile refilled between two barriers).
 //
 // The CUDA-core kernels work through Params' variant fields
 // (csrc/variants.cuh mirrors kernels.Mask and kernels.ModifyScore):
@@ -108,7 +110,8 @@
 //     from (seed, offset, b·H + h, i, j) of the call, the same bits as the
 //     CPU (TestDropoutMaskMatchesCPU reads it out of the forward).
 //   - The additive bias is added after ALiBi, read for visible pairs only.
-//     dBias, when wanted, comes from one more kernel (dbias_1tile): a
+//     dBias, when wanted, comes from one more kernel (dbias_1tile; on
+//     Hopper dbias_tile, the same on wgmma): a
 //     block per tile of rows and keys of each bias slice recomputes S and
 //     dP for every pair that reads the slice, in a fixed order, and writes
 //     their dS summed, so dBias needs no scratch and no atomics; the whole

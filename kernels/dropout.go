@@ -23,16 +23,21 @@ import (
 // query head), i the query row and j the key, all counted from 0 and all
 // below 2^31 (Params.Validate bounds them). With
 //
-//	ctr = {uint32(j/4), uint32(i), uint32(bh), uint32(Offset)}
+//	ctr = {uint32(j/8), uint32(i), uint32(bh), uint32(Offset)}
 //	key = {uint32(Seed), uint32(Seed>>32)}
-//	w   = philox4x32(ctr, key)[j mod 4]
-//	t   = Threshold() = uint32(floor(P·2^32))
+//	w   = philox4x32(ctr, key)[(j mod 8)/2]
+//	u   = (w >> (16·(j mod 2))) mod 2^16
+//	t   = Threshold() = floor(P·2^16)
 //
-// the entry is kept if and only if w ≥ t, so that it is dropped with
-// probability t/2^32 (P rounded down to a multiple of 2^−32). One Philox
-// block gives the words of four consecutive keys 4m, 4m+1, 4m+2, 4m+3 of a
-// row, in that order. Only the low 32 bits of Offset reach the counter:
-// Offset and Offset + 2^32 draw the same mask.
+// the entry is kept if and only if u ≥ t, so that it is dropped with
+// probability t/2^16 (P rounded down to a multiple of 2^−16), and KeepScale
+// is 2^16/(2^16 − t), the inverse of the keep probability itself. One
+// Philox block gives the 16-bit draws of eight consecutive keys 8m … 8m+7
+// of a row, in that order (each word's low half first). Sixteen bits per
+// entry rather than a whole word halve the Philox work of every kernel,
+// and the dropping probability stays within 2^−16 of P (FlashAttention 2
+// draws 8 bits, probabilities in steps of 1/256). Only the low 32 bits of
+// Offset reach the counter: Offset and Offset + 2^32 draw the same mask.
 //
 // philox4x32 is Philox4x32-10 of Random123 (Salmon, Moraes, Dror and Shaw,
 // "Parallel random numbers: as easy as 1, 2, 3", SC'11), which in unsigned
@@ -52,10 +57,9 @@ import (
 // Philox4_32_10 generator, whose state and counter layout are its own: a
 // CUDA kernel computes the function directly (mulhi is __umulhi) rather
 // than through curand_init and curand4. The host should pass Threshold() to
-// a kernel as a 32-bit integer and compare words with it as unsigned
+// a kernel as an integer and compare the 16-bit draws with it as unsigned
 // integers, rather than compare floats in [0, 1), so that no rounding can
-// tell the two apart. KeepScale uses P itself, not t/2^32; the two differ
-// by less than 2^−32.
+// tell the two apart.
 type Dropout struct {
 	// P is the probability of dropping an attention probability: 0 is off,
 	// and it must be in [0, 1).
@@ -125,43 +129,50 @@ func (d Dropout) Validate() error {
 	return nil
 }
 
-// On reports whether dropout is on, P > 0.
-func (d Dropout) On() bool { return d.P > 0 }
+// On reports whether dropout drops anything: Threshold() > 0, that is
+// P ≥ 2^−16 (a smaller P rounds to 0 and keeps every entry).
+func (d Dropout) On() bool { return d.Threshold() > 0 }
 
-// KeepScale is 1/(1−P), the factor of the kept probabilities.
-func (d Dropout) KeepScale() float64 { return 1 / (1 - d.P) }
+// KeepScale is 2^16/(2^16 − t) for t = Threshold(), the inverse of the
+// probability that an entry is kept: the factor of the kept probabilities,
+// so that the expected output is exactly that of attention without
+// dropout. It is within 2^−16·KeepScale² of 1/(1−P).
+func (d Dropout) KeepScale() float64 { return drawRange / (drawRange - float64(d.Threshold())) }
 
-// Threshold returns t = floor(P·2^32): an entry is kept if and only if its
-// random word is at least t, so that it is dropped with probability t/2^32.
-// P = 0 gives 0 (every entry kept). For a P that Validate refuses, NaN and
-// P < 0 give 0 and P ≥ 1 gives 2^32 − 1.
+// drawRange is 2^16, the number of values of an entry's draw.
+const drawRange = 1 << 16
+
+// Threshold returns t = floor(P·2^16): an entry is kept if and only if its
+// 16-bit draw is at least t, so that it is dropped with probability
+// t/2^16. P < 2^−16 gives 0 (every entry kept). For a P that Validate
+// refuses, NaN and P < 0 give 0 and P ≥ 1 gives 2^16 − 1.
 func (d Dropout) Threshold() uint32 {
 	switch {
 	case !(d.P > 0):
 		return 0
 	case d.P >= 1:
-		return math.MaxUint32
+		return drawRange - 1
 	}
-	return uint32(math.Floor(d.P * (1 << 32)))
+	return uint32(math.Floor(d.P * drawRange))
 }
 
 // key returns the Philox key of the seed.
 func (d Dropout) key() (k0, k1 uint32) { return uint32(d.Seed), uint32(d.Seed >> 32) }
 
-// Kept reports whether entry (row i, key j) of query head bh is kept: word
-// j mod 4 of philox4x32({j/4, i, bh, Offset}, Seed) is at least
-// Threshold(). It is the definition, entry by entry; KeepRow draws a row.
-// bh, i and j must not be negative.
+// Kept reports whether entry (row i, key j) of query head bh is kept: half
+// j mod 2 of word (j mod 8)/2 of philox4x32({j/8, i, bh, Offset}, Seed) is
+// at least Threshold(). It is the definition, entry by entry; KeepRow
+// draws a row. bh, i and j must not be negative.
 func (d Dropout) Kept(bh, i, j int) bool {
 	k0, k1 := d.key()
-	w := philox4x32([4]uint32{uint32(j / 4), uint32(i), uint32(bh), uint32(d.Offset)}, [2]uint32{k0, k1})
-	return w[j%4] >= d.Threshold()
+	w := philox4x32([4]uint32{uint32(j / 8), uint32(i), uint32(bh), uint32(d.Offset)}, [2]uint32{k0, k1})
+	return w[j%8/2]>>(16*(j%2))&0xffff >= d.Threshold()
 }
 
 // KeepRow sets keep[x] = Kept(bh, i, j0+x) for every x < len(keep),
-// computing each Philox block once for its four keys (and none when the
+// computing each Philox block once for its eight keys (and none when the
 // threshold is 0, which keeps every entry); j0 need not be a multiple of
-// 4. It allocates nothing. bh, i and j0 must not be negative.
+// 8. It allocates nothing. bh, i and j0 must not be negative.
 func (d Dropout) KeepRow(bh, i, j0 int, keep []bool) {
 	t := d.Threshold()
 	if t == 0 { // every word is at least 0
@@ -170,12 +181,12 @@ func (d Dropout) KeepRow(bh, i, j0 int, keep []bool) {
 		}
 		return
 	}
-	// The words through a buffer on the stack, as many keys at a time as
+	// The draws through a buffer on the stack, as many keys at a time as
 	// one vector draw gives, in pieces that end on block boundaries so that
 	// no block is drawn twice.
-	var words [64]uint32
+	var words [128]uint32
 	for x := 0; x < len(keep); {
-		n := min(len(keep)-x, len(words)-(j0+x)%4)
+		n := min(len(keep)-x, len(words)-(j0+x)%8)
 		k, w := keep[x:x+n], words[:n]
 		d.RowWords(bh, i, j0+x, w)
 		for y := range k {
@@ -185,50 +196,65 @@ func (d Dropout) KeepRow(bh, i, j0 int, keep []bool) {
 	}
 }
 
-// RowWords sets words[x] to the Philox word of entry (i, j0+x) of query
+// RowWords sets words[x] to the 16-bit draw of entry (i, j0+x) of query
 // head bh, the one that Kept compares with Threshold, for every
-// x < len(words), computing each Philox block once for its four keys; j0
-// need not be a multiple of 4. It allocates nothing. A kernel that applies
-// the mask with a vector comparison takes the words rather than KeepRow's
+// x < len(words), computing each Philox block once for its eight keys; j0
+// need not be a multiple of 8. It allocates nothing. A kernel that applies
+// the mask with a vector comparison takes the draws rather than KeepRow's
 // booleans. bh, i and j0 must not be negative.
 func (d Dropout) RowWords(bh, i, j0 int, words []uint32) {
 	k0, k1 := d.key()
 	c1, c2, c3 := uint32(i), uint32(bh), uint32(d.Offset)
-	blk := uint32(j0 / 4)
+	blk := uint32(j0 / 8)
 	x := 0
-	if s := j0 % 4; s != 0 && len(words) > 0 { // the keys of j0's block from j0 on
-		var w [4]uint32
-		w[0], w[1], w[2], w[3] = philox(blk, c1, c2, c3, k0, k1)
-		x = copy(words, w[s:])
+	var block [8]uint32
+	if s := j0 % 8; s != 0 && len(words) > 0 { // the keys of j0's block from j0 on
+		drawBlock(&block, blk, c1, c2, c3, k0, k1)
+		x = copy(words, block[s:])
 		blk++
 	}
 	// 16 blocks at a time through the vector generator where the CPU has
-	// one (simd.Philox16: the same function, bit for bit), as long as more
-	// than 3 blocks' worth of keys remain (fewer cost less one by one).
-	// Whole draws go straight into words, 32 blocks at a time (two sets
-	// of 16 sharing each round: simd.Philox32) and then 16; a last
-	// partial one through vec.
-	for len(words)-x >= 128 && simd.Philox32((*[128]uint32)(words[x:x+128]), blk, c1, c2, c3, k0, k1) {
-		x += 128
+	// one (simd.Philox16: the same function, bit for bit), 32 (two sets of
+	// 16 sharing each round: simd.Philox32) while whole draws of 256 keys
+	// remain, as long as more than 3 blocks' worth of keys remain (fewer
+	// cost less one by one); the words are split into their halves after.
+	var vec [128]uint32
+	for len(words)-x >= 256 && simd.Philox32(&vec, blk, c1, c2, c3, k0, k1) {
+		x += splitHalves(words[x:], vec[:])
 		blk += 32
 	}
-	for len(words)-x >= 64 && simd.Philox16((*[64]uint32)(words[x:x+64]), blk, c1, c2, c3, k0, k1) {
-		x += 64
+	for len(words)-x > 24 && simd.Philox16((*[64]uint32)(vec[:64]), blk, c1, c2, c3, k0, k1) {
+		x += splitHalves(words[x:], vec[:64])
 		blk += 16
 	}
-	var vec [64]uint32
-	for len(words)-x > 12 && simd.Philox16(&vec, blk, c1, c2, c3, k0, k1) {
-		x += copy(words[x:], vec[:])
-		blk += 16
-	}
-	for ; x+4 <= len(words); x += 4 { // whole blocks
-		w := words[x : x+4 : x+4]
-		w[0], w[1], w[2], w[3] = philox(blk, c1, c2, c3, k0, k1)
+	for ; x+8 <= len(words); x += 8 { // whole blocks
+		drawBlock((*[8]uint32)(words[x:x+8]), blk, c1, c2, c3, k0, k1)
 		blk++
 	}
 	if x < len(words) { // the first keys of the last block
-		var w [4]uint32
-		w[0], w[1], w[2], w[3] = philox(blk, c1, c2, c3, k0, k1)
-		copy(words[x:], w[:])
+		drawBlock(&block, blk, c1, c2, c3, k0, k1)
+		copy(words[x:], block[:])
 	}
+}
+
+// drawBlock sets the draws of the eight keys of Philox block (c0, c1, c2,
+// c3) under key (k0, k1).
+func drawBlock(draws *[8]uint32, c0, c1, c2, c3, k0, k1 uint32) {
+	var w [4]uint32
+	w[0], w[1], w[2], w[3] = philox(c0, c1, c2, c3, k0, k1)
+	splitHalves(draws[:], w[:])
+}
+
+// splitHalves writes the halves of the words, low half first, into dst, as
+// many as fit, and returns how many it wrote.
+func splitHalves(dst, words []uint32) int {
+	n := min(len(dst), 2*len(words))
+	for x := 0; x+1 < n; x += 2 {
+		w := words[x/2]
+		dst[x], dst[x+1] = w&0xffff, w>>16
+	}
+	if n%2 == 1 {
+		dst[n-1] = words[n/2] & 0xffff
+	}
+	return n
 }

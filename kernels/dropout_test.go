@@ -51,37 +51,39 @@ func TestPhilox4x32KnownAnswers(t *testing.T) {
 func TestDropoutMaskDefinition(t *testing.T) {
 	d := Dropout{P: 0.5, Seed: 0x0123456789abcdef, Offset: 0xfedcba98_00000007}
 	th := d.Threshold()
-	if th != 1<<31 {
-		t.Fatalf("Threshold(0.5) = %#x, want 2^31", th)
+	if th != 1<<15 {
+		t.Fatalf("Threshold(0.5) = %#x, want 2^15", th)
 	}
 	for _, e := range [][3]int{{0, 0, 0}, {0, 0, 5}, {3, 17, 42}, {1000, 4095, 8191}, {1<<20 + 3, 1<<16 + 1, 1<<24 + 2}} {
 		bh, i, j := e[0], e[1], e[2]
-		w := philox4x32([4]uint32{uint32(j / 4), uint32(i), uint32(bh), 7}, [2]uint32{0x89abcdef, 0x01234567})
-		if got, want := d.Kept(bh, i, j), w[j%4] >= th; got != want {
-			t.Errorf("Kept(%d, %d, %d) = %v, want %v (word %#08x)", bh, i, j, got, want, w[j%4])
+		w := philox4x32([4]uint32{uint32(j / 8), uint32(i), uint32(bh), 7}, [2]uint32{0x89abcdef, 0x01234567})
+		u := w[j%8/2] >> (16 * (j % 2)) & 0xffff
+		if got, want := d.Kept(bh, i, j), u >= th; got != want {
+			t.Errorf("Kept(%d, %d, %d) = %v, want %v (draw %#04x)", bh, i, j, got, want, u)
 		}
 	}
 
 	// A pinned block and mask, for other implementations (CUDA) to
 	// reproduce, computed independently (a Python transcription of the
-	// documented definition): the words of keys 0..3, then keys 0..63 of
+	// documented definition): the words of keys 0..7, then keys 0..63 of
 	// row 5 of head 3, '1' kept.
 	words := [4]uint32{0x17a87208, 0x12b9b263, 0x2623f1bd, 0x133557ca}
 	if got := philox4x32([4]uint32{0, 5, 3, 7}, [2]uint32{0x89abcdef, 0x01234567}); got != words {
 		t.Errorf("block 0 of head 3, row 5 = %08x, want %08x", got, words)
 	}
-	// The comparison is w ≥ t: a threshold equal to the word keeps the
-	// entry, one more drops it.
+	// The comparison is u ≥ t: a threshold equal to the draw keeps the
+	// entry, one more drops it. Key 3's draw is the high half of word 1.
+	draw := words[1] >> 16
 	for _, c := range []struct {
 		t    uint32
 		kept bool
-	}{{words[1], true}, {words[1] + 1, false}} {
-		e := Dropout{P: float64(c.t) / (1 << 32), Seed: d.Seed, Offset: d.Offset}
-		keep := make([]bool, 3)
+	}{{draw, true}, {draw + 1, false}} {
+		e := Dropout{P: float64(c.t) / (1 << 16), Seed: d.Seed, Offset: d.Offset}
+		keep := make([]bool, 5)
 		e.KeepRow(3, 5, 0, keep)
-		if e.Threshold() != c.t || e.Kept(3, 5, 1) != c.kept || keep[1] != c.kept {
-			t.Errorf("threshold %#08x, word %#08x: Threshold %#08x, Kept %v, KeepRow %v, want kept = %v",
-				c.t, words[1], e.Threshold(), e.Kept(3, 5, 1), keep[1], c.kept)
+		if e.Threshold() != c.t || e.Kept(3, 5, 3) != c.kept || keep[3] != c.kept {
+			t.Errorf("threshold %#04x, draw %#04x: Threshold %#04x, Kept %v, KeepRow %v, want kept = %v",
+				c.t, draw, e.Threshold(), e.Kept(3, 5, 3), keep[3], c.kept)
 		}
 	}
 
@@ -89,7 +91,7 @@ func TestDropoutMaskDefinition(t *testing.T) {
 	for j := range 64 {
 		b.WriteByte("01"[btoi(d.Kept(3, 5, j))])
 	}
-	const pinned = "0000000111001000110000001011100010100100110011000010101100111110"
+	const pinned = "0010100010100001111110000110101011010000001010100100010111000010"
 	if b.String() != pinned {
 		t.Errorf("mask of head 3, row 5 changed:\n got %s\nwant %s", b.String(), pinned)
 	}
@@ -103,14 +105,15 @@ func btoi(b bool) int {
 }
 
 // TestRowWordsMatchesDefinition checks RowWords against philox4x32 for
-// unaligned starts and short and long rows (past one vector draw).
+// unaligned starts and short and long rows (past one and two vector
+// draws of each size).
 func TestRowWordsMatchesDefinition(t *testing.T) {
 	d := Dropout{P: 0.3, Seed: 0xdeadbeef_cafef00d, Offset: 1<<32 + 9}
-	words := make([]uint32, 150)
+	words := make([]uint32, 600)
 	for _, bh := range []int{0, 7} {
 		for _, i := range []int{0, 33} {
-			for j0 := range 9 {
-				for _, n := range []int{0, 1, 3, 4, 5, 12, 13, 17, 64, 67, 150} {
+			for j0 := range 17 {
+				for _, n := range []int{0, 1, 3, 4, 5, 7, 8, 9, 12, 13, 17, 24, 25, 64, 67, 127, 128, 129, 150, 255, 256, 257, 600} {
 					w := words[:n]
 					for x := range w {
 						w[x] = 0xdead // garbage that RowWords must overwrite
@@ -118,9 +121,9 @@ func TestRowWordsMatchesDefinition(t *testing.T) {
 					d.RowWords(bh, i, j0, w)
 					for x := range w {
 						j := j0 + x
-						want := philox4x32([4]uint32{uint32(j / 4), uint32(i), uint32(bh), uint32(d.Offset)}, [2]uint32{uint32(d.Seed), uint32(d.Seed >> 32)})[j%4]
+						want := philox4x32([4]uint32{uint32(j / 8), uint32(i), uint32(bh), uint32(d.Offset)}, [2]uint32{uint32(d.Seed), uint32(d.Seed >> 32)})[j%8/2] >> (16 * (j % 2)) & 0xffff
 						if w[x] != want {
-							t.Fatalf("RowWords(%d, %d, %d, [%d])[%d] = %#08x, want %#08x", bh, i, j0, n, x, w[x], want)
+							t.Fatalf("RowWords(%d, %d, %d, [%d])[%d] = %#04x, want %#04x", bh, i, j0, n, x, w[x], want)
 						}
 					}
 				}
@@ -169,33 +172,33 @@ func fiveSigma(k, n int, p float64) (ok bool, z float64) {
 }
 
 // TestDropoutKeepRate checks that entries are dropped with probability P,
-// over all entries and for each of the four words of a Philox block.
+// over all entries and for each of the eight draws of a Philox block.
 func TestDropoutKeepRate(t *testing.T) {
 	const heads, rows, keys = 4, 256, 1024 // 2^20 entries
 	keep := make([]bool, keys)
 	for _, p := range []float64{0.1, 0.5, 0.9} {
 		d := Dropout{P: p, Seed: 0x5eed, Offset: 11}
 		var kept int
-		var byWord [4]int
+		var byDraw [8]int
 		for bh := range heads {
 			for i := range rows {
 				d.KeepRow(bh, i, 0, keep)
 				for j, k := range keep {
 					if k {
 						kept++
-						byWord[j%4]++
+						byDraw[j%8]++
 					}
 				}
 			}
 		}
-		pKeep := 1 - float64(d.Threshold())/(1<<32)
+		pKeep := 1 - float64(d.Threshold())/(1<<16)
 		n := heads * rows * keys
 		if ok, z := fiveSigma(kept, n, pKeep); !ok {
 			t.Errorf("P = %v: kept %d of %d, %.2f sigma from %.6f", p, kept, n, z, pKeep)
 		}
-		for w, k := range byWord {
-			if ok, z := fiveSigma(k, n/4, pKeep); !ok {
-				t.Errorf("P = %v: word %d kept %d of %d, %.2f sigma from %.6f", p, w, k, n/4, z, pKeep)
+		for w, k := range byDraw {
+			if ok, z := fiveSigma(k, n/8, pKeep); !ok {
+				t.Errorf("P = %v: draw %d kept %d of %d, %.2f sigma from %.6f", p, w, k, n/8, z, pKeep)
 			}
 		}
 	}
@@ -221,6 +224,9 @@ func TestDropoutOff(t *testing.T) {
 	if !(Dropout{P: 1e-3}).On() {
 		t.Error("P = 1e-3 is off")
 	}
+	if d := (Dropout{P: 1e-5}); d.On() || d.KeepScale() != 1 {
+		t.Errorf("P = 1e-5 (below 2^-16): On %v, KeepScale %v; want off, 1", d.On(), d.KeepScale())
+	}
 }
 
 func TestDropoutThreshold(t *testing.T) {
@@ -229,23 +235,24 @@ func TestDropoutThreshold(t *testing.T) {
 		want uint32
 	}{
 		{0, 0},
-		{1e-10, 0}, // 0.43 rounds down
-		{0x1p-32, 1},
-		{0.25, 1 << 30},
-		{0.5, 1 << 31},
-		{0.1, 429496729}, // floor(429496729.6)
-		{math.Nextafter(1, 0), math.MaxUint32},
+		{1e-5, 0}, // 0.66 rounds down
+		{0x1p-16, 1},
+		{0.25, 1 << 14},
+		{0.5, 1 << 15},
+		{0.1, 6553}, // floor(6553.6)
+		{math.Nextafter(1, 0), 1<<16 - 1},
 		// refused by Validate, but defined
 		{-0.5, 0},
 		{math.NaN(), 0},
-		{1, math.MaxUint32},
+		{1, 1<<16 - 1},
 	}
 	for _, c := range cases {
 		if got := (Dropout{P: c.p}).Threshold(); got != c.want {
 			t.Errorf("Threshold(%v) = %d, want %d", c.p, got, c.want)
 		}
 	}
-	for _, c := range []struct{ p, want float64 }{{0.5, 2}, {0.1, 1 / 0.9}, {0.75, 4}} {
+	// The inverse of the keep probability (2^16 − t)/2^16.
+	for _, c := range []struct{ p, want float64 }{{0.5, 2}, {0.1, 65536.0 / (65536 - 6553)}, {0.75, 4}} {
 		if got := (Dropout{P: c.p}).KeepScale(); got != c.want {
 			t.Errorf("KeepScale(%v) = %v, want %v", c.p, got, c.want)
 		}

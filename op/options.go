@@ -107,6 +107,10 @@ func WithLengths(qLens, kLens *gorgonia.Node) Option {
 // training does; 0 is off. Use it in the graph you train, and build the
 // graph you evaluate or generate with without it.
 //
+// p is used in steps of 2^−16 (rounded down; a p below 2^−16 drops
+// nothing), and the kept probabilities are scaled by the inverse of the
+// exact keep probability, within 2^−16 of 1/(1−p) (kernels.Dropout).
+//
 // The mask is not stored: it is a pure function (Philox4x32-10, see
 // kernels.Dropout) of seed, the run and the position (batch entry, head,
 // row, key), which the backward draws again. Every run of the node draws a

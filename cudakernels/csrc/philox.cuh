@@ -36,16 +36,32 @@ __device__ __forceinline__ unsigned philox_word(unsigned c0, unsigned c1, unsign
 }
 
 // Dropout is a launch's dropout: kept(pair, i, j) is kernels.Dropout.Kept
-// for query pair `pair` of the call (batch·heads + head), row i and key j.
+// for query pair `pair` of the call (batch·heads + head), row i and key j:
+// a Philox block holds the 16-bit draws of eight keys (each word's low half
+// first), compared with the threshold (< 2^16). kept_half compares one
+// half of a block's word w: the draw of key 2m (half 0) or 2m + 1 (half 1)
+// of word m.
 struct Dropout {
   unsigned threshold, k0, k1, offset;
   double scale;
 
   __device__ __forceinline__ bool on() const { return threshold != 0; }
+  __device__ __forceinline__ bool kept_half(unsigned w, int half) const {
+    return ((half ? w >> 16 : w) & 0xffffu) >= threshold;
+  }
   __device__ __forceinline__ bool kept(long long pair, long long i, long long j) const {
-    const unsigned w = philox_word(static_cast<unsigned>(j / 4), static_cast<unsigned>(i), static_cast<unsigned>(pair),
-                                   offset, k0, k1, static_cast<int>(j % 4));
-    return w >= threshold;
+    const unsigned w = philox_word(static_cast<unsigned>(j / 8), static_cast<unsigned>(i), static_cast<unsigned>(pair),
+                                   offset, k0, k1, static_cast<int>(j % 8 / 2));
+    return kept_half(w, static_cast<int>(j % 2));
+  }
+  // block_bits returns the keep bits of a Philox block: bit c is key c of
+  // its eight (word c/2, half c%2).
+  __device__ __forceinline__ unsigned block_bits(const uint4& w) const {
+    return pair_bits(w.x) | pair_bits(w.y) << 2 | pair_bits(w.z) << 4 | pair_bits(w.w) << 6;
+  }
+  // pair_bits returns the keep bits of word w's two draws, low half in bit 0.
+  __device__ __forceinline__ unsigned pair_bits(unsigned w) const {
+    return (kept_half(w, 0) ? 1u : 0u) | (kept_half(w, 1) ? 2u : 0u);
   }
 };
 

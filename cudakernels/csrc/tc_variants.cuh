@@ -263,39 +263,39 @@ __device__ __forceinline__ Extras extras_of(const Params& p, long long bh) {
 // tile j is row rows[e/2] and key k0 + 8j + 2t + e%2 (forward, dQ, dBias),
 // by sc where the entry is kept and by 0 where it is dropped: sc is the
 // dropout factor 1/(1−p) for dP (dQ, dBias), 1 for the forward's P, whose
-// factor finish_row applies.
+// factor finish_row applies. k0 is a multiple of 8.
 //
-// A Philox block covers four keys of one row, so lanes t and t^1 (the
-// same two rows; keys 2t, 2t+1 and 2t^2, 2t^2+1 of a tile, one block per
-// row) need the same two blocks per tile. Each computes one, its own row
-// rows[t&1]'s, keeps the two words of its own keys and hands the other
-// two's keep bits to its partner in one shuffle per call: half the Philox
-// work of drawing both rows in every lane, the same bits. Every lane of
-// the warp must call.
+// A Philox block covers the eight keys of a tile in one row, so the four
+// lanes t = 0 … 3 of a row pair (g) need the same two blocks per tile, one
+// per row. Each draws a quarter of them, rows[t&1]'s blocks of the tiles j
+// ≡ t>>1 (mod 2), and packs their keep bits, 8 per block (block_bits); a
+// lane takes its two keys' bits (2t, 2t+1 of each block) from the four
+// packings in four shuffles: a quarter of the Philox work of drawing every
+// block in every lane, the same bits. Every lane of the warp must call.
 template <int NS>
 __device__ __forceinline__ void drop_by_row(float (&x)[NS][4], const Extras& ex, const long long (&rows)[2],
                                             long long k0, int t, float sc) {
-  static_assert(NS <= 16, "two keep bits per tile in 32 bits");
-  const int own = t & 1;  // the row this lane draws: its even partner draws row 0
-  const unsigned row = static_cast<unsigned>(own ? rows[1] : rows[0]);
-  uint32_t mine = 0u, theirs = 0u;  // bits 2j, 2j+1: tile j's two keys, of row `own`
+  static_assert(NS % 2 == 0 && NS <= 8, "8 keep bits per drawn block, NS/2 blocks in 32 bits");
+  const unsigned row = static_cast<unsigned>(t & 1 ? rows[1] : rows[0]);  // a select: rows stays in registers
+  const int par = t >> 1;
+  uint32_t drawn = 0u;  // bits 8jj … 8jj+7: tile 2jj + par of row t&1
 #pragma unroll
-  for (int j = 0; j < NS; ++j) {
-    const uint4 w = philox4(static_cast<unsigned>((k0 + 8 * j + 2 * t) / 4), row, static_cast<unsigned>(ex.pair),
+  for (int jj = 0; jj < NS / 2; ++jj) {
+    const uint4 w = philox4(static_cast<unsigned>(k0 / 8) + 2 * jj + par, row, static_cast<unsigned>(ex.pair),
                             ex.drop.offset, ex.drop.k0, ex.drop.k1);
-    // The even lane's keys are the block's first two words, the odd
-    // lane's its last two.
-    const unsigned m0 = own ? w.z : w.x, m1 = own ? w.w : w.y;
-    const unsigned p0 = own ? w.x : w.z, p1 = own ? w.y : w.w;
-    mine |= (m0 >= ex.drop.threshold ? 1u : 0u) << (2 * j) | (m1 >= ex.drop.threshold ? 1u : 0u) << (2 * j + 1);
-    theirs |= (p0 >= ex.drop.threshold ? 1u : 0u) << (2 * j) | (p1 >= ex.drop.threshold ? 1u : 0u) << (2 * j + 1);
+    drawn |= ex.drop.block_bits(w) << (8 * jj);
   }
-  const uint32_t other = __shfl_xor_sync(0xffffffffu, theirs, 1);  // the partner's row, this lane's keys
-  const uint32_t bits[2] = {own ? other : mine, own ? mine : other};
+  // The packing of lane s of the quad: row s&1, tiles ≡ s>>1.
+  const uint32_t from0 = __shfl_sync(0xffffffffu, drawn, 0, 4), from1 = __shfl_sync(0xffffffffu, drawn, 1, 4);
+  const uint32_t from2 = __shfl_sync(0xffffffffu, drawn, 2, 4), from3 = __shfl_sync(0xffffffffu, drawn, 3, 4);
 #pragma unroll
   for (int j = 0; j < NS; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) x[j][e] = (bits[e >> 1] >> (2 * j + (e & 1))) & 1u ? x[j][e] * sc : 0.f;
+    for (int e = 0; e < 4; ++e) {
+      const int s = (e >> 1) | ((j & 1) << 1);
+      const uint32_t bits = s == 0 ? from0 : s == 1 ? from1 : s == 2 ? from2 : from3;
+      x[j][e] = (bits >> (8 * (j >> 1) + 2 * t + (e & 1))) & 1u ? x[j][e] * sc : 0.f;
+    }
 }
 
 // zero_unseen sets dS to exactly 0 at the pairs a thread's rows do not see
@@ -329,32 +329,40 @@ struct Log2Lse {
 // is Dropout::kept(pair, query q0 + 8j + 2t + e%2, key key0 + 8·(e/2)) for
 // element e of score tile j (probs_dkdv's layout), t = lane % 4.
 //
-// A Philox block covers four consecutive keys of one query, and key0 is
-// k0 + 16·warp + g: the four lanes g = 4m … 4m+3 with the same t need the
-// same four blocks per tile (queries 2t, 2t+1; keys 4m…4m+3 and 8 on).
-// Each draws one of them, element e = g % 4's, whose four words are the
-// keep bits of the four lanes, and gathers its own bits from the others'
-// in four shuffles per step: a quarter of the Philox work of drawing every
-// entry in every lane, the same bits. Every lane of the warp must call.
+// A Philox block covers eight consecutive keys of one query, and key0 is
+// k0 + 16·warp + g (k0 a multiple of 16): the eight lanes g = 0 … 7 with the
+// same t need the same four blocks per tile (queries 2t, 2t+1; keys 0 … 7
+// and 8 … 15 of the warp's 16). Lane g draws an eighth of them: query 2t +
+// (g&1), keys 8·((g>>1)&1) on, tiles j ≡ g>>2 (mod 2), packing 8 keep bits
+// per block (block_bits, bit c for key c of the block); a lane takes its
+// key's bit (c = g) from the eight packings in eight shuffles: an eighth of
+// the Philox work of drawing every block in every lane, the same bits.
+// Every lane of the warp must call.
 template <int NS>
 __device__ __forceinline__ uint32_t keep_bits_dkdv(const Extras& ex, long long q0, long long key0, int lane) {
-  static_assert(NS <= 8, "four keep bits per tile in 32 bits");
-  const int t = lane % 4, w = (lane / 4) % 4;  // w: key0's word in its block (key0 % 4 = g % 4)
-  const unsigned block = static_cast<unsigned>((key0 + 8 * (w >> 1)) / 4);
-  uint32_t drawn = 0u;  // bit 4j + v: lane v's entry w of tile j
+  static_assert(NS % 2 == 0 && NS <= 8, "four keep bits per tile in 32 bits");
+  const int t = lane % 4, g = (lane / 4) % 8;
+  const unsigned block = static_cast<unsigned>((key0 - g) / 8) + ((g >> 1) & 1);
+  const int par = g >> 2;
+  uint32_t drawn = 0u;  // bits 8jj … 8jj+7: tile 2jj + par
 #pragma unroll
-  for (int j = 0; j < NS; ++j) {
-    const uint4 x = philox4(block, static_cast<unsigned>(q0 + 8 * j + 2 * t + (w & 1)), static_cast<unsigned>(ex.pair),
-                            ex.drop.offset, ex.drop.k0, ex.drop.k1);
-    const unsigned th = ex.drop.threshold;
-    drawn |= ((x.x >= th ? 1u : 0u) | (x.y >= th ? 2u : 0u) | (x.z >= th ? 4u : 0u) | (x.w >= th ? 8u : 0u)) << (4 * j);
+  for (int jj = 0; jj < NS / 2; ++jj) {
+    const uint4 x = philox4(block, static_cast<unsigned>(q0 + 8 * (2 * jj + par) + 2 * t + (g & 1)),
+                            static_cast<unsigned>(ex.pair), ex.drop.offset, ex.drop.k0, ex.drop.k1);
+    drawn |= ex.drop.block_bits(x) << (8 * jj);
   }
   uint32_t bits = 0u;
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const uint32_t from = __shfl_sync(0xffffffffu, drawn, (lane & ~12) | (e << 2));  // the lane that drew element e
+  for (int s = 0; s < 8; ++s) {
+    // Lane (s, t) drew query 2t + (s&1), key half (s>>1)&1, tiles ≡ s>>2:
+    // elements e = (s&1) | (((s>>1)&1) << 1) of tiles j ≡ s>>2.
+    const uint32_t from = __shfl_sync(0xffffffffu, drawn, 4 * s + t);
+    const int e = (s & 1) | (((s >> 1) & 1) << 1);
 #pragma unroll
-    for (int j = 0; j < NS; ++j) bits |= ((from >> (4 * j + w)) & 1u) << (4 * j + e);
+    for (int jj = 0; jj < NS / 2; ++jj) {
+      const int j = 2 * jj + (s >> 2);
+      bits |= ((from >> (8 * jj + g)) & 1u) << (4 * j + e);
+    }
   }
   return bits;
 }

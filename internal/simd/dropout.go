@@ -5,7 +5,8 @@ import "math"
 // DropScale32 applies attention dropout's mask to probabilities: x[i]
 // becomes x[i]·scale where words[i] ≥ threshold (kept) and exactly +0
 // elsewhere (not x[i]·0, which NaN and ±Inf would survive). words are the
-// entries' Philox words (kernels.Dropout.RowWords); len(words) ≥ len(x).
+// entries' random draws (kernels.Dropout.RowWords: 16 bits each, from
+// Philox); len(words) ≥ len(x).
 // The mask is random, so no path branches on it.
 func DropScale32(x []float32, words []uint32, threshold uint32, scale float32) {
 	words = words[:len(x)]
