@@ -217,14 +217,15 @@ func (d Dropout) RowWords(bh, i, j0 int, words []uint32) {
 	// one (simd.Philox16: the same function, bit for bit), 32 (two sets of
 	// 16 sharing each round: simd.Philox32) while whole draws of 256 keys
 	// remain, as long as more than 3 blocks' worth of keys remain (fewer
-	// cost less one by one); the words are split into their halves after.
+	// cost less one by one); the words are split into their halves after
+	// (simd.SplitHalves).
 	var vec [128]uint32
 	for len(words)-x >= 256 && simd.Philox32(&vec, blk, c1, c2, c3, k0, k1) {
-		x += splitHalves(words[x:], vec[:])
+		x += simd.SplitHalves(words[x:], vec[:])
 		blk += 32
 	}
 	for len(words)-x > 24 && simd.Philox16((*[64]uint32)(vec[:64]), blk, c1, c2, c3, k0, k1) {
-		x += splitHalves(words[x:], vec[:64])
+		x += simd.SplitHalves(words[x:], vec[:64])
 		blk += 16
 	}
 	for ; x+8 <= len(words); x += 8 { // whole blocks
@@ -242,19 +243,5 @@ func (d Dropout) RowWords(bh, i, j0 int, words []uint32) {
 func drawBlock(draws *[8]uint32, c0, c1, c2, c3, k0, k1 uint32) {
 	var w [4]uint32
 	w[0], w[1], w[2], w[3] = philox(c0, c1, c2, c3, k0, k1)
-	splitHalves(draws[:], w[:])
-}
-
-// splitHalves writes the halves of the words, low half first, into dst, as
-// many as fit, and returns how many it wrote.
-func splitHalves(dst, words []uint32) int {
-	n := min(len(dst), 2*len(words))
-	for x := 0; x+1 < n; x += 2 {
-		w := words[x/2]
-		dst[x], dst[x+1] = w&0xffff, w>>16
-	}
-	if n%2 == 1 {
-		dst[n-1] = words[n/2] & 0xffff
-	}
-	return n
+	simd.SplitHalves(draws[:], w[:])
 }

@@ -34,3 +34,20 @@ func philox16(out *[64]uint32, ctr0, c1, c2, c3, k0, k1 uint32) bool {
 	philox16AVX512(out, ctr0, c1, c2, c3, k0, k1)
 	return true
 }
+
+// splitHalvesAVX2 is SplitHalves for chunks whole chunks of 16 draws (8
+// words).
+//
+//go:noescape
+func splitHalvesAVX2(dst *uint32, words *uint32, chunks int)
+
+// splitHalves is splitHalvesAVX2 on whole chunks (len(words) = len(dst)/2,
+// a multiple of 8) where the CPU has AVX2, and reports false (writing
+// nothing) where it does not.
+func splitHalves(dst, words []uint32) bool {
+	if !hasAVX2 {
+		return false
+	}
+	splitHalvesAVX2(&dst[0], &words[0], len(words)/8)
+	return true
+}

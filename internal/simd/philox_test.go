@@ -101,3 +101,34 @@ func BenchmarkPhilox32(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/128, "ns/word")
 }
+
+// TestSplitHalves checks SplitHalves against the definition for lengths
+// around the vector chunk of 16 draws, with dst shorter and longer than
+// the words' halves.
+func TestSplitHalves(t *testing.T) {
+	words := make([]uint32, 40)
+	for m := range words {
+		words[m] = 0x9e3779b9*uint32(m+1) ^ 0x7f4a7c15
+	}
+	for _, nw := range []int{0, 1, 7, 8, 9, 16, 17, 40} {
+		for _, nd := range []int{0, 1, 15, 16, 17, 31, 32, 33, 80} {
+			dst := make([]uint32, nd)
+			for x := range dst {
+				dst[x] = 0xdeadbeef
+			}
+			n := SplitHalves(dst, words[:nw])
+			if want := min(nd, 2*nw); n != want {
+				t.Fatalf("SplitHalves(dst[%d], words[%d]) = %d, want %d", nd, nw, n, want)
+			}
+			for x := range dst {
+				want := uint32(0xdeadbeef)
+				if x < n {
+					want = words[x/2] >> (16 * (x % 2)) & 0xffff
+				}
+				if dst[x] != want {
+					t.Fatalf("SplitHalves(dst[%d], words[%d]): dst[%d] = %#x, want %#x", nd, nw, x, dst[x], want)
+				}
+			}
+		}
+	}
+}
