@@ -19,7 +19,9 @@ import (
 // for all the query heads of its group). fn is the plain kernel, fnVar the
 // one that computes the variants (csrc/sm90_variants.cuh); pickVariant
 // chooses. A choice with c.full has the _full kernel (fnFull) alone: the
-// bias and dropout, with every other variant, in a launch shape of its own.
+// bias and dropout, with every other variant, in a launch shape of its own;
+// with c.drop too, the _drop kernel there: dropout without a bias, without
+// the bias tiles.
 type wgmmaForward struct {
 	fn, fnVar, fnFull, toRows, toVt, toRowsLen, toVtLen cu.Function
 	c                                                   choice
@@ -42,7 +44,11 @@ func loadWgmmaForward(mod cu.Module, c choice, maxSmem int) (*wgmmaForward, erro
 	}
 	name := fmt.Sprintf("flash_fwd_wgmma_%v_d%d", c.prec, c.dp)
 	if c.full {
-		if f.fnFull, err = lookup(mod, name+"_full", c.smem, maxSmem); err != nil {
+		suffix := "_full"
+		if c.drop {
+			suffix = "_drop"
+		}
+		if f.fnFull, err = lookup(mod, name+suffix, c.smem, maxSmem); err != nil {
 			return nil, err
 		}
 		return f, nil
@@ -126,6 +132,9 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 		return fmt.Errorf("cudakernels: internal error: the Hopper forward of the bias and dropout (%v) got a problem with them (%v)",
 			f.c.full, full)
 	} else if full {
+		if f.c.drop && kp.Bias != 0 {
+			return fmt.Errorf("cudakernels: internal error: the Hopper forward of dropout without a bias got a problem with a bias")
+		}
 		fn = f.fnFull
 	}
 	return launch(fn, grid, f.c.threads, f.c.smem, stream, &kp)

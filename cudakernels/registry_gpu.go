@@ -84,8 +84,10 @@ func loadRegistry(dev Capability, fam Family, prec Precision, kernelDir string) 
 	for _, f64 := range []bool{false, true} {
 		for _, dp := range headDims {
 			for _, dir := range []direction{forwardDir, backwardDir} {
-				for _, extra := range []bool{false, true} {
-					c, err := choose(dev, fam, request{prec: prec, f64: f64, d: dp, dir: dir, biasOrDropout: extra})
+				// Plain attention, with a bias (and maybe dropout), with
+				// dropout alone.
+				for _, extra := range []struct{ any, bias bool }{{false, false}, {true, true}, {true, false}} {
+					c, err := choose(dev, fam, request{prec: prec, f64: f64, d: dp, dir: dir, biasOrDropout: extra.any, bias: extra.bias})
 					if err != nil {
 						continue // calls with this head dimension get the error
 					}

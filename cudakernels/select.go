@@ -65,14 +65,17 @@ type request struct {
 	d    int       // head dimension
 	dir  direction
 	// biasOrDropout: the problem has an additive bias or dropout, which
-	// only the _full kernels and the CUDA-core ones compute.
-	biasOrDropout bool
+	// only the _full kernels and the CUDA-core ones compute; bias: it has
+	// a bias (dropout without one may take the Hopper forward's _drop
+	// kernel).
+	biasOrDropout, bias bool
 }
 
 // requestFor is the request of a call on elements of elem bytes for
 // problem p in direction dir, on a backend of precision prec.
 func requestFor(prec Precision, elem int, p kernels.Params, dir direction) request {
-	return request{prec: prec, f64: elem == 8, d: p.D, dir: dir, biasOrDropout: p.Bias != nil || p.Dropout.On()}
+	return request{prec: prec, f64: elem == 8, d: p.D, dir: dir, biasOrDropout: p.Bias != nil || p.Dropout.On(),
+		bias: p.Bias != nil}
 }
 
 // choice is a kernel family with its launch shape. It is comparable, and the
@@ -95,8 +98,9 @@ type choice struct {
 	// kernel, smemDQ of the dQ kernel.
 	smem, smemDQ int
 	// full: a tensor-core kernel for problems with a bias or dropout,
-	// launched with its _full kernels' shape.
-	full bool
+	// launched with its _full kernels' shape; drop: the Hopper forward's
+	// _drop kernel, for dropout without a bias (full too).
+	full, drop bool
 }
 
 // checkDevice fails for a device no kernel runs on, or a family it cannot
@@ -118,7 +122,8 @@ func checkDevice(c Capability, fam Family) error {
 //   - float64 calls, and FP32: CUDA cores.
 //   - TF32, BF16, FP16 forward: wgmma where the device is Hopper, fam is not
 //     FamilySM80 and it is built (wgmmaBuilt; with a bias or dropout the
-//     _full kernel, at fewer head dimensions), else mma.sync; if that
+//     _full kernel, at fewer head dimensions, or for dropout without a bias
+//     the _drop kernel where wgmmaDropBuilt), else mma.sync; if that
 //     kernel does not fit the device's shared memory, calls with this head
 //     dimension fail (no fallback).
 //   - their backward: fails where the forward does; else wgmma as above
@@ -136,7 +141,7 @@ func choose(c Capability, fam Family, r request) (choice, error) {
 	useHopper := c.hopper() && fam != FamilySM80
 	fwd := mmaForwardChoice(r.prec, dp, r.biasOrDropout)
 	if useHopper && wgmmaBuilt(r.prec, dp, r.biasOrDropout) {
-		fwd = wgmmaForwardChoice(r.prec, dp, r.biasOrDropout)
+		fwd = wgmmaForwardChoice(r.prec, dp, r.biasOrDropout, r.biasOrDropout && !r.bias && wgmmaDropBuilt(r.prec, dp))
 	}
 	if fwd.smem > c.MaxSmem {
 		return choice{}, fmt.Errorf("%w: %v forward at head dimension %d needs %d bytes of shared memory, the device allows %d",
@@ -194,10 +199,14 @@ func mmaBackwardChoice(prec Precision, dp int) choice {
 }
 
 // wgmmaForwardChoice is the Hopper forward; full (a bias or dropout) gets
-// the _full kernel's launch shape, a choice of its own as for mma.sync.
-func wgmmaForwardChoice(prec Precision, dp int, full bool) choice {
+// the _full kernel's launch shape, a choice of its own as for mma.sync, and
+// drop (dropout without a bias, where wgmmaDropBuilt) the _drop kernel's,
+// which has no bias tiles.
+func wgmmaForwardChoice(prec Precision, dp int, full, drop bool) choice {
+	biasTiles := full && !drop
 	return choice{kind: kindWGMMA, dir: forwardDir, prec: prec, elem: 4, dp: dp, rows: wgmmaRows,
-		step: wgmmaFwdBK(prec, dp, full), threads: wgmmaThreads, smem: wgmmaFwdSmem(prec, dp, full), full: full}
+		step: wgmmaFwdBK(prec, dp, biasTiles), threads: wgmmaThreads, smem: wgmmaFwdSmem(prec, dp, biasTiles),
+		full: full, drop: drop}
 }
 
 // wgmmaBackwardChoice is the Hopper backward; full (a bias or dropout)

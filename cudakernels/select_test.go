@@ -160,51 +160,65 @@ func TestChooseBiasOrDropout(t *testing.T) {
 	for _, prec := range []Precision{BF16, FP16, TF32} {
 		for _, d := range headDims {
 			for _, dir := range []direction{forwardDir, backwardDir} {
-				r := request{prec: prec, d: d, dir: dir, biasOrDropout: true}
-				got, err := choose(h200, FamilyAuto, r)
-				if err != nil {
-					t.Fatalf("%v %v D=%d: %v", prec, dir, d, err)
-				}
-				sm80, err := choose(h200, FamilySM80, r)
-				if err != nil {
-					t.Fatalf("sm80 family %v %v D=%d: %v", prec, dir, d, err)
-				}
-				if !got.full && (dir == forwardDir || got.kind == kindWGMMA) {
-					t.Errorf("%v %v D=%d with a bias or dropout: not the _full kernels' shape", prec, dir, d)
-				}
-				dp, _ := paddedDim(d)
-				if dir == forwardDir && wgmmaBuilt(prec, dp, true) {
-					if got != wgmmaForwardChoice(prec, dp, true) {
-						t.Errorf("%v forward D=%d with a bias or dropout: %v, want the wgmma _full kernel", prec, d, got.kind)
-					}
-					continue
-				}
-				if dir == backwardDir && wgmmaBwdBuilt(prec, dp, true) {
-					if got != wgmmaBackwardChoice(prec, dp, true) {
-						t.Errorf("%v backward D=%d with a bias or dropout: %v, want the wgmma _full kernels", prec, d, got.kind)
-					}
-					if n := wgmmaDbiasSmem(prec, dp); n > h200.MaxSmem {
-						t.Errorf("%v D=%d: the wgmma dBias kernel needs %d bytes of shared memory, the H200 allows %d", prec, d, n, h200.MaxSmem)
-					}
-					continue
-				}
-				if got != sm80 {
-					t.Errorf("%v %v D=%d: %v, the sm80 family %v", prec, dir, d, got.kind, sm80.kind)
+				for _, bias := range []bool{true, false} {
+					chooseBiasOrDropout(t, request{prec: prec, d: d, dir: dir, biasOrDropout: true, bias: bias})
 				}
 			}
 		}
 	}
 	p := kernels.Params{B: 1, H: 1, Nq: 4, Nk: 4, D: 64}
-	if requestFor(BF16, 4, p, forwardDir).biasOrDropout {
+	if r := requestFor(BF16, 4, p, forwardDir); r.biasOrDropout || r.bias {
 		t.Error("plain attention asks for the bias or dropout kernels")
 	}
 	p.Dropout = kernels.Dropout{P: 0.1, Seed: 1}
-	if !requestFor(BF16, 4, p, forwardDir).biasOrDropout {
-		t.Error("dropout does not ask for the bias or dropout kernels")
+	if r := requestFor(BF16, 4, p, forwardDir); !r.biasOrDropout || r.bias {
+		t.Errorf("requestFor with dropout = %+v", r)
 	}
 	p.Dropout = kernels.Dropout{}
 	p.Bias = &kernels.Bias{Bb: 1, Hb: 1}
-	if r := requestFor(BF16, 8, p, backwardDir); !r.biasOrDropout || !r.f64 || r.dir != backwardDir {
+	if r := requestFor(BF16, 8, p, backwardDir); !r.biasOrDropout || !r.bias || !r.f64 || r.dir != backwardDir {
 		t.Errorf("requestFor with a bias, float64, backward = %+v", r)
+	}
+}
+
+// chooseBiasOrDropout checks TestChooseBiasOrDropout's request r: dropout
+// without a bias (r.bias false) takes the _drop forward where
+// wgmmaDropBuilt, with 128-key tiles, and everything else as with a bias.
+func chooseBiasOrDropout(t *testing.T, r request) {
+	t.Helper()
+	prec, d, dir := r.prec, r.d, r.dir
+	got, err := choose(h200, FamilyAuto, r)
+	if err != nil {
+		t.Fatalf("%v %v D=%d: %v", prec, dir, d, err)
+	}
+	sm80, err := choose(h200, FamilySM80, r)
+	if err != nil {
+		t.Fatalf("sm80 family %v %v D=%d: %v", prec, dir, d, err)
+	}
+	if !got.full && (dir == forwardDir || got.kind == kindWGMMA) {
+		t.Errorf("%v %v D=%d with a bias or dropout: not the _full kernels' shape", prec, dir, d)
+	}
+	dp, _ := paddedDim(d)
+	if dir == forwardDir && wgmmaBuilt(prec, dp, true) {
+		drop := !r.bias && wgmmaDropBuilt(prec, dp)
+		if want := wgmmaForwardChoice(prec, dp, true, drop); got != want {
+			t.Errorf("%v forward D=%d, bias %v: %+v, want %+v", prec, d, r.bias, got, want)
+		}
+		if drop && (got.step != 128 || got.smem > h200.MaxSmem) {
+			t.Errorf("%v forward D=%d, dropout alone: key tile %d, shared memory %d", prec, d, got.step, got.smem)
+		}
+		return
+	}
+	if dir == backwardDir && wgmmaBwdBuilt(prec, dp, true) {
+		if got != wgmmaBackwardChoice(prec, dp, true) {
+			t.Errorf("%v backward D=%d with a bias or dropout: %v, want the wgmma _full kernels", prec, d, got.kind)
+		}
+		if n := wgmmaDbiasSmem(prec, dp); n > h200.MaxSmem {
+			t.Errorf("%v D=%d: the wgmma dBias kernel needs %d bytes of shared memory, the H200 allows %d", prec, d, n, h200.MaxSmem)
+		}
+		return
+	}
+	if got != sm80 {
+		t.Errorf("%v %v D=%d: %v, the sm80 family %v", prec, dir, d, got.kind, sm80.kind)
 	}
 }

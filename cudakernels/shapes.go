@@ -142,22 +142,29 @@ func wgmmaBuilt(prec Precision, dp int, full bool) bool {
 	return false
 }
 
-// wgmmaFwdBK is fwd_bk: 64 keys for 32-bit operands, dp = 256 or the _full
-// kernel (full), else 128.
-func wgmmaFwdBK(prec Precision, dp int, full bool) int {
-	if elemBytes(prec) == 4 || dp > 128 || full {
+// wgmmaFwdBK is fwd_bk: 64 keys for 32-bit operands, dp = 256 or a kernel
+// with bias tiles (the _full one), else 128.
+func wgmmaFwdBK(prec Precision, dp int, biasTiles bool) int {
+	if elemBytes(prec) == 4 || dp > 128 || biasTiles {
 		return 64
 	}
 	return 128
 }
 
+// wgmmaDropBuilt reports whether csrc/hopper.cu instantiates the _drop
+// forward (dropout without a bias) for prec and dp: where its key tile,
+// without the bias tiles, is larger than the _full kernel's.
+func wgmmaDropBuilt(prec Precision, dp int) bool {
+	return wgmmaBuilt(prec, dp, true) && wgmmaFwdBK(prec, dp, false) > wgmmaFwdBK(prec, dp, true)
+}
+
 // wgmmaFwdSmem is fwd_smem_bytes: alignment slack, Q, two stages of K and
-// Vᵀ, with full two float32 bias tiles of wgmmaRows rows of BK + 8 floats
-// (fwd_bias_ld), five mbarriers.
-func wgmmaFwdSmem(prec Precision, dp int, full bool) int {
-	eb, bk := elemBytes(prec), wgmmaFwdBK(prec, dp, full)
+// Vᵀ, with biasTiles two float32 bias tiles of wgmmaRows rows of BK + 8
+// floats (fwd_bias_ld), five mbarriers.
+func wgmmaFwdSmem(prec Precision, dp int, biasTiles bool) int {
+	eb, bk := elemBytes(prec), wgmmaFwdBK(prec, dp, biasTiles)
 	smem := 1024 + wgmmaRows*dp*eb + 4*bk*dp*eb + 5*8
-	if full {
+	if biasTiles {
 		smem += 2 * wgmmaRows * (bk + 8) * 4
 	}
 	return smem

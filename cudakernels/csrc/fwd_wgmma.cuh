@@ -46,28 +46,29 @@ constexpr int kQTileRows = 64;              // rows of a Q tile image: one warpg
 
 // fwd_bk is the key tile: 128 for 16-bit operands up to DP = 128; 64 for
 // TF32 (twice the bytes per element) and at DP = 256, so that Q and two
-// stages of K and Vᵀ fit in shared memory; 64 in the _full kernel (kFull),
-// whose two bias tiles take shared memory too.
-template <typename E, int DP, bool kFull = false> __host__ __device__ constexpr int fwd_bk() {
-  return sizeof(typename E::Storage) == 4 || DP > 128 || kFull ? 64 : 128;
+// stages of K and Vᵀ fit in shared memory; 64 in the _full kernel with its
+// bias tiles (kBias), which take shared memory too. The _drop kernel
+// (dropout without a bias) has none and keeps _var's tile.
+template <typename E, int DP, bool kBias = false> __host__ __device__ constexpr int fwd_bk() {
+  return sizeof(typename E::Storage) == 4 || DP > 128 || kBias ? 64 : 128;
 }
 template <typename E, int DP> __host__ __device__ constexpr int fwd_q_bytes() {
   return kFwdRows * DP * static_cast<int>(sizeof(typename E::Storage));
 }
 // A K tile and a Vᵀ tile have the same size.
-template <typename E, int DP, bool kFull = false> __host__ __device__ constexpr int fwd_kv_bytes() {
-  return fwd_bk<E, DP, kFull>() * DP * static_cast<int>(sizeof(typename E::Storage));
+template <typename E, int DP, bool kBias = false> __host__ __device__ constexpr int fwd_kv_bytes() {
+  return fwd_bk<E, DP, kBias>() * DP * static_cast<int>(sizeof(typename E::Storage));
 }
 // fwd_bias_ld is the row stride, in floats, of the _full kernel's bias
 // tiles [kFwdRows, fwd_bk]: ≡ 8 words (mod 32), so that the 8-byte reads of
 // a warp's 8 rows × 4 lanes take the two wavefronts their 256 bytes need.
 template <typename E, int DP> __host__ __device__ constexpr int fwd_bias_ld() { return fwd_bk<E, DP, true>() + 8; }
 // fwd_smem_bytes: up to 1024 bytes to align the tiles, Q, two K and two Vᵀ
-// stages, in the _full kernel two bias tiles (fp32), five mbarriers.
-// select.go repeats it (wgmmaFwdSmem).
-template <typename E, int DP, bool kFull = false> __host__ __device__ constexpr int fwd_smem_bytes() {
-  return 1024 + fwd_q_bytes<E, DP>() + 4 * fwd_kv_bytes<E, DP, kFull>() +
-         (kFull ? 2 * kFwdRows * fwd_bias_ld<E, DP>() * 4 : 0) + 5 * 8;
+// stages, with kBias (the _full kernel) two bias tiles (fp32), five
+// mbarriers. select.go repeats it (wgmmaFwdSmem).
+template <typename E, int DP, bool kBias = false> __host__ __device__ constexpr int fwd_smem_bytes() {
+  return 1024 + fwd_q_bytes<E, DP>() + 4 * fwd_kv_bytes<E, DP, kBias>() +
+         (kBias ? 2 * kFwdRows * fwd_bias_ld<E, DP>() * 4 : 0) + 5 * 8;
 }
 
 // fwd_body is fwd_rowblock for head bh of mask mk (the plain kernel's mask
@@ -79,28 +80,31 @@ template <typename E, int DP, bool kFull = false> __host__ __device__ constexpr 
 // its share of the next key tile's bias into the other of two shared tiles
 // with cp.async while this tile is computed, the bias joins each score
 // after the modifiers, dropout zeroes dropped probabilities after they
-// entered the row sum, and the epilogue scales O by 1/(1−p).
-template <typename E, int DP, bool kVar, bool kFull = false>
+// entered the row sum, and the epilogue scales O by 1/(1−p). kBias: the
+// bias tiles (the _full kernel); without them (the _drop kernel) kFull
+// computes dropout alone.
+template <typename E, int DP, bool kVar, bool kFull = false, bool kBias = kFull>
 __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long long blk, const SeqMask& mk,
                                          const Mods& md) {
   static_assert(kVar || !kFull, "the _full kernel computes the _var variants too");
+  static_assert(kFull || !kBias, "the bias tiles belong to the _full kernel");
   using S = typename E::Storage;
   const long long nq = p.nq, nk = p.nk;
   const S* __restrict__ q = static_cast<const S*>(p.q);
   const S* __restrict__ k = static_cast<const S*>(p.k);
   const S* __restrict__ vt = static_cast<const S*>(p.v);
-  constexpr int BK = fwd_bk<E, DP, kFull>();
-  constexpr int kQBytes = fwd_q_bytes<E, DP>(), kKVBytes = fwd_kv_bytes<E, DP, kFull>();
+  constexpr int BK = fwd_bk<E, DP, kBias>();
+  constexpr int kQBytes = fwd_q_bytes<E, DP>(), kKVBytes = fwd_kv_bytes<E, DP, kBias>();
   constexpr int kBiasLd = fwd_bias_ld<E, DP>(), kBiasTile = kFwdRows * kBiasLd;  // floats
   constexpr int kNS = BK / 8;  // n8 tiles of scores per warp
   constexpr int kNO = DP / 8;  // n8 tiles of output per warp
   const float kInf = Math<float>::inf();
 
-  // Shared memory: Q, K stages 0 and 1, Vᵀ stages 0 and 1, (kFull) bias
+  // Shared memory: Q, K stages 0 and 1, Vᵀ stages 0 and 1, (kBias) bias
   // tiles 0 and 1, then the mbarriers full[2], empty[2] and q_full.
   const uint32_t sQ = (smem_addr(smem) + 1023u) & ~1023u;
   const uint32_t sK = sQ + kQBytes, sV = sK + 2 * kKVBytes, sB = sV + 2 * kKVBytes;
-  const uint32_t bars = sB + (kFull ? 2 * kBiasTile * 4 : 0);
+  const uint32_t bars = sB + (kBias ? 2 * kBiasTile * 4 : 0);
   [[maybe_unused]] float* const bias_tiles = reinterpret_cast<float*>(smem + (sB - smem_addr(smem)));
   auto full = [&](int stage) { return bars + 8 * stage; };
   auto empty = [&](int stage) { return bars + 16 + 8 * stage; };
@@ -155,16 +159,16 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
     bulk_copy(sK + stage * kKVBytes, kh + static_cast<long long>(tile) * BK * DP, kKVBytes, full(stage));
     bulk_copy(sV + stage * kKVBytes, vh + static_cast<long long>(tile) * BK * DP, kKVBytes, full(stage));
   };
-  // kFull: the bias tile of key tile t0 + i goes into buffer i % 2; the
+  // kBias: the bias tile of key tile t0 + i goes into buffer i % 2; the
   // first comes with Q.
   [[maybe_unused]] const Extras ex = kFull ? extras_of(p, bh) : Extras{};
-  [[maybe_unused]] const bool bias_aligned = kFull && mma::bias_tile_aligned(ex.bias, nk);
+  [[maybe_unused]] const bool bias_aligned = kBias && mma::bias_tile_aligned(ex.bias, nk);
   auto load_bias = [&](int buf, long long k0) {
     mma::cp_bias_tile<kFwdRows, BK, kBiasLd, kFwdThreads>(bias_tiles + buf * kBiasTile, ex.bias, q0, mk.lq, k0, nk,
                                                           bias_aligned);
     mma::cp_async_commit();
   };
-  if constexpr (kFull) {
+  if constexpr (kBias) {
     if (ex.bias != nullptr && n_tiles > 0) load_bias(0, static_cast<long long>(t0) * BK);
   }
   if (threadIdx.x == 0) {
@@ -202,7 +206,7 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
     const int stage = it & 1;
     const unsigned parity = (it >> 1) & 1;
     const long long k0 = static_cast<long long>(t0 + it) * BK;
-    if constexpr (kFull) {
+    if constexpr (kBias) {
       if (ex.bias != nullptr) {
         // This tile's bias has landed for every thread, and every thread is
         // done with the last tile's buffer, which takes the next one.
@@ -253,21 +257,21 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
       // warp's 16, key 2t), null without a bias; masked scores become −inf
       // whatever their bias.
       [[maybe_unused]] const float* sb = nullptr;
-      if constexpr (kFull) {
+      if constexpr (kBias) {
         if (ex.bias != nullptr) sb = bias_tiles + (it & 1) * kBiasTile + (wg * 64 + warp * 16 + g) * kBiasLd + 2 * t;
       }
       with_variant_of<kFull>(masked || !uniform, md.on, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
 #pragma unroll
         for (int j = 0; j < kNS; ++j) {
           [[maybe_unused]] float2 b[2];
-          if constexpr (kFull) {
+          if constexpr (kBias) {
             if (sb != nullptr) row_bias_pairs<kBiasLd>(sb, j, b);
           }
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             float dsoft;
             float x = modified<E, kMod, kCap, kMasked>(s[j][e], scale_log2, md, ar[e / 2], 8 * j + (e & 1), dsoft);
-            if constexpr (kFull) {
+            if constexpr (kBias) {
               if (sb != nullptr) x = fmaf(e & 1 ? b[e / 2].y : b[e / 2].x, kLog2e, x);
             }
             const int key = static_cast<int>(k0) + j * 8 + 2 * t + (e & 1);
@@ -330,7 +334,7 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
       load_kv(stage, t0 + it + 2);
     }
   }
-  if constexpr (kFull) mma::cp_async_wait<0>();  // nothing may still be landing in shared memory at exit
+  if constexpr (kBias) mma::cp_async_wait<0>();  // nothing may still be landing in shared memory at exit
 
   // Epilogue: O = acc / l and LSE, row by row; rows that see no key get
   // O = 0 and LSE = +inf.
@@ -361,10 +365,14 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
 
 // fwd_rowblock reads the images p.q, p.k and p.v (Vᵀ) and writes p.o and
 // p.lse. kVar: the _var entry point (every variant; see sm90_variants.cuh);
-// kFull with it: the _full one, which adds the bias and dropout.
-template <typename E, int DP, bool kVar, bool kFull = false>
+// kFull with it: the _full one, which adds the bias and dropout, or with
+// kBias false the _drop one, dropout without a bias (it traps on a bias).
+template <typename E, int DP, bool kVar, bool kFull = false, bool kBias = kFull>
 __device__ void fwd_rowblock(const Params& p) {
-  require_launch(kFwdThreads, fwd_smem_bytes<E, DP, kFull>());
+  require_launch(kFwdThreads, fwd_smem_bytes<E, DP, kBias>());
+  if constexpr (kFull && !kBias) {
+    if (p.bias != nullptr) __trap();
+  }
   if constexpr (!kVar) {
     const long long bh = blockIdx.x / ((p.nq + kFwdRows - 1) / kFwdRows);
     const SeqMask mk = seq_mask(p, bh);
@@ -377,7 +385,7 @@ __device__ void fwd_rowblock(const Params& p) {
     long long bh, tile;
     block_order(blockIdx.x, static_cast<unsigned>(q_tiles), p.mask_right >= 0, bh, tile);
     const SeqMask mk = seq_mask(p, bh);
-    fwd_body<E, DP, true, kFull>(p, bh, bh * q_tiles + tile, mk,
+    fwd_body<E, DP, true, kFull, kBias>(p, bh, bh * q_tiles + tile, mk,
                           mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale)));
   }
 }

@@ -50,6 +50,20 @@ FLASH_FWD_WGMMA_FULL(fp16, FP16, 64)
 FLASH_FWD_WGMMA_FULL(fp16, FP16, 128)
 FLASH_FWD_WGMMA_FULL(tf32, TF32, 64)
 
+// _drop is _full for dropout without a bias: no bias tiles, so _var's key
+// tile of 128 where that differs from _full's 64 (16-bit operands up to
+// DP = 128: select.go's wgmmaDropBuilt); it traps on a bias.
+#define FLASH_FWD_WGMMA_DROP(NAME, E, DP)                                                           \
+  extern "C" __global__ void __launch_bounds__(flash::sm90::kFwdThreads, 1)                        \
+      flash_fwd_wgmma_##NAME##_d##DP##_drop(const __grid_constant__ flash::Params p) {             \
+    flash::sm90::fwd_rowblock<flash::mma::E, DP, true, true, false>(p);                            \
+  }
+
+FLASH_FWD_WGMMA_DROP(bf16, BF16, 64)
+FLASH_FWD_WGMMA_DROP(bf16, BF16, 128)
+FLASH_FWD_WGMMA_DROP(fp16, FP16, 64)
+FLASH_FWD_WGMMA_DROP(fp16, FP16, 128)
+
 // Tile images: to_image_rows (any block size and grid; convert_gpu.go uses
 // 256 threads) for Q and K, to_image_vt (256 threads, any grid) for V. The
 // _len pair serves calls with per-sequence lengths (sm90.cuh's SeqRows: the

@@ -270,31 +270,36 @@ __device__ __forceinline__ Extras extras_of(const Params& p, long long bh) {
 // per row. Each draws a quarter of them, rows[t&1]'s blocks of the tiles j
 // ≡ t>>1 (mod 2), and packs their keep bits, 8 per block (block_bits); a
 // lane takes its two keys' bits (2t, 2t+1 of each block) from the four
-// packings in four shuffles: a quarter of the Philox work of drawing every
-// block in every lane, the same bits. Every lane of the warp must call.
+// packings in four shuffles (eight at NS = 16, whose packings take two
+// words): a quarter of the Philox work of drawing every block in every
+// lane, the same bits. Every lane of the warp must call.
 template <int NS>
 __device__ __forceinline__ void drop_by_row(float (&x)[NS][4], const Extras& ex, const long long (&rows)[2],
                                             long long k0, int t, float sc) {
-  static_assert(NS % 2 == 0 && NS <= 8, "8 keep bits per drawn block, NS/2 blocks in 32 bits");
+  static_assert(NS % 2 == 0 && NS <= 16, "8 keep bits per drawn block, NS/2 blocks in one or two 32-bit words");
+  constexpr int kW = NS > 8 ? 2 : 1;  // words of drawn bits: blocks jj < 4 in the first
   const unsigned row = static_cast<unsigned>(t & 1 ? rows[1] : rows[0]);  // a select: rows stays in registers
   const int par = t >> 1;
-  uint32_t drawn = 0u;  // bits 8jj … 8jj+7: tile 2jj + par of row t&1
+  uint32_t drawn[kW] = {};  // bits 8(jj%4) … 8(jj%4)+7 of word jj/4: tile 2jj + par of row t&1
 #pragma unroll
   for (int jj = 0; jj < NS / 2; ++jj) {
     const uint4 w = philox4(static_cast<unsigned>(k0 / 8) + 2 * jj + par, row, static_cast<unsigned>(ex.pair),
                             ex.drop.offset, ex.drop.k0, ex.drop.k1);
-    drawn |= ex.drop.block_bits(w) << (8 * jj);
+    drawn[jj / 4] |= ex.drop.block_bits(w) << (8 * (jj % 4));
   }
-  // The packing of lane s of the quad: row s&1, tiles ≡ s>>1.
-  const uint32_t from0 = __shfl_sync(0xffffffffu, drawn, 0, 4), from1 = __shfl_sync(0xffffffffu, drawn, 1, 4);
-  const uint32_t from2 = __shfl_sync(0xffffffffu, drawn, 2, 4), from3 = __shfl_sync(0xffffffffu, drawn, 3, 4);
+  // The packings of the quad's lanes s (row s&1, tiles ≡ s>>1), word by
+  // word: from[h][s].
+  uint32_t from[kW][4];
+#pragma unroll
+  for (int h = 0; h < kW; ++h)
+#pragma unroll
+    for (int s = 0; s < 4; ++s) from[h][s] = __shfl_sync(0xffffffffu, drawn[h], s, 4);
 #pragma unroll
   for (int j = 0; j < NS; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int s = (e >> 1) | ((j & 1) << 1);
-      const uint32_t bits = s == 0 ? from0 : s == 1 ? from1 : s == 2 ? from2 : from3;
-      x[j][e] = (bits >> (8 * (j >> 1) + 2 * t + (e & 1))) & 1u ? x[j][e] * sc : 0.f;
+      const uint32_t bits = from[j / 8][(e >> 1) | ((j & 1) << 1)];
+      x[j][e] = (bits >> (8 * ((j >> 1) % 4) + 2 * t + (e & 1))) & 1u ? x[j][e] * sc : 0.f;
     }
 }
 
