@@ -81,7 +81,9 @@
 //     mma.sync forward in TF32, BF16 and FP16 and its backward in BF16 and
 //     FP16 (dBias on tensor cores too), the Hopper forward in BF16 and
 //     FP16 at padded 64 and 128 and TF32 at 64, where its two bias tiles
-//     fit (wgmmaBuilt), and the Hopper backward in BF16 and FP16 at padded
+//     fit (wgmmaBuilt; dropout without a bias takes the _drop forward,
+//     without bias tiles, on 128-key tiles where wgmmaDropBuilt), and the
+//     Hopper backward in BF16 and FP16 at padded
 //     64 and 128 (wgmmaBwdBuilt with full), with a dBias kernel of its own
 //     on the same images; TF32's backward of them takes the rounded CUDA
 //     cores. The _full kernels stage the bias through shared memory in
