@@ -19,7 +19,8 @@ import (
 // K, V and Kᵀ one image per key head. dkdvVar and dqVar compute the
 // variants (pickVariant). A choice with c.full has the _full kernels alone
 // (in dkdvVar and dqVar: the bias and dropout with every other variant),
-// and dbias, which writes the bias gradient from the same images.
+// and dbias, which writes the bias gradient from the same images; with
+// c.drop the _drop kernels there (dropout without a bias) and no dbias.
 type wgmmaBackward struct {
 	dkdv, dq, dkdvVar, dqVar, stats, statsVar, dbias cu.Function
 	toRows, toVt, toRowsLen, toVtLen                 cu.Function
@@ -31,14 +32,20 @@ func loadWgmmaBackward(mod cu.Module, c choice, maxSmem int) (*wgmmaBackward, er
 	suffix := fmt.Sprintf("_wgmma_%v_d%d", c.prec, c.dp)
 	var err error
 	if c.full {
-		if b.dkdvVar, err = lookup(mod, "flash_bwd_dkdv"+suffix+"_full", c.smem, maxSmem); err != nil {
+		kind := "_full"
+		if c.drop {
+			kind = "_drop"
+		}
+		if b.dkdvVar, err = lookup(mod, "flash_bwd_dkdv"+suffix+kind, c.smem, maxSmem); err != nil {
 			return nil, err
 		}
-		if b.dqVar, err = lookup(mod, "flash_bwd_dq"+suffix+"_full", c.smemDQ, maxSmem); err != nil {
+		if b.dqVar, err = lookup(mod, "flash_bwd_dq"+suffix+kind, c.smemDQ, maxSmem); err != nil {
 			return nil, err
 		}
-		if b.dbias, err = lookup(mod, "flash_bwd_dbias"+suffix, wgmmaDbiasSmem(c.prec, c.dp), maxSmem); err != nil {
-			return nil, err
+		if !c.drop {
+			if b.dbias, err = lookup(mod, "flash_bwd_dbias"+suffix, wgmmaDbiasSmem(c.prec, c.dp), maxSmem); err != nil {
+				return nil, err
+			}
 		}
 	} else {
 		if b.dkdv, err = lookup(mod, "flash_bwd_dkdv"+suffix, c.smem, maxSmem); err != nil {
@@ -144,6 +151,9 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 		return fmt.Errorf("cudakernels: internal error: Hopper backward kernels of full = %v launched on a problem of full = %v",
 			b.c.full, full)
 	} else if full {
+		if b.c.drop && kp.Bias != 0 {
+			return fmt.Errorf("cudakernels: internal error: the Hopper backward of dropout without a bias got a problem with a bias")
+		}
 		stats, dkdv, dq = b.statsVar, b.dkdvVar, b.dqVar
 	}
 	const statThreads, maxBlocks = 256, 4096

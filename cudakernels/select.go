@@ -98,8 +98,8 @@ type choice struct {
 	// kernel, smemDQ of the dQ kernel.
 	smem, smemDQ int
 	// full: a tensor-core kernel for problems with a bias or dropout,
-	// launched with its _full kernels' shape; drop: the Hopper forward's
-	// _drop kernel, for dropout without a bias (full too).
+	// launched with its _full kernels' shape; drop: the Hopper _drop
+	// kernels, for dropout without a bias (full too).
 	full, drop bool
 }
 
@@ -151,7 +151,7 @@ func choose(c Capability, fam Family, r request) (choice, error) {
 		return fwd, nil
 	}
 	if useHopper && wgmmaBwdBuilt(r.prec, dp, r.biasOrDropout) {
-		if b := wgmmaBackwardChoice(r.prec, dp, r.biasOrDropout); max(b.smem, b.smemDQ) <= c.MaxSmem {
+		if b := wgmmaBackwardChoice(r.prec, dp, r.biasOrDropout, r.biasOrDropout && !r.bias); max(b.smem, b.smemDQ) <= c.MaxSmem {
 			return b, nil
 		}
 	}
@@ -210,12 +210,13 @@ func wgmmaForwardChoice(prec Precision, dp int, full, drop bool) choice {
 }
 
 // wgmmaBackwardChoice is the Hopper backward; full (a bias or dropout)
-// gets the _full kernels' shared memory, a choice of its own.
-func wgmmaBackwardChoice(prec Precision, dp int, full bool) choice {
+// gets the _full kernels' shared memory, a choice of its own, and drop
+// (dropout without a bias) the _drop kernels', without the bias tiles.
+func wgmmaBackwardChoice(prec Precision, dp int, full, drop bool) choice {
 	step, _ := wgmmaBwdShape(prec, dp)
-	dkdv, dq := wgmmaBwdSmem(prec, dp, full)
+	dkdv, dq := wgmmaBwdSmem(prec, dp, full && !drop)
 	return choice{kind: kindWGMMA, dir: backwardDir, prec: prec, elem: 4, dp: dp, rows: wgmmaBwdBlock,
-		step: step, threads: wgmmaBwdThreads, smem: dkdv, smemDQ: dq, full: full}
+		step: step, threads: wgmmaBwdThreads, smem: dkdv, smemDQ: dq, full: full, drop: drop}
 }
 
 // headDims are the head dimensions kernels are compiled for. A problem's D is

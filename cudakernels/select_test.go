@@ -210,8 +210,8 @@ func chooseBiasOrDropout(t *testing.T, r request) {
 		return
 	}
 	if dir == backwardDir && wgmmaBwdBuilt(prec, dp, true) {
-		if got != wgmmaBackwardChoice(prec, dp, true) {
-			t.Errorf("%v backward D=%d with a bias or dropout: %v, want the wgmma _full kernels", prec, d, got.kind)
+		if want := wgmmaBackwardChoice(prec, dp, true, !r.bias); got != want {
+			t.Errorf("%v backward D=%d, bias %v: %+v, want %+v", prec, d, r.bias, got, want)
 		}
 		if n := wgmmaDbiasSmem(prec, dp); n > h200.MaxSmem {
 			t.Errorf("%v D=%d: the wgmma dBias kernel needs %d bytes of shared memory, the H200 allows %d", prec, d, n, h200.MaxSmem)

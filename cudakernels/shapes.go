@@ -212,15 +212,16 @@ func wgmmaDbiasSmem(prec Precision, dp int) int {
 	return 1024 + 2*(2*wgmmaBwdBlock+2*wgmmaBwdTile)*row + wgmmaBwdBlock*wgmmaBwdTile*4 + 4*8
 }
 
-// wgmmaBwdSmem is bwd_dkdv_smem_bytes and bwd_dq_smem_bytes; with full,
-// dK/dV adds one float32 bias tile [step queries, wgmmaBwdBlock keys] and
-// dQ two [wgmmaBwdBlock queries, step keys], unpadded (swizzled).
-func wgmmaBwdSmem(prec Precision, dp int, full bool) (dkdv, dq int) {
+// wgmmaBwdSmem is bwd_dkdv_smem_bytes and bwd_dq_smem_bytes; with
+// biasTiles (the _full kernels), dK/dV adds one float32 bias tile [step
+// queries, wgmmaBwdBlock keys] and dQ two [wgmmaBwdBlock queries, step
+// keys], unpadded (swizzled).
+func wgmmaBwdSmem(prec Precision, dp int, biasTiles bool) (dkdv, dq int) {
 	step, tstages := wgmmaBwdShape(prec, dp)
 	row := dp * elemBytes(prec)
 	fixed, streamed := 2*wgmmaBwdBlock*row, step*row
 	dkdv, dq = 1024+fixed+2*(2+tstages)*streamed+4*step*4+7*8, 1024+fixed+6*streamed+5*8
-	if full {
+	if biasTiles {
 		dkdv += step * wgmmaBwdBlock * 4
 		dq += 2 * wgmmaBwdBlock * step * 4
 	}

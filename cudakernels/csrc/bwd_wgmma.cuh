@@ -123,19 +123,19 @@ template <typename E, int DP, int ROWS> __host__ __device__ constexpr int bwd_ro
 }
 // Shared memory of dkdv_colblock: alignment slack, K and V, two stages of
 // Q and dO steps, bwd_tstages of Qᵀ and dOᵀ, two stages of the steps' LSE
-// and D, (kFull) the bias tile, seven mbarriers. select.go repeats both
-// layouts (wgmmaBwdSmem).
-template <typename E, int DP, bool kFull = false> __host__ __device__ constexpr int bwd_dkdv_smem_bytes() {
+// and D, (kBias: the _full kernel) the bias tile, seven mbarriers.
+// select.go repeats both layouts (wgmmaBwdSmem).
+template <typename E, int DP, bool kBias = false> __host__ __device__ constexpr int bwd_dkdv_smem_bytes() {
   constexpr int kStep = bwd_step<E, DP>();
   return 1024 + 2 * bwd_rows_bytes<E, DP, kBwdBlock>() + 2 * (2 + bwd_tstages<E, DP>()) * bwd_rows_bytes<E, DP, kStep>() +
-         4 * kStep * 4 + (kFull ? kStep * kBwdBlock * 4 : 0) + 7 * 8;
+         4 * kStep * 4 + (kBias ? kStep * kBwdBlock * 4 : 0) + 7 * 8;
 }
 // Shared memory of dq_rowblock: slack, Q and dO, two stages of K, V and Kᵀ
-// steps, (kFull) two bias tiles, five mbarriers.
-template <typename E, int DP, bool kFull = false> __host__ __device__ constexpr int bwd_dq_smem_bytes() {
+// steps, (kBias) two bias tiles, five mbarriers.
+template <typename E, int DP, bool kBias = false> __host__ __device__ constexpr int bwd_dq_smem_bytes() {
   constexpr int kStep = bwd_step<E, DP>();
   return 1024 + 2 * bwd_rows_bytes<E, DP, kBwdBlock>() + 6 * bwd_rows_bytes<E, DP, kStep>() +
-         (kFull ? 2 * kBwdBlock * kStep * 4 : 0) + 5 * 8;
+         (kBias ? 2 * kBwdBlock * kStep * 4 : 0) + 5 * 8;
 }
 
 // Shared memory of dbias_tile: slack, two stages of Q and dO (kBwdBlock
@@ -302,9 +302,10 @@ __device__ __forceinline__ void copy_transposed(uint32_t dst, const typename E::
 
 // dkdv_body is dkdv_colblock for key head kvh of mask mk (the mask of its
 // group's batch entry).
-template <typename E, int DP, bool kVar, bool kFull>
+template <typename E, int DP, bool kVar, bool kFull, bool kBias>
 __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long long kblk, const SeqMask& mk) {
   static_assert(kVar || !kFull, "the _full kernels compute the _var variants too");
+  static_assert(kFull || !kBias, "the bias tile belongs to the _full kernel");
   using S = typename E::Storage;
   const long long nq = p.nq, nk = p.nk;
   const S* __restrict__ q = static_cast<const S*>(p.q);
@@ -325,13 +326,13 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
   unsigned char* const sm = aligned_smem();
   const uint32_t base = smem_addr(sm);
   // K and V, then stages of [Q, dO], stages of [Qᵀ, dOᵀ], LSE and D per
-  // stage, (kFull) the bias tile, then the mbarriers kv_full, full[2] (Q,
+  // stage, (kBias) the bias tile, then the mbarriers kv_full, full[2] (Q,
   // dO, LSE, D), tfull[2] (Qᵀ, dOᵀ) and empty[2] (one phase per step, both
   // kinds of stage).
   const uint32_t sK = base, sV = sK + kFixed, sStage = sV + kFixed, sTStage = sStage + 4 * kStep;
   const int stats_off = 2 * kFixed + (4 + 2 * TST) * kStep, bias_off = stats_off + 4 * kStats;
   constexpr int kBiasLd = kBwdBlock;  // floats per row of the bias tile
-  const uint32_t bars = base + bias_off + (kFull ? STEP * kBiasLd * 4 : 0);
+  const uint32_t bars = base + bias_off + (kBias ? STEP * kBiasLd * 4 : 0);
   const uint32_t kv_full = bars;
   auto full = [&](int s) { return bars + 8 + 8 * s; };
   auto tfull = [&](int s) { return bars + 24 + 8 * s; };
@@ -414,10 +415,10 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
     for (int s = 0; s < 2 && s < n_steps; ++s) load_step(s);
     for (int s = 0; s < TST && s < n_steps; ++s) load_transposed(s);
   }
-  // kFull: step i's bias (its head's slice, queries × the block's keys),
+  // kBias: step i's bias (its head's slice, queries × the block's keys),
   // copied by every thread; has_bias is uniform over the grid.
   [[maybe_unused]] float* const bias_tile = reinterpret_cast<float*>(sm + bias_off);
-  [[maybe_unused]] const bool has_bias = kFull && p.bias != nullptr;
+  [[maybe_unused]] const bool has_bias = kBias && p.bias != nullptr;
   auto load_bias = [&](int i) {
     long long bh_i, r0;
     head_step(i, bh_i, r0);
@@ -426,7 +427,7 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
                                                                              mma::bias_tile_aligned(bias, nk));
     mma::cp_async_commit();
   };
-  if constexpr (kFull) {
+  if constexpr (kBias) {
     if (has_bias) load_bias(0);
   }
 
@@ -454,7 +455,7 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
   Mods md{};
   [[maybe_unused]] Extras ex{};
   [[maybe_unused]] uint32_t zbits = 0u;
-  // kFull: this thread's first score in the bias tile (query 2t, key
+  // kBias: this thread's first score in the bias tile (query 2t, key
   // key0 − k0 through DkdvBiasSwizzle) and its second key's offset from it.
   [[maybe_unused]] const int bias_key = wg * kBwdTile + warp * 16 + g;
   [[maybe_unused]] const float* const sb =
@@ -515,17 +516,17 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
       }
       if constexpr (kFull) {
         if (ex.drop.on()) zbits = keep_bits_dkdv<kNS>(ex, q0, key0, lane);  // the warp together, before the dispatch
-        if (has_bias) {
+        if (kBias && has_bias) {
           mma::cp_async_wait<0>();
           __syncthreads();  // step i's bias has landed for every thread
         }
       }
       with_variant_of<kFull>(masked || !uniform, mod, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
         probs_dkdv<E, true, kMod, kMasked, kCap, kNS, const float*, kFull, kBiasLd>(
-            s, pf, scale_log2, lt, static_cast<int>(q0), t, qlo, qhi, md, ar, has_bias ? sb : nullptr,
+            s, pf, scale_log2, lt, static_cast<int>(q0), t, qlo, qhi, md, ar, kBias && has_bias ? sb : nullptr,
             kFull && ex.drop.on(), zbits, sb_h1);
       });
-      if constexpr (kFull) {
+      if constexpr (kBias) {
         if (has_bias && i + 1 < n_steps) {
           __syncthreads();  // every thread is done with step i's bias
           load_bias(i + 1);
@@ -593,14 +594,18 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
 // the padded statistics p.lse_log2, p.delta_pad; it writes p.dk and p.dv of
 // the key head blockIdx.x / key blocks (_var: block_order's). kVar: the
 // _var entry point (every variant; see sm90_variants.cuh); kFull with it:
-// the _full one, which adds the bias and dropout.
-template <typename E, int DP, bool kVar, bool kFull = false>
+// the _full one, which adds the bias and dropout, or with kBias false the
+// _drop one, dropout without a bias (it traps on a bias).
+template <typename E, int DP, bool kVar, bool kFull = false, bool kBias = kFull>
 __device__ void dkdv_colblock(const Params& p) {
-  require_launch(kBwdThreads, bwd_dkdv_smem_bytes<E, DP, kFull>());
+  require_launch(kBwdThreads, bwd_dkdv_smem_bytes<E, DP, kBias>());
+  if constexpr (kFull && !kBias) {
+    if (p.bias != nullptr) __trap();
+  }
   if constexpr (!kVar) {
     const long long kvh = blockIdx.x / ((p.nk + kBwdBlock - 1) / kBwdBlock);
     require_plain(p);
-    dkdv_body<E, DP, false, false>(p, kvh, 0, seq_mask(p, kvh));
+    dkdv_body<E, DP, false, false, false>(p, kvh, 0, seq_mask(p, kvh));
   } else {
     // Longest blocks first (block_order): under a causal mask (a right
     // bound) the first keys see the most rows; under a left bound alone,
@@ -609,7 +614,7 @@ __device__ void dkdv_colblock(const Params& p) {
     block_order(blockIdx.x, static_cast<unsigned>((p.nk + kBwdBlock - 1) / kBwdBlock),
                 p.mask_right < 0 && p.mask_left >= 0, kvh, kblk);
     // A group lies in one batch entry, so its first head's mask is all's.
-    dkdv_body<E, DP, true, kFull>(p, kvh, kblk, seq_mask(p, kvh * p.kv_group));
+    dkdv_body<E, DP, true, kFull, kBias>(p, kvh, kblk, seq_mask(p, kvh * p.kv_group));
   }
 }
 
@@ -617,10 +622,11 @@ __device__ void dkdv_colblock(const Params& p) {
 // dq_body is dq_rowblock for query head bh of mask mk and score modifiers
 // md (kVar only), and query block qblk (kVar only: block_order's; the plain
 // kernel's is blockIdx.x mod the blocks per head).
-template <typename E, int DP, bool kVar, bool kFull>
+template <typename E, int DP, bool kVar, bool kFull, bool kBias>
 __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long qblk, const SeqMask& mk,
                                         const Mods& md) {
   static_assert(kVar || !kFull, "the _full kernels compute the _var variants too");
+  static_assert(kFull || !kBias, "the bias tiles belong to the _full kernel");
   using S = typename E::Storage;
   const long long nq = p.nq, nk = p.nk;
   const S* __restrict__ q = static_cast<const S*>(p.q);
@@ -638,11 +644,11 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
 
   unsigned char* const sm = aligned_smem();
   const uint32_t base = smem_addr(sm);
-  // Q and dO, then stages of [K, V, Kᵀ], (kFull) two bias tiles, then the
+  // Q and dO, then stages of [K, V, Kᵀ], (kBias) two bias tiles, then the
   // mbarriers qd_full, full[2], empty[2].
   const uint32_t sQ = base, sdO = sQ + kFixed, sStage = sdO + kFixed;
   constexpr int kBiasTile = kBwdBlock * STEP;  // floats: [queries, keys]
-  const uint32_t bars = sStage + 6 * kStep + (kFull ? 2 * kBiasTile * 4 : 0);
+  const uint32_t bars = sStage + 6 * kStep + (kBias ? 2 * kBiasTile * 4 : 0);
   const uint32_t qd_full = bars;
   auto full = [&](int s) { return bars + 8 + 8 * s; };
   auto empty = [&](int s) { return bars + 24 + 8 * s; };
@@ -722,10 +728,10 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
 #pragma unroll
   for (int n = 0; n < kND; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
   constexpr int kWgBytes = bwd_rows_bytes<E, DP, kBwdTile>();
-  // kFull: key step it's bias goes into tile it % 2, copied by every
+  // kBias: key step it's bias goes into tile it % 2, copied by every
   // thread one step ahead; has_bias is uniform over the grid.
   [[maybe_unused]] const Extras ex = kFull ? extras_of(p, bh) : Extras{};
-  [[maybe_unused]] const bool has_bias = kFull && ex.bias != nullptr;
+  [[maybe_unused]] const bool has_bias = kBias && ex.bias != nullptr;
   [[maybe_unused]] float* const bias_tiles = reinterpret_cast<float*>(sm + (sStage + 6 * kStep - base));
   auto load_bias = [&](int it) {
     mma::cp_bias_tile<kBwdBlock, STEP, STEP, kBwdThreads, DqBiasSwizzle>(
@@ -733,10 +739,10 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
         mma::bias_tile_aligned(ex.bias, nk));
     mma::cp_async_commit();
   };
-  if constexpr (kFull) {
+  if constexpr (kBias) {
     if (has_bias && n_it > 0) load_bias(0);
   }
-  // kFull: this thread's first score in a bias tile (row row0 − q0, key
+  // kBias: this thread's first score in a bias tile (row row0 − q0, key
   // 2t; DqBiasSwizzle moves its 8-key groups by g, row_bias_pairs's jx).
   [[maybe_unused]] const int bias_row = wg * kBwdTile + warp * 16 + g;
   [[maybe_unused]] const long long rows[2] = {row0, row0 + 8};
@@ -747,7 +753,7 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
     const unsigned parity = (it >> 1) & 1;
     const long long k0 = static_cast<long long>(t0 + it) * STEP;
     const uint32_t st = sStage + stage * 3 * kStep;
-    if constexpr (kFull) {
+    if constexpr (kBias) {
       if (has_bias) {
         // This step's bias has landed for every thread, and every thread
         // is done with the last step's tile, which takes the next step's.
@@ -784,7 +790,7 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
           uniform &= ar[h].set(offset_of(row0 + 8 * h, md.shift, k0) - 2 * t, STEP - 7, md.slope_l2);
       }
       [[maybe_unused]] const float* sb = nullptr;
-      if constexpr (kFull) {
+      if constexpr (kBias) {
         if (has_bias) sb = bias_tiles + (it & 1) * kBiasTile + bias_row * STEP + 2 * t;
       }
       with_variant_of<kFull>(masked || !uniform, md.on, md.capped, [&](auto kMasked, auto kMod, auto kCap) {
@@ -830,21 +836,25 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
 // dq_rowblock reads the images p.q, p.k, p.k_t, p.v, p.dout and the padded
 // statistics; it writes p.dq. kVar: the _var entry point (every variant;
 // see sm90_variants.cuh); kFull with it: the _full one (the bias and
-// dropout).
-template <typename E, int DP, bool kVar, bool kFull = false>
+// dropout), or with kBias false the _drop one (dropout without a bias; it
+// traps on a bias).
+template <typename E, int DP, bool kVar, bool kFull = false, bool kBias = kFull>
 __device__ void dq_rowblock(const Params& p) {
-  require_launch(kBwdThreads, bwd_dq_smem_bytes<E, DP, kFull>());
+  require_launch(kBwdThreads, bwd_dq_smem_bytes<E, DP, kBias>());
+  if constexpr (kFull && !kBias) {
+    if (p.bias != nullptr) __trap();
+  }
   if constexpr (!kVar) {
     const long long bh = blockIdx.x / ((p.nq + kBwdBlock - 1) / kBwdBlock);
     const SeqMask mk = seq_mask(p, bh);
     require_plain(p);
-    dq_body<E, DP, false, false>(p, bh, 0, mk, Mods{});
+    dq_body<E, DP, false, false, false>(p, bh, 0, mk, Mods{});
   } else {
     // Longest blocks first (block_order), as in the forward.
     long long bh, qblk;
     block_order(blockIdx.x, static_cast<unsigned>((p.nq + kBwdBlock - 1) / kBwdBlock), p.mask_right >= 0, bh, qblk);
     const SeqMask mk = seq_mask(p, bh);
-    dq_body<E, DP, true, kFull>(p, bh, qblk, mk, mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale)));
+    dq_body<E, DP, true, kFull, kBias>(p, bh, qblk, mk, mods_of(score_mod<float>(p, bh, mk), static_cast<float>(p.scale)));
   }
 }
 

@@ -109,18 +109,18 @@ FLASH_TO_IMAGE(tf32, TF32)
 // rows (p.q, p.k, p.v, p.dout and p.q_t, p.k_t, p.dout_t; K, V and Kᵀ one
 // image per key head); p.lse_log2 and p.delta_pad come from
 // flash_bwd_stats_sm90.
-#define FLASH_BWD_WGMMA_KERNELS(NAME, E, DP, SUFFIX, VAR, FULL)                                 \
+#define FLASH_BWD_WGMMA_KERNELS(NAME, E, DP, SUFFIX, VAR, FULL, BIAS)                           \
   extern "C" __global__ void __launch_bounds__(flash::sm90::kBwdThreads, 1)                        \
       flash_bwd_dkdv_wgmma_##NAME##_d##DP##SUFFIX(const __grid_constant__ flash::Params p) {       \
-    flash::sm90::dkdv_colblock<flash::mma::E, DP, VAR, FULL>(p);                                   \
+    flash::sm90::dkdv_colblock<flash::mma::E, DP, VAR, FULL, BIAS>(p);                             \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(flash::sm90::kBwdThreads, 1)                        \
       flash_bwd_dq_wgmma_##NAME##_d##DP##SUFFIX(const __grid_constant__ flash::Params p) {         \
-    flash::sm90::dq_rowblock<flash::mma::E, DP, VAR, FULL>(p);                                     \
+    flash::sm90::dq_rowblock<flash::mma::E, DP, VAR, FULL, BIAS>(p);                               \
   }
-#define FLASH_BWD_WGMMA(NAME, E, DP)                       \
-  FLASH_BWD_WGMMA_KERNELS(NAME, E, DP, , false, false)    \
-  FLASH_BWD_WGMMA_KERNELS(NAME, E, DP, _var, true, false)
+#define FLASH_BWD_WGMMA(NAME, E, DP)                              \
+  FLASH_BWD_WGMMA_KERNELS(NAME, E, DP, , false, false, false)    \
+  FLASH_BWD_WGMMA_KERNELS(NAME, E, DP, _var, true, false, false)
 
 FLASH_BWD_WGMMA(bf16, BF16, 64)
 FLASH_BWD_WGMMA(bf16, BF16, 128)
@@ -131,12 +131,14 @@ FLASH_BWD_WGMMA(tf32, TF32, 128)
 
 // _full adds the bias and dropout (the _full kernels' bias tiles fit
 // beside the others for 16-bit operands up to DP = 128: select.go's
-// wgmmaBwdBuilt with full), and dbias writes the bias gradient: a block of
+// wgmmaBwdBuilt with full), _drop dropout without a bias (no bias tiles),
+// and dbias writes the bias gradient: a block of
 // kBwdThreads per kBwdBlock queries × kBwdTile keys of each bias slice
 // (blockIdx.x = (slice · query blocks + query block) · key tiles + key
 // tile), bwd_dbias_smem_bytes of shared memory, on the same images.
 #define FLASH_BWD_WGMMA_FULL(NAME, E, DP)                                                          \
-  FLASH_BWD_WGMMA_KERNELS(NAME, E, DP, _full, true, true)                                          \
+  FLASH_BWD_WGMMA_KERNELS(NAME, E, DP, _full, true, true, true)                                    \
+  FLASH_BWD_WGMMA_KERNELS(NAME, E, DP, _drop, true, true, false)                                   \
   extern "C" __global__ void __launch_bounds__(flash::sm90::kBwdThreads, 1)                        \
       flash_bwd_dbias_wgmma_##NAME##_d##DP(const __grid_constant__ flash::Params p) {              \
     flash::sm90::dbias_tile<flash::mma::E, DP>(p);                                                 \
