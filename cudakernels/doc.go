@@ -83,7 +83,7 @@
 //     FP16 at padded 64 and 128 and TF32 at 64, where its two bias tiles
 //     fit (wgmmaBuilt; dropout without a bias takes the _drop forward,
 //     without bias tiles, on 128-key tiles where wgmmaDropBuilt), and the
-//     Hopper backward in BF16 and FP16 at padded
+//     Hopper backward (and its _drop kernels) in BF16 and FP16 at padded
 //     64 and 128 (wgmmaBwdBuilt with full), with a dBias kernel of its own
 //     on the same images; TF32's backward of them takes the rounded CUDA
 //     cores. The _full kernels stage the bias through shared memory in
