@@ -146,15 +146,17 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 	ops.lseLog2, ops.deltaPad = uint64(s.lseLog2), uint64(s.deltaPad)
 	kp := newParams(p, ops)
 	bh := int64(p.B) * int64(p.H)
-	stats, dkdv, dq := pickVariant(&kp, b.stats, b.statsVar), pickVariant(&kp, b.dkdv, b.dkdvVar), pickVariant(&kp, b.dq, b.dqVar)
-	if full := kp.Bias != 0 || kp.DropoutThreshold != 0; full != b.c.full {
+	// requestFor and the kernels' argument must agree on the bias and
+	// dropout: the launch shapes differ.
+	stats, dkdv, dq := b.statsVar, b.dkdvVar, b.dqVar // c.full: the _full or _drop kernels
+	switch full := kp.Bias != 0 || kp.DropoutThreshold != 0; {
+	case full != b.c.full:
 		return fmt.Errorf("cudakernels: internal error: Hopper backward kernels of full = %v launched on a problem of full = %v",
 			b.c.full, full)
-	} else if full {
-		if b.c.drop && kp.Bias != 0 {
-			return fmt.Errorf("cudakernels: internal error: the Hopper backward of dropout without a bias got a problem with a bias")
-		}
-		stats, dkdv, dq = b.statsVar, b.dkdvVar, b.dqVar
+	case b.c.drop && kp.Bias != 0:
+		return fmt.Errorf("cudakernels: internal error: the Hopper backward of dropout without a bias got a problem with a bias")
+	case !full:
+		stats, dkdv, dq = pickVariant(&kp, b.stats, b.statsVar), pickVariant(&kp, b.dkdv, b.dkdvVar), pickVariant(&kp, b.dq, b.dqVar)
 	}
 	const statThreads, maxBlocks = 256, 4096
 	if err := launch(stats, int(min((bh*nqPad+statThreads-1)/statThreads, maxBlocks)), statThreads, 0, stream, &kp); err != nil {
