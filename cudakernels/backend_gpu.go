@@ -131,7 +131,15 @@ func (b *Backend) open(cfg config) (err error) {
 	if err := b.xfer.open(); err != nil {
 		return err
 	}
-	b.reg, err = loadRegistry(capab, cfg.family, cfg.prec, cfg.kernelDir)
+	name, err := dev.Name()
+	if err != nil {
+		return fmt.Errorf("cudakernels: device %d: %w", cfg.device, err)
+	}
+	tuned, err := tunedTable(name, capab)
+	if err != nil {
+		return err
+	}
+	b.reg, err = loadRegistry(capab, cfg.family, cfg.prec, tuned, cfg.kernelDir)
 	return err
 }
 

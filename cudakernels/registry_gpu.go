@@ -37,9 +37,10 @@ type backwardKernel interface {
 // registry holds the loaded modules and, for every choice that choose can
 // return for this backend, its kernels. It is used on the worker's thread.
 type registry struct {
-	dev  Capability
-	fam  Family
-	prec Precision
+	dev   Capability
+	fam   Family
+	prec  Precision
+	tuned *TuneTable // the device's tuning table, nil if it has none
 
 	mod, hopper cu.Module // hopper: the sm_90a module, loaded when a choice needs it
 	fwd         map[choice]forwardKernel
@@ -53,10 +54,11 @@ type registry struct {
 }
 
 // loadRegistry loads the modules and the kernels of every choice for a
-// backend of precision prec and family fam on a device of capability dev.
-// It runs on the worker's thread with the context current.
-func loadRegistry(dev Capability, fam Family, prec Precision, kernelDir string) (r *registry, err error) {
-	r = &registry{dev: dev, fam: fam, prec: prec, fwd: map[choice]forwardKernel{}, bwd: map[choice]backwardKernel{},
+// backend of precision prec and family fam on a device of capability dev
+// with tuning table tuned (nil: none). It runs on the worker's thread with
+// the context current.
+func loadRegistry(dev Capability, fam Family, prec Precision, tuned *TuneTable, kernelDir string) (r *registry, err error) {
+	r = &registry{dev: dev, fam: fam, prec: prec, tuned: tuned, fwd: map[choice]forwardKernel{}, bwd: map[choice]backwardKernel{},
 		dotDoO: map[int]cu.Function{}}
 	defer func() {
 		if err != nil {
@@ -84,10 +86,12 @@ func loadRegistry(dev Capability, fam Family, prec Precision, kernelDir string) 
 	for _, f64 := range []bool{false, true} {
 		for _, dp := range headDims {
 			for _, dir := range []direction{forwardDir, backwardDir} {
-				// Plain attention, with a bias (and maybe dropout), with
+				// Plain attention, causal or not (a tuning table may tell
+				// them apart), with a bias (and maybe dropout), with
 				// dropout alone.
-				for _, extra := range []struct{ any, bias bool }{{false, false}, {true, true}, {true, false}} {
-					c, err := choose(dev, fam, request{prec: prec, f64: f64, d: dp, dir: dir, biasOrDropout: extra.any, bias: extra.bias})
+				for _, extra := range []struct{ any, bias, causal bool }{{false, false, false}, {false, false, true}, {true, true, false}, {true, false, false}} {
+					c, err := chooseTuned(dev, fam, tuned, request{prec: prec, f64: f64, d: dp, dir: dir, biasOrDropout: extra.any,
+						bias: extra.bias, causal: extra.causal})
 					if err != nil {
 						continue // calls with this head dimension get the error
 					}
@@ -135,9 +139,9 @@ func (r *registry) load(c choice, kernelDir string) (err error) {
 	return err
 }
 
-// choose is the package's choose for this backend.
+// choose is the package's chooseTuned for this backend.
 func (r *registry) choose(elem int, p kernels.Params, dir direction) (choice, error) {
-	return choose(r.dev, r.fam, requestFor(r.prec, elem, p, dir))
+	return chooseTuned(r.dev, r.fam, r.tuned, requestFor(r.prec, elem, p, dir))
 }
 
 // forward returns the forward kernel for a call of problem p on elements

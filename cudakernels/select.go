@@ -69,13 +69,16 @@ type request struct {
 	// a bias (dropout without one may take the Hopper forward's _drop
 	// kernel).
 	biasOrDropout, bias bool
+	// causal: the causal mask, which only a tuning table looks at
+	// (chooseTuned).
+	causal bool
 }
 
 // requestFor is the request of a call on elements of elem bytes for
 // problem p in direction dir, on a backend of precision prec.
 func requestFor(prec Precision, elem int, p kernels.Params, dir direction) request {
 	return request{prec: prec, f64: elem == 8, d: p.D, dir: dir, biasOrDropout: p.Bias != nil || p.Dropout.On(),
-		bias: p.Bias != nil}
+		bias: p.Bias != nil, causal: p.Causal}
 }
 
 // choice is a kernel family with its launch shape. It is comparable, and the
