@@ -715,18 +715,7 @@ __device__ void dbias_1tile(const Params& p) {
   }
   cp_async_wait<0>();  // the bias tile's copies, where no pair saw the tile
 
-  float* out = static_cast<float*>(p.dbias) + bs.sb * p.bias_batch_stride + bs.sh * p.bias_head_stride;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (rows[h] >= nq) continue;
-#pragma unroll
-    for (int j = 0; j < kNS; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const long long key = k0 + 8 * j + 2 * t + e;
-        if (key < nk) out[rows[h] * nk + key] = acc[j][2 * h + e];
-      }
-  }
+  store_dbias(p, bs, acc, rows, k0, t);
 }
 
 }  // namespace mma

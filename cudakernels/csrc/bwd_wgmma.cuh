@@ -581,7 +581,8 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
     float* dk = head_of(static_cast<float*>(p.dk), kvh, kv_heads, p.dk_batch_stride, p.dk_head_stride);
     float* dv = head_of(static_cast<float*>(p.dv), kvh, kv_heads, p.dv_batch_stride, p.dv_head_stride);
     // dV's dropout factor, here rather than in Pᵀ∘Z (probs_dkdv).
-    const float dv_scale = kFull && dropout_of(p).on() ? static_cast<float>(dropout_of(p).scale) : 1.f;
+    const Dropout drop = dropout_of(p);
+    const float dv_scale = kFull && drop.on() ? static_cast<float>(drop.scale) : 1.f;
     const float sk[2] = {scale, scale}, sv[2] = {dv_scale, dv_scale};
     store_wg_rows<DP, kWgBytes>(dk, p.dk_row_stride, k0 + wg * kBwdTile, nk, p.dim, sK + wg * kWgBytes, acc_dk, sk,
                                 wg, rows_vec(dk, p.dk_row_stride, p.dim));
@@ -1012,18 +1013,7 @@ __device__ void dbias_tile(const Params& p) {
     advance(b, h);
   }
 
-  float* out = static_cast<float*>(p.dbias) + bs.sb * p.bias_batch_stride + bs.sh * p.bias_head_stride;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (rows[r] >= nq) continue;
-#pragma unroll
-    for (int j = 0; j < kNS; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const long long key = k0 + 8 * j + 2 * t + e;
-        if (key < nk) out[rows[r] * nk + key] = acc[j][2 * r + e];
-      }
-  }
+  store_dbias(p, bs, acc, rows, k0, t);
 }
 
 }  // namespace sm90

@@ -324,6 +324,28 @@ __device__ __forceinline__ void zero_unseen(float (&ds)[NS][4], long long base, 
     }
 }
 
+// store_dbias writes a dBias kernel's sums into slice bs of p.dbias: acc in
+// the C layout (element e of tile j: row rows[e/2], key k0 + 8j + 2t +
+// e%2), rows ≥ nq and keys ≥ nk left out. Both families' dBias kernels
+// end with it.
+template <int NS>
+__device__ __forceinline__ void store_dbias(const Params& p, const BiasSlice& bs, const float (&acc)[NS][4],
+                                            const long long (&rows)[2], long long k0, int t) {
+  const long long nq = p.nq, nk = p.nk;
+  float* out = static_cast<float*>(p.dbias) + bs.sb * p.bias_batch_stride + bs.sh * p.bias_head_stride;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (rows[h] >= nq) continue;
+#pragma unroll
+    for (int j = 0; j < NS; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const long long key = k0 + 8 * j + 2 * t + e;
+        if (key < nk) out[rows[h] * nk + key] = acc[j][2 * h + e];
+      }
+  }
+}
+
 // Log2Lse reads LSE values stored in natural units as log2 units.
 struct Log2Lse {
   const float* lse;
