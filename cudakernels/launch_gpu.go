@@ -93,8 +93,13 @@ func backwardGrids(p kernels.Params, rows int) (gridK, gridQ int, err error) {
 	return gridK, gridQ, err
 }
 
-// lookup finds name in mod and allows it smem bytes of dynamic shared
-// memory.
+// lookup finds name in mod, a kernel that needs smem bytes of dynamic
+// shared memory, and allows it the device's maxSmem. Allowing the most, not
+// smem: choices of other launch shapes look up the same kernel (the
+// mma.sync plain forward comes with a _full choice whose blocks need less),
+// and the attribute is the function's, so the last lookup's would hold for
+// every launch. A launch's occupancy follows the bytes it asks for, not the
+// attribute.
 func lookup(mod cu.Module, name string, smem, maxSmem int) (cu.Function, error) {
 	fn, err := mod.Function(name)
 	if err != nil {
@@ -103,7 +108,7 @@ func lookup(mod cu.Module, name string, smem, maxSmem int) (cu.Function, error) 
 	if smem > maxSmem {
 		return fn, fmt.Errorf("%w: kernel %s needs %d bytes of shared memory, the device allows %d", ErrUnsupported, name, smem, maxSmem)
 	}
-	if err := setMaxDynamicSmem(fn, smem); err != nil {
+	if err := setMaxDynamicSmem(fn, maxSmem); err != nil {
 		return fn, fmt.Errorf("cudakernels: kernel %s: %w", name, err)
 	}
 	return fn, nil
