@@ -32,6 +32,11 @@
 //	go test -c -tags flashgpu -o .gpu/bench.test ./bench
 //	python3 bench/gpu_side_by_side.py .gpu/bench.test --out side_by_side.md   # on the GPU machine
 //
+// torch_fp32_accuracy.py (on the GPU machine, PyTorch alone) applies the
+// conformance suite's float32 measure (error within 2× the naive float32
+// computation's, against float64) to PyTorch's float32 SDPA, which runs on
+// tensor cores in 3xTF32: the calibration of what a 3xTF32 kernel reaches.
+//
 // The command in bench/sweep (go run ./bench/sweep) sweeps the sequence
 // length for the example transformer, naive against flash, one child
 // process per point, and writes the tables and plots kept in bench/results.
