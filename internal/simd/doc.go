@@ -12,18 +12,20 @@
 // development machine.
 //
 // Philox16 and Philox32 are the routines without a portable loop here:
-// they exist only on AVX-512 (elsewhere, and with noasm, they report false
-// and kernels.Dropout computes the blocks itself, the scalar definition
-// its tests pin), and their tests compare them word for word with a scalar
-// Philox. The element-wise helpers, ScaledProduct32 and the transposes are
-// exact IEEE operations in a fixed order (no fused multiply-add), so their
-// tests require the portable loops' bits; the element-wise ones and
-// ScaledProduct32 have AVX-512 paths, the transposes AVX2 ones.
+// they exist on AVX-512 and, 8 counters per pass, on AVX2 (elsewhere, and
+// with noasm, they report false and kernels.Dropout computes the blocks
+// itself, the scalar definition its tests pin), and their tests compare
+// them word for word with a scalar Philox. The element-wise helpers,
+// ScaledProduct32 and the transposes are exact IEEE operations in a fixed
+// order (no fused multiply-add), so their tests require the portable
+// loops' bits; the element-wise ones have AVX-512 and AVX2 paths,
+// ScaledProduct32 AVX-512 ones and AVX2 without the softcap's factor (see
+// product_amd64.go), the transposes AVX2 ones.
 //
-// DropScale32, which applies dropout's mask from its Philox words,
-// likewise has an AVX-512 path only (the portable loop elsewhere); it is
-// exact IEEE operations per element, and its test requires the portable
-// loop's bits. Softcap32, the attention softcap in float32, has an AVX-512
+// DropScale32, which applies dropout's mask from its Philox words, has
+// AVX-512 and AVX2 paths (the portable loop elsewhere); it is exact IEEE
+// operations per element, and its test requires the portable loop's bits.
+// Softcap32, the attention softcap in float32, has an AVX-512
 // path only too; it is within 4 ulp of c·tanh(s/c) (the portable loop
 // rounds a float64 tanh once). A vector whose 16 lanes are all below the
 // polynomial's threshold skips the exponential branch, with the same bits

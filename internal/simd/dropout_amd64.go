@@ -9,10 +9,18 @@ package simd
 //go:noescape
 func dropScale32AVX512(x []float32, words []uint32, threshold uint32, scale float32)
 
+// dropScale32AVX2 is dropScale32AVX512 with 8 lanes.
+//
+//go:noescape
+func dropScale32AVX2(x []float32, words []uint32, threshold uint32, scale float32)
+
 func dropScale32(x []float32, words []uint32, threshold uint32, scale float32) {
-	if hasAVX512 {
+	switch {
+	case hasAVX512:
 		dropScale32AVX512(x, words, threshold, scale)
-		return
+	case hasAVX2:
+		dropScale32AVX2(x, words, threshold, scale)
+	default:
+		dropScale32Generic(x, words, threshold, scale)
 	}
-	dropScale32Generic(x, words, threshold, scale)
 }

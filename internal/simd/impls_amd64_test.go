@@ -54,23 +54,23 @@ func exp64Impls() []expImpl[float64] {
 func expFlushes(name string) bool { return name != "generic" }
 
 func vec32Impls() []vecImpl[float32] {
-	impls := []vecImpl[float32]{{"generic", maxGeneric[float32], scaleGeneric[float32], addGeneric[float32], subGeneric[float32]}}
+	impls := []vecImpl[float32]{{"generic", maxGeneric[float32], scaleGeneric[float32], addGeneric[float32], subGeneric[float32], mulGeneric[float32]}}
 	if hasAVX2 {
-		impls = append(impls, vecImpl[float32]{"avx2", max32AVX2, scale32AVX2, addGeneric[float32], subGeneric[float32]})
+		impls = append(impls, vecImpl[float32]{"avx2", max32AVX2, scale32AVX2, add32AVX2, sub32AVX2, mul32AVX2})
 	}
 	if hasAVX512 {
-		impls = append(impls, vecImpl[float32]{"avx512", max32AVX512, scale32AVX512, add32AVX512, sub32AVX512})
+		impls = append(impls, vecImpl[float32]{"avx512", max32AVX512, scale32AVX512, add32AVX512, sub32AVX512, mul32AVX512})
 	}
 	return impls
 }
 
 func vec64Impls() []vecImpl[float64] {
-	impls := []vecImpl[float64]{{"generic", maxGeneric[float64], scaleGeneric[float64], addGeneric[float64], subGeneric[float64]}}
+	impls := []vecImpl[float64]{{"generic", maxGeneric[float64], scaleGeneric[float64], addGeneric[float64], subGeneric[float64], nil}}
 	if hasAVX2 {
-		impls = append(impls, vecImpl[float64]{"avx2", max64AVX2, scale64AVX2, addGeneric[float64], subGeneric[float64]})
+		impls = append(impls, vecImpl[float64]{"avx2", max64AVX2, scale64AVX2, add64AVX2, sub64AVX2, nil})
 	}
 	if hasAVX512 {
-		impls = append(impls, vecImpl[float64]{"avx512", max64AVX512, scale64AVX512, add64AVX512, sub64AVX512})
+		impls = append(impls, vecImpl[float64]{"avx512", max64AVX512, scale64AVX512, add64AVX512, sub64AVX512, nil})
 	}
 	return impls
 }

@@ -21,11 +21,11 @@ func exp64Impls() []expImpl[float64] {
 func expFlushes(string) bool { return false }
 
 func vec32Impls() []vecImpl[float32] {
-	return []vecImpl[float32]{{"generic", maxGeneric[float32], scaleGeneric[float32], addGeneric[float32], subGeneric[float32]}}
+	return []vecImpl[float32]{{"generic", maxGeneric[float32], scaleGeneric[float32], addGeneric[float32], subGeneric[float32], mulGeneric[float32]}}
 }
 
 func vec64Impls() []vecImpl[float64] {
-	return []vecImpl[float64]{{"generic", maxGeneric[float64], scaleGeneric[float64], addGeneric[float64], subGeneric[float64]}}
+	return []vecImpl[float64]{{"generic", maxGeneric[float64], scaleGeneric[float64], addGeneric[float64], subGeneric[float64], nil}}
 }
 
 func gemmNT32Impls() []gemmNTImpl {

@@ -15,23 +15,42 @@ func philox16AVX512(out *[64]uint32, ctr0, c1, c2, c3, k0, k1 uint32)
 //go:noescape
 func philox32AVX512(out *[128]uint32, ctr0, c1, c2, c3, k0, k1 uint32)
 
-// philox32 is philox32AVX512 where the CPU has AVX-512, and reports false
-// (writing nothing) where it does not.
+// philox8AVX2 is philox16AVX512 for the 8 counters ctr0 + l, l < 8
+// (out[4l + w]), in AVX2.
+//
+//go:noescape
+func philox8AVX2(out *[32]uint32, ctr0, c1, c2, c3, k0, k1 uint32)
+
+// philox32 is philox32AVX512 where the CPU has AVX-512, four philox8AVX2
+// calls where it has AVX2, and reports false (writing nothing) where it
+// has neither.
 func philox32(out *[128]uint32, ctr0, c1, c2, c3, k0, k1 uint32) bool {
-	if !hasAVX512 {
+	switch {
+	case hasAVX512:
+		philox32AVX512(out, ctr0, c1, c2, c3, k0, k1)
+	case hasAVX2:
+		for s := range uint32(4) {
+			philox8AVX2((*[32]uint32)(out[32*s:]), ctr0+8*s, c1, c2, c3, k0, k1)
+		}
+	default:
 		return false
 	}
-	philox32AVX512(out, ctr0, c1, c2, c3, k0, k1)
 	return true
 }
 
-// philox16 is philox16AVX512 where the CPU has AVX-512, and reports false
-// (writing nothing) where it does not.
+// philox16 is philox16AVX512 where the CPU has AVX-512, two philox8AVX2
+// calls where it has AVX2, and reports false (writing nothing) where it
+// has neither.
 func philox16(out *[64]uint32, ctr0, c1, c2, c3, k0, k1 uint32) bool {
-	if !hasAVX512 {
+	switch {
+	case hasAVX512:
+		philox16AVX512(out, ctr0, c1, c2, c3, k0, k1)
+	case hasAVX2:
+		philox8AVX2((*[32]uint32)(out[:32]), ctr0, c1, c2, c3, k0, k1)
+		philox8AVX2((*[32]uint32)(out[32:]), ctr0+8, c1, c2, c3, k0, k1)
+	default:
 		return false
 	}
-	philox16AVX512(out, ctr0, c1, c2, c3, k0, k1)
 	return true
 }
 

@@ -156,3 +156,87 @@ round2:
 	PHILOX_STORE(Z20, Z21, Z22, Z23, 256)
 	VZEROUPPER
 	RET
+
+// The AVX2 form: 8 counters per call, lane l of Y0–Y3 holding the block
+// of counter ctr0 + l. Sixteen Y registers hold one set at a time: the
+// state (Y0–Y3, then Y8–Y11 after each round), the key (Y4, Y5), the
+// constants (Y6, Y7: M0, M1; Y12, Y13: the Weyl steps) and two scratch
+// registers (Y14, Y15). The high halves of the odd lanes' products are
+// blended back with VPBLENDD (odd dwords).
+
+DATA philoxIota8<>+0(SB)/8, $0x0000000100000000
+DATA philoxIota8<>+8(SB)/8, $0x0000000300000002
+DATA philoxIota8<>+16(SB)/8, $0x0000000500000004
+DATA philoxIota8<>+24(SB)/8, $0x0000000700000006
+GLOBL philoxIota8<>(SB), RODATA|NOPTR, $32
+
+// MULHILO2 is MULHILO on Y registers.
+#define MULHILO2(m, x, hi, lo, t) \
+	VPMULUDQ m, x, hi; \
+	VPSRLQ   $32, x, t; \
+	VPMULUDQ m, t, t; \
+	VPSRLQ   $32, hi, hi; \
+	VPBLENDD $0xAA, t, hi, hi; \
+	VPMULLD  m, x, lo
+
+// PHILOX_ROUND2 is PHILOX_ROUND on Y registers, the key's step included.
+#define PHILOX_ROUND2(x0, x1, x2, x3, y0, y1, y2, y3) \
+	MULHILO2(Y6, x0, y2, y3, Y14); \
+	MULHILO2(Y7, x2, y0, y1, Y15); \
+	VPXOR  x1, y0, y0; \
+	VPXOR  Y4, y0, y0; \
+	VPXOR  x3, y2, y2; \
+	VPXOR  Y5, y2, y2; \
+	VPADDD Y12, Y4, Y4; \
+	VPADDD Y13, Y5, Y5
+
+// BCAST32 broadcasts a uint32 argument into every dword of y (through AX
+// and X15: AVX2 broadcasts from a register only out of an XMM one).
+#define BCAST32(arg, y) \
+	MOVL         arg, AX; \
+	VMOVD        AX, X15; \
+	VPBROADCASTD X15, y
+
+// func philox8AVX2(out *[32]uint32, ctr0, c1, c2, c3, k0, k1 uint32)
+TEXT ·philox8AVX2(SB), NOSPLIT, $0-32
+	MOVQ         out+0(FP), DI
+	BCAST32(ctr0+8(FP), Y0)
+	VPADDD       philoxIota8<>(SB), Y0, Y0
+	BCAST32(c1+12(FP), Y1)
+	BCAST32(c2+16(FP), Y2)
+	BCAST32(c3+20(FP), Y3)
+	BCAST32(k0+24(FP), Y4)
+	BCAST32(k1+28(FP), Y5)
+	LEAQ         philoxConst<>(SB), SI
+	VPBROADCASTD 0(SI), Y6
+	VPBROADCASTD 4(SI), Y7
+	VPBROADCASTD 8(SI), Y12
+	VPBROADCASTD 12(SI), Y13
+	MOVQ         $5, CX
+
+round8:
+	PHILOX_ROUND2(Y0, Y1, Y2, Y3, Y8, Y9, Y10, Y11)
+	PHILOX_ROUND2(Y8, Y9, Y10, Y11, Y0, Y1, Y2, Y3)
+	DECQ CX
+	JNZ  round8
+
+	// out[4l + w] = word w of lane l: a 4×4 transpose inside each 128-bit
+	// half (half h of Y4+m is then lane 4h + m), then the halves paired.
+	VPUNPCKLDQ  Y1, Y0, Y8
+	VPUNPCKHDQ  Y1, Y0, Y9
+	VPUNPCKLDQ  Y3, Y2, Y10
+	VPUNPCKHDQ  Y3, Y2, Y11
+	VPUNPCKLQDQ Y10, Y8, Y4
+	VPUNPCKHQDQ Y10, Y8, Y5
+	VPUNPCKLQDQ Y11, Y9, Y6
+	VPUNPCKHQDQ Y11, Y9, Y7
+	VPERM2I128  $0x20, Y5, Y4, Y0
+	VPERM2I128  $0x20, Y7, Y6, Y1
+	VPERM2I128  $0x31, Y5, Y4, Y2
+	VPERM2I128  $0x31, Y7, Y6, Y3
+	VMOVDQU     Y0, 0(DI)
+	VMOVDQU     Y1, 32(DI)
+	VMOVDQU     Y2, 64(DI)
+	VMOVDQU     Y3, 96(DI)
+	VZEROUPPER
+	RET

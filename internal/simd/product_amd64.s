@@ -1,9 +1,10 @@
 //go:build !noasm
 
 #include "textflag.h"
+#include "mask_amd64.h"
 
-// Both functions: DI dst, SI a, (R8 g), CX the elements left, Z6 s; the
-// products in Go's order, ((s·a)·dst)·g, one rounding each, no FMA.
+// Every function: DI dst, SI a, (R8 g), CX the elements left, Z6 (Y6) s;
+// the products in Go's order, ((s·a)·dst)·g, one rounding each, no FMA.
 
 // func scaledProduct32AVX512(dst, a []float32, s float32)
 TEXT ·scaledProduct32AVX512(SB), NOSPLIT, $0-52
@@ -77,5 +78,43 @@ spgtail:
 	VMOVUPS   Z0, K1, (DI)
 
 spgdone:
+	VZEROUPPER
+	RET
+
+// The AVX2 form without g, 8 lanes, the tail through a mask from
+// maskTable<> (CX counts bytes there).
+
+// func scaledProduct32AVX2(dst, a []float32, s float32)
+TEXT ·scaledProduct32AVX2(SB), NOSPLIT, $0-52
+	MOVQ         dst_base+0(FP), DI
+	MOVQ         dst_len+8(FP), CX
+	MOVQ         a_base+24(FP), SI
+	VBROADCASTSS s+48(FP), Y6
+
+sp8:
+	CMPQ    CX, $8
+	JLT     sptail
+	VMULPS  (SI), Y6, Y0
+	VMULPS  (DI), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DI
+	SUBQ    $8, CX
+	JMP     sp8
+
+sptail:
+	TESTQ      CX, CX
+	JEQ        spdone
+	SHLQ       $2, CX
+	LEAQ       maskTable<>+64(SB), BX
+	SUBQ       CX, BX
+	VMOVDQU    (BX), Y7
+	VMASKMOVPS (SI), Y7, Y1
+	VMASKMOVPS (DI), Y7, Y2
+	VMULPS     Y1, Y6, Y0
+	VMULPS     Y2, Y0, Y0
+	VMASKMOVPS Y0, Y7, (DI)
+
+spdone:
 	VZEROUPPER
 	RET

@@ -115,20 +115,42 @@ func scale64(x []float64, a float64) {
 	}
 }
 
-// The element-wise operations have no AVX2 path: where AVX-512 is
-// missing the loop is Go's, as it was before these helpers.
+// add32AVX2, sub32AVX2 and mul32AVX2 are add32AVX512's operations, 8 lanes
+// at a time with a masked tail (vecop_avx2_amd64.h).
+//
+//go:noescape
+func add32AVX2(s, t []float32)
 
-func add32(s, t []float32) { elementwise(s, t, add32AVX512, addGeneric[float32]) }
-func sub32(s, t []float32) { elementwise(s, t, sub32AVX512, subGeneric[float32]) }
-func mul32(s, t []float32) { elementwise(s, t, mul32AVX512, mulGeneric[float32]) }
-func add64(s, t []float64) { elementwise(s, t, add64AVX512, addGeneric[float64]) }
-func sub64(s, t []float64) { elementwise(s, t, sub64AVX512, subGeneric[float64]) }
+//go:noescape
+func sub32AVX2(s, t []float32)
 
-// elementwise runs avx512 where the CPU has AVX-512, else generic.
-func elementwise[T float32 | float64](s, t []T, avx512, generic func(s, t []T)) {
-	if hasAVX512 {
+//go:noescape
+func mul32AVX2(s, t []float32)
+
+// add64AVX2 and sub64AVX2 are their float64 forms (4 lanes).
+//
+//go:noescape
+func add64AVX2(s, t []float64)
+
+//go:noescape
+func sub64AVX2(s, t []float64)
+
+func add32(s, t []float32) { elementwise(s, t, add32AVX512, add32AVX2, addGeneric[float32]) }
+func sub32(s, t []float32) { elementwise(s, t, sub32AVX512, sub32AVX2, subGeneric[float32]) }
+func mul32(s, t []float32) { elementwise(s, t, mul32AVX512, mul32AVX2, mulGeneric[float32]) }
+func add64(s, t []float64) { elementwise(s, t, add64AVX512, add64AVX2, addGeneric[float64]) }
+func sub64(s, t []float64) { elementwise(s, t, sub64AVX512, sub64AVX2, subGeneric[float64]) }
+
+// elementwise runs avx512 where the CPU has AVX-512, else avx2 where it has
+// AVX2, else generic. Each computes s[i] = s[i] op t[i] with one rounding,
+// so all give the same bits.
+func elementwise[T float32 | float64](s, t []T, avx512, avx2, generic func(s, t []T)) {
+	switch {
+	case hasAVX512:
 		avx512(s, t)
-		return
+	case hasAVX2:
+		avx2(s, t)
+	default:
+		generic(s, t)
 	}
-	generic(s, t)
 }

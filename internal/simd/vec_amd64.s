@@ -80,6 +80,27 @@ GLOBL negInf64<>(SB), RODATA|NOPTR, $32
 #undef NAMEOP
 #undef VOP
 
+// func add32AVX2(s, t []float32)
+#define NAMEOP ·add32AVX2
+#define VOP VADDPS
+#include "vecop_avx2_amd64.h"
+#undef NAMEOP
+#undef VOP
+
+// func sub32AVX2(s, t []float32)
+#define NAMEOP ·sub32AVX2
+#define VOP VSUBPS
+#include "vecop_avx2_amd64.h"
+#undef NAMEOP
+#undef VOP
+
+// func mul32AVX2(s, t []float32)
+#define NAMEOP ·mul32AVX2
+#define VOP VMULPS
+#include "vecop_avx2_amd64.h"
+#undef NAMEOP
+#undef VOP
+
 #undef ES
 #undef LOGES
 #undef FRAMEMAX
@@ -146,5 +167,19 @@ GLOBL negInf64<>(SB), RODATA|NOPTR, $32
 #define NAMEOP ·sub64AVX512
 #define VOP VSUBPD
 #include "vecop_avx512_amd64.h"
+#undef NAMEOP
+#undef VOP
+
+// func add64AVX2(s, t []float64)
+#define NAMEOP ·add64AVX2
+#define VOP VADDPD
+#include "vecop_avx2_amd64.h"
+#undef NAMEOP
+#undef VOP
+
+// func sub64AVX2(s, t []float64)
+#define NAMEOP ·sub64AVX2
+#define VOP VSUBPD
+#include "vecop_avx2_amd64.h"
 #undef NAMEOP
 #undef VOP
