@@ -8,7 +8,8 @@ SDPA's cuDNN and FlashAttention 2 backends (enable_gqa); the FP32 peer is the
 efficient backend, which refuses grouped heads, so it runs only at Hkv = H.
 Every figure is effective bandwidth: the bytes of K and V read ÷ the median
 time, the L2 flushed before each run (triton's do_bench), beside the read
-ceiling our benchmark measured in the same run.
+ceiling our benchmark measured in the same run; "read µs" is the time a
+plain read of the step's bytes takes (the floor for a step of that size).
 
 usage: python3 bench/decode_side_by_side.py BENCH_BINARY [--out FILE] [--short]
 """
@@ -29,13 +30,13 @@ H, D = 32, 128
 
 
 def ours(binary, short):
-    """Runs our benchmark; returns ({(prec, B, Hkv, L): (us, TB/s)}, {prec: ceiling TB/s})."""
+    """Runs our benchmark; returns ({(prec, B, Hkv, L): (us, TB/s, read µs)}, {prec: ceiling TB/s})."""
     got, ceiling = {}, {}
     for line in benchmark_lines(binary, "DecodeGPU", short):
         if m := LINE.match(line):
             prec, b, hkv, l = m.groups()
             metrics = {unit: float(x) for x, unit in METRIC.findall(line[m.end():])}
-            got[(prec, int(b), int(hkv), int(l))] = (metrics["kernel-us"], metrics["TB/s"])
+            got[(prec, int(b), int(hkv), int(l))] = (metrics["kernel-us"], metrics["TB/s"], metrics.get("read-us"))
         elif m := CEILING.match(line):
             ceiling[m.group(1)] = float(m.group(2))
     return got, ceiling
@@ -62,8 +63,8 @@ def q_bytes(dtype):
     return torch.finfo(dtype).bits // 8
 
 
-def cell(x):
-    return "–" if x is None else f"{x:.2f}"
+def cell(x, digits=2):
+    return "–" if x is None else f"{x:.{digits}f}"
 
 
 def main():
@@ -74,9 +75,9 @@ def main():
     args = ap.parse_args()
 
     got, ceiling = ours(args.binary, args.short)
-    header = ["prec", "B", "Hkv", "L", "ours µs", "ours TB/s", "of ceiling", "cuDNN TB/s", "FA2 TB/s", "efficient TB/s", "ours ÷ best peer"]
+    header = ["prec", "B", "Hkv", "L", "ours µs", "read µs", "ours TB/s", "of ceiling", "cuDNN TB/s", "FA2 TB/s", "efficient TB/s", "ours ÷ best peer"]
     rows = []
-    for (prec, b, hkv, l), (us, tbs) in sorted(got.items()):
+    for (prec, b, hkv, l), (us, tbs, read) in sorted(got.items()):
         dtype = torch.bfloat16 if prec == "bf16" else torch.float32
         peers = []
         if dtype == torch.bfloat16:
@@ -85,7 +86,7 @@ def main():
             peers = [None, None, peer(SDPBackend.EFFICIENT_ATTENTION, dtype, b, hkv, l)]
         best = max((x for x in peers if x is not None), default=None)
         ratio = None if best is None else tbs / best
-        row = [prec, str(b), str(hkv), str(l), f"{us:.1f}", f"{tbs:.2f}", f"{tbs / ceiling[prec]:.2f}"] + [cell(x) for x in peers] + [cell(ratio)]
+        row = [prec, str(b), str(hkv), str(l), f"{us:.1f}", cell(read, 1), f"{tbs:.2f}", f"{tbs / ceiling[prec]:.2f}"] + [cell(x) for x in peers] + [cell(ratio)]
         rows.append(row)
         progress(row)
     gpu = torch.cuda.get_device_name()

@@ -212,7 +212,9 @@ func decodeGrid(short bool) []kernels.Params {
 // format of each precision (bf16 for BF16, float32 for FP32), and reports
 // the effective bandwidth (cache bytes read ÷ time) beside the device's
 // read ceiling, measured first in the same run (cudakernels' ReadCeiling
-// over 4 GiB). decode_side_by_side.py runs it beside PyTorch's SDPA.
+// over 4 GiB), and read-us, the time ReadCeiling takes to read the step's
+// bytes once (the floor of a step of that size, launch and ramp
+// included). decode_side_by_side.py runs it beside PyTorch's SDPA.
 func BenchmarkDecodeGPU(b *testing.B) {
 	for _, prec := range []cudakernels.Precision{cudakernels.BF16, cudakernels.FP32} {
 		be, err := cudakernels.NewBackend(cudakernels.WithPrecision(prec))
@@ -242,7 +244,14 @@ func BenchmarkDecodeGPU(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
+				// The same bytes read once and nothing else: what a step
+				// of this size can at best take, launch and ramp included.
+				read, err := be.ReadCeiling(bytes, 5)
+				if err != nil {
+					b.Fatal(err)
+				}
 				b.ReportMetric(secs*1e6, "kernel-us")
+				b.ReportMetric(read*1e6, "read-us")
 				b.ReportMetric(float64(bytes)/secs/1e12, "TB/s")
 				b.ReportMetric(float64(bytes)/secs/1e12/ceiling, "of-ceiling")
 			})

@@ -254,24 +254,29 @@ func stepBytes(p kernels.Params, elem int) (up, down int64) {
 }
 
 // ReadCeiling times reading bytes of device memory (a sum of float4s
-// through flash_read_ceiling) and returns the median seconds of reps runs:
-// the read bandwidth a memory-bound kernel can at best reach, which the
-// decode benchmark measures against. bytes should be several times the L2.
+// through flash_read_ceiling) and returns the median seconds of reps runs,
+// the L2 flushed before each (through a buffer of its own, so that none of
+// the bytes read is cached): the read bandwidth a memory-bound kernel can
+// at best reach, which the decode benchmark measures against. Over a few
+// GiB it is the device's sustained rate; at a decode step's own size it is
+// the best time a step that reads those bytes once can take, launch and
+// ramp included.
 func (b *Backend) ReadCeiling(bytes int64, reps int) (float64, error) {
 	if bytes < 16 || reps < 1 {
 		return 0, fmt.Errorf("%w: ReadCeiling(%d bytes, %d runs)", kernels.ErrInvalidParams, bytes, reps)
 	}
+	const flushBytes = 256 << 20
 	var ms float64
 	err := b.run(func() (err error) {
 		n := bytes / 16
-		var x, out cu.DevicePtr
-		a, err := newArena(part{&x, n * 16}, part{&out, 16})
+		var x, out, flush cu.DevicePtr
+		a, err := newArena(part{&x, n * 16}, part{&out, 16}, part{&flush, flushBytes})
 		if err != nil {
 			return err
 		}
 		defer func() { err = errors.Join(err, a.free()) }()
 		grid := b.reg.dec.sms * 8
-		ms, err = timeRuns(reps, x, n*16, func() error {
+		ms, err = timeRuns(reps, flush, flushBytes, func() error {
 			return launchFlat(b.reg.dec.readCeiling, grid, 256, cu.Stream{}, x, n, out)
 		})
 		return err

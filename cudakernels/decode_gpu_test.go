@@ -46,7 +46,7 @@ func newDecodeCase(t *testing.T, p kernels.Params, seed uint64) decodeCase {
 }
 
 // setSplits fixes the decoder's key splits (0: kernels.SplitKV's choice).
-func setSplits(t *testing.T, b *Backend, n int) {
+func setSplits(t testing.TB, b *Backend, n int) {
 	t.Helper()
 	if err := b.run(func() error { b.reg.dec.splitsOverride = n; return nil }); err != nil {
 		t.Fatal(err)
@@ -220,5 +220,42 @@ func runCacheSteps(t *testing.T, st kernels.CacheStore, prec Precision, pageSize
 		ref.Nk, ref.KLens = capacity, newLens
 		conformance.CheckForward(t, ref, prec, q, allK, allV, o, lse)
 		copy(lens, newLens)
+	}
+}
+
+// BenchmarkDecodeSplitCountsGPU times bf16 decode steps (H = 32, D = 128,
+// one query row per sequence, as bench's BenchmarkDecodeGPU) at fixed key
+// splits around decodeSplits' choice, the measurement behind that choice:
+// more splits put more bytes in flight, fewer amortise each unit's
+// prologue and the merge over more keys.
+func BenchmarkDecodeSplitCountsGPU(b *testing.B) {
+	be := newTestBackend(b, WithPrecision(BF16))
+	for _, pt := range []struct{ b, hkv, nk int }{{1, 8, 1024}, {1, 8, 16384}, {1, 8, 65536}, {8, 8, 16384}, {64, 8, 1024}} {
+		p := kernels.Params{B: pt.b, H: 32, Hkv: pt.hkv, Nq: 1, Nk: pt.nk, D: 128, Scale: 1 / math.Sqrt(128), Causal: true}
+		var chosen decodePlan
+		if err := be.run(func() (err error) { chosen, err = be.reg.dec.plan(p, storeBF16); return err }); err != nil {
+			b.Fatal(err)
+		}
+		for _, f := range []float64{0.25, 0.5, 0.75, 1, 1.5, 2} {
+			splits := max(1, int(math.Round(f*float64(chosen.splits))))
+			if splits > decodeMaxSplits {
+				continue
+			}
+			b.Run(fmt.Sprintf("B%d_Hkv%d_L%d/splits%d", pt.b, pt.hkv, pt.nk, splits), func(b *testing.B) {
+				setSplits(b, be, splits)
+				defer setSplits(b, be, 0)
+				var secs float64
+				var bytes int64
+				var err error
+				for b.Loop() {
+					if secs, bytes, err = be.DecodeKernelTime(p, 5); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(secs*1e6, "kernel-us")
+				b.ReportMetric(float64(bytes)/secs/1e12, "TB/s")
+				b.ReportMetric(float64(chosen.splits), "chosen-splits")
+			})
+		}
 	}
 }

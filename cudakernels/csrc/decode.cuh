@@ -165,14 +165,83 @@ __device__ __forceinline__ Keys keys_of(const Params& p, long long kvh, long lon
   return k;
 }
 
+// DenseLane is one lane's share of the copies of dense chunks whose rows
+// are 16-byte aligned, the common case, made once per unit so that a
+// chunk's copies cost an address add each: lane l copies pieces i mod
+// kPieces of keys i / kPieces for i = l, l + 32, … (kRounds of them), at
+// element offsets from its first key's first piece that are constants times
+// the row stride, and each V piece sits a fixed distance past its K piece.
+// A piece past dim, or a key past a short chunk's last, is zero-filled (a
+// source size of 0, from the row's own start).
+template <typename S, int DP>
+struct DenseLane {
+  static constexpr int kVec = 16 / static_cast<int>(sizeof(S));
+  static constexpr int kPieces = DP / kVec;
+  static constexpr int kRowBytes = DP * static_cast<int>(sizeof(S)) + kPad;
+  static constexpr int kRounds = kChunk * kPieces / 32;
+  static_assert(kChunk * kPieces % 32 == 0, "DenseLane: a chunk's pieces are whole rounds of the warp");
+  static_assert(kPieces % 32 == 0 || 32 % kPieces == 0, "DenseLane: a round covers whole keys or a key whole rounds");
+  // Round m's key and piece, less the lane's own (key0, piece0).
+  __host__ __device__ static constexpr int key_of(int m) { return kPieces <= 32 ? m * (32 / kPieces) : m / (kPieces / 32); }
+  __host__ __device__ static constexpr int piece_of(int m) { return kPieces <= 32 ? 0 : 32 * (m % (kPieces / 32)); }
+
+  const S* first;   // K's element of this lane's key0, piece0 in key 0 of the keys
+  const S* origin;  // K itself: the source of the zero-filled pieces, which read nothing
+  long long row_stride, v_minus_k;  // elements; bytes
+  int key0, piece0, pieces, smem;   // smem: the byte offset of (key0, piece0) in a buffer
+
+  __device__ __forceinline__ void init(const S* k, const S* v, const Keys& keys, int dim, int lane) {
+    key0 = kPieces <= 32 ? lane / kPieces : 0;
+    piece0 = kPieces <= 32 ? lane % kPieces : lane;
+    pieces = (dim + kVec - 1) / kVec;
+    row_stride = keys.row_stride;
+    first = k + keys.base + key0 * row_stride + piece0 * kVec;
+    origin = k;
+    v_minus_k = reinterpret_cast<long long>(v) - reinterpret_cast<long long>(k);
+    smem = key0 * kRowBytes + piece0 * 16;
+  }
+
+  // copy starts the copies of keys [k0, k0 + n) into buf. A whole chunk of
+  // whole rows, the steady state, takes no predicate at all.
+  __device__ __forceinline__ void copy(long long k0, int n, unsigned char* buf) const {
+    const S* at = first + k0 * row_stride;
+    const uint32_t dst = mma::smem_addr(buf + smem);
+    if (n == kChunk && pieces == kPieces)
+      rounds<0, true>(at, dst, n);
+    else
+      rounds<0, false>(at, dst, n);
+    cp_async_commit();
+  }
+
+  // rounds issues rounds M, M + 1, … of a copy, each shared destination as
+  // an immediate offset from the lane's (dst), so that a round costs its
+  // two source addresses and two instructions.
+  template <int M, bool kWhole>
+  __device__ __forceinline__ void rounds(const S* at, uint32_t dst, int n) const {
+    if constexpr (M < kRounds) {
+      constexpr int kOff = key_of(M) * kRowBytes + piece_of(M) * 16;
+      const bool ok = kWhole || (key0 + key_of(M) < n && piece0 + piece_of(M) < pieces);
+      const S* src = ok ? at + key_of(M) * row_stride + piece_of(M) * kVec : origin;
+      copy16<kOff>(dst, src, ok);
+      copy16<kOff + kChunk * kRowBytes>(dst, reinterpret_cast<const char*>(src) + v_minus_k, ok);
+      rounds<M + 1, kWhole>(at, dst, n);
+    }
+  }
+
+  template <int kOff>
+  __device__ __forceinline__ static void copy16(uint32_t dst, const void* src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0+%3], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0), "n"(kOff));
+  }
+};
+
 // load_chunk starts copying keys [k0, k0 + n) of K and V into buffer buf
 // and fills the rest of its kChunk rows of DP columns with zeros: rows past
 // n and columns past dim. The tensor-core unit multiplies whole rows, so a
 // stale NaN there would reach every score of the chunk (0·NaN); the others
-// read the zeros harmlessly. 16-byte cp.async where the rows allow it
-// (aligned; a piece past dim is zero-filled by a source size of 0, and a
-// piece straddling dim copies the row's padding, which a cache keeps zero),
-// else element by element.
+// read the zeros harmlessly. Dense aligned rows take DenseLane's copies;
+// paged aligned rows 16-byte cp.async, a piece past dim zero-filled by a
+// source size of 0 (a piece straddling dim copies the row's padding, which
+// a cache keeps zero); rows that are not aligned element by element.
 template <typename S, int DP>
 __device__ __forceinline__ void load_chunk(const S* k, const S* v, const Keys& keys, long long k0, int n,
                                            int dim, bool aligned, unsigned char* buf, int lane) {
@@ -184,22 +253,14 @@ __device__ __forceinline__ void load_chunk(const S* k, const S* v, const Keys& k
     // Unrolled, lane l copies piece i mod kPieces of keys i / kPieces for
     // i = l, l + 32, …: one address computation per key, the pieces'
     // offsets constant.
-    auto copy = [&](int i, long long row) {
+#pragma unroll
+    for (int i = lane; i < kChunk * kPieces; i += 32) {
       const int key = i / kPieces, pc = i % kPieces;
       const bool ok = key < n && pc < pieces;
-      const long long at = ok ? row + pc * kVec : 0;
+      const long long at = ok ? keys.row(k0 + key) + pc * kVec : 0;
       unsigned char* dk = buf + key * kRowBytes + pc * 16;
       cp_async16(reinterpret_cast<float*>(dk), reinterpret_cast<const float*>(k + at), ok);
       cp_async16(reinterpret_cast<float*>(dk + kChunk * kRowBytes), reinterpret_cast<const float*>(v + at), ok);
-    };
-    static_assert(kChunk * kPieces % 32 == 0, "load_chunk: a chunk's pieces are whole rounds of the warp");
-    if (keys.table == nullptr) {
-      const long long base = keys.base + k0 * keys.row_stride;
-#pragma unroll
-      for (int i = lane; i < kChunk * kPieces; i += 32) copy(i, base + (i / kPieces) * keys.row_stride);
-    } else {
-#pragma unroll
-      for (int i = lane; i < kChunk * kPieces; i += 32) copy(i, keys.row(k0 + i / kPieces));
     }
   } else {
 #pragma unroll 1
@@ -372,11 +433,19 @@ struct Chunks {
   unsigned char* sm;
   int stage;  // the buffer of the next chunk wait returns
 
+  DenseLane<S, DP> dense;  // set when dense_aligned
+  bool dense_aligned;
+
   __device__ __forceinline__ void start(long long k0, int stage, int lane) {
-    if (k0 < to)
-      load_chunk<S, DP>(k, v, keys, k0, static_cast<int>(lmin(kChunk, to - k0)), dim, aligned, sm + stage * kBuf, lane);
-    else
+    if (k0 >= to) {
       cp_async_commit();
+      return;
+    }
+    const int n = static_cast<int>(lmin(kChunk, to - k0));
+    if (dense_aligned)
+      dense.copy(k0, n, sm + stage * kBuf);
+    else
+      load_chunk<S, DP>(k, v, keys, k0, n, dim, aligned, sm + stage * kBuf, lane);
   }
 
   __device__ __forceinline__ void init(const Params& p, long long kvh, long long hkv, long long from, long long to_,
@@ -389,6 +458,8 @@ struct Chunks {
     sm = sm_;
     aligned = (p.k_row_stride * static_cast<long long>(sizeof(S))) % 16 == 0 &&
               (reinterpret_cast<unsigned long long>(k) | reinterpret_cast<unsigned long long>(v)) % 16 == 0;
+    dense_aligned = aligned && keys.table == nullptr;
+    if (dense_aligned) dense.init(k, v, keys, dim, lane);
     stage = 0;
 #pragma unroll
     for (int st = 0; st < kStages - 1; ++st) start(from + st * kChunk, st, lane);
@@ -755,6 +826,16 @@ struct TensorOf<__half> {
   using E = mma::FP16;
 };
 
+// ex2_ftz is 2^x by the hardware's approximation with results below 2^−126
+// flushed to zero: a probability that small is far below what its 16-bit
+// rounding for P·V keeps, and exp2f's care for subnormal results cost four
+// instructions per score.
+__device__ __forceinline__ float ex2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // tc_body computes a unit of up to kTensorRows rows on tensor cores, for
 // keys and values stored in 16 bits: S = Q·Kᵀ and O += P·V as the flash
 // forward computes them (fwd_mma.cuh), a chunk of 16 keys being one n16
@@ -804,15 +885,33 @@ __device__ void tc_body(const Params& p, long long unit, unsigned char* sm) {
   const bool modded = mod[0].on || mod[1].on;
   // The A fragments of Q (mma.cuh's layout): x = 0…3 is row g + 8·(x & 1),
   // columns 16ks + 2t + 8·(x >> 1) and the next.
+  // A row whose columns are all real and 8-byte aligned (the common case)
+  // loads its pairs as float2, else one bounded element at a time.
   uint32_t qf[kKS][4];
 #pragma unroll
-  for (int ks = 0; ks < kKS; ++ks)
+  for (int h = 0; h < 2; ++h) {
+    const float* q = qrow[h];
+    if (q == nullptr) {
 #pragma unroll
-    for (int x = 0; x < 4; ++x) {
-      const float* q = qrow[x & 1];
-      const int col = ks * 16 + 2 * t + 8 * (x >> 1);
-      qf[ks][x] = E::pack(q != nullptr && col < dim ? q[col] : 0.f, q != nullptr && col + 1 < dim ? q[col + 1] : 0.f);
+      for (int ks = 0; ks < kKS; ++ks) qf[ks][h] = qf[ks][h + 2] = 0u;
+    } else if (dim == DP && reinterpret_cast<unsigned long long>(q) % 8 == 0) {
+#pragma unroll
+      for (int ks = 0; ks < kKS; ++ks)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const float2 pr = *reinterpret_cast<const float2*>(q + ks * 16 + 2 * t + 8 * half);
+          qf[ks][h + 2 * half] = E::pack(pr.x, pr.y);
+        }
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < kKS; ++ks)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int col = ks * 16 + 2 * t + 8 * half;
+          qf[ks][h + 2 * half] = E::pack(col < dim ? q[col] : 0.f, col + 1 < dim ? q[col + 1] : 0.f);
+        }
     }
+  }
 
   float m[2] = {-kInf, -kInf}, l[2] = {0.f, 0.f};
   float acc[kNO][4];
@@ -872,13 +971,13 @@ __device__ void tc_body(const Params& p, long long unit, unsigned char* sm) {
       cm = max_nan(cm, __shfl_xor_sync(0xffffffffu, cm, 1));
       cm = max_nan(cm, __shfl_xor_sync(0xffffffffu, cm, 2));
       const float mn = max_nan(m[h], cm);
-      const float alpha = mn == -kInf ? 1.f : exp2f(m[h] - mn);
+      const float alpha = mn == -kInf ? 1.f : ex2_ftz(m[h] - mn);
       float sum = 0.f;
 #pragma unroll
       for (int j = 0; j < 2; ++j)
 #pragma unroll
         for (int e = 2 * h; e < 2 * h + 2; ++e) {
-          sc[j][e] = mn == -kInf ? 0.f : exp2f(sc[j][e] - mn);
+          sc[j][e] = mn == -kInf ? 0.f : ex2_ftz(sc[j][e] - mn);
           sum += sc[j][e];
         }
       m[h] = mn;
