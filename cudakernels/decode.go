@@ -16,6 +16,13 @@ const (
 	decodeMaxSplits    = 256 // splits per key head and row tile at most
 	decodeMinSplitKeys = 64  // keys a split gets at least: four chunks
 	decodeUnitsPerSM   = 16  // resident units per multiprocessor at most
+	// decodeUnsplitPerSM is the units per multiprocessor from which two
+	// splits cost more in their merge than they gain in parallelism. On
+	// the H200 (bench/RESULTS.md, 2026-12-04): at 3.9 units per
+	// multiprocessor (bf16, B = 64, Hkv = 8, 1k keys) two splits took
+	// 96.5 and 97.5 µs, none 83.1 and 91.9; at 1.9 (fp32, B = 8, Hkv = 32)
+	// two splits read 2.78–3.65 TB/s, none 2.35–2.59.
+	decodeUnsplitPerSM = 3
 )
 
 // decodeResident is the number of units a device of sms multiprocessors,
@@ -27,18 +34,24 @@ func decodeResident(sms, smemPerSM, unitBytes, perBlock int) int {
 }
 
 // decodeSplits returns the key splits of a decode over units units (key
-// heads times row tiles) of at most keys keys each, on a device holding
-// resident units: 1 when the units fill it already, else as many splits
-// as fit it in one wave (rounded down: a few units past a full wave would
-// run in a second one, and double the time), each of at least
-// decodeMinSplitKeys keys, at most decodeMaxSplits. It is a pure function
-// of the problem and the device, never of timing, so a result never
-// depends on how a run was scheduled.
-func decodeSplits(units, keys, resident int) int {
+// heads times row tiles) of at most keys keys each, on a device of sms
+// multiprocessors holding resident units: 1 when the units fill it
+// already, else as many splits as fit it in one wave (rounded down: a few
+// units past a full wave would run in a second one, and double the time),
+// each of at least decodeMinSplitKeys keys, at most decodeMaxSplits; but
+// not two when the units alone give every multiprocessor
+// decodeUnsplitPerSM of them. It is a pure function of the problem and
+// the device, never of timing, so a result never depends on how a run
+// was scheduled.
+func decodeSplits(units, keys, resident, sms int) int {
 	if units >= resident {
 		return 1
 	}
-	return max(1, min(resident/units, keys/decodeMinSplitKeys, decodeMaxSplits))
+	s := max(1, min(resident/units, keys/decodeMinSplitKeys, decodeMaxSplits))
+	if s == 2 && units >= decodeUnsplitPerSM*sms {
+		return 1
+	}
+	return s
 }
 
 // decodeMergeThreads is decode.cuh's kMergeThreads: the most threads of a

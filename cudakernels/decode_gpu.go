@@ -113,7 +113,7 @@ func (d *decoder) plan(p kernels.Params, s storeKind) (decodePlan, error) {
 		}
 	}
 	units := int(int64(p.B) * int64(p.KVHeads()) * tiles)
-	pl.splits = decodeSplits(units, keys, decodeResident(d.sms, d.smemPerSM, pl.unit.unitBytes, pl.unit.perBlock))
+	pl.splits = decodeSplits(units, keys, decodeResident(d.sms, d.smemPerSM, pl.unit.unitBytes, pl.unit.perBlock), d.sms)
 	if d.splitsOverride > 0 {
 		pl.splits = d.splitsOverride
 	}

@@ -32,11 +32,14 @@ func TestDecodeSplits(t *testing.T) {
 		{"short cache: no split below 64 keys", 8, 100, 1},
 		{"no keys", 8, 0, 1},
 		{"64 sequences of 32 key heads fill it", 2048, 4 << 10, 1},
-		{"half the device: two splits", 528, 1 << 20, 2},
-		{"just over half: one", 529, 1 << 20, 1},
+		{"a third of the device: three splits", 352, 1 << 20, 3},
+		{"two splits where 3 units per multiprocessor would idle", 395, 1 << 20, 2},
+		{"none from 3 units per multiprocessor on", 396, 1 << 20, 1},
+		{"half the device: one", 528, 1 << 20, 1},
+		{"8 key heads, 128 keys: two splits of 64, the device being empty", 8, 128, 2},
 	} {
-		if got := decodeSplits(tc.units, tc.keys, resident); got != tc.want {
-			t.Errorf("%s: decodeSplits(%d, %d, %d) = %d, want %d", tc.name, tc.units, tc.keys, resident, got, tc.want)
+		if got := decodeSplits(tc.units, tc.keys, resident, 132); got != tc.want {
+			t.Errorf("%s: decodeSplits(%d, %d, %d, 132) = %d, want %d", tc.name, tc.units, tc.keys, resident, got, tc.want)
 		}
 	}
 }

@@ -303,12 +303,15 @@
 //     at BF16 and FP16) run on tensor cores, 16 rows to a unit; float32
 //     and float64 run on CUDA cores, exactly, one row or eight to a unit.
 //   - It reads the keys and values in place, dense or through a block
-//     table (kernels.Pages), three or two chunks of 16 keys ahead.
+//     table (kernels.Pages), three or two chunks of 16 keys ahead; dense
+//     rows aligned to 16 bytes, the common case, are copied from per-lane
+//     pointers made once per unit (DenseLane).
 //   - It writes o and the LSE, or with several splits partial results
 //     that a merge kernel (a block per 32 columns of a row) combines
 //     through their log-sum-exp.
 //   - decodeSplits (decode.go, a pure function with a table test) picks
-//     the splits from the units and the device's multiprocessors.
+//     the splits from the units and the device's multiprocessors;
+//     BenchmarkDecodeSplitCountsGPU times the choices around it.
 //
 // Every paged forward of the backend runs there; a backward refuses
 // pages. Backend.NewCacheStore keeps a key/value cache's rows in device
@@ -316,7 +319,8 @@
 // writes them into the store, and the units attend. Cache formats follow
 // the precision (bf16 for BF16, fp16 for FP16, float32 otherwise). The
 // decode benchmark is Backend.DecodeKernelTime beside Backend.ReadCeiling
-// (a pure read of device memory).
+// (a pure read of device memory, over a few GiB for the sustained rate and
+// over a step's own bytes for the floor of a step that size).
 //
 // # Kernel arguments: Params
 //

@@ -868,50 +868,56 @@ __device__ void tc_body(const Params& p, long long unit, unsigned char* sm) {
   const float scale = static_cast<float>(p.scale);
 
   // This lane's rows h = 0, 1 (row g + 8h of the tile), real below nrows.
+  // Their queries are loaded first, so that the rest of the rows' set-up
+  // runs while the loads are on their way (at one sequence, 8 key heads,
+  // 16k keys a unit has 8 chunks, and waiting on q after the set-up was a
+  // tenth of its time).
   bool real[2];
   long long lo[2], hi[2], qi[2];
-  ScoreMod<float> mod[2];
   const float* qrow[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = g + 8 * h;
     real[h] = r < u.nrows;
     qi[h] = u.row_i(p, r);
-    lo[h] = hi[h] = 0;
-    if (real[h]) row_range(u.mk, qi[h], lo[h], hi[h]);
-    mod[h] = u.mod(p, real[h] ? r : 0);
     qrow[h] = real[h] ? u.template q_at<float>(p, r) : nullptr;
   }
-  const bool modded = mod[0].on || mod[1].on;
-  // The A fragments of Q (mma.cuh's layout): x = 0…3 is row g + 8·(x & 1),
-  // columns 16ks + 2t + 8·(x >> 1) and the next.
-  // A row whose columns are all real and 8-byte aligned (the common case)
-  // loads its pairs as float2, else one bounded element at a time.
-  uint32_t qf[kKS][4];
+  // Q's pairs for the A fragments (mma.cuh's layout): x = 0…3 is row
+  // g + 8·(x & 1), columns 16ks + 2t + 8·(x >> 1) and the next. A row whose
+  // columns are all real and 8-byte aligned (the common case) loads them
+  // as float2, else one bounded element at a time.
+  float2 qpair[kKS][4];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float* q = qrow[h];
-    if (q == nullptr) {
+    const bool pairs = q != nullptr && dim == DP && reinterpret_cast<unsigned long long>(q) % 8 == 0;
 #pragma unroll
-      for (int ks = 0; ks < kKS; ++ks) qf[ks][h] = qf[ks][h + 2] = 0u;
-    } else if (dim == DP && reinterpret_cast<unsigned long long>(q) % 8 == 0) {
+    for (int ks = 0; ks < kKS; ++ks)
 #pragma unroll
-      for (int ks = 0; ks < kKS; ++ks)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const float2 pr = *reinterpret_cast<const float2*>(q + ks * 16 + 2 * t + 8 * half);
-          qf[ks][h + 2 * half] = E::pack(pr.x, pr.y);
+      for (int half = 0; half < 2; ++half) {
+        const int col = ks * 16 + 2 * t + 8 * half;
+        float2& pr = qpair[ks][h + 2 * half];
+        if (pairs) {
+          pr = *reinterpret_cast<const float2*>(q + col);
+        } else {
+          pr.x = q != nullptr && col < dim ? q[col] : 0.f;
+          pr.y = q != nullptr && col + 1 < dim ? q[col + 1] : 0.f;
         }
-    } else {
-#pragma unroll
-      for (int ks = 0; ks < kKS; ++ks)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int col = ks * 16 + 2 * t + 8 * half;
-          qf[ks][h + 2 * half] = E::pack(col < dim ? q[col] : 0.f, col + 1 < dim ? q[col + 1] : 0.f);
-        }
-    }
+      }
   }
+  ScoreMod<float> mod[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    lo[h] = hi[h] = 0;
+    if (real[h]) row_range(u.mk, qi[h], lo[h], hi[h]);
+    mod[h] = u.mod(p, real[h] ? g + 8 * h : 0);
+  }
+  const bool modded = mod[0].on || mod[1].on;
+  uint32_t qf[kKS][4];
+#pragma unroll
+  for (int ks = 0; ks < kKS; ++ks)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) qf[ks][x] = E::pack(qpair[ks][x].x, qpair[ks][x].y);
 
   float m[2] = {-kInf, -kInf}, l[2] = {0.f, 0.f};
   float acc[kNO][4];
@@ -926,16 +932,26 @@ __device__ void tc_body(const Params& p, long long unit, unsigned char* sm) {
   for (long long k0 = u.from; k0 < u.to; k0 += kChunk) {
     const int n = static_cast<int>(lmin(kChunk, u.to - k0));
     const unsigned char* buf = ch.wait(k0, lane);
-    float sc[2][4];
+    // Even and odd k steps accumulate apart, halving the chain of
+    // dependent products a warp waits on (a decode unit's warp has few
+    // others to hide it behind), then add.
+    float sc[2][4], odd[2][4];
 #pragma unroll
-    for (int j = 0; j < 2; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sc[j][e] = odd[j][e] = 0.f;
 #pragma unroll
     for (int ks = 0; ks < kKS; ++ks) {
       uint32_t b[4];
       mma::ldsm_x4(b, buf + k_off + ks * 32);
-      E::mma(sc[0], qf[ks], b[0], b[1]);
-      E::mma(sc[1], qf[ks], b[2], b[3]);
+      float(&acc_s)[2][4] = ks % 2 == 0 ? sc : odd;
+      E::mma(acc_s[0], qf[ks], b[0], b[1]);
+      E::mma(acc_s[1], qf[ks], b[2], b[3]);
     }
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sc[j][e] += odd[j][e];
     // Element (j, e) of sc is row g + 8·(e/2), key k0 + 8j + 2t + (e & 1).
     // A chunk of 16 keys every real row sees whole, with no modifier (the
     // common case: a uniform test), is only scaled.
