@@ -5,9 +5,10 @@
 //   - BenchmarkKernel*: the CPU backend alone (package cpukernels), forward
 //     and backward, reported in GFLOP/s and, for float32, as of-peak: the
 //     fraction of the float32 FMA rate that the same number of threads
-//     reaches right after (simd.FMAPeak32). On a shared machine whose
-//     clock or share of the host drifts, the fraction holds still while
-//     GFLOP/s moves (on dev both jumped 2× together between runs).
+//     reaches right after (simd.FMAPeak32), which holds still on a shared
+//     machine whose share of the host drifts. Take one-thread figures from
+//     `-cpu 1` alone: with a list like `-cpu 1,2`, go test ran the first
+//     count's sub-benchmarks at the default GOMAXPROCS (RESULTS.md).
 //   - BenchmarkGraph*: forward+backward of one attention inside a Gorgonia
 //     graph on a TapeMachine, op.Attention against the same attention built
 //     naively from Gorgonia's ops (BatchedMatMul + SoftMax + BatchedMatMul
