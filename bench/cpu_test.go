@@ -43,7 +43,8 @@ func randomSlice[T kernels.Float](n int, seed uint64) []T {
 // simd.FMAPeak32 at once for a tenth of a second, in GFLOP/s: the ceiling
 // the kernel benchmarks report their fraction of (of-peak). Each
 // benchmark measures it right after its own timing, at its own thread
-// count, since a shared machine's clock drifts between benchmarks.
+// count, since a shared machine's share of its host drifts between
+// benchmarks.
 func fmaPeak() float64 {
 	const rounds, span = 1 << 16, 100 * time.Millisecond
 	threads := runtime.GOMAXPROCS(0)

@@ -265,7 +265,6 @@ func (b *Backend) ReadCeiling(bytes int64, reps int) (float64, error) {
 	if bytes < 16 || reps < 1 {
 		return 0, fmt.Errorf("%w: ReadCeiling(%d bytes, %d runs)", kernels.ErrInvalidParams, bytes, reps)
 	}
-	const flushBytes = 256 << 20
 	var ms float64
 	err := b.run(func() (err error) {
 		n := bytes / 16
@@ -299,7 +298,6 @@ func (b *Backend) DecodeKernelTime(p kernels.Params, reps int) (secs float64, by
 	s := storeFor(b.prec, false)
 	rowStride := roundUp(int64(p.D), cacheRowAlign)
 	kvBytes := int64(p.B) * int64(p.KVHeads()) * int64(p.Nk) * rowStride * int64(s.bytes())
-	const flushBytes = 256 << 20
 	var ms float64
 	err = b.run(func() (err error) {
 		pl, err := b.reg.dec.plan(p, s)

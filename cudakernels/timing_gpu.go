@@ -41,7 +41,6 @@ func (b *Backend) KernelTime(p kernels.Params, backward bool, reps int) (float64
 	for i := range block {
 		block[i] = float32(rng.NormFloat64())
 	}
-	const flushBytes = 256 << 20 // several times the H200's 60 MB L2
 	var ms float64
 	err := b.run(func() (err error) {
 		f, err := b.reg.forward(4, p)
@@ -100,11 +99,16 @@ func (b *Backend) KernelTime(p kernels.Params, backward bool, reps int) (float64
 	return ms, err
 }
 
+// flushBytes is the size of the buffer that the timers' callers give
+// timeRuns to write before each run, emptying the L2 of what the last run
+// left: several times the H200's 60 MB.
+const flushBytes = 256 << 20
+
 // timeRuns times run on the default stream with CUDA events: one untimed
-// run to warm up, then reps timed ones, each after flushBytes of flush are
+// run to warm up, then reps timed ones, each after flushLen bytes of flush are
 // written (so that no run finds its data in L2). It returns the median in
 // milliseconds. It runs on the worker's thread.
-func timeRuns(reps int, flush cu.DevicePtr, flushBytes int64, run func() error) (float64, error) {
+func timeRuns(reps int, flush cu.DevicePtr, flushLen int64, run func() error) (float64, error) {
 	start, err := cu.MakeEvent(cu.DefaultEvent)
 	if err != nil {
 		return 0, err
@@ -117,7 +121,7 @@ func timeRuns(reps int, flush cu.DevicePtr, flushBytes int64, run func() error) 
 	defer cu.DestroyEvent(&end)
 	var ms []float64
 	for i := -1; i < reps; i++ {
-		if err := cu.MemsetD8(flush, 1, flushBytes); err != nil {
+		if err := cu.MemsetD8(flush, 1, flushLen); err != nil {
 			return 0, err
 		}
 		if err := start.Record(cu.Stream{}); err != nil {

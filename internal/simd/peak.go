@@ -1,5 +1,10 @@
 package simd
 
+import (
+	"math"
+	"sync/atomic"
+)
+
 // FMAPeak32 performs n rounds of independent float32 fused multiply-adds
 // on the widest vector path this package takes on this CPU (AVX-512,
 // AVX2 with FMA, or the portable loop) and returns the floating-point
@@ -30,9 +35,10 @@ func fmaPeakGeneric(n int) float64 {
 			a[i] = a[i]*m + c
 		}
 	}
-	peakSink = a[0]
+	peakSink.Store(math.Float32bits(a[0]))
 	return 2 * float64(len(a))
 }
 
-// peakSink keeps fmaPeakGeneric's result observable.
-var peakSink float32
+// peakSink keeps fmaPeakGeneric's result observable; atomic, since
+// callers run FMAPeak32 on several goroutines at once.
+var peakSink atomic.Uint32
