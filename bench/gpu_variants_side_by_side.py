@@ -36,7 +36,6 @@ torch._functorch.config.donated_buffer = False
 
 LINE = re.compile(r"^BenchmarkVariantsGPU/(\w+)/(fwd|bwd)/(\S+?)-\d+\s.*?([\d.]+) TFLOP/s")
 D = 128
-flex = torch.compile(flex_attention)
 
 
 def ours(binary, only):
@@ -146,6 +145,12 @@ def flex_peer(c):
     q, k, v = inputs(c)
     block = create_block_mask(c.mask_mod(), c.b if c.lens else None, None, c.n, c.n, device="cuda")
     mod = c.score_mod()
+    # A fresh compile for every case, of static shapes: after the first
+    # shapes torch.compile turns to dynamic ones, under which the bias and
+    # ALiBi score_mods fail to compile ("all unwrapped values must be
+    # FakeTensor"), and past its recompile limit it runs eagerly.
+    torch._dynamo.reset()
+    flex = torch.compile(flex_attention, dynamic=False)
     run = lambda: flex(q, k, v, score_mod=mod, block_mask=block, enable_gqa=c.hkv != c.h)
     return timed(run, c.flops())
 

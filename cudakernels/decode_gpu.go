@@ -46,8 +46,10 @@ type decoder struct {
 }
 
 // loadDecoder loads decode_sm80.ptx and looks up its kernels.
-func loadDecoder(kernelDir string, dev Capability) (d *decoder, err error) {
-	d = &decoder{units: map[decodeKey]decodeUnit{}, sms: dev.SMs, smemPerSM: dev.MaxSmem}
+func loadDecoder(kernelDir string, dev Capability) (_ *decoder, err error) {
+	// d is not the named result: a failing return sets that to nil, and the
+	// deferred unload still needs d.
+	d := &decoder{units: map[decodeKey]decodeUnit{}, sms: dev.SMs, smemPerSM: dev.MaxSmem}
 	if d.mod, err = loadModule(kernelDir, "decode_sm80.ptx"); err != nil {
 		return nil, err
 	}

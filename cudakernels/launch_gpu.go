@@ -94,7 +94,8 @@ func backwardGrids(p kernels.Params, rows int) (gridK, gridQ int, err error) {
 }
 
 // lookup finds name in mod, a kernel that needs smem bytes of dynamic
-// shared memory, and allows it the device's maxSmem. Allowing the most, not
+// shared memory, and allows it the device's maxSmem less its static shared
+// memory. Allowing the most, not
 // smem: choices of other launch shapes look up the same kernel (the
 // mma.sync plain forward comes with a _full choice whose blocks need less),
 // and the attribute is the function's, so the last lookup's would hold for
@@ -105,10 +106,16 @@ func lookup(mod cu.Module, name string, smem, maxSmem int) (cu.Function, error) 
 	if err != nil {
 		return fn, fmt.Errorf("cudakernels: kernel %s: %w", name, err)
 	}
-	if smem > maxSmem {
-		return fn, fmt.Errorf("%w: kernel %s needs %d bytes of shared memory, the device allows %d", ErrUnsupported, name, smem, maxSmem)
+	// The kernel's own __shared__ variables come out of the same budget:
+	// the driver refuses a dynamic limit that leaves them no room.
+	static, err := fn.Attribute(cu.SharedSizeBytes)
+	if err != nil {
+		return fn, fmt.Errorf("cudakernels: kernel %s: static shared memory: %w", name, err)
 	}
-	if err := setMaxDynamicSmem(fn, maxSmem); err != nil {
+	if smem+static > maxSmem {
+		return fn, fmt.Errorf("%w: kernel %s needs %d bytes of shared memory (%d of them static), the device allows %d", ErrUnsupported, name, smem+static, static, maxSmem)
+	}
+	if err := setMaxDynamicSmem(fn, maxSmem-static); err != nil {
 		return fn, fmt.Errorf("cudakernels: kernel %s: %w", name, err)
 	}
 	return fn, nil

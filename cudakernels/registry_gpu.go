@@ -57,8 +57,10 @@ type registry struct {
 // backend of precision prec and family fam on a device of capability dev
 // with tuning table tuned (nil: none). It runs on the worker's thread with
 // the context current.
-func loadRegistry(dev Capability, fam Family, prec Precision, tuned *TuneTable, kernelDir string) (r *registry, err error) {
-	r = &registry{dev: dev, fam: fam, prec: prec, tuned: tuned, fwd: map[choice]forwardKernel{}, bwd: map[choice]backwardKernel{},
+func loadRegistry(dev Capability, fam Family, prec Precision, tuned *TuneTable, kernelDir string) (_ *registry, err error) {
+	// r is not the named result: a failing return sets that to nil, and the
+	// deferred release still needs r.
+	r := &registry{dev: dev, fam: fam, prec: prec, tuned: tuned, fwd: map[choice]forwardKernel{}, bwd: map[choice]backwardKernel{},
 		dotDoO: map[int]cu.Function{}}
 	defer func() {
 		if err != nil {
