@@ -388,8 +388,10 @@
 // To regenerate, run `go generate ./cudakernels` where nvcc exists. The
 // committed files come from nvcc 12.4 on the development machine, which has
 // no GPU: nvcc-debian.sh installs that compiler from Debian's packages.
-// devrun.sh, on the GPU machine, tests the PTX under ptx/ (through
-// FLASHATTN_KERNEL_DIR, which the tests pass to WithKernelDir) with
+// devpack.sh builds the tagged test binaries on the development machine and
+// packs them for the GPU machine, where devrun.sh tests the PTX under ptx/
+// (through FLASHATTN_KERNEL_DIR, which the tests pass to WithKernelDir):
+// every conformance suite and the other GPU tests in parallel, then
 // compute-sanitizer on small cases.
 //
 // # Tests
@@ -407,6 +409,6 @@
 // errors after which the backend keeps working (TestErrorsOnDevice).
 // Package op checks the float64 GPU path's gradients against finite
 // differences through whole graphs (TestGPUFiniteDifferences).
-// devrun.sh runs them against freshly generated PTX, with compute-sanitizer
-// memcheck and racecheck on small cases.
+// devrun.sh runs them all against freshly generated PTX, with
+// compute-sanitizer memcheck and racecheck on small cases.
 package cudakernels
