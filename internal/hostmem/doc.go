@@ -19,6 +19,10 @@
 //
 // Requests under 1 MiB are not checked: a process with less than that left
 // fails anyway, and reading the figures costs a few file reads per call.
+// For the same reason the operating system's figures are read again only
+// when a request is at least a sixteenth of what the last reading found
+// or that reading is a second old; smaller requests pass on it. The Go
+// memory limit's budget is computed afresh for every request.
 //
 // # A pre-check, not a guarantee
 //
