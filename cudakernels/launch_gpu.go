@@ -95,12 +95,11 @@ func backwardGrids(p kernels.Params, rows int) (gridK, gridQ int, err error) {
 
 // lookup finds name in mod, a kernel that needs smem bytes of dynamic
 // shared memory, and allows it the device's maxSmem less its static shared
-// memory. Allowing the most, not
-// smem: choices of other launch shapes look up the same kernel (the
-// mma.sync plain forward comes with a _full choice whose blocks need less),
-// and the attribute is the function's, so the last lookup's would hold for
-// every launch. A launch's occupancy follows the bytes it asks for, not the
-// attribute.
+// memory. Allowing the most, not smem: choices of other launch shapes look
+// up the same kernel (the mma.sync plain forward comes with a _full choice
+// whose blocks need less), and the attribute is the function's, so the
+// last lookup's would hold for every launch. A launch's occupancy follows
+// the bytes it asks for, not the attribute.
 func lookup(mod cu.Module, name string, smem, maxSmem int) (cu.Function, error) {
 	fn, err := mod.Function(name)
 	if err != nil {
