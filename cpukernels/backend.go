@@ -11,8 +11,9 @@ import (
 	"github.com/gorgonia-flash/flashattention/kernels"
 )
 
-// Tile sizes. A Br×D query tile, a Br×Bc score tile and a Bc×D key or value
-// tile together stay within a core's L2 cache for D ≤ 256.
+// Tile sizes. A Br×D query tile, a score tile of Br rows and up to
+// 2·Bc keys (the forward's scoreCols) and a Bc×D key or value tile
+// together stay within a core's L2 cache for D ≤ 256.
 const (
 	blockRows = 64  // Br: query rows per work unit
 	blockCols = 128 // Bc: keys per inner step

@@ -6,7 +6,8 @@
 // # Forward
 //
 // One work unit is a block of Br query rows of one (batch, head). It loops
-// over blocks of Bc keys: S = (scale·Q_i)·K_jᵀ through a GEMM on Kᵀ
+// over tiles of two blocks of Bc keys (up to four for fewer rows): S =
+// (scale·Q_i)·K_jᵀ through a GEMM per key block on Kᵀ
 // transposed once per call, then the online softmax updates the running row
 // maximum m and row sum l, rescales the output accumulator by exp(m_old −
 // m_new) and adds P·V_j. The loop covers only the keys some row of the unit
@@ -139,7 +140,7 @@
 //
 // Per call: one transposed copy of K (forward); transposed copies of Q and
 // dO, each with one extra row, and up to maxKeyChunks dQᵀ buffers
-// (backward); per worker, a few tiles of at most Br×Bc and Bc×(D+1)
+// (backward); per worker, a few tiles of at most Br×2Bc and Bc×(D+1)
 // elements. A bias and its gradient are the caller's: the kernels add no
 // buffer of their size. Every packed block is stored with its actual number of rows or
 // keys as its stride, never padded to Br or Bc, so the total is a bounded

@@ -11,7 +11,7 @@ import (
 // forwardScratch is one worker's tiles; nothing in it depends on N.
 type forwardScratch[T kernels.Float] struct {
 	qs  []T // Br×D: the query tile pre-multiplied by scale
-	s   []T // Br×Bc: scores, then probabilities
+	s   []T // Br×scoreCols: scores, then probabilities
 	acc []T // Br×D: unnormalised output
 	m   []T // Br: running row maximum
 	l   []T // Br: running row sum of exp(S − m)
@@ -30,26 +30,36 @@ type forwardScratch[T kernels.Float] struct {
 // for a panel of windowPanelRows rows.
 const maxSpan = blockRows / windowPanelRows * blockCols
 
+// scoreCols is the width of the scores' scratch at Br rows: a whole block
+// of rows takes two key blocks a tile, so that each online-softmax step
+// (the row maxima, a rescale of the accumulator when they move, the
+// variants' per-tile set-up) and each P·V product cover 256 keys. 64 KiB
+// of float32 scores still sit in L2 beside the Q and V tiles. On dev
+// (2026-12-04, bench/RESULTS.md) 256 beat Bc by 2–7 % on the plain forward
+// and 512 by less than 256.
+const scoreCols = 2 * blockCols
+
 // tileSpan is the keys per tile of a pass over rows rows: whole key blocks,
-// as many as the scores' Br×Bc scratch holds for those rows, at most
-// maxSpan. A panel of 16 rows under a window then computes its band of
-// 256 + 16 keys as one tile, one online-softmax step per row, where tiles
-// of Bc keys took three steps and mostly rescaled the accumulator at each.
+// as many as the scores' Br×scoreCols scratch holds for those rows, at
+// most maxSpan. A panel of 16 rows under a window then computes its band
+// of 256 + 16 keys as one tile, one online-softmax step per row, where
+// tiles of Bc keys took three steps and mostly rescaled the accumulator at
+// each.
 func tileSpan(rows int) int {
-	return min(blockRows/rows, maxSpan/blockCols) * blockCols
+	return min(blockRows*scoreCols/blockCols/rows, maxSpan/blockCols) * blockCols
 }
 
 // forwardScratchLen is the number of elements of one forwardScratch.
 func forwardScratchLen(d int) int {
 	// words counted as elements.
-	return 2*blockRows*d + blockRows*blockCols + 3*blockRows + windowPanelRows + 2*maxSpan
+	return 2*blockRows*d + blockRows*scoreCols + 3*blockRows + windowPanelRows + 2*maxSpan
 }
 
 func newForwardScratch[T kernels.Float](p kernels.Params) *forwardScratch[T] {
 	d := p.D
 	sc := &forwardScratch[T]{
 		qs:  make([]T, blockRows*d),
-		s:   make([]T, blockRows*blockCols),
+		s:   make([]T, blockRows*scoreCols),
 		acc: make([]T, blockRows*d),
 		m:   make([]T, blockRows),
 		l:   make([]T, blockRows),
