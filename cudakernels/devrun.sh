@@ -6,13 +6,13 @@
 # never run beside this batch.
 #
 #  1. In parallel, one process each: TestConformance{FP32,TF32,BF16,FP16}
-#     (every family), the rest of package cudakernels' GPU tests, and op's
-#     GPU tests. Their float64 references keep the host's cores busy while
-#     the GPU is mostly idle, so they share it: about 300 s for all on the
-#     H200 (2026-12-04), where one after another takes over 900.
+#     (every family), the rest of package cudakernels' GPU tests, op's GPU
+#     tests, and compute-sanitizer memcheck and racecheck on small cases
+#     (SANITIZE_RUN). Their float64 references keep the host's cores busy
+#     while the GPU is mostly idle, so they share it: about 320 s for all
+#     on the H200 (2026-12-04), where one after another takes over 900.
 #  2. op's TestGPUTrainingLeavesNoMemory alone: it reads the device's free
 #     memory, which other processes move.
-#  3. compute-sanitizer memcheck and racecheck on small cases (SANITIZE_RUN).
 #
 # The logs go into OUTDIR/logs.tar.xz (the device tool brings back at most
 # 8 files) and a summary to stdout; the exit status is 1 if anything
@@ -57,13 +57,13 @@ run cudakernels-other "$root/cudakernels" "$limit" "$bins/cudakernels.test" -tes
 	-test.skip 'TestConformance(FP32|TF32|BF16|FP16)$' &
 run op-gpu "$root/op" "$limit" "$bins/op.test" -test.v "${short[@]}" -test.run GPU \
 	-test.skip TestGPUTrainingLeavesNoMemory &
-wait
-run op-memory "$root/op" 120 "$bins/op.test" -test.v -test.run TestGPUTrainingLeavesNoMemory
 sanitize="${SANITIZE_RUN:-TestConformanceBF16/sm(80|90)/(golden|rows-without-keys)|TestHeadDims/(fp32|tf32|bf16)/B1H2_Nq70_Nk255_D(96|256)}"
 for tool in memcheck racecheck; do
-	run "sanitize-$tool" "$root/cudakernels" 300 compute-sanitizer --tool "$tool" --error-exitcode 1 \
-		"$bins/cudakernels.test" -test.short -test.run "$sanitize"
+	run "sanitize-$tool" "$root/cudakernels" "$limit" compute-sanitizer --tool "$tool" --error-exitcode 1 \
+		"$bins/cudakernels.test" -test.short -test.run "$sanitize" &
 done
+wait
+run op-memory "$root/op" 120 "$bins/op.test" -test.v -test.run TestGPUTrainingLeavesNoMemory
 
 while read -r name _ rc; do
 	log="$logs/$name.log"
