@@ -35,8 +35,8 @@ const maxSpan = blockRows / windowPanelRows * blockCols
 // (the row maxima, a rescale of the accumulator when they move, the
 // variants' per-tile set-up) and each P·V product cover 256 keys. 64 KiB
 // of float32 scores still sit in L2 beside the Q and V tiles. On dev
-// (2026-12-04, bench/RESULTS.md) 256 beat Bc by 2–7 % on the plain forward
-// and 512 by less than 256.
+// (2026-12-04, bench/RESULTS.md) 256 beat Bc by 2–7 % on the plain forward,
+// and 512 did no better than 256.
 const scoreCols = 2 * blockCols
 
 // tileSpan is the keys per tile of a pass over rows rows: whole key blocks,
