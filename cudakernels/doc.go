@@ -391,8 +391,8 @@
 // devpack.sh builds the tagged test binaries on the development machine and
 // packs them for the GPU machine, where devrun.sh tests the PTX under ptx/
 // (through FLASHATTN_KERNEL_DIR, which the tests pass to WithKernelDir):
-// every conformance suite and the other GPU tests in parallel, then
-// compute-sanitizer on small cases.
+// every conformance suite, the other GPU tests and compute-sanitizer on
+// small cases, in parallel.
 //
 // # Tests
 //

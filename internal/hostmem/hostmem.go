@@ -47,7 +47,7 @@ func Available() (int64, string) {
 // memory limit's budget afresh (it costs a metrics read), the operating
 // system's from osBudget.
 func available(need int64) (int64, string) {
-	b := budget{avail: math.MaxInt64, from: "no limit"}
+	b := noBudget()
 	if limit := debug.SetMemoryLimit(-1); limit != math.MaxInt64 {
 		b.consider(limit-goRuntimeMemory(), fmt.Sprintf("the Go memory limit of %d bytes", limit))
 	}
@@ -79,7 +79,7 @@ var osReading struct {
 // readOS reads the operating system's budgets (a variable so that tests
 // can count the readings and set the figures).
 var readOS = func() budget {
-	b := budget{avail: math.MaxInt64, from: "no limit"}
+	b := noBudget()
 	osBudgets("/", &b)
 	return b
 }
@@ -96,6 +96,9 @@ func osBudget(need int64) budget {
 	osReading.b, osReading.at = readOS(), time.Now()
 	return osReading.b
 }
+
+// noBudget is a budget before any is considered.
+func noBudget() budget { return budget{avail: math.MaxInt64, from: "no limit"} }
 
 // budget keeps the smallest of the budgets considered.
 type budget struct {
