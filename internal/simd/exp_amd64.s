@@ -119,15 +119,26 @@ GLOBL exp64Consts<>(SB), RODATA|NOPTR, $640
 #define VPTERNLOG VPTERNLOGD
 #define BCASTZ VBROADCASTSS
 
+// The seven coefficients stay in Z21..Z27 for the whole call rather than
+// being broadcast from memory by each of the polynomial's FMAs.
+#define POLYINIT \
+	VBROADCASTSS 224(SI), Z21; \
+	VBROADCASTSS 256(SI), Z22; \
+	VBROADCASTSS 288(SI), Z23; \
+	VBROADCASTSS 320(SI), Z24; \
+	VBROADCASTSS 352(SI), Z25; \
+	VBROADCASTSS 384(SI), Z26; \
+	VBROADCASTSS 416(SI), Z27
+
 #define POLYZ(r, p) \
-	VBROADCASTSS     224(SI), p; \
-	VFMADD213PS.BCST 256(SI), r, p; \
-	VFMADD213PS.BCST 288(SI), r, p; \
-	VFMADD213PS.BCST 320(SI), r, p; \
-	VFMADD213PS.BCST 352(SI), r, p; \
-	VFMADD213PS.BCST 384(SI), r, p; \
-	VFMADD213PS.BCST 416(SI), r, p; \
-	VFMADD213PS.BCST 416(SI), r, p
+	VMOVAPS     Z21, p; \
+	VFMADD213PS Z22, r, p; \
+	VFMADD213PS Z23, r, p; \
+	VFMADD213PS Z24, r, p; \
+	VFMADD213PS Z25, r, p; \
+	VFMADD213PS Z26, r, p; \
+	VFMADD213PS Z27, r, p; \
+	VFMADD213PS Z27, r, p
 
 #define HSUMZ \
 	VEXTRACTF64X4 $1, Z11, Y0; \
@@ -164,6 +175,7 @@ GLOBL exp64Consts<>(SB), RODATA|NOPTR, $640
 #undef MOVU
 #undef VPTERNLOG
 #undef BCASTZ
+#undef POLYINIT
 #undef POLYZ
 #undef HSUMZ
 
@@ -221,6 +233,10 @@ GLOBL exp64Consts<>(SB), RODATA|NOPTR, $640
 #define MOVU VMOVUPD
 #define VPTERNLOG VPTERNLOGQ
 #define BCASTZ VBROADCASTSD
+
+// Thirteen coefficients would not fit beside the working registers: each
+// FMA broadcasts its own from memory.
+#define POLYINIT
 
 #define POLYZ(r, p) \
 	VBROADCASTSD     224(SI), p; \
