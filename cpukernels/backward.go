@@ -543,6 +543,16 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 			simd.TransposeBits32(n, cols, sc.rowWords, blockCols, keepWords[r0:], blockRows)
 		}
 	}
+	if !cut && rows == blockRows && p.Softcap == 0 && tab == nil && bt == nil && dbt == nil && keepWords == nil {
+		// Plain attention's whole tiles: every key's rows are visible and
+		// its column of Pᵀ and dSᵀ runs on into the next key's, so the
+		// exponential and scale·dS take the tile in one pass each, rather
+		// than as cols passes of Br elements whose set-up cost as much as
+		// their work. Element by element these are the same operations.
+		ops.expShift(pt, 0)
+		scaledProduct(dst, pt, nil, scale)
+		return cut
+	}
 	for c := range cols {
 		ptc, dsc := pt[c*blockRows:c*blockRows+rows], dst[c*blockRows:c*blockRows+rows]
 		from, to := 0, rows
