@@ -417,30 +417,34 @@ func backwardScratchBytes[T kernels.Float](b *Backend, p kernels.Params) (int64,
 // place to the storage precision (so that D = rowsum(dO∘O) uses the dO the
 // products see), and so are q, k and v where the CUDA-core backward serves
 // the head dimension; rounding is idempotent, and the forward rounds the
-// same way.
+// same way. Where the tensor cores serve the backward, dO's rounding and D
+// are one pass (flash_bwd_dot_do_o_round); the CUDA-core backward keeps D
+// in the fma chain of its own dP (round.cuh says why).
 func enqueueBackward[T kernels.Float](b *Backend, p kernels.Params, buf bwdBuffers, stream cu.Stream) error {
 	elem := elemSize[T]()
 	ks, c, err := b.reg.backward(elem, p)
 	if err != nil {
 		return err
 	}
-	if elem == 4 && b.prec != FP32 {
-		type span struct {
-			ptr cu.DevicePtr
-			n   int
+	roundedOperands := elem == 4 && b.prec != FP32
+	if roundedOperands && !c.rounded {
+		if err := launchDotDoORound(b.reg.dotDoORound, p, buf, stream); err != nil {
+			return fmt.Errorf("cudakernels: backward launch: %w", err)
 		}
-		rounded := []span{{buf.do, p.QLen()}}
-		if c.rounded {
-			rounded = append(rounded, span{buf.q, p.QLen()}, span{buf.k, p.KLen()}, span{buf.v, p.KLen()})
-		}
-		for _, r := range rounded {
-			if err := launchRound(b.reg.round, r.ptr, r.n, stream); err != nil {
-				return fmt.Errorf("cudakernels: rounding launch: %w", err)
+	} else {
+		if roundedOperands {
+			for _, r := range []struct {
+				ptr cu.DevicePtr
+				n   int
+			}{{buf.do, p.QLen()}, {buf.q, p.QLen()}, {buf.k, p.KLen()}, {buf.v, p.KLen()}} {
+				if err := launchRound(b.reg.round, r.ptr, r.n, stream); err != nil {
+					return fmt.Errorf("cudakernels: rounding launch: %w", err)
+				}
 			}
 		}
-	}
-	if err := launchDotDoO(b.reg.dotDoO[elem], p, buf, stream); err != nil {
-		return fmt.Errorf("cudakernels: backward launch: %w", err)
+		if err := launchDotDoO(b.reg.dotDoO[elem], p, buf, stream); err != nil {
+			return fmt.Errorf("cudakernels: backward launch: %w", err)
+		}
 	}
 	if err := ks.launch(p, buf, stream); err != nil {
 		return fmt.Errorf("cudakernels: backward launch: %w", err)

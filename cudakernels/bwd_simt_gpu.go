@@ -79,6 +79,16 @@ func callerOperands(p kernels.Params, buf bwdBuffers) operands {
 	}
 }
 
+// launchDotDoORound enqueues flash_bwd_dot_do_o_round_*: dO rounded in
+// place and D = rowsum(dO∘O) into buf.delta in one pass, a warp per query
+// row.
+func launchDotDoORound(fn cu.Function, p kernels.Params, buf bwdBuffers, stream cu.Stream) error {
+	rows := int64(p.B) * int64(p.H) * int64(p.Nq)
+	const threads, rowsPerBlock = 256, 256 / 32
+	kp := newParams(p, callerOperands(p, buf))
+	return launch(fn, int((rows+rowsPerBlock-1)/rowsPerBlock), threads, 0, stream, &kp)
+}
+
 // launchDotDoO enqueues D = rowsum(dO∘O) into buf.delta (flash_bwd_dot_do_o:
 // one thread per query row), which every family's backward reads.
 func launchDotDoO(fn cu.Function, p kernels.Params, buf bwdBuffers, stream cu.Stream) error {

@@ -11,8 +11,10 @@
 #     (SANITIZE_RUN). Their float64 references keep the host's cores busy
 #     while the GPU is mostly idle, so they share it: about 320 s for all
 #     on the H200 (2026-12-04), where one after another takes over 900.
-#  2. op's TestGPUTrainingLeavesNoMemory alone: it reads the device's free
-#     memory, which other processes move.
+#  2. The tests that read the device's free memory, which other processes
+#     move, one at a time: cudakernels' TestDeviceMemoryStable (in phase 1
+#     it failed by the 48 MB the parallel suites moved, 2026-12-04) and
+#     op's TestGPUTrainingLeavesNoMemory.
 #
 # The logs go into OUTDIR/logs.tar.xz (the device tool brings back at most
 # 8 files) and a summary to stdout; the exit status is 1 if anything
@@ -54,7 +56,7 @@ for prec in FP32 TF32 BF16 FP16; do
 		-test.run "TestConformance$prec\$" &
 done
 run cudakernels-other "$root/cudakernels" "$limit" "$bins/cudakernels.test" -test.v "${short[@]}" \
-	-test.skip 'TestConformance(FP32|TF32|BF16|FP16)$' &
+	-test.skip 'TestConformance(FP32|TF32|BF16|FP16)$|TestDeviceMemoryStable' &
 run op-gpu "$root/op" "$limit" "$bins/op.test" -test.v "${short[@]}" -test.run GPU \
 	-test.skip TestGPUTrainingLeavesNoMemory &
 sanitize="${SANITIZE_RUN:-TestConformanceBF16/sm(80|90)/(golden|rows-without-keys)|TestHeadDims/(fp32|tf32|bf16)/B1H2_Nq70_Nk255_D(96|256)}"
@@ -63,6 +65,7 @@ for tool in memcheck racecheck; do
 		"$bins/cudakernels.test" -test.short -test.run "$sanitize" &
 done
 wait
+run cudakernels-memory "$root/cudakernels" 120 "$bins/cudakernels.test" -test.v -test.run TestDeviceMemoryStable
 run op-memory "$root/op" 120 "$bins/op.test" -test.v -test.run TestGPUTrainingLeavesNoMemory
 
 while read -r name _ rc; do

@@ -21,14 +21,20 @@ import (
 // chooses. A choice with c.full has the _full kernel (fnFull) alone: the
 // bias and dropout, with every other variant, in a launch shape of its own;
 // with c.drop too, the _drop kernel there: dropout without a bias, without
-// the bias tiles.
+// the bias tiles. The plain kernel's launch shape is plainThreads and
+// plainSmem: the warp-specialized kernel's where wgmmaWSBuilt, else the
+// choice's, which the others take.
 type wgmmaForward struct {
 	fn, fnVar, fnFull, toRows, toVt, toRowsLen, toVtLen cu.Function
 	c                                                   choice
+	plainThreads, plainSmem                             int
 }
 
 func loadWgmmaForward(mod cu.Module, c choice, maxSmem int) (*wgmmaForward, error) {
-	f := &wgmmaForward{c: c}
+	f := &wgmmaForward{c: c, plainThreads: c.threads, plainSmem: c.smem}
+	if !c.full && wgmmaWSBuilt(c.prec, c.dp) {
+		f.plainThreads, f.plainSmem = wgmmaWSThreads, wgmmaWSSmem(c.prec, c.dp)
+	}
 	var err error
 	if f.toRows, err = function(mod, "flash_to_image_rows_"+c.prec.String()); err != nil {
 		return nil, err
@@ -53,7 +59,7 @@ func loadWgmmaForward(mod cu.Module, c choice, maxSmem int) (*wgmmaForward, erro
 		}
 		return f, nil
 	}
-	if f.fn, err = lookup(mod, name, c.smem, maxSmem); err != nil {
+	if f.fn, err = lookup(mod, name, f.plainSmem, maxSmem); err != nil {
 		return nil, err
 	}
 	if f.fnVar, err = lookup(mod, name+"_var", c.smem, maxSmem); err != nil {
@@ -67,10 +73,15 @@ func loadWgmmaForward(mod cu.Module, c choice, maxSmem int) (*wgmmaForward, erro
 // reads the kernels' argument, not the chunk's kernels.Params, which no
 // longer holds the lengths and slopes (they live on the device).
 func pickVariant(kp *kernelParams, plain, withVariants cu.Function) cu.Function {
-	if kp.KvGroup == 1 && kp.MaskLeft < 0 && kp.QLens == 0 && kp.KLens == 0 && kp.Softcap == 0 && kp.Alibi == 0 {
+	if isPlain(kp) {
 		return plain
 	}
 	return withVariants
+}
+
+// isPlain reports whether the plain kernels compute kp's problem.
+func isPlain(kp *kernelParams) bool {
+	return kp.KvGroup == 1 && kp.MaskLeft < 0 && kp.QLens == 0 && kp.KLens == 0 && kp.Softcap == 0 && kp.Alibi == 0
 }
 
 // wgmmaFwdScratch is where the images go.
@@ -125,7 +136,10 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 	dp := int64(f.c.dp)
 	kp := newParams(p, operands{q: tensorAt{uint64(s.q), nqPad, dp}, k: tensorAt{uint64(s.k), nkPad, dp},
 		v: tensorAt{uint64(s.vt), nkPad, dp}, o: dense(buf.o, p.Nq, p.D), lse: uint64(buf.lse), vars: buf.vars})
-	fn := pickVariant(&kp, f.fn, f.fnVar)
+	fn, threads, smem := f.fnVar, f.c.threads, f.c.smem
+	if isPlain(&kp) {
+		fn, threads, smem = f.fn, f.plainThreads, f.plainSmem
+	}
 	if full := kp.Bias != 0 || kp.DropoutThreshold != 0; full != f.c.full {
 		// requestFor and the kernel's argument must agree on the bias and
 		// dropout: the launch shapes differ.
@@ -137,5 +151,5 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 		}
 		fn = f.fnFull
 	}
-	return launch(fn, grid, f.c.threads, f.c.smem, stream, &kp)
+	return launch(fn, grid, threads, smem, stream, &kp)
 }

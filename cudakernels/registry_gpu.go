@@ -49,6 +49,9 @@ type registry struct {
 	// round rounds float32 device memory in place to prec (TF32, BF16,
 	// FP16): dO always, and the operands of a rounded CUDA-core backward.
 	round cu.Function
+	// dotDoORound is D = rowsum(dO∘O) and dO's rounding to prec in one pass,
+	// for the backwards that do not run the CUDA cores on rounded operands.
+	dotDoORound cu.Function
 	// dec holds the decoding kernels (decode_gpu.go).
 	dec *decoder
 }
@@ -82,6 +85,9 @@ func loadRegistry(dev Capability, fam Family, prec Precision, tuned *TuneTable, 
 	}
 	if prec != FP32 {
 		if r.round, err = function(r.mod, "flash_round_"+prec.String()); err != nil {
+			return nil, err
+		}
+		if r.dotDoORound, err = function(r.mod, "flash_bwd_dot_do_o_round_"+prec.String()); err != nil {
 			return nil, err
 		}
 	}

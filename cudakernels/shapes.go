@@ -170,6 +170,28 @@ func wgmmaFwdSmem(prec Precision, dp int, biasTiles bool) int {
 	return smem
 }
 
+// The warp-specialized forward (csrc/fwd_wgmma_ws.cuh) is the plain kernel
+// of 16-bit operands at dp = 64 and 128: a producer warpgroup and two
+// consumer ones (kWsThreads), the same rows, key tile and images as the
+// two-warpgroup kernel, kWsStages stages of K and Vᵀ.
+const (
+	wgmmaWSThreads = 384
+	wgmmaWSStages  = 2
+)
+
+// wgmmaWSBuilt is ws_built: whether the plain forward of prec at dp is the
+// warp-specialized kernel.
+func wgmmaWSBuilt(prec Precision, dp int) bool {
+	return (prec == BF16 || prec == FP16) && (dp == 64 || dp == 128)
+}
+
+// wgmmaWSSmem is ws_smem_bytes: alignment slack, Q, the stages of K and
+// Vᵀ, 1 + 4·stages mbarriers.
+func wgmmaWSSmem(prec Precision, dp int) int {
+	eb, bk := elemBytes(prec), wgmmaFwdBK(prec, dp, false)
+	return 1024 + wgmmaRows*dp*eb + 2*wgmmaWSStages*bk*dp*eb + (1+4*wgmmaWSStages)*8
+}
+
 // The backward: blocks of two warpgroups (kBwdThreads) own kBwdBlock keys
 // (dK, dV) or queries (dQ), 64 per warpgroup; images are in tiles of
 // kBwdTile rows, padded to a multiple of kBwdPad rows.

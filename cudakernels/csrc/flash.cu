@@ -157,3 +157,15 @@ FLASH_ROUND(bf16, flash::mma::RoundBF16)
 FLASH_ROUND(fp16, flash::mma::RoundFP16)
 FLASH_ROUND(tf32, flash::mma::TF32)
 
+// dO rounded and D = rowsum(dO∘O) in one pass (round.cuh), a warp per row;
+// bwd_simt_gpu.go launches 256 threads, 8 rows, a block.
+#define FLASH_DOT_DO_O_ROUND(NAME, R)                                                  \
+  extern "C" __global__ void __launch_bounds__(256)                                    \
+      flash_bwd_dot_do_o_round_##NAME(const __grid_constant__ flash::Params p) {       \
+    flash::mma::dot_do_o_round<R>(p);                                                  \
+  }
+
+FLASH_DOT_DO_O_ROUND(bf16, flash::mma::RoundBF16)
+FLASH_DOT_DO_O_ROUND(fp16, flash::mma::RoundFP16)
+FLASH_DOT_DO_O_ROUND(tf32, flash::mma::TF32)
+

@@ -6,6 +6,7 @@
 #include "params.cuh"
 #include "bwd_wgmma.cuh"
 #include "fwd_wgmma.cuh"
+#include "fwd_wgmma_ws.cuh"
 
 // The forward: kFwdThreads threads, kFwdRows query rows per block
 // (blockIdx.x = (b·H + h) · tiles + tile), fwd_smem_bytes of dynamic shared
@@ -15,21 +16,31 @@
 // lengths, left window bound or score modifier; it traps on those) and _var
 // (every variant of Params; sm90_variants.cuh), which the host launches
 // when the problem is not plain, so that the plain kernels keep their code.
+// Where ws_built, the plain kernel is the warp-specialized one
+// (fwd_wgmma_ws.cuh: kWsThreads threads, ws_smem_bytes, same grid).
+#define FLASH_FWD_WGMMA_VAR(NAME, E, DP)                                                            \
+  extern "C" __global__ void __launch_bounds__(flash::sm90::kFwdThreads, 1)                        \
+      flash_fwd_wgmma_##NAME##_d##DP##_var(const __grid_constant__ flash::Params p) {              \
+    flash::sm90::fwd_rowblock<flash::mma::E, DP, true>(p);                                         \
+  }
 #define FLASH_FWD_WGMMA(NAME, E, DP)                                                                \
   extern "C" __global__ void __launch_bounds__(flash::sm90::kFwdThreads, 1)                        \
       flash_fwd_wgmma_##NAME##_d##DP(const __grid_constant__ flash::Params p) {                    \
     flash::sm90::fwd_rowblock<flash::mma::E, DP, false>(p);                                        \
   }                                                                                                \
-  extern "C" __global__ void __launch_bounds__(flash::sm90::kFwdThreads, 1)                        \
-      flash_fwd_wgmma_##NAME##_d##DP##_var(const __grid_constant__ flash::Params p) {              \
-    flash::sm90::fwd_rowblock<flash::mma::E, DP, true>(p);                                         \
-  }
+  FLASH_FWD_WGMMA_VAR(NAME, E, DP)
+#define FLASH_FWD_WGMMA_WS(NAME, E, DP)                                                             \
+  extern "C" __global__ void __launch_bounds__(flash::sm90::kWsThreads, 1)                         \
+      flash_fwd_wgmma_##NAME##_d##DP(const __grid_constant__ flash::Params p) {                    \
+    flash::sm90::fwd_ws<flash::mma::E, DP>(p);                                                     \
+  }                                                                                                \
+  FLASH_FWD_WGMMA_VAR(NAME, E, DP)
 
-FLASH_FWD_WGMMA(bf16, BF16, 64)
-FLASH_FWD_WGMMA(bf16, BF16, 128)
+FLASH_FWD_WGMMA_WS(bf16, BF16, 64)
+FLASH_FWD_WGMMA_WS(bf16, BF16, 128)
 FLASH_FWD_WGMMA(bf16, BF16, 256)
-FLASH_FWD_WGMMA(fp16, FP16, 64)
-FLASH_FWD_WGMMA(fp16, FP16, 128)
+FLASH_FWD_WGMMA_WS(fp16, FP16, 64)
+FLASH_FWD_WGMMA_WS(fp16, FP16, 128)
 FLASH_FWD_WGMMA(fp16, FP16, 256)
 FLASH_FWD_WGMMA(tf32, TF32, 64)
 FLASH_FWD_WGMMA(tf32, TF32, 128)

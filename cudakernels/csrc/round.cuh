@@ -10,6 +10,8 @@
 // fma chain).
 #pragma once
 #include "mma.cuh"
+#include "params.cuh"
+#include "variants.cuh"
 
 namespace flash {
 namespace mma {
@@ -29,6 +31,65 @@ template <typename R>
 __device__ void round_inplace(float* __restrict__ x, long long n) {
   const long long stride = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) x[i] = R::round(x[i]);
+}
+
+// dot_do_o_round is the tensor-core precisions' D = rowsum(dO∘O) − dLSE
+// and their storage rounding of dO in one pass over the rows: dO is read
+// once, rounded to R and written back (the rounding pass it replaces read
+// and wrote it once more), and D sums the rounded dO times O, as the
+// products of the backward see them. One warp per row, its lanes reading
+// 16-byte pieces where the row allows (else one element each) and summing
+// through a fixed butterfly of shuffles, so that D is the same on every
+// run, though not in the fma chain's order of simt::dot_do_o: that order
+// matters where the CUDA-core backward computes dP = dO·V with the same
+// chain (a row that sees one key: dP − D = 0 exactly), which is why that
+// backward keeps the two passes. Every row of dO is rounded, padding
+// included, as before; padding rows get D = 0.
+template <typename R>
+__device__ void dot_do_o_round(const Params& p) {
+  const long long rows = p.b * p.h * p.nq;
+  const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;  // whole warps: blockDim.x is a multiple of 32
+  const int dim = static_cast<int>(p.dim);
+  const unsigned nq = static_cast<unsigned>(p.nq);
+  const unsigned bh = static_cast<unsigned>(row) / nq, i = static_cast<unsigned>(row) - bh * nq;
+  // Params carries dO as an input; here it is the backward's own device
+  // copy, which the rounding pass it replaces overwrote in place too.
+  float* dout = head_of(const_cast<float*>(static_cast<const float*>(p.dout)), bh, p.h, p.dout_batch_stride,
+                        p.dout_head_stride) +
+                i * p.dout_row_stride;
+  const float* o =
+      head_of(static_cast<const float*>(p.o), bh, p.h, p.o_batch_stride, p.o_head_stride) + i * p.o_row_stride;
+  const bool real = i < seq_mask(p, bh).lq;
+  float acc = 0.f;
+  const bool vec = dim % 4 == 0 && (reinterpret_cast<uintptr_t>(dout) | reinterpret_cast<uintptr_t>(o)) % 16 == 0;
+  if (vec) {
+    for (int d = 4 * lane; d < dim; d += 4 * 32) {
+      float4 x = *reinterpret_cast<const float4*>(dout + d);
+      x = make_float4(R::round(x.x), R::round(x.y), R::round(x.z), R::round(x.w));
+      *reinterpret_cast<float4*>(dout + d) = x;
+      if (real) {
+        const float4 y = __ldg(reinterpret_cast<const float4*>(o + d));
+        acc = fmaf(x.x, y.x, acc);
+        acc = fmaf(x.y, y.y, acc);
+        acc = fmaf(x.z, y.z, acc);
+        acc = fmaf(x.w, y.w, acc);
+      }
+    }
+  } else {
+    for (int d = lane; d < dim; d += 32) {
+      const float x = R::round(dout[d]);
+      dout[d] = x;
+      if (real) acc = fmaf(x, __ldg(o + d), acc);
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) {
+    if (real && p.dlse != nullptr) acc -= static_cast<const float*>(p.dlse)[row];
+    static_cast<float*>(p.delta)[row] = real ? acc : 0.f;
+  }
 }
 
 }  // namespace mma
