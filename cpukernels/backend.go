@@ -98,10 +98,14 @@ func parallelFor(workers, units int, body func(worker, unit int)) {
 
 // mathOps binds the simd inner loops for one element type.
 type mathOps[T kernels.Float] struct {
-	gemm     func(m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int)
-	expShift func(x []T, shift T) T
-	max      func(x []T) T
-	scale    func(x []T, a T)
+	gemm func(m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int)
+	// gemmStore is C = A·B with the bits of gemm on a cleared C, without
+	// reading C (simd.GemmNNStore32): the score tiles, which no longer
+	// need clearing first.
+	gemmStore func(m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int)
+	expShift  func(x []T, shift T) T
+	max       func(x []T) T
+	scale     func(x []T, a T)
 	// gemmNT is C += A·Bᵀ (simd.GemmNT32), set only where it has a vector
 	// path, float32 on AVX-512: elsewhere the decode's score product stays
 	// the GEMM.
@@ -112,13 +116,13 @@ func opsFor[T kernels.Float]() mathOps[T] {
 	var zero T
 	switch any(zero).(type) {
 	case float32:
-		ops := mathOps[float32]{gemm: simd.GemmNN32, expShift: simd.ExpShift32, max: simd.Max32, scale: simd.Scale32}
+		ops := mathOps[float32]{gemm: simd.GemmNN32, gemmStore: simd.GemmNNStore32, expShift: simd.ExpShift32, max: simd.Max32, scale: simd.Scale32}
 		if simd.GemmNTFast() {
 			ops.gemmNT = simd.GemmNT32
 		}
 		return any(ops).(mathOps[T])
 	default:
-		return any(mathOps[float64]{gemm: simd.GemmNN64, expShift: simd.ExpShift64, max: simd.Max64, scale: simd.Scale64}).(mathOps[T])
+		return any(mathOps[float64]{gemm: simd.GemmNN64, gemmStore: simd.GemmNNStore64, expShift: simd.ExpShift64, max: simd.Max64, scale: simd.Scale64}).(mathOps[T])
 	}
 }
 

@@ -477,28 +477,31 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 	qsT := qh.qsT[row0*da : (row0+rows)*da]
 	doT := qh.doT[row0*da : (row0+rows)*da]
 	pt, dst := sc.pt[:cols*blockRows], sc.dst[:cols*blockRows]
-	// Without a softcap the bias (transposed) is where the scores' GEMM
-	// starts, which adds it for free: bias + (Sᵀ − LSE), the products
-	// summed first. A softcap needs the bare scores, so its bias goes
-	// through bt below. Only the first rows of each key's row are read.
-	preload := qh.bias != nil && p.Softcap == 0
-	if !preload || rows < blockRows {
-		clear(pt)
-	}
-	if preload {
-		transposeTile(rows, cols, qh.bias[row0*p.Nk+col0:], p.Nk, pt, blockRows)
-	}
-	clear(dst)
 	// The masks cut the tile unless every key is seen by all its rows; the
 	// bounds grow with the key, so the last key's first row and the first
 	// key's end decide it, once per tile rather than once per key. An uncut
 	// tile (every tile without a mask) clamps no key's range.
 	cut := sc.qlo[cols-1] > row0 || sc.qhi[0] < row0+rows
+	panels := cut && windowPanels(p)
+	// Without a softcap the bias (transposed) is where the scores' GEMM
+	// starts, which adds it for free: bias + (Sᵀ − LSE), the products
+	// summed first. A softcap needs the bare scores, so its bias goes
+	// through bt below. Only the first rows of each key's row are read.
+	// Otherwise the whole tile's GEMMs set pt and dst (gemmStore), and only
+	// the panels, which add into parts of them, need them cleared.
+	preload := qh.bias != nil && p.Softcap == 0
+	if preload && rows < blockRows || !preload && panels {
+		clear(pt)
+	}
+	if preload {
+		transposeTile(rows, cols, qh.bias[row0*p.Nk+col0:], p.Nk, pt, blockRows)
+	}
 	// Sᵀ − LSE (Sᵀ with a softcap) and dPᵀ − D (dP̃ᵀ with dropout), one row
 	// per key. A tile that a window cuts is computed by panels of keys,
 	// each over the rows it sees (see keyPanelRows); the entries left out
 	// are hidden pairs, set to 0 below.
-	if cut && windowPanels(p) {
+	if panels {
+		clear(dst)
 		for c0 := 0; c0 < cols; c0 += windowPanelBackward {
 			n := min(windowPanelBackward, cols-c0)
 			if f, t := keyPanelRows(sc, row0, rows, c0, n); t > f {
@@ -507,8 +510,12 @@ func backwardTile[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *ke
 			}
 		}
 	} else {
-		ops.gemm(cols, rows, da, sc.ka, da, qsT, rows, pt, blockRows)
-		ops.gemm(cols, rows, da, sc.va, da, doT, rows, dst, blockRows)
+		scores := ops.gemmStore
+		if preload {
+			scores = ops.gemm
+		}
+		scores(cols, rows, da, sc.ka, da, qsT, rows, pt, blockRows)
+		ops.gemmStore(cols, rows, da, sc.va, da, doT, rows, dst, blockRows)
 	}
 	// Key col0+c, row row0+r reads the ALiBi term tab[r + cols−1−c]: its
 	// a − j is Aligned(row0+r) − (col0+c).

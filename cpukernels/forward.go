@@ -222,20 +222,20 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p *
 		s := sc.s[:rows*span]
 		// Without a softcap, which needs the bare scores, the GEMM starts
 		// from the bias and so adds it for free: bias + S, the products
-		// summed first.
+		// summed first. Otherwise it sets the tile, which it covers.
 		preload := bias != nil && p.Softcap == 0
-		for r := range rows {
-			if preload {
+		product := ops.gemmStore
+		if preload {
+			product = ops.gemm
+			for r := range rows {
 				copy(s[r*span:r*span+cols], bias[r*p.Nk+c0:])
-			} else {
-				clear(s[r*span : r*span+cols])
 			}
 		}
 		// S = (scale·Q)·Kᵀ, one product per key block of Kᵀ (D×w each, its
 		// own row stride).
 		for kb := col0; kb < end; kb += blockCols {
 			from := max(kb, c0)
-			ops.gemm(rows, min(kb+blockCols, end)-from, d, sc.qs, d, kt[kb*d+from-kb:], min(blockCols, p.Nk-kb), s[from-c0:], span)
+			product(rows, min(kb+blockCols, end)-from, d, sc.qs, d, kt[kb*d+from-kb:], min(blockCols, p.Nk-kb), s[from-c0:], span)
 		}
 		// Row r, key c0+x reads the ALiBi term tab[x + rows−1−r]: its
 		// a − j is Aligned(row0+r) − (c0+x).

@@ -22,6 +22,32 @@ func GemmNN32(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float
 	}
 }
 
+// GemmNNStore32 sets C = A·B: each element of the m×n window of C becomes
+// exactly what GemmNN32 leaves there when the window starts at zero, and
+// C is never read, so the caller need not clear it. The attention kernels'
+// score tiles start this way; on AVX-512 it saves the pass that cleared
+// them and the GEMM's reads of the zeros. It panics as GemmNN32 does.
+func GemmNNStore32(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	if checkGemm(m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
+		gemmStore32(m, n, k, a, lda, b, ldb, c, ldc)
+	}
+}
+
+// GemmNNStore64 is GemmNNStore32 for float64.
+func GemmNNStore64(m, n, k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int) {
+	if checkGemm(m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {
+		gemmStore64(m, n, k, a, lda, b, ldb, c, ldc)
+	}
+}
+
+// clearWindow zeroes the m×n window of c (row stride ldc): GemmNNStore's
+// path where no kernel stores without reading C.
+func clearWindow[T float32 | float64](m, n int, c []T, ldc int) {
+	for i := range m {
+		clear(c[i*ldc : i*ldc+n])
+	}
+}
+
 // GemmNN64 is GemmNN32 for float64.
 func GemmNN64(m, n, k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int) {
 	if checkGemm(m, n, k, len(a), lda, len(b), ldb, len(c), ldc) {

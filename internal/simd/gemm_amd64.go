@@ -37,6 +37,17 @@ func gemmKernel32AVX512(mr, n, k int, a *float32, lda int, b *float32, ldb int, 
 //go:noescape
 func gemmKernel64AVX512(mr, n, k int, a *float64, lda int, b *float64, ldb int, c *float64, ldc int)
 
+// gemmKernel32AVX512Store is gemmKernel32AVX512 setting C to the tile
+// (plus +0, so the same bits as adding it to zeros) without reading C.
+//
+//go:noescape
+func gemmKernel32AVX512Store(mr, n, k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int)
+
+// gemmKernel64AVX512Store is gemmKernel32AVX512Store for float64.
+//
+//go:noescape
+func gemmKernel64AVX512Store(mr, n, k int, a *float64, lda int, b *float64, ldb int, c *float64, ldc int)
+
 func gemm32(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 	switch {
 	case hasAVX512:
@@ -131,4 +142,25 @@ func gemm32AVX512(m, n, k int, a []float32, lda int, b []float32, ldb int, c []f
 
 func gemm64AVX512(m, n, k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int) {
 	gemmDrive(gemmKernel64AVX512, mrAVX512, 16, m, n, k, a, lda, b, ldb, c, ldc)
+}
+
+// gemmStore32 is GemmNNStore32's driver: the Store kernel on AVX-512, except
+// where gemm32AVX512 takes the wide kernel (few rows), which has no Store
+// form; elsewhere C's window is cleared and added to.
+func gemmStore32(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	if hasAVX512 && (m > wideRows || n < 64 || k*n*4 > bSweepMax) {
+		gemmDrive(gemmKernel32AVX512Store, mrAVX512, 32, m, n, k, a, lda, b, ldb, c, ldc)
+		return
+	}
+	clearWindow(m, n, c, ldc)
+	gemm32(m, n, k, a, lda, b, ldb, c, ldc)
+}
+
+func gemmStore64(m, n, k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int) {
+	if hasAVX512 {
+		gemmDrive(gemmKernel64AVX512Store, mrAVX512, 16, m, n, k, a, lda, b, ldb, c, ldc)
+		return
+	}
+	clearWindow(m, n, c, ldc)
+	gemm64(m, n, k, a, lda, b, ldb, c, ldc)
 }

@@ -16,6 +16,10 @@
 // the 8×2 zmm tile, Z16/Z17 the current row of B and Z18..Z25 the broadcast
 // elements of A (one register per row, so that the renamer is never short).
 //
+// With STOREC defined the kernel sets C to the tile plus +0 and never reads
+// C: the same bits as adding the tile to a cleared C (a sum of products
+// that underflow below zero is −0, and −0 + +0 is +0).
+//
 // Rows beyond mr re-read the last valid row of A (their pointers are
 // clamped), so the loop needs no per-row branch; their results are dropped
 // when C is updated.
@@ -129,14 +133,30 @@
 	VPXORD Z14, Z14, Z14; \
 	VPXORD Z15, Z15, Z15
 
-// UPDATE adds one tile row to C at (BX).
+// UPDATE adds one tile row to C at (BX); with STOREC it stores the row
+// plus Z26 = +0 there instead, without reading C.
+#ifdef STOREC
+#define UPDATE(lo, hi) \
+	VADD    Z26, lo, lo; \
+	VMOVUPS lo, (BX); \
+	VADD    Z26, hi, hi; \
+	VMOVUPS hi, 64(BX)
+#else
 #define UPDATE(lo, hi) \
 	VADD    (BX), lo, lo; \
 	VMOVUPS lo, (BX); \
 	VADD    64(BX), hi, hi; \
 	VMOVUPS hi, 64(BX)
+#endif
 
 // MUPDATE is UPDATE under K1 and K2 (Z16 is scratch).
+#ifdef STOREC
+#define MUPDATE(lo, hi) \
+	VADD Z26, lo, lo; \
+	MOVU lo, K1, (BX); \
+	VADD Z26, hi, hi; \
+	MOVU hi, K2, 64(BX)
+#else
 #define MUPDATE(lo, hi) \
 	MOVU.Z (BX), K1, Z16; \
 	VADD   Z16, lo, lo; \
@@ -144,12 +164,19 @@
 	MOVU.Z 64(BX), K2, Z16; \
 	VADD   Z16, hi, hi; \
 	MOVU   hi, K2, 64(BX)
+#endif
 
 // HUPDATE is MUPDATE for the half block (hi is unused).
+#ifdef STOREC
+#define HUPDATE(lo, hi) \
+	VADD Z26, lo, lo; \
+	MOVU lo, K1, (BX)
+#else
 #define HUPDATE(lo, hi) \
 	MOVU.Z (BX), K1, Z16; \
 	VADD   Z16, lo, lo; \
 	MOVU   lo, K1, (BX)
+#endif
 
 // ROWS applies U (UPDATE or MUPDATE) to the first mr tile rows, then falls
 // through or jumps to next.
@@ -186,6 +213,9 @@
 	U(Z14, Z15)
 
 TEXT NAME(SB), NOSPLIT, $24-72
+#ifdef STOREC
+	VPXORD Z26, Z26, Z26
+#endif
 	// Row pointers of A: row i is a + min(i, mr-1)·lda.
 	MOVQ    mr+0(FP), AX
 	MOVQ    lda+32(FP), BX

@@ -181,6 +181,63 @@ func testAddsCAfterTheSum[T float32 | float64](t *testing.T, impls []gemmImpl[T]
 	}
 }
 
+// gemmStoreImpl is a path of GemmNNStore and the GemmNN path whose bits
+// it must give on a cleared C.
+type gemmStoreImpl[T float32 | float64] struct {
+	name       string
+	store, add func(m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int)
+}
+
+func TestGemmNNStore(t *testing.T) {
+	testGemmStore(t, gemmStore32Impls(), 1e-30)
+	testGemmStore(t, gemmStore64Impls(), 1e-200)
+}
+
+// testGemmStore checks that each store path writes, over a window of NaN
+// (C must not be read), the bits that its add path leaves in a window of
+// zeros, and nothing outside the window; tiny is small enough that
+// tiny·(−tiny) underflows, so that the last case's sums are −0, which the
+// add path turns into +0.
+func testGemmStore[T float32 | float64](t *testing.T, impls []gemmStoreImpl[T], tiny float64) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	const guard = 37
+	nan := T(math.NaN())
+	cases := append(gemmCases(), gemmCase{9, 37, 3, 3, 37, 40})
+	for _, impl := range impls {
+		t.Run(fmt.Sprintf("%s/%T", impl.name, nan), func(t *testing.T) {
+			for ci, tc := range cases {
+				m, n, k := tc.m, tc.n, tc.k
+				if m == 0 || n == 0 || k == 0 {
+					continue
+				}
+				a := randSlice[T](rng, (m-1)*tc.lda+k)
+				b := randSlice[T](rng, (k-1)*tc.ldb+n)
+				if ci == len(cases)-1 {
+					for i := range a {
+						a[i] = T(tiny)
+					}
+					for i := range b {
+						b[i] = T(-tiny)
+					}
+				}
+				got := make([]T, (m-1)*tc.ldc+n+guard)
+				want := make([]T, len(got))
+				for i := range got {
+					got[i], want[i] = sentinel, sentinel
+					if i < len(got)-guard && i%tc.ldc < n {
+						got[i], want[i] = nan, 0
+					}
+				}
+				impl.store(m, n, k, a, tc.lda, b, tc.ldb, got, tc.ldc)
+				impl.add(m, n, k, a, tc.lda, b, tc.ldb, want, tc.ldc)
+				if !sameBits(got, want) {
+					t.Fatalf("m=%d n=%d k=%d lda=%d ldb=%d ldc=%d: C differs from the sum added to zeros", m, n, k, tc.lda, tc.ldb, tc.ldc)
+				}
+			}
+		})
+	}
+}
+
 // TestGemmDispatch checks the exported functions (whatever path they pick)
 // on one shape and their argument checks.
 func TestGemmDispatch(t *testing.T) {

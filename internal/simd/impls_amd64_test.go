@@ -27,6 +27,27 @@ func gemm64Impls() []gemmImpl[float64] {
 	return impls
 }
 
+// gemmStore32Impls pairs each path that sets C (GemmNNStore32) with the
+// path that adds into it whose bits it must give on a cleared C; the
+// exported pair runs whatever this CPU dispatches to.
+func gemmStore32Impls() []gemmStoreImpl[float32] {
+	impls := []gemmStoreImpl[float32]{{"dispatch", gemmStore32, gemm32}}
+	if hasAVX512 {
+		// Every row count, the few rows that the dispatch sends to the
+		// wide kernel included.
+		impls = append(impls, gemmStoreImpl[float32]{"avx512", func(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+			gemmDrive(gemmKernel32AVX512Store, mrAVX512, 32, m, n, k, a, lda, b, ldb, c, ldc)
+		}, func(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+			gemmDrive(gemmKernel32AVX512, mrAVX512, 32, m, n, k, a, lda, b, ldb, c, ldc)
+		}})
+	}
+	return impls
+}
+
+func gemmStore64Impls() []gemmStoreImpl[float64] {
+	return []gemmStoreImpl[float64]{{"dispatch", gemmStore64, gemm64}}
+}
+
 func exp32Impls() []expImpl[float32] {
 	impls := []expImpl[float32]{{"generic", expShiftGeneric[float32]}}
 	if hasAVX2 {

@@ -10,6 +10,14 @@ func gemm64Impls() []gemmImpl[float64] {
 	return []gemmImpl[float64]{{"generic", gemmNNGeneric[float64]}}
 }
 
+func gemmStore32Impls() []gemmStoreImpl[float32] {
+	return []gemmStoreImpl[float32]{{"dispatch", gemmStore32, gemm32}}
+}
+
+func gemmStore64Impls() []gemmStoreImpl[float64] {
+	return []gemmStoreImpl[float64]{{"dispatch", gemmStore64, gemm64}}
+}
+
 func exp32Impls() []expImpl[float32] {
 	return []expImpl[float32]{{"generic", expShiftGeneric[float32]}}
 }
