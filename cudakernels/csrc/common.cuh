@@ -161,6 +161,16 @@ __device__ __forceinline__ void finish_row(const Params& p, long long bh, long l
   if (t == 0) lse[bh * nq + row] = any_key ? (m + log2f(l)) * 0.6931471805599453f : Math<float>::inf();
 }
 
+// ex2_ftz is 2^x by the hardware's approximation with results below 2^−126
+// flushed to zero: a probability that small is far below what its 16-bit
+// rounding for P·V keeps, and exp2f's care for subnormal results costs a
+// compare and two predicated multiplications per score.
+__device__ __forceinline__ float ex2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // require_launch traps when the host launched a kernel with another block size
 // or less dynamic shared memory than the kernel's layout needs. The host
 // computes both from the same formulas (select.go); a mismatch is a bug that

@@ -826,16 +826,6 @@ struct TensorOf<__half> {
   using E = mma::FP16;
 };
 
-// ex2_ftz is 2^x by the hardware's approximation with results below 2^−126
-// flushed to zero: a probability that small is far below what its 16-bit
-// rounding for P·V keeps, and exp2f's care for subnormal results cost four
-// instructions per score.
-__device__ __forceinline__ float ex2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // tc_body computes a unit of up to kTensorRows rows on tensor cores, for
 // keys and values stored in 16 bits: S = Q·Kᵀ and O += P·V as the flash
 // forward computes them (fwd_mma.cuh), a chunk of 16 keys being one n16
