@@ -180,8 +180,9 @@
 // points); for the Hopper family, sm90.cuh (wgmma, descriptors, mbarriers,
 // bulk copies, the tile-image layout and the conversions into it),
 // sm90_variants.cuh (the attention variants in its kernels), fwd_wgmma.cuh
-// (forward), bwd_wgmma.cuh (backward) and hopper.cu (its entry points,
-// compiled for compute_90a alone).
+// (forward), fwd_wgmma_ws.cuh (the warp-specialized plain forward),
+// bwd_wgmma.cuh (backward) and hopper.cu (its entry points, compiled for
+// compute_90a alone).
 //
 // The tensor-core forward is one kernel template over an operand type
 // (mma.cuh: BF16, FP16, TF32), which gives the storage element, the k of
@@ -203,8 +204,10 @@
 // operand of O += P·V. Key tiles past the block's last visible key are
 // skipped under the causal mask.
 //
-// The tensor-core backward (BF16, FP16) computes D = rowsum(dO∘O), converts
-// Q, K, V and dO to 16 bits, then runs two kernels. dK/dV: one block per 64
+// The tensor-core backward (BF16, FP16) rounds dO to the operand type and
+// computes D = rowsum(dO∘O) from the rounded values in one coalesced pass
+// (a warp per row), converts Q, K, V and dO to 16 bits, then runs two
+// kernels. dK/dV: one block per 64
 // keys (16 per warp) loops over query tiles of 64 from the first query that
 // sees its keys, computing Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ transposed, so that Pᵀ
 // and dSᵀ go from accumulators straight into the A operands of dV += Pᵀ·dO
@@ -228,7 +231,12 @@
 // a descriptor. Forward: blocks of two warpgroups (64 query rows each),
 // key tiles of 128 (64 for TF32 and D = 256) in two stages with full and
 // empty mbarriers; S = Q·Kᵀ with both operands in shared memory, the online
-// softmax on the accumulators, O += P·V with P from registers. Backward: the
+// softmax on the accumulators, O += P·V with P from registers. The plain
+// BF16 and FP16 forward at padded D = 64 and 128 is warp-specialized
+// instead (fwd_wgmma_ws.cuh, 384 threads): a producer warpgroup issues the
+// copies and gives its registers to two consumer warpgroups (setmaxnreg),
+// each of which issues the next S = Q·Kᵀ with the last tile's P·V and runs
+// its softmax while P·V runs. Backward: the
 // same two deterministic kernels as the mma.sync family (dK and dV per 128
 // keys, dQ per 128 queries), each GEMM a wgmma; every thread arrives on the
 // empty barriers, because an mbarrier arrive releases only the arriving
