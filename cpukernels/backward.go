@@ -99,7 +99,10 @@ type backwardScratch[T kernels.Float] struct {
 	kt     []T // D×Bc: K_jᵀ
 	pt     []T // Bc×Br: Sᵀ − LSE, then Pᵀ
 	dst    []T // Bc×Br: dPᵀ − D, then scale·dSᵀ
-	dk, dv []T // Bc×D: accumulators for the key block
+	// Bc×D: the key block's rows of dK and dV, where its tiles add them
+	// up: views of the outputs (backwardKeyBlock), not scratch, so that no
+	// copy out follows the block.
+	dk, dv []T
 	tab    []T // Br+Bc: the tile's ALiBi terms (alibiTable); nil without ALiBi
 	grad   []T // Br: the softcap's derivative along one key's rows; nil without a softcap
 	// Dropout's Philox words of one tile by keys (Bc×Br: key c's rows at
@@ -128,7 +131,7 @@ func backwardScratchLen(d int) int {
 	// The dropout words counted as (Br + 8)·Bc elements (4 bytes each, as
 	// a float32 call's); four Bc×Br tiles: pt, dst, and a bias's bt and
 	// dbt.
-	return 2*blockCols*(d+1) + d*blockCols + 4*blockCols*blockRows + 2*blockCols*d + 2*blockRows + blockCols + (blockRows+8)*blockCols
+	return 2*blockCols*(d+1) + d*blockCols + 4*blockCols*blockRows + 2*blockRows + blockCols + (blockRows+8)*blockCols
 }
 
 func newBackwardScratch[T kernels.Float](p kernels.Params) *backwardScratch[T] {
@@ -137,7 +140,6 @@ func newBackwardScratch[T kernels.Float](p kernels.Params) *backwardScratch[T] {
 		ka: make([]T, blockCols*(d+1)), va: make([]T, blockCols*(d+1)),
 		kt: make([]T, d*blockCols),
 		pt: make([]T, blockCols*blockRows), dst: make([]T, blockCols*blockRows),
-		dk: make([]T, blockCols*d), dv: make([]T, blockCols*d),
 	}
 	sc.qhs = sc.one[:]
 	if group := p.H / p.KVHeads(); group > 1 {
@@ -414,8 +416,9 @@ func backwardKeyBlock[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p
 		sc.ka[c*da+d], sc.va[c*da+d] = 1, vOne
 	}
 	transpose(cols, d, t.k[col0*d:], d, sc.kt, blockCols)
-	clear(sc.dk[:cols*d])
-	clear(sc.dv[:cols*d])
+	sc.dk, sc.dv = t.dk[col0*d:(col0+cols)*d], t.dv[col0*d:(col0+cols)*d]
+	clear(sc.dk)
+	clear(sc.dv)
 	keysFinite := -1 // unknown until a masked tile asks
 
 	firstRow, endRow := unitRanges(mask, false, col0, cols, p.Nq, sc.qlo[:], sc.qhi[:])
@@ -443,7 +446,10 @@ func backwardKeyBlock[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p
 			if cut {
 				if keysFinite < 0 {
 					keysFinite = 0
-					if allFinite(t.k[col0*d : (col0+cols)*d]) {
+					// From the copy in ka (whose column of ones is
+					// finite): the block's rows of K as read above, even
+					// where a caller's dK shares their memory.
+					if allFinite(sc.ka[:cols*da]) {
 						keysFinite = 1
 					}
 				}
@@ -463,8 +469,6 @@ func backwardKeyBlock[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p
 			backwardProducts(ops, sc, p, row0, rows, cols, qh)
 		}
 	}
-	copy(t.dk[col0*d:(col0+cols)*d], sc.dk[:cols*d])
-	copy(t.dv[col0*d:(col0+cols)*d], sc.dv[:cols*d])
 }
 
 // backwardTile recomputes Pᵀ and scale·dSᵀ of one tile (keys [col0,

@@ -108,8 +108,8 @@
 //
 // D_i = rowsum(dO∘O) first, packed with (scale·Q)ᵀ and dOᵀ per query block.
 // Then one work unit is a chunk of key blocks of one (batch, head): for each
-// key block it keeps dK_j and dV_j in local accumulators and loops over the
-// query blocks that can see it, recomputing P = exp(S − LSE) and
+// key block it adds up dK_j and dV_j in place in the outputs and loops over
+// the query blocks that can see it, recomputing P = exp(S − LSE) and
 //
 //	dV_j += Pᵀ·dO_i,  dP = dO_i·V_jᵀ,  dS = P∘(dP − D_i),
 //	dK_j += scale·dSᵀ·Q_i,  dQ_i += scale·dS·K_j.
