@@ -234,6 +234,11 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 	ops := opsFor[T]()
 	masks := entryMasks(p)
 	biasData, dbias := kernels.BiasData[T](p.Bias), kernels.BiasGrad[T](p.Bias)
+	// Without a mask every key block's tiles cover all of its query
+	// blocks whole, so the first key block of each chunk sets its dQᵀ
+	// part (gemmStore, the bits of adding into zeros) and no part is
+	// cleared first.
+	unmasked := !p.Causal && !p.Window.On && p.QLens == nil && p.KLens == nil
 	parallelFor(workers, heads*qBlocks, func(_, unit int) {
 		bh, qb := unit/qBlocks, unit%qBlocks
 		mask := &masks[bh/p.H]
@@ -246,7 +251,7 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 			return
 		}
 		for c, part := range dqT {
-			if qb0, qb1 := chunkRowBlocks(mask, c, perChunk, p.Nk); qb0 <= qb && qb < qb1 {
+			if qb0, qb1 := chunkRowBlocks(mask, c, perChunk, p.Nk); qb0 <= qb && qb < qb1 && !unmasked {
 				clear(part[at : at+rows*d])
 			}
 		}
@@ -328,7 +333,7 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 			}
 			mask := &masks[kvh/p.KVHeads()]
 			for kb := c * perChunk; kb < min(kBlocks, (c+1)*perChunk); kb++ {
-				backwardKeyBlock(ops, scratch[w], &p, mask, kb*blockCols, kh, qhs)
+				backwardKeyBlock(ops, scratch[w], &p, mask, kb*blockCols, kh, qhs, unmasked && kb == c*perChunk)
 			}
 		}
 	})
@@ -385,9 +390,10 @@ func chunkRowBlocks(mask *kernels.Mask, c, per, nk int) (qb0, qb1 int) {
 
 // backwardKeyBlock computes dK and dV for keys [col0, col0+Bc) of key
 // head t, summed over the query heads qhs that read it, and adds this
-// block's share of dQᵀ into each query head's dqT; mask is their batch
+// block's share of dQᵀ into each query head's dqT, or sets it there if
+// setQ (the chunk's first key block, without a mask); mask is their batch
 // entry's.
-func backwardKeyBlock[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *kernels.Params, mask *kernels.Mask, col0 int, t keyHead[T], qhs []queryHead[T]) {
+func backwardKeyBlock[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *kernels.Params, mask *kernels.Mask, col0 int, t keyHead[T], qhs []queryHead[T], setQ bool) {
 	d, da := p.D, p.D+1
 	width := min(blockCols, p.Nk-col0)
 	// Padding keys (from Lk on) are not computed: their dK and dV are 0.
@@ -417,8 +423,10 @@ func backwardKeyBlock[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p
 	}
 	transpose(cols, d, t.k[col0*d:], d, sc.kt, blockCols)
 	sc.dk, sc.dv = t.dk[col0*d:(col0+cols)*d], t.dv[col0*d:(col0+cols)*d]
-	clear(sc.dk)
-	clear(sc.dv)
+	// The first tile through backwardProducts sets dK and dV rather than
+	// adding into them; until then they are not cleared, and a tile that
+	// adds to a part only clears them first.
+	fresh := true
 	keysFinite := -1 // unknown until a masked tile asks
 
 	firstRow, endRow := unitRanges(mask, false, col0, cols, p.Nq, sc.qlo[:], sc.qhi[:])
@@ -458,17 +466,31 @@ func backwardKeyBlock[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p
 					// A masked P or dS of 0 times an infinite or NaN operand
 					// would still be NaN, so each product takes only the
 					// visible pairs.
+					fresh = clearFresh(fresh, sc.dk, sc.dv)
 					backwardMaskedTile(ops, sc, p, mask, row0, rows, col0, cols, qi, doi, qh.dqT[row0*d:(row0+rows)*d])
 					continue
 				}
 			}
 			if cut && windowPanels(p) {
+				fresh = clearFresh(fresh, sc.dk, sc.dv)
 				backwardPanelProducts(ops, sc, p, row0, rows, cols, qh)
 				continue
 			}
-			backwardProducts(ops, sc, p, row0, rows, cols, qh)
+			backwardProducts(ops, sc, p, row0, rows, cols, qh, fresh, setQ)
+			fresh = false
 		}
 	}
+	clearFresh(fresh, sc.dk, sc.dv) // no tile: dK = dV = 0
+}
+
+// clearFresh clears dk and dv if fresh (nothing is in them yet) and
+// returns false: they now hold what a tile may add to.
+func clearFresh[T kernels.Float](fresh bool, dk, dv []T) bool {
+	if fresh {
+		clear(dk)
+		clear(dv)
+	}
+	return false
 }
 
 // backwardTile recomputes Pᵀ and scale·dSᵀ of one tile (keys [col0,
@@ -674,13 +696,22 @@ func biasGradient[T kernels.Float](dst, p, grad []T, scale T, ds []T) {
 }
 
 // backwardProducts adds one tile's products: dV_j += Pᵀ·dO_i, dK_j +=
-// scale·dSᵀ·Q_i, dQᵀ_i += K_jᵀ·(scale·dSᵀ).
-func backwardProducts[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *kernels.Params, row0, rows, cols int, qh *queryHead[T]) {
+// scale·dSᵀ·Q_i, dQᵀ_i += K_jᵀ·(scale·dSᵀ); dV_j and dK_j are set rather
+// than added to if setKV, dQᵀ_i if setQ (gemmStore: the bits of adding
+// into zeros).
+func backwardProducts[T kernels.Float](ops mathOps[T], sc *backwardScratch[T], p *kernels.Params, row0, rows, cols int, qh *queryHead[T], setKV, setQ bool) {
 	d := p.D
 	qi, doi := qh.q[row0*d:(row0+rows)*d], qh.do[row0*d:(row0+rows)*d]
-	ops.gemm(cols, d, rows, sc.pt, blockRows, doi, d, sc.dv, d)
-	ops.gemm(cols, d, rows, sc.dst, blockRows, qi, d, sc.dk, d)
-	ops.gemm(d, rows, cols, sc.kt, blockCols, sc.dst, blockRows, qh.dqT[row0*d:(row0+rows)*d], rows)
+	kv, dq := ops.gemm, ops.gemm
+	if setKV {
+		kv = ops.gemmStore
+	}
+	if setQ {
+		dq = ops.gemmStore
+	}
+	kv(cols, d, rows, sc.pt, blockRows, doi, d, sc.dv, d)
+	kv(cols, d, rows, sc.dst, blockRows, qi, d, sc.dk, d)
+	dq(d, rows, cols, sc.kt, blockCols, sc.dst, blockRows, qh.dqT[row0*d:(row0+rows)*d], rows)
 }
 
 // backwardPanelProducts is backwardProducts for a tile that a window cuts,
