@@ -75,6 +75,14 @@
 // error bound of a k-term dot product, (k+2)·u·(|c| + Σ|a·b|) as the
 // tests check it.
 //
+// GemmNNStore32 and GemmNNStore64 set C = A·B instead, with exactly the
+// bits GemmNN leaves in a C of zeros (a sum of underflowing negative
+// products is −0, and −0 + 0 is +0), without reading C, so that the
+// attention kernels' score tiles need no clearing pass and the kernel no
+// loads of the zeros: on AVX-512 a form of the microkernel that adds +0
+// and stores (TestGemmNNStore writes over NaN), elsewhere the window is
+// cleared and added to.
+//
 // # GEMM with B transposed
 //
 // GemmNT32 computes C += A·Bᵀ with B stored n×k by rows: the decode step's
