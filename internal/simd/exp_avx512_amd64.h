@@ -29,34 +29,10 @@
 #define C_INF 192
 #define C_POLY 224
 
-// EXPZ maps x to p = exp(x − shift) like EXP of the AVX2 template, with
-// opmasks for the special cases.
-#define EXPZ(x, r, t, p, m) \
-	VSUB     Z15, x, x; \
-	VMAX     x, Z14, r; \
-	VMIN     Z13, r, r; \
-	VMOVUPS  Z12, t; \
-	VFMA231  Z10, r, t; \
-	VSUB     Z12, t, m; \
-	VFNMA231 Z9, m, r; \
-	VFNMA231 Z8, m, r; \
-	POLYZ(r, p); \
-	VPSLL    $MANT, t, t; \
-	VPADD    t, p, p; \
-	VCMP     $0x05, Z14, x, K1; \
-	MOVU.Z   p, K1, p; \
-	VCMP     $0x1e, Z13, x, K2; \
-	MOVU     Z7, K2, p; \
-	VCMP     $0x03, x, x, K3; \
-	MOVU     Z6, K3, p
-
-// EXPF is EXPZ without the special cases: it leaves in k the lanes whose y
-// is not its own clamp to [L, H] (below L, above H, or NaN), for FIXZ.
-#define EXPF(x, r, t, p, m, k) \
-	VSUB     Z15, x, x; \
-	VMAX     x, Z14, r; \
-	VMIN     Z13, r, r; \
-	VCMP     $0x04, x, r, k; \
+// EXPR is the range reduction and polynomial both forms below share: from
+// r, y clamped to [L, H], it leaves p = exp(y) for the lanes inside the
+// range (t and m are scratch).
+#define EXPR(r, t, p, m) \
 	VMOVUPS  Z12, t; \
 	VFMA231  Z10, r, t; \
 	VSUB     Z12, t, m; \
@@ -65,6 +41,24 @@
 	POLYZ(r, p); \
 	VPSLL    $MANT, t, t; \
 	VPADD    t, p, p
+
+// EXPZ maps x to p = exp(x − shift) like EXP of the AVX2 template, with
+// opmasks for the special cases.
+#define EXPZ(x, r, t, p, m) \
+	VSUB     Z15, x, x; \
+	VMAX     x, Z14, r; \
+	VMIN     Z13, r, r; \
+	EXPR(r, t, p, m); \
+	FIXZ(x, p)
+
+// EXPF is EXPZ without the special cases: it leaves in k the lanes whose y
+// is not its own clamp to [L, H] (below L, above H, or NaN), for FIXZ.
+#define EXPF(x, r, t, p, m, k) \
+	VSUB     Z15, x, x; \
+	VMAX     x, Z14, r; \
+	VMIN     Z13, r, r; \
+	VCMP     $0x04, x, r, k; \
+	EXPR(r, t, p, m)
 
 // FIXZ applies EXPZ's special cases to p, from y in x.
 #define FIXZ(x, p) \
@@ -150,6 +144,7 @@ reduce:
 	VZEROUPPER
 	RET
 
+#undef EXPR
 #undef EXPZ
 #undef EXPF
 #undef FIXZ
