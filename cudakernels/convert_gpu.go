@@ -141,7 +141,7 @@ func (im imaging) transposed(src, dst cu.DevicePtr, n int, nPad int64, tile, uni
 // the 8 keys its permutation works on.
 func transposedKeys(nk int) int64 { return (int64(nk) + 7) / 8 * 8 }
 
-// Blocks of flash_to_image_vt take 64 keys × 32 columns.
-const wgmmaVtKeys, wgmmaVtCols = 64, 32
+// Blocks of flash_to_image_vt take 64 keys × 64 columns.
+const wgmmaVtKeys, wgmmaVtCols = 64, 64
 
 func roundUp(n, m int64) int64 { return (n + m - 1) / m * m }

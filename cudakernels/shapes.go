@@ -171,7 +171,8 @@ func wgmmaFwdSmem(prec Precision, dp int, biasTiles bool) int {
 }
 
 // The warp-specialized forward (csrc/fwd_wgmma_ws.cuh) is the plain kernel
-// of 16-bit operands at dp = 64 and 128: a producer warpgroup and two
+// of 16-bit operands at dp = 64 and 128 and of TF32 at dp = 128 (at 64 the
+// two-warpgroup kernel measured faster): a producer warpgroup and two
 // consumer ones (kWsThreads), the same rows, key tile and images as the
 // two-warpgroup kernel, kWsStages stages of K and Vᵀ.
 const (
@@ -182,7 +183,13 @@ const (
 // wgmmaWSBuilt is ws_built: whether the plain forward of prec at dp is the
 // warp-specialized kernel.
 func wgmmaWSBuilt(prec Precision, dp int) bool {
-	return (prec == BF16 || prec == FP16) && (dp == 64 || dp == 128)
+	switch prec {
+	case BF16, FP16:
+		return dp == 64 || dp == 128
+	case TF32:
+		return dp == 128
+	}
+	return false
 }
 
 // wgmmaWSSmem is ws_smem_bytes: alignment slack, Q, the stages of K and

@@ -348,7 +348,7 @@ __device__ void dkdv_1colblock(const Params& p) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int col = 8 * j + 2 * t + (e & 1);
-            float p = exp2f(s[j][e] * scale_log2 - lt[col] * kLog2e);
+            float p = ex2_ftz(s[j][e] * scale_log2 - lt[col] * kLog2e);
             if (kMasked && key0 + 8 * (e >> 1) >= visible_keys(q0 + col, nq, nk, true)) p = 0.f;
             s[j][e] = p;
           }

@@ -64,6 +64,16 @@ template <typename T> __device__ __forceinline__ T group8_sum(T x) {
   return x;
 }
 
+// ex2_ftz is 2^x by the hardware's approximation with results below 2^−126
+// flushed to zero: a probability that small is far below what its 16-bit
+// rounding for P·V keeps, and exp2f's care for subnormal results costs a
+// compare and two predicated multiplications per score.
+__device__ __forceinline__ float ex2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // The helpers below work on score-like accumulators in the C layout of an
 // m16n8 tile (mma.cuh), NS n8 tiles per warp: element e of tile j belongs to
 // row e/2 of the thread's two (g and g+8) and column 8j + 2t + e%2.
@@ -101,7 +111,7 @@ __device__ __forceinline__ void probs_by_row(float (&s)[NS][4], float scale_log2
     for (int j = 0; j < NS; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float p = exp2f(s[j][e] * scale_log2 - lse2[e >> 1]);
+        float p = ex2_ftz(s[j][e] * scale_log2 - lse2[e >> 1]);
         if (kMasked && k0 + 8 * j + 2 * t + (e & 1) >= vis[e >> 1]) p = 0.f;
         s[j][e] = p;
       }
@@ -159,16 +169,6 @@ __device__ __forceinline__ void finish_row(const Params& p, long long bh, long l
     if (col + 1 < dim) orow[col + 1] = any_key ? acc[n][2 * half + 1] * inv : 0.f;
   }
   if (t == 0) lse[bh * nq + row] = any_key ? (m + log2f(l)) * 0.6931471805599453f : Math<float>::inf();
-}
-
-// ex2_ftz is 2^x by the hardware's approximation with results below 2^−126
-// flushed to zero: a probability that small is far below what its 16-bit
-// rounding for P·V keeps, and exp2f's care for subnormal results costs a
-// compare and two predicated multiplications per score.
-__device__ __forceinline__ float ex2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
 }
 
 // require_launch traps when the host launched a kernel with another block size

@@ -447,7 +447,7 @@ __device__ void fwd_1rowblock(const Params& p) {
       // A row with no visible key so far keeps m = −inf; (−inf) − (−inf)
       // would be NaN, so its reference is 0 (all its p are 0 anyway).
       ref[r] = m_new == -Math<float>::inf() ? 0.f : m_new;
-      const float alpha = exp2f(m[r] - ref[r]);
+      const float alpha = ex2_ftz(m[r] - ref[r]);
       m[r] = m_new;
       // Once the row maximum settles, alpha is 1 and the rescale is skipped.
       if (alpha != 1.f) {
@@ -466,7 +466,7 @@ __device__ void fwd_1rowblock(const Params& p) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = 2 * mt + e / 2;
-          s[mt][j][e] = exp2f(s[mt][j][e] - ref[r]);
+          s[mt][j][e] = ex2_ftz(s[mt][j][e] - ref[r]);
           l[r] += s[mt][j][e];
         }
     if constexpr (kFull) {

@@ -292,7 +292,7 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
       const float m_new = fmaxf(m[r], mx);
       // A row with no visible key so far keeps m = −inf; its reference is 0.
       ref[r] = m_new == -kInf ? 0.f : m_new;
-      const float alpha = exp2f(m[r] - ref[r]);
+      const float alpha = ex2_ftz(m[r] - ref[r]);
       m[r] = m_new;
       if (alpha != 1.f) {
         l[r] *= alpha;
@@ -304,7 +304,7 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
     for (int j = 0; j < kNS; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        s[j][e] = exp2f(s[j][e] - ref[e / 2]);
+        s[j][e] = ex2_ftz(s[j][e] - ref[e / 2]);
         l[e / 2] += s[j][e];
       }
     if constexpr (kFull) {

@@ -1,7 +1,10 @@
 // The warp-specialized Hopper forward: the plain problems (fwd_wgmma.cuh's
 // plain kernel's: no grouped heads, lengths, left window bound or score
-// modifier) of 16-bit operands at DP = 64 and 128, on the same tile images
-// and launch grid as fwd_rowblock, with three warpgroups instead of two.
+// modifier) of 16-bit operands at DP = 64 and 128 and of TF32 at DP = 128,
+// on the same tile images and launch grid as fwd_rowblock, with three
+// warpgroups instead of two. (TF32 at DP = 64 stays on fwd_rowblock, which
+// measured faster there: 4.16 against 4.71 ms at N = 8k on the H200,
+// 2026-12-04.)
 //
 // Why: in fwd_rowblock every warpgroup computes S = Q·Kᵀ, waits for it, runs
 // the softmax, computes O += P·V and waits again, and one of its threads
@@ -43,7 +46,7 @@ constexpr int kWsProducerRegs = 24, kWsConsumerRegs = 240;
 // ws_built reports whether the warp-specialized forward serves precision E
 // at DP (select.go repeats it: wgmmaWSBuilt).
 template <typename E, int DP> __host__ __device__ constexpr bool ws_built() {
-  return sizeof(typename E::Storage) == 2 && (DP == 64 || DP == 128);
+  return sizeof(typename E::Storage) == 2 ? DP == 64 || DP == 128 : DP == 128;
 }
 // ws_smem_bytes: up to 1024 bytes to align the tiles, Q (kFwdRows rows),
 // kWsStages stages of a K and a Vᵀ tile of fwd_bk keys, 1 + 4·kWsStages
@@ -75,7 +78,7 @@ template <int N> __device__ __forceinline__ void fence_regs(float (&x)[N][4]) {
 // are the images fwd_rowblock reads, the grid is fwd_rowblock's (B·H·q_tiles
 // blocks, in block_order's order).
 template <typename E, int DP> __device__ void fwd_ws(const Params& p) {
-  static_assert(ws_built<E, DP>(), "the warp-specialized forward is built for 16-bit operands at DP 64 and 128");
+  static_assert(ws_built<E, DP>(), "the warp-specialized forward is not built for this operand type and DP");
   require_launch(kWsThreads, ws_smem_bytes<E, DP>());
   require_plain(p);
   using S = typename E::Storage;

@@ -43,7 +43,7 @@ FLASH_FWD_WGMMA_WS(fp16, FP16, 64)
 FLASH_FWD_WGMMA_WS(fp16, FP16, 128)
 FLASH_FWD_WGMMA(fp16, FP16, 256)
 FLASH_FWD_WGMMA(tf32, TF32, 64)
-FLASH_FWD_WGMMA(tf32, TF32, 128)
+FLASH_FWD_WGMMA_WS(tf32, TF32, 128)
 
 // _full adds the bias and dropout to _var's variants (fwd_body's kFull),
 // where its two bias tiles fit beside the others: 16-bit operands up to

@@ -269,8 +269,12 @@ __device__ void to_image_rows_len(const float* __restrict__ x, uint4* __restrict
 // in the backward) transposed, as one [dp, bk] image (row d, column key)
 // per tile of bk keys: y holds nk_pad / bk tiles
 // per head (nk_pad a multiple of bk, and bk of 64), zero past nk and dim.
-// Blocks of 256 threads (any grid) take 64 keys × 32 columns through shared
-// memory, so that reads of V and writes of y are both coalesced. kLens: a
+// Blocks of 256 threads (any grid) take 64 keys × 64 columns through shared
+// memory, so that reads of V and writes of y are both coalesced, with 16
+// loads of 4 bytes in flight per thread (at 32 columns and each shared
+// store waiting for its load, the pass ran at half the DRAM's speed: 77 µs
+// for V at B·N = 16k, D = 128). dp must be a
+// multiple of 64 (every padded D of the Hopper kernels is). kLens: a
 // call with lengths (SeqRows sr): keys past a head's length are zero, and
 // blocks of 64 keys past the keys it writes are skipped.
 template <typename E, bool kLens = false>
@@ -278,25 +282,37 @@ __device__ void to_image_vt(const float* __restrict__ x, uint4* __restrict__ y, 
                             long long nk_pad, long long dim, int dp, int bk, const SeqRows& sr = SeqRows{}) {
   constexpr int kVec = mma::StorageOf<E>::kVec;
   constexpr int kRowChunks = 64 / kVec;  // output chunks per d in 64 keys
-  __shared__ float tile[64][33];
-  const long long key_blocks = nk_pad / 64, d_blocks = dp / 32, n = bhs * key_blocks * d_blocks;
+  constexpr int kCols = 64;              // columns (d) per block
+  if (dp % kCols != 0) __trap();
+  __shared__ float tile[64][kCols + 1];
+  const long long key_blocks = nk_pad / 64, d_blocks = dp / kCols, n = bhs * key_blocks * d_blocks;
   const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
   for (long long b = blockIdx.x; b < n; b += gridDim.x) {
     const long long bh = b / (key_blocks * d_blocks);
-    const long long j0 = b / d_blocks % key_blocks * 64, d0 = b % d_blocks * 32;
+    const long long j0 = b / d_blocks % key_blocks * 64, d0 = b % d_blocks * kCols;
     long long len = nk;
     if constexpr (kLens) {
       long long end;
       sr.limits(bh, nk, len, end);
       if (j0 >= end) continue;  // uniform over the block: no barrier is skipped by some threads only
     }
-    for (int i = ty; i < 64; i += 8) {
-      const long long j = j0 + i, d = d0 + tx;
-      tile[i][tx] = j < len && d < dim ? x[(bh * nk + j) * dim + d] : 0.f;
-    }
+    // All 16 loads first, then the stores: interleaved, each store waited
+    // for its load before the next loads issued.
+    float v[8][kCols / 32];
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+#pragma unroll
+      for (int h = 0; h < kCols / 32; ++h) {
+        const long long j = j0 + ty + 8 * k, d = d0 + 32 * h + tx;
+        v[k][h] = j < len && d < dim ? x[(bh * nk + j) * dim + d] : 0.f;
+      }
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+#pragma unroll
+      for (int h = 0; h < kCols / 32; ++h) tile[ty + 8 * k][32 * h + tx] = v[k][h];
     __syncthreads();
     uint4* img = y + (bh * (nk_pad / bk) + j0 / bk) * (static_cast<long long>(dp) * bk / kVec);
-    for (int c = threadIdx.x; c < 32 * kRowChunks; c += blockDim.x) {
+    for (int c = threadIdx.x; c < kCols * kRowChunks; c += blockDim.x) {
       const int r = c / kRowChunks, col = c % kRowChunks * kVec;  // d = d0 + r; columns col … of these 64 keys
       float f[kVec];
 #pragma unroll

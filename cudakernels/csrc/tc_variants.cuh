@@ -439,7 +439,7 @@ __device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[NS 
         if constexpr (kFull) {
           if (sb != nullptr) x = fmaf(sb[(8 * j + (e & 1)) * kLd + (h ? sb_h1 : 0)], kLog2e, x);
         }
-        float p = exp2f(x - lt[col]);
+        float p = ex2_ftz(x - lt[col]);
         if constexpr (kVar) {
           if (!seen) p = 0.f, dsoft[c][e] = 0.f;
         } else {
@@ -523,7 +523,7 @@ __device__ __forceinline__ void probs_dq(float (&s)[NS][4], float scale_log2, co
       if constexpr (kFull) {
         if (sb != nullptr) x = fmaf(e & 1 ? b[h].y : b[h].x, kLog2e, x);
       }
-      float p = exp2f(x - lse2[h]);
+      float p = ex2_ftz(x - lse2[h]);
       if constexpr (kCap && kSoft) p *= dsoft;
       if (!seen) p = 0.f;
       s[j][e] = p;
