@@ -21,19 +21,19 @@ import (
 // chooses. A choice with c.full has the _full kernel (fnFull) alone: the
 // bias and dropout, with every other variant, in a launch shape of its own;
 // with c.drop too, the _drop kernel there: dropout without a bias, without
-// the bias tiles. The plain kernel's launch shape is plainThreads and
-// plainSmem: the warp-specialized kernel's where wgmmaWSBuilt, else the
-// choice's, which the others take.
+// the bias tiles. The plain kernel's launch shape is plainRows (query
+// rows per block), plainThreads and plainSmem: the warp-specialized
+// kernel's where wgmmaWSBuilt, else the choice's, which the others take.
 type wgmmaForward struct {
 	fn, fnVar, fnFull, toRows, toVt, toRowsLen, toVtLen cu.Function
 	c                                                   choice
-	plainThreads, plainSmem                             int
+	plainRows, plainThreads, plainSmem                  int
 }
 
 func loadWgmmaForward(mod cu.Module, c choice, maxSmem int) (*wgmmaForward, error) {
-	f := &wgmmaForward{c: c, plainThreads: c.threads, plainSmem: c.smem}
+	f := &wgmmaForward{c: c, plainRows: c.rows, plainThreads: c.threads, plainSmem: c.smem}
 	if !c.full && wgmmaWSBuilt(c.prec, c.dp) {
-		f.plainThreads, f.plainSmem = wgmmaWSThreads, wgmmaWSSmem(c.prec, c.dp)
+		f.plainRows, f.plainThreads, f.plainSmem = wgmmaWSRows(c.dp), wgmmaWSThreads(c.dp), wgmmaWSSmem(c.prec, c.dp)
 	}
 	var err error
 	if f.toRows, err = function(mod, "flash_to_image_rows_"+c.prec.String()); err != nil {
@@ -87,9 +87,13 @@ func isPlain(kp *kernelParams) bool {
 // wgmmaFwdScratch is where the images go.
 type wgmmaFwdScratch struct{ q, k, vt cu.DevicePtr }
 
-// padded returns the rows per head of the Q and of the K and Vᵀ images.
+// padded returns the rows per head of the Q and of the K and Vᵀ images
+// that scratch holds: Q to whole blocks of the plain kernel or of the
+// others, whichever is more (their blocks differ at dp = 64: 192 and 128
+// rows), K and Vᵀ to whole key tiles. A call pads Q to its own kernel's.
 func (f *wgmmaForward) padded(p kernels.Params) (nq, nk int64) {
-	return roundUp(int64(p.Nq), int64(f.c.rows)), roundUp(int64(p.Nk), int64(f.c.step))
+	nq = max(roundUp(int64(p.Nq), int64(f.c.rows)), roundUp(int64(p.Nq), int64(f.plainRows)))
+	return nq, roundUp(int64(p.Nk), int64(f.c.step))
 }
 
 func (f *wgmmaForward) carve(p kernels.Params, base cu.DevicePtr, s *wgmmaFwdScratch) int64 {
@@ -109,12 +113,32 @@ func (f *wgmmaForward) computes(p kernels.Params) error {
 
 func (f *wgmmaForward) scratchBytes(p kernels.Params) int64 { return f.carve(p, 0, &wgmmaFwdScratch{}) }
 
-// launch enqueues the three conversions into images in buf.scratch (K and
-// Vᵀ of the B·KVHeads() key heads only; with lengths, the tiles the forward
-// reads only: up to each batch entry's rows rounded up to a block, keys to
-// a key tile), then the forward.
+// launch picks the kernel (plain where the problem allows, else _var, or
+// _full with a bias or dropout), enqueues the three conversions into
+// images in buf.scratch (Q padded to the kernel's blocks; K and Vᵀ of the
+// B·KVHeads() key heads only; with lengths, the tiles the forward reads
+// only: up to each batch entry's rows rounded up to a block, keys to a key
+// tile), then the forward.
 func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream) error {
-	grid, err := gridFor(p, p.Nq, f.c.rows)
+	// What the kernel choice reads of the argument does not depend on
+	// where the images go.
+	probe := newParams(p, operands{vars: buf.vars})
+	fn, rows, threads, smem := f.fnVar, f.c.rows, f.c.threads, f.c.smem
+	if isPlain(&probe) {
+		fn, rows, threads, smem = f.fn, f.plainRows, f.plainThreads, f.plainSmem
+	}
+	if full := probe.Bias != 0 || probe.DropoutThreshold != 0; full != f.c.full {
+		// requestFor and the kernel's argument must agree on the bias and
+		// dropout: the launch shapes differ.
+		return fmt.Errorf("cudakernels: internal error: the Hopper forward of the bias and dropout (%v) got a problem with them (%v)",
+			f.c.full, full)
+	} else if full {
+		if f.c.drop && probe.Bias != 0 {
+			return fmt.Errorf("cudakernels: internal error: the Hopper forward of dropout without a bias got a problem with a bias")
+		}
+		fn = f.fnFull
+	}
+	grid, err := gridFor(p, p.Nq, rows)
 	if err != nil {
 		return err
 	}
@@ -122,8 +146,8 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 	f.carve(p, buf.scratch, &s)
 	im := imaging{toRows: f.toRows, toVt: f.toVt, toRowsLen: f.toRowsLen, toVtLen: f.toVtLen, p: p, dp: f.c.dp,
 		elemSz: elemBytes(f.c.prec), stream: stream}
-	nqPad, nkPad := f.padded(p)
-	if err := im.queries(buf.vars).rows(buf.q, s.q, p.Nq, nqPad, wgmmaQTileRows, f.c.rows); err != nil {
+	nqPad, nkPad := roundUp(int64(p.Nq), int64(rows)), roundUp(int64(p.Nk), int64(f.c.step))
+	if err := im.queries(buf.vars).rows(buf.q, s.q, p.Nq, nqPad, wgmmaQTileRows, rows); err != nil {
 		return err
 	}
 	kim := im.keys(buf.vars)
@@ -136,20 +160,5 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 	dp := int64(f.c.dp)
 	kp := newParams(p, operands{q: tensorAt{uint64(s.q), nqPad, dp}, k: tensorAt{uint64(s.k), nkPad, dp},
 		v: tensorAt{uint64(s.vt), nkPad, dp}, o: dense(buf.o, p.Nq, p.D), lse: uint64(buf.lse), vars: buf.vars})
-	fn, threads, smem := f.fnVar, f.c.threads, f.c.smem
-	if isPlain(&kp) {
-		fn, threads, smem = f.fn, f.plainThreads, f.plainSmem
-	}
-	if full := kp.Bias != 0 || kp.DropoutThreshold != 0; full != f.c.full {
-		// requestFor and the kernel's argument must agree on the bias and
-		// dropout: the launch shapes differ.
-		return fmt.Errorf("cudakernels: internal error: the Hopper forward of the bias and dropout (%v) got a problem with them (%v)",
-			f.c.full, full)
-	} else if full {
-		if f.c.drop && kp.Bias != 0 {
-			return fmt.Errorf("cudakernels: internal error: the Hopper forward of dropout without a bias got a problem with a bias")
-		}
-		fn = f.fnFull
-	}
 	return launch(fn, grid, threads, smem, stream, &kp)
 }

@@ -173,12 +173,10 @@ func wgmmaFwdSmem(prec Precision, dp int, biasTiles bool) int {
 // The warp-specialized forward (csrc/fwd_wgmma_ws.cuh) is the plain kernel
 // of 16-bit operands at dp = 64 and 128 and of TF32 at dp = 128 (at 64 the
 // two-warpgroup kernel measured faster): a producer warpgroup and two
-// consumer ones (kWsThreads), the same rows, key tile and images as the
-// two-warpgroup kernel, kWsStages stages of K and Vᵀ.
-const (
-	wgmmaWSThreads = 384
-	wgmmaWSStages  = 2
-)
+// consumer ones of 64 rows each (three at dp = 64: ws_consumers), the same
+// key tile and images as the two-warpgroup kernel (the Q image padded to a
+// multiple of both kernels' rows), wgmmaWSStages stages of K and Vᵀ.
+const wgmmaWSStages = 2
 
 // wgmmaWSBuilt is ws_built: whether the plain forward of prec at dp is the
 // warp-specialized kernel.
@@ -192,11 +190,22 @@ func wgmmaWSBuilt(prec Precision, dp int) bool {
 	return false
 }
 
+// wgmmaWSRows and wgmmaWSThreads are ws_rows and ws_threads: the block's
+// query rows and threads (a producer warpgroup and the consumers).
+func wgmmaWSRows(dp int) int {
+	if dp == 64 {
+		return 192
+	}
+	return 128
+}
+
+func wgmmaWSThreads(dp int) int { return 2*wgmmaWSRows(dp) + 128 }
+
 // wgmmaWSSmem is ws_smem_bytes: alignment slack, Q, the stages of K and
 // Vᵀ, 1 + 4·stages mbarriers.
 func wgmmaWSSmem(prec Precision, dp int) int {
 	eb, bk := elemBytes(prec), wgmmaFwdBK(prec, dp, false)
-	return 1024 + wgmmaRows*dp*eb + 2*wgmmaWSStages*bk*dp*eb + (1+4*wgmmaWSStages)*8
+	return 1024 + wgmmaWSRows(dp)*dp*eb + 2*wgmmaWSStages*bk*dp*eb + (1+4*wgmmaWSStages)*8
 }
 
 // The backward: blocks of two warpgroups (kBwdThreads) own kBwdBlock keys

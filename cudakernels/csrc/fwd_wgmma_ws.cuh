@@ -1,10 +1,10 @@
 // The warp-specialized Hopper forward: the plain problems (fwd_wgmma.cuh's
 // plain kernel's: no grouped heads, lengths, left window bound or score
 // modifier) of 16-bit operands at DP = 64 and 128 and of TF32 at DP = 128,
-// on the same tile images and launch grid as fwd_rowblock, with three
-// warpgroups instead of two. (TF32 at DP = 64 stays on fwd_rowblock, which
-// measured faster there: 4.16 against 4.71 ms at N = 8k on the H200,
-// 2026-12-04.)
+// on the same tile images as fwd_rowblock, with a producer warpgroup and two
+// consumer ones (three at DP = 64: ws_consumers) instead of two that do
+// both. (TF32 at DP = 64 stays on fwd_rowblock, which measured faster
+// there: 4.16 against 4.71 ms at N = 8k on the H200, 2026-12-04.)
 //
 // Why: in fwd_rowblock every warpgroup computes S = Q·Kᵀ, waits for it, runs
 // the softmax, computes O += P·V and waits again, and one of its threads
@@ -13,14 +13,14 @@
 //   - warpgroup 0 is the producer: one thread issues the bulk copies of Q
 //     and of the K and Vᵀ tiles into kWsStages stages, K and Vᵀ with
 //     barriers of their own (a consumer needs K of tile i with Vᵀ of tile
-//     i − 1). It gives its registers up (setmaxnreg.dec) to the two
+//     i − 1). It gives its registers up (setmaxnreg.dec) to the
 //     consumer warpgroups (setmaxnreg.inc), which hold O, S and P at once;
 //   - each consumer warpgroup (64 query rows) overlaps its softmax with its
 //     own products: it issues S_i = Q·K_iᵀ and O += P_{i−1}·V_{i−1}, waits
 //     for S_i alone, runs the softmax of tile i while P·V runs, then waits
 //     for P·V, rescales O and packs P_i. The tensor cores see a product
 //     queued behind every softmax.
-// The epilogue stores O through the warpgroup's half of the Q tile
+// The epilogue stores O through the warpgroup's part of the Q tile
 // (store_wg_rows), which its last S = Q·Kᵀ is done reading.
 //
 // Barriers: q_full (the Q copy's bytes), full_k/full_v per stage (a tile's
@@ -37,22 +37,33 @@
 namespace flash {
 namespace sm90 {
 
-constexpr int kWsThreads = 384;  // a producer warpgroup and two consumer ones
 constexpr int kWsStages = 2;
-// Registers per thread after setmaxnreg: 24 × 128 + 240 × 256 = 64512 of the
-// SM's 65536 (the block is alone on its SM).
-constexpr int kWsProducerRegs = 24, kWsConsumerRegs = 240;
+// ws_consumers is the block's consumer warpgroups, 64 query rows each:
+// three at DP = 64, where per score the softmax does as much as at 128
+// against half the tensor work, so more warps hide it (FlashAttention 3
+// takes 192-row blocks there too); two at DP = 128, whose O, S and P fill
+// 240 registers a thread. ws_threads adds the producer warpgroup, ws_rows
+// is the block's rows.
+template <int DP> __host__ __device__ constexpr int ws_consumers() { return DP == 64 ? 3 : 2; }
+template <int DP> __host__ __device__ constexpr int ws_threads() { return 128 * (ws_consumers<DP>() + 1); }
+template <int DP> __host__ __device__ constexpr int ws_rows() { return 64 * ws_consumers<DP>(); }
+// Registers per thread after setmaxnreg: 24 × 128 + 240 × 256 or
+// 24 × 128 + 160 × 384, 64512 of the SM's 65536 (the block is alone on its
+// SM).
+constexpr int kWsProducerRegs = 24;
+template <int DP> __host__ __device__ constexpr int ws_consumer_regs() { return ws_consumers<DP>() == 3 ? 160 : 240; }
 
 // ws_built reports whether the warp-specialized forward serves precision E
 // at DP (select.go repeats it: wgmmaWSBuilt).
 template <typename E, int DP> __host__ __device__ constexpr bool ws_built() {
   return sizeof(typename E::Storage) == 2 ? DP == 64 || DP == 128 : DP == 128;
 }
-// ws_smem_bytes: up to 1024 bytes to align the tiles, Q (kFwdRows rows),
+// ws_smem_bytes: up to 1024 bytes to align the tiles, Q (ws_rows rows),
 // kWsStages stages of a K and a Vᵀ tile of fwd_bk keys, 1 + 4·kWsStages
 // mbarriers. select.go repeats it (wgmmaWSSmem).
 template <typename E, int DP> __host__ __device__ constexpr int ws_smem_bytes() {
-  return 1024 + fwd_q_bytes<E, DP>() + 2 * kWsStages * fwd_kv_bytes<E, DP>() + (1 + 4 * kWsStages) * 8;
+  return 1024 + ws_rows<DP>() * DP * static_cast<int>(sizeof(typename E::Storage)) +
+         2 * kWsStages * fwd_kv_bytes<E, DP>() + (1 + 4 * kWsStages) * 8;
 }
 
 template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
@@ -75,28 +86,30 @@ template <int N> __device__ __forceinline__ void fence_regs(float (&x)[N][4]) {
 }
 
 // fwd_ws is the kernel's body (see the top of this file): p.q, p.k and p.v
-// are the images fwd_rowblock reads, the grid is fwd_rowblock's (B·H·q_tiles
-// blocks, in block_order's order).
+// are the images fwd_rowblock reads (Q padded to a multiple of ws_rows
+// rows), the grid B·H·q_tiles blocks of ws_rows rows, in block_order's
+// order.
 template <typename E, int DP> __device__ void fwd_ws(const Params& p) {
   static_assert(ws_built<E, DP>(), "the warp-specialized forward is not built for this operand type and DP");
-  require_launch(kWsThreads, ws_smem_bytes<E, DP>());
+  require_launch(ws_threads<DP>(), ws_smem_bytes<E, DP>());
   require_plain(p);
   using S = typename E::Storage;
   constexpr int BK = fwd_bk<E, DP>();
-  constexpr int kQBytes = fwd_q_bytes<E, DP>(), kKVBytes = fwd_kv_bytes<E, DP>();
+  constexpr int kRows = ws_rows<DP>(), kConsumerThreads = ws_threads<DP>() - 128;
+  constexpr int kQBytes = kRows * DP * static_cast<int>(sizeof(S)), kKVBytes = fwd_kv_bytes<E, DP>();
   constexpr int kNS = BK / 8, kNO = DP / 8;
   const float kInf = Math<float>::inf();
   const long long nq = p.nq, nk = p.nk;
   // Longest blocks first (block_order): with a right bound (causal) the
   // last rows see the most keys.
-  const long long q_tiles = (nq + kFwdRows - 1) / kFwdRows;
+  const long long q_tiles = (nq + kRows - 1) / kRows;
   long long bh, tile;
   block_order(blockIdx.x, static_cast<unsigned>(q_tiles), p.mask_right >= 0, bh, tile);
-  const long long q0 = tile * kFwdRows;
+  const long long q0 = tile * kRows;
   const SeqMask mk = seq_mask(p, bh);
   // The block's rows see keys 0 … key_hi of its last real row (plain
   // problems: from key 0, bounds nondecreasing in the row).
-  const long long kv_end = q0 < mk.lq ? mk.key_hi((q0 + kFwdRows < mk.lq ? q0 + kFwdRows : mk.lq) - 1) : 0;
+  const long long kv_end = q0 < mk.lq ? mk.key_hi((q0 + kRows < mk.lq ? q0 + kRows : mk.lq) - 1) : 0;
   const int n_tiles = static_cast<int>((kv_end + BK - 1) / BK);
 
   const uint32_t sQ = (smem_addr(smem) + 1023u) & ~1023u;
@@ -111,8 +124,8 @@ template <typename E, int DP> __device__ void fwd_ws(const Params& p) {
     for (int st = 0; st < kWsStages; ++st) {
       mbar_init(full_k(st), 1);
       mbar_init(full_v(st), 1);
-      mbar_init(empty_k(st), kWsThreads - 128);
-      mbar_init(empty_v(st), kWsThreads - 128);
+      mbar_init(empty_k(st), kConsumerThreads);
+      mbar_init(empty_v(st), kConsumerThreads);
     }
     mbar_fence_init();
   }
@@ -127,8 +140,9 @@ template <typename E, int DP> __device__ void fwd_ws(const Params& p) {
       const S* kh = static_cast<const S*>(p.k) + bh * ((nk + BK - 1) / BK) * BK * DP;
       const S* vh = static_cast<const S*>(p.v) + bh * ((nk + BK - 1) / BK) * BK * DP;
       mbar_arrive_expect_tx(q_full, kQBytes);
-      bulk_copy(sQ, static_cast<const S*>(p.q) + (bh * q_tiles + tile) * kFwdRows * DP, kQBytes,
-                q_full);
+      // The Q image's rows are padded to a multiple of kRows (wgmmaForward.padded).
+      bulk_copy(sQ, head_of(static_cast<const S*>(p.q), bh, p.h, p.q_batch_stride, p.q_head_stride) + q0 * DP,
+                kQBytes, q_full);
       for (int it = 0; it < n_tiles; ++it) {
         const int st = it % kWsStages;
         const unsigned prev = ((it / kWsStages) & 1) ^ 1;  // parity of the stage's last release
@@ -143,7 +157,7 @@ template <typename E, int DP> __device__ void fwd_ws(const Params& p) {
     }
     return;
   }
-  setmaxnreg_inc<kWsConsumerRegs>();
+  setmaxnreg_inc<ws_consumer_regs<DP>()>();
 
   const int cw = wg - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;

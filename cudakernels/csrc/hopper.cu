@@ -17,7 +17,8 @@
 // (every variant of Params; sm90_variants.cuh), which the host launches
 // when the problem is not plain, so that the plain kernels keep their code.
 // Where ws_built, the plain kernel is the warp-specialized one
-// (fwd_wgmma_ws.cuh: kWsThreads threads, ws_smem_bytes, same grid).
+// (fwd_wgmma_ws.cuh: ws_threads threads, ws_smem_bytes, blocks of ws_rows
+// query rows).
 #define FLASH_FWD_WGMMA_VAR(NAME, E, DP)                                                            \
   extern "C" __global__ void __launch_bounds__(flash::sm90::kFwdThreads, 1)                        \
       flash_fwd_wgmma_##NAME##_d##DP##_var(const __grid_constant__ flash::Params p) {              \
@@ -30,7 +31,7 @@
   }                                                                                                \
   FLASH_FWD_WGMMA_VAR(NAME, E, DP)
 #define FLASH_FWD_WGMMA_WS(NAME, E, DP)                                                             \
-  extern "C" __global__ void __launch_bounds__(flash::sm90::kWsThreads, 1)                         \
+  extern "C" __global__ void __launch_bounds__(flash::sm90::ws_threads<DP>(), 1)                  \
       flash_fwd_wgmma_##NAME##_d##DP(const __grid_constant__ flash::Params p) {                    \
     flash::sm90::fwd_ws<flash::mma::E, DP>(p);                                                     \
   }                                                                                                \
