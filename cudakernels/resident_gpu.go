@@ -25,7 +25,9 @@ var _ kernels.Resident = (*Backend)(nil)
 // copied to the device, computed, and its results copied back into staging,
 // while the host stages chunk i+1 and empties chunk i−1. The copy engines
 // and the SMs thus work at the same time, and the op's wall time approaches
-// the kernel time plus one chunk's copies.
+// the kernel time plus one chunk's copies. On the registering paths
+// (hostPath) the copy engines read and write the caller's slices in place
+// instead of staging, and the host does not copy at all.
 const (
 	slots         = 2       // streams, staging halves and scratch buffers
 	maxChunks     = 8       // more chunks shorten the exposed copies, but shrink the grids
@@ -43,7 +45,7 @@ type transfers struct {
 	pinnedBytes int64
 	work        cu.DevicePtr
 	workBytes   int64
-	pins        pinSet
+	pins        pinSet // caller memory registered with the driver
 	// chunkOverride fixes the (batch, head) pairs per chunk, and
 	// coresOverride the cores that copy, when positive; path chooses how
 	// the caller's memory reaches the copy engines. Tests and benchmarks
