@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -75,6 +76,9 @@ func TestHostPathFallsBack(t *testing.T) {
 	b := newTestBackend(t, WithPrecision(BF16))
 	want := runCall(t, b, p, q, k, v, do, false)
 	qp, qn := unsafe.Pointer(&q[0]), int64(len(q))*4
+	var pin runtime.Pinner // the driver holds q's pages
+	pin.Pin(qp)
+	defer pin.Unpin()
 	if err := b.run(func() error { return registerHost(qp, qn) }); err != nil {
 		t.Fatal(err)
 	}
@@ -142,6 +146,9 @@ func BenchmarkHostPaths(b *testing.B) {
 	copy(scratch, q)
 	reg := make([]float32, n)
 	copy(reg, q)
+	var pin runtime.Pinner // the driver holds reg's pages while registered
+	pin.Pin(&reg[0])
+	defer pin.Unpin()
 	up := func(src unsafe.Pointer) func() error {
 		return func() error { return cu.MemcpyHtoD(dev, src, tensor) }
 	}
