@@ -171,6 +171,26 @@ func allocHost(bytes int64) (unsafe.Pointer, error) {
 	}
 }
 
+// registerHost page-locks the n bytes of caller memory at p for the
+// current context (cuMemHostRegister), so that the copy engines read and
+// write it directly and asynchronously. gorgonia.org/cu v0.9.6 wraps
+// neither this nor unregisterHost. Registration fails for pages already
+// registered, by this context or another.
+func registerHost(p unsafe.Pointer, n int64) error {
+	if r := C.cuMemHostRegister(p, C.size_t(n), 0); r != C.CUDA_SUCCESS {
+		return fmt.Errorf("cudakernels: registering %d bytes of host memory: CUDA error %d", n, int(r))
+	}
+	return nil
+}
+
+// unregisterHost undoes registerHost(p, …).
+func unregisterHost(p unsafe.Pointer) error {
+	if r := C.cuMemHostUnregister(p); r != C.CUDA_SUCCESS {
+		return fmt.Errorf("cudakernels: unregistering host memory: CUDA error %d", int(r))
+	}
+	return nil
+}
+
 // probe finds device ordinal and what kernel selection needs to know of it.
 func probe(ordinal int) (cu.Device, Capability, error) {
 	dev, err := cu.GetDevice(ordinal)

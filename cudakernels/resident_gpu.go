@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -24,7 +25,9 @@ var _ kernels.Resident = (*Backend)(nil)
 // copied to the device, computed, and its results copied back into staging,
 // while the host stages chunk i+1 and empties chunk i−1. The copy engines
 // and the SMs thus work at the same time, and the op's wall time approaches
-// the kernel time plus one chunk's copies.
+// the kernel time plus one chunk's copies. On the registering paths
+// (hostPath) the copy engines read and write the caller's slices in place
+// instead of staging, and the host does not copy at all.
 const (
 	slots         = 2       // streams, staging halves and scratch buffers
 	maxChunks     = 8       // more chunks shorten the exposed copies, but shrink the grids
@@ -42,14 +45,36 @@ type transfers struct {
 	pinnedBytes int64
 	work        cu.DevicePtr
 	workBytes   int64
+	pins        pinSet // caller memory registered with the driver
 	// chunkOverride fixes the (batch, head) pairs per chunk, and
-	// coresOverride the cores that copy, when positive; tests and
-	// benchmarks use them to compare settings.
+	// coresOverride the cores that copy, when positive; path chooses how
+	// the caller's memory reaches the copy engines. Tests and benchmarks
+	// set them to compare settings.
 	chunkOverride, coresOverride int
+	path                         hostPath
 }
+
+// hostPath is how the caller's slices meet the copy engines. Every path
+// stages what it cannot register, so all give the same bits.
+type hostPath int
+
+const (
+	// viaStaging copies every slice into page-locked staging on
+	// copyCores cores; the copy engines touch staging only.
+	viaStaging hostPath = iota
+	// registerPerCall registers the caller's slices with the driver for
+	// the call (pinSet) and lets the copy engines move them directly,
+	// with no copy on the host; the call ends by unregistering them.
+	registerPerCall
+	// registerKept is registerPerCall keeping registrations between calls
+	// (pinKeepCalls, pinKeepBytes), so that a caller who passes the same
+	// slices again pays for registering them once.
+	registerKept
+)
 
 // open creates the streams and events.
 func (x *transfers) open() (err error) {
+	x.pins = newPinSet(registerHost, unregisterHost)
 	for i := range x.streams {
 		// Non-blocking: the legacy default stream must not serialise the
 		// two slots.
@@ -65,7 +90,7 @@ func (x *transfers) open() (err error) {
 
 // release frees the memory, streams and events.
 func (x *transfers) release() error {
-	errs := []error{x.freeWork(), x.freePinned()}
+	errs := []error{x.freeWork(), x.freePinned(), x.pins.clear()}
 	for i := range x.streams {
 		if x.events[i] != (cu.Event{}) {
 			errs = append(errs, cu.DestroyEvent(&x.events[i]))
@@ -178,9 +203,19 @@ func headBytes[T kernels.Float](ts []*staged[T]) int64 {
 func pipeline[T kernels.Float](x *transfers, bh, hc int, in, out []*staged[T], launch func(chunk, cu.Stream) error) (err error) {
 	elem := int64(elemSize[T]())
 	all := append(append([]*staged[T](nil), in...), out...)
+	direct, err := register(x, all)
+	defer func() {
+		// After the synchronisation below: the copies must be done.
+		err = errors.Join(err, x.pins.endCall(x.path == registerKept))
+	}()
+	if err != nil {
+		return err
+	}
 	sizes := make([]int64, len(all))
 	for i, t := range all {
-		sizes[i] = int64(t.heads(hc)) * t.bytes()
+		if !direct[i] {
+			sizes[i] = int64(t.heads(hc)) * t.bytes()
+		}
 	}
 	offs, slotBytes := carveAll(0, sizes) // offsets into one slot's staging
 	pin, err := x.staging(slots * slotBytes)
@@ -195,15 +230,27 @@ func pipeline[T kernels.Float](x *transfers, bh, hc int, in, out []*staged[T], l
 			_ = cu.Synchronize()
 		}
 	}()
-	pinned := func(i int, c chunk) []T {
+	// host is where the copy engines meet chunk c of tensor i: the
+	// caller's slice when registered, else its part of staging.
+	host := func(i int, c chunk) []T {
+		if direct[i] {
+			return all[i].hostPart(c)
+		}
 		return unsafe.Slice((*T)(unsafe.Add(pin, int64(c.slot)*slotBytes+int64(offs[i]))), all[i].heads(c.n)*all[i].per)
 	}
+	// Only staging is shared between the host and the copies in flight:
+	// without it, each slot's chunks run in order on its stream, which is
+	// all that reusing the slot's device buffers needs, and the host waits
+	// once, at the end.
+	staging := slices.Contains(direct, false)
 	finish := func(c chunk) error {
 		if err := x.events[c.slot].Synchronize(); err != nil {
 			return fmt.Errorf("cudakernels: kernels or copies: %w", err)
 		}
 		for j, t := range out {
-			parallelCopy(t.hostPart(c), pinned(len(in)+j, c), x.copyCores())
+			if !direct[len(in)+j] {
+				parallelCopy(t.hostPart(c), host(len(in)+j, c), x.copyCores())
+			}
 		}
 		return nil
 	}
@@ -212,9 +259,11 @@ func pipeline[T kernels.Float](x *transfers, bh, hc int, in, out []*staged[T], l
 		c := chunk{h0: h0, n: min(hc, bh-h0), slot: i % slots}
 		s := x.streams[c.slot]
 		for j, t := range in {
-			dst := pinned(j, c)
-			parallelCopy(dst, t.hostPart(c), x.copyCores())
-			if err := cu.MemcpyHtoDAsync(t.dev(c), unsafe.Pointer(&dst[0]), int64(len(dst))*elem, s); err != nil {
+			src := host(j, c)
+			if !direct[j] {
+				parallelCopy(src, t.hostPart(c), x.copyCores())
+			}
+			if err := cu.MemcpyHtoDAsync(t.dev(c), unsafe.Pointer(&src[0]), int64(len(src))*elem, s); err != nil {
 				return fmt.Errorf("cudakernels: copy to device: %w", err)
 			}
 		}
@@ -222,8 +271,8 @@ func pipeline[T kernels.Float](x *transfers, bh, hc int, in, out []*staged[T], l
 			return err
 		}
 		for j, t := range out {
-			src := pinned(len(in)+j, c)
-			if err := cu.MemcpyDtoHAsync(unsafe.Pointer(&src[0]), t.dev(c), int64(len(src))*elem, s); err != nil {
+			dst := host(len(in)+j, c)
+			if err := cu.MemcpyDtoHAsync(unsafe.Pointer(&dst[0]), t.dev(c), int64(len(dst))*elem, s); err != nil {
 				return fmt.Errorf("cudakernels: copy from device: %w", err)
 			}
 		}
@@ -232,7 +281,7 @@ func pipeline[T kernels.Float](x *transfers, bh, hc int, in, out []*staged[T], l
 		}
 		// The slot of chunk i−1 is free again once it is emptied; chunk i
 		// keeps the device busy meanwhile.
-		if i > 0 {
+		if i > 0 && (staging || h0+hc >= bh) {
 			if err := finish(prev); err != nil {
 				return err
 			}
@@ -240,6 +289,23 @@ func pipeline[T kernels.Float](x *transfers, bh, hc int, in, out []*staged[T], l
 		prev = c
 	}
 	return finish(prev)
+}
+
+// register returns, for each tensor of a call, whether the copy engines
+// move it straight from or to the caller's slice: on a registering path,
+// when the pinSet registers the slice; the others are staged.
+func register[T kernels.Float](x *transfers, ts []*staged[T]) ([]bool, error) {
+	direct := make([]bool, len(ts))
+	if x.path == viaStaging {
+		return direct, nil
+	}
+	for i, t := range ts {
+		var err error
+		if direct[i], err = x.pins.acquire(unsafe.Pointer(unsafe.SliceData(t.host)), int64(len(t.host))*int64(elemSize[T]())); err != nil {
+			return nil, err
+		}
+	}
+	return direct, nil
 }
 
 // copyCores returns how many cores copy between caller and staging memory.
@@ -253,18 +319,22 @@ func (x *transfers) copyCores() int {
 // parallelCopy copies src into dst on up to cores cores: one core's memcpy
 // is slower than the bus, and would leave the copy engines waiting.
 func parallelCopy[T any](dst, src []T, cores int) {
+	parallelFor(len(src), cores, func(lo, hi int) { copy(dst[lo:hi], src[lo:hi]) })
+}
+
+// parallelFor runs body over [0, n) split into up to cores ranges, each on
+// a goroutine of its own.
+func parallelFor(n, cores int, body func(lo, hi int)) {
 	const grain = 1 << 18 // elements; smaller pieces cost more to start than to copy
-	n := len(src)
 	w := min(runtime.GOMAXPROCS(0), cores, (n+grain-1)/grain)
 	if w <= 1 {
-		copy(dst, src)
+		body(0, n)
 		return
 	}
 	var wg sync.WaitGroup
 	step := (n + w - 1) / w
 	for lo := 0; lo < n; lo += step {
-		hi := min(lo+step, n)
-		wg.Go(func() { copy(dst[lo:hi], src[lo:hi]) })
+		wg.Go(func() { body(lo, min(lo+step, n)) })
 	}
 	wg.Wait()
 }
@@ -323,10 +393,11 @@ func (x *transfers) freePinned() error {
 
 // Trim frees the device workspace and the page-locked staging memory the
 // backend keeps between calls (each as large as the largest call so far
-// needed); the next call allocates them again. Device states from
-// ForwardKeep are not affected.
+// needed), and unregisters the caller memory it keeps registered; the next
+// call allocates them again. Device states from ForwardKeep are not
+// affected.
 func (b *Backend) Trim() error {
-	return b.run(func() error { return errors.Join(b.xfer.freeWork(), b.xfer.freePinned()) })
+	return b.run(func() error { return errors.Join(b.xfer.freeWork(), b.xfer.freePinned(), b.xfer.pins.clear()) })
 }
 
 // MemInfo reports the free and total memory of the backend's device in

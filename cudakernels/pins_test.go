@@ -1,0 +1,199 @@
+package cudakernels
+
+import (
+	"errors"
+	"testing"
+	"unsafe"
+)
+
+// fakeDriver stands in for cuMemHostRegister: it refuses a page registered
+// twice, and pages in refuse, as the driver does for memory registered by
+// someone else.
+type fakeDriver struct {
+	page    uintptr
+	locked  map[uintptr]int64 // registered base → bytes
+	refuse  map[uintptr]bool  // pages
+	calls   int
+	failUnr bool
+}
+
+func (d *fakeDriver) pages(p uintptr, n int64) (lo, hi uintptr) {
+	return p &^ (d.page - 1), (p + uintptr(n) + d.page - 1) &^ (d.page - 1)
+}
+
+func (d *fakeDriver) register(p unsafe.Pointer, n int64) error {
+	d.calls++
+	lo, hi := d.pages(uintptr(p), n)
+	for pg := lo; pg < hi; pg += d.page {
+		if d.refuse[pg] {
+			return errors.New("already registered")
+		}
+	}
+	for base, m := range d.locked {
+		if blo, bhi := d.pages(base, m); blo < hi && lo < bhi {
+			return errors.New("already registered")
+		}
+	}
+	d.locked[uintptr(p)] = n
+	return nil
+}
+
+func (d *fakeDriver) unregister(p unsafe.Pointer) error {
+	if d.failUnr {
+		return errors.New("unregister failed")
+	}
+	if _, ok := d.locked[uintptr(p)]; !ok {
+		return errors.New("not registered")
+	}
+	delete(d.locked, uintptr(p))
+	return nil
+}
+
+func newFake(t *testing.T) (*fakeDriver, *pinSet) {
+	d := &fakeDriver{page: 4096, locked: map[uintptr]int64{}, refuse: map[uintptr]bool{}}
+	s := newPinSet(d.register, d.unregister)
+	s.page, s.min = d.page, 1
+	t.Cleanup(func() {
+		d.failUnr = false
+		if err := s.clear(); err != nil {
+			t.Error(err)
+		}
+		if len(d.locked) != 0 || s.bytes != 0 {
+			t.Errorf("after clear: %d registrations, %d bytes", len(d.locked), s.bytes)
+		}
+	})
+	return d, &s
+}
+
+func acquire(t *testing.T, s *pinSet, x []float32) bool {
+	t.Helper()
+	ok, err := s.acquire(unsafe.Pointer(unsafe.SliceData(x)), int64(len(x))*4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+func endCall(t *testing.T, s *pinSet, keep bool) {
+	t.Helper()
+	if err := s.endCall(keep); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPinSetReuse: a slice, or a part of it, passed again finds its
+// registration while kept; without keep every call registers afresh.
+func TestPinSetReuse(t *testing.T) {
+	d, s := newFake(t)
+	x := make([]float32, 1<<16)
+	if !acquire(t, s, x) || !acquire(t, s, x) || !acquire(t, s, x[100:2000]) {
+		t.Fatal("not registered")
+	}
+	if d.calls != 1 {
+		t.Fatalf("%d registrations within a call, want 1", d.calls)
+	}
+	endCall(t, s, true)
+	if !acquire(t, s, x) || d.calls != 1 {
+		t.Fatalf("kept: %d registrations, want 1", d.calls)
+	}
+	endCall(t, s, false)
+	if len(d.locked) != 0 {
+		t.Fatalf("%d registrations left after a call without keep", len(d.locked))
+	}
+	if !acquire(t, s, x) || d.calls != 2 {
+		t.Fatalf("after a call without keep: %d registrations, want 2", d.calls)
+	}
+}
+
+// TestPinSetSharedPages: slices on the pages of a slice this call
+// registered are staged; an older registration on those pages makes room.
+func TestPinSetSharedPages(t *testing.T) {
+	d, s := newFake(t)
+	buf := make([]float32, 3<<12)  // 12 pages of 4 KiB
+	a, b := buf[:5000], buf[5000:] // share a page
+	if !acquire(t, s, a) {
+		t.Fatal("a: not registered")
+	}
+	if acquire(t, s, b) {
+		t.Fatal("b shares a page with a, registered in the same call")
+	}
+	endCall(t, s, true)
+	if !acquire(t, s, b) {
+		t.Fatal("b: not registered once a is from an earlier call")
+	}
+	if len(s.entries) != 1 || len(d.locked) != 1 {
+		t.Fatalf("%d entries, %d registrations, want a replaced by b", len(s.entries), len(d.locked))
+	}
+	// The whole buffer replaces b, which it contains.
+	endCall(t, s, true)
+	if !acquire(t, s, buf) || !acquire(t, s, a) || !acquire(t, s, b) {
+		t.Fatal("buf and its parts: not registered")
+	}
+	if len(s.entries) != 1 || s.bytes != int64(len(buf))*4 {
+		t.Fatalf("%d entries of %d bytes, want buf alone", len(s.entries), s.bytes)
+	}
+}
+
+// TestPinSetRefused: memory the driver refuses, and small slices, are
+// staged, and leave nothing behind.
+func TestPinSetRefused(t *testing.T) {
+	d, s := newFake(t)
+	x := make([]float32, 1<<12)
+	d.refuse[uintptr(unsafe.Pointer(&x[0]))&^(d.page-1)] = true
+	if acquire(t, s, x) {
+		t.Fatal("refused memory reported registered")
+	}
+	if len(s.entries) != 0 || s.bytes != 0 {
+		t.Fatalf("%d entries, %d bytes after a refusal", len(s.entries), s.bytes)
+	}
+	s.min = minPinBytes
+	if acquire(t, s, make([]float32, 1<<10)) {
+		t.Fatal("a 4 KiB slice registered")
+	}
+	if acquire(t, s, nil) {
+		t.Fatal("an empty slice registered")
+	}
+}
+
+// TestPinSetKeepBounds: registrations unused for pinKeepCalls calls go, and
+// the least recently used while more than keepBytes are kept.
+func TestPinSetKeepBounds(t *testing.T) {
+	d, s := newFake(t)
+	x, y := make([]float32, 1<<12), make([]float32, 1<<12)
+	acquire(t, s, x)
+	acquire(t, s, y)
+	endCall(t, s, true)
+	for range pinKeepCalls {
+		acquire(t, s, x)
+		endCall(t, s, true)
+	}
+	if len(d.locked) != 1 || len(s.entries) != 1 || s.entries[0].lo != uintptr(unsafe.Pointer(&x[0])) {
+		t.Fatalf("%d registrations, want x's alone after %d calls without y", len(d.locked), pinKeepCalls)
+	}
+	z := make([]float32, 1<<12)
+	s.keepBytes = int64(len(z)) * 4
+	acquire(t, s, z)
+	acquire(t, s, x) // x, used last, stays
+	endCall(t, s, true)
+	if len(s.entries) != 1 || s.entries[0].lo != uintptr(unsafe.Pointer(&x[0])) || s.bytes != s.keepBytes {
+		t.Fatalf("%d entries of %d bytes, want x's alone within %d bytes", len(s.entries), s.bytes, s.keepBytes)
+	}
+}
+
+// TestPinSetUnregisterFails: the error reaches the caller, and the entry
+// is gone from the set.
+func TestPinSetUnregisterFails(t *testing.T) {
+	d, s := newFake(t)
+	x := make([]float32, 1<<12)
+	acquire(t, s, x)
+	d.failUnr = true
+	if err := s.endCall(false); err == nil {
+		t.Fatal("a failed unregistration reported no error")
+	}
+	if len(s.entries) != 0 || s.bytes != 0 {
+		t.Fatalf("%d entries, %d bytes left", len(s.entries), s.bytes)
+	}
+	d.failUnr = false
+	// The fake still holds x; the real driver might too, and x stays pinned.
+	delete(d.locked, uintptr(unsafe.Pointer(&x[0])))
+}
