@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"sync"
 	"unsafe"
 )
 
@@ -44,6 +45,13 @@ type pinSet struct {
 	entries []*pinEntry // least recently used first
 	bytes   int64
 	call    int // serial of the current call
+}
+
+// stuckPins keeps, for the process's lifetime, the entries whose
+// unregistration failed (drop), whatever becomes of their pinSet.
+var stuckPins struct {
+	sync.Mutex
+	entries []*pinEntry
 }
 
 type pinEntry struct {
@@ -138,10 +146,14 @@ func (s *pinSet) clear() error {
 
 // drop unregisters e and unpins its object; the caller removes it from
 // entries. When the driver fails to unregister, the object stays pinned
-// for good: the driver may still hold its pages.
+// for good (the driver may still hold its pages), and its entry goes to
+// stuckPins: the runtime panics when it collects a Pinner that still pins.
 func (s *pinSet) drop(e *pinEntry) error {
 	s.bytes -= int64(e.hi - e.lo)
 	if err := s.unregister(e.p); err != nil {
+		stuckPins.Lock()
+		stuckPins.entries = append(stuckPins.entries, e)
+		stuckPins.Unlock()
 		return err
 	}
 	e.pin.Unpin()

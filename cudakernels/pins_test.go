@@ -2,6 +2,8 @@ package cudakernels
 
 import (
 	"errors"
+	"runtime"
+	"slices"
 	"testing"
 	"unsafe"
 )
@@ -180,8 +182,9 @@ func TestPinSetKeepBounds(t *testing.T) {
 	}
 }
 
-// TestPinSetUnregisterFails: the error reaches the caller, and the entry
-// is gone from the set.
+// TestPinSetUnregisterFails: the error reaches the caller, the entry is
+// gone from the set, and its object stays pinned without the runtime
+// panicking over a collected Pinner (stuckPins keeps it).
 func TestPinSetUnregisterFails(t *testing.T) {
 	d, s := newFake(t)
 	x := make([]float32, 1<<12)
@@ -196,4 +199,13 @@ func TestPinSetUnregisterFails(t *testing.T) {
 	d.failUnr = false
 	// The fake still holds x; the real driver might too, and x stays pinned.
 	delete(d.locked, uintptr(unsafe.Pointer(&x[0])))
+	stuckPins.Lock()
+	stuck := slices.ContainsFunc(stuckPins.entries, func(e *pinEntry) bool { return e.p == unsafe.Pointer(&x[0]) })
+	stuckPins.Unlock()
+	if !stuck {
+		t.Fatal("the entry that failed to unregister is not in stuckPins")
+	}
+	// A Pinner collected while pinning panics in the finalizer goroutine.
+	runtime.GC()
+	runtime.GC()
 }
