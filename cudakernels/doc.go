@@ -41,13 +41,17 @@
 // finite; rows that see no key still get O = 0 and LSE = +Inf. Each call
 // copies its host slices to the
 // device, runs the kernels and copies the results back; nothing of size
-// Nq×Nk is allocated. The copies go through page-locked staging memory on two
-// streams, in chunks of (batch, head) pairs, so that one chunk's copies
-// overlap another's kernels (resident_gpu.go); results are bit-identical
-// whatever the chunking. The Backend also implements kernels.Resident:
+// Nq×Nk is allocated. The copies run on two streams, in chunks of (batch,
+// head) pairs, so that one chunk's copies overlap another's kernels
+// (resident_gpu.go); results are bit-identical whatever the chunking. A
+// host slice passed in an earlier call (within the last four) is
+// registered with the driver (cuMemHostRegister, its Go object pinned) and
+// copied in place; others go through page-locked staging memory. Up to
+// 16 GiB of registrations stay between calls, those unused for four calls
+// going first; Trim and Close unregister them. The Backend also implements kernels.Resident:
 // ForwardKeep32/64 keep the device copies of q, k, v, o and lse in a
 // DeviceState, and BackwardKept32/64 then upload only do. The staging
-// memory and a device workspace are kept between calls, grown to the
+// memory, the registrations and a device workspace are kept between calls, grown to the
 // largest call's need; Trim frees them, Close frees everything, including
 // states not released. MemInfo reports the device's free memory and
 // KernelTime the kernels' time without copies. A Backend owns one CUDA

@@ -54,7 +54,7 @@ func (d *fakeDriver) unregister(p unsafe.Pointer) error {
 func newFake(t *testing.T) (*fakeDriver, *pinSet) {
 	d := &fakeDriver{page: 4096, locked: map[uintptr]int64{}, refuse: map[uintptr]bool{}}
 	s := newPinSet(d.register, d.unregister)
-	s.page, s.min = d.page, 1
+	s.page, s.min, s.sighting = d.page, 1, 1
 	t.Cleanup(func() {
 		d.failUnr = false
 		if err := s.clear(); err != nil {
@@ -76,15 +76,15 @@ func acquire(t *testing.T, s *pinSet, x []float32) bool {
 	return ok
 }
 
-func endCall(t *testing.T, s *pinSet, keep bool) {
+func endCall(t *testing.T, s *pinSet) {
 	t.Helper()
-	if err := s.endCall(keep); err != nil {
+	if err := s.endCall(); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // TestPinSetReuse: a slice, or a part of it, passed again finds its
-// registration while kept; without keep every call registers afresh.
+// registration while kept; after clear it registers afresh.
 func TestPinSetReuse(t *testing.T) {
 	d, s := newFake(t)
 	x := make([]float32, 1<<16)
@@ -94,16 +94,46 @@ func TestPinSetReuse(t *testing.T) {
 	if d.calls != 1 {
 		t.Fatalf("%d registrations within a call, want 1", d.calls)
 	}
-	endCall(t, s, true)
+	endCall(t, s)
 	if !acquire(t, s, x) || d.calls != 1 {
 		t.Fatalf("kept: %d registrations, want 1", d.calls)
 	}
-	endCall(t, s, false)
+	if err := s.clear(); err != nil {
+		t.Fatal(err)
+	}
 	if len(d.locked) != 0 {
-		t.Fatalf("%d registrations left after a call without keep", len(d.locked))
+		t.Fatalf("%d registrations left after clear", len(d.locked))
 	}
 	if !acquire(t, s, x) || d.calls != 2 {
-		t.Fatalf("after a call without keep: %d registrations, want 2", d.calls)
+		t.Fatalf("after clear: %d registrations, want 2", d.calls)
+	}
+}
+
+// TestPinSetSecondSighting: at the default sighting, a slice is staged in
+// the first call that passes it and registered in the next one within
+// pinKeepCalls calls; a slice seen once, then not for pinKeepCalls calls,
+// starts over.
+func TestPinSetSecondSighting(t *testing.T) {
+	d, s := newFake(t)
+	s.sighting = pinSighting
+	x, y := make([]float32, 1<<12), make([]float32, 1<<12)
+	if acquire(t, s, x) || acquire(t, s, x) {
+		t.Fatal("x registered at its first call")
+	}
+	acquire(t, s, y)
+	endCall(t, s)
+	if !acquire(t, s, x) || d.calls != 1 {
+		t.Fatalf("x at its second call: %d registrations, want 1", d.calls)
+	}
+	endCall(t, s)
+	for range pinKeepCalls {
+		endCall(t, s)
+	}
+	if acquire(t, s, y) {
+		t.Fatalf("y registered %d calls after its first sighting", pinKeepCalls+1)
+	}
+	if len(s.seen) != 1 {
+		t.Fatalf("%d sightings remembered, want y's alone", len(s.seen))
 	}
 }
 
@@ -119,7 +149,7 @@ func TestPinSetSharedPages(t *testing.T) {
 	if acquire(t, s, b) {
 		t.Fatal("b shares a page with a, registered in the same call")
 	}
-	endCall(t, s, true)
+	endCall(t, s)
 	if !acquire(t, s, b) {
 		t.Fatal("b: not registered once a is from an earlier call")
 	}
@@ -127,7 +157,7 @@ func TestPinSetSharedPages(t *testing.T) {
 		t.Fatalf("%d entries, %d registrations, want a replaced by b", len(s.entries), len(d.locked))
 	}
 	// The whole buffer replaces b, which it contains.
-	endCall(t, s, true)
+	endCall(t, s)
 	if !acquire(t, s, buf) || !acquire(t, s, a) || !acquire(t, s, b) {
 		t.Fatal("buf and its parts: not registered")
 	}
@@ -164,10 +194,10 @@ func TestPinSetKeepBounds(t *testing.T) {
 	x, y := make([]float32, 1<<12), make([]float32, 1<<12)
 	acquire(t, s, x)
 	acquire(t, s, y)
-	endCall(t, s, true)
+	endCall(t, s)
 	for range pinKeepCalls {
 		acquire(t, s, x)
-		endCall(t, s, true)
+		endCall(t, s)
 	}
 	if len(d.locked) != 1 || len(s.entries) != 1 || s.entries[0].lo != uintptr(unsafe.Pointer(&x[0])) {
 		t.Fatalf("%d registrations, want x's alone after %d calls without y", len(d.locked), pinKeepCalls)
@@ -176,7 +206,7 @@ func TestPinSetKeepBounds(t *testing.T) {
 	s.keepBytes = int64(len(z)) * 4
 	acquire(t, s, z)
 	acquire(t, s, x) // x, used last, stays
-	endCall(t, s, true)
+	endCall(t, s)
 	if len(s.entries) != 1 || s.entries[0].lo != uintptr(unsafe.Pointer(&x[0])) || s.bytes != s.keepBytes {
 		t.Fatalf("%d entries of %d bytes, want x's alone within %d bytes", len(s.entries), s.bytes, s.keepBytes)
 	}
@@ -190,7 +220,7 @@ func TestPinSetUnregisterFails(t *testing.T) {
 	x := make([]float32, 1<<12)
 	acquire(t, s, x)
 	d.failUnr = true
-	if err := s.endCall(false); err == nil {
+	if err := s.clear(); err == nil {
 		t.Fatal("a failed unregistration reported no error")
 	}
 	if len(s.entries) != 0 || s.bytes != 0 {

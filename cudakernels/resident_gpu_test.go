@@ -339,11 +339,14 @@ func TestErrorsOnDevice(t *testing.T) {
 	stillWorks("asking for a missing device")
 }
 
-// BenchmarkCopyPipeline times whole BF16 forward calls from host slices at
-// N = 16384, D = 128 (B = 1, H = 16) for several chunk sizes and numbers of
-// copying cores, beside the kernels alone, to choose the defaults.
+// BenchmarkCopyPipeline times whole BF16 forward calls from host slices
+// through staging (viaStaging) at N = 16384, D = 128 (B = 1, H = 16) for
+// several chunk sizes and numbers of copying cores, beside the kernels
+// alone, to choose the staging's defaults. BenchmarkHostPaths compares
+// staging with registering.
 func BenchmarkCopyPipeline(b *testing.B) {
 	be := newTestBackend(b, WithPrecision(BF16))
+	be.xfer.path = viaStaging
 	p := kernels.Params{B: 1, H: 16, Nq: 16384, Nk: 16384, D: 128, Scale: 1 / math.Sqrt(128)}
 	kms, err := be.KernelTime(p, false, 5)
 	if err != nil {

@@ -202,9 +202,11 @@
 // process that asks for the same precision. CloseGPU closes it and frees all
 // its device memory; nodes built before then fail when run, and later ones
 // open a fresh backend. Each run of the node copies Q, K and V to the device
-// and O back (and dO, dQ, dK, dV for the backward), through page-locked
-// staging memory and two streams, in chunks of heads so that copies overlap
-// the kernels (see cudakernels/doc.go and bench/RESULTS.md).
+// and O back (and dO, dQ, dK, dV for the backward) on two streams, in
+// chunks of heads so that copies overlap the kernels: from and to the
+// tensors' own memory where the driver has it registered (a tensor's
+// backing array seen in an earlier run), else through page-locked staging
+// (see cudakernels/doc.go and bench/RESULTS.md).
 //
 // Errors from the GPU (out of device memory wrapping
 // cudakernels.ErrOutOfMemory, an unsupported head dimension wrapping
