@@ -9,13 +9,35 @@
 # dictionary at -9 stores it once for the three (about 8 MB in all, against
 # 16 MB at the default level), which keeps the carried tree (tracked files,
 # about 55 MB, plus the carry) under the device tool's 64 MiB.
+#
+# CUBIN=1 embeds Hopper machine code instead of the PTX: the tracked files
+# are copied to a temporary tree whose ptx/*.ptx are replaced by ptxas's
+# output for sm_90a (flash_sm90a) and sm_90 (the sm80 modules), and the
+# binaries are built there. A fresh GPU machine otherwise spends 100–145 s
+# compiling the PTX before the first kernel runs (NOTES.md, "The next
+# device run"). The binaries then run on Hopper GPUs only, and devrun.sh
+# must be told to use what they embed (FLASHATTN_KERNEL_DIR= , empty).
+# PTXAS names ptxas (default: ptxas on PATH, else /opt/cuda-12.4/usr/bin/ptxas).
+# Written 2026-12-04, not yet run on the GPU machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 eval "$(.ci/cuda-sdk.sh)"
+root=$PWD
 mkdir -p .gpu
+src=$root
+if [[ "${CUBIN:-0}" == 1 ]]; then
+	ptxas=${PTXAS:-$(command -v ptxas || echo /opt/cuda-12.4/usr/bin/ptxas)}
+	src=$(mktemp -d)
+	trap 'rm -rf "$src"' EXIT
+	git ls-files -z | xargs -0 cp --parents -t "$src"
+	for m in flash_sm90a:sm_90a flash_sm80:sm_90 decode_sm80:sm_90; do
+		"$ptxas" -O3 -arch="${m#*:}" "cudakernels/ptx/${m%%:*}.ptx" -o "$src/cudakernels/ptx/${m%%:*}.ptx" &
+	done
+	wait
+fi
 pkgs=(cudakernels op bench)
 for p in "${pkgs[@]}"; do
-	go test -c -tags flashgpu -ldflags='-s -w' -o ".gpu/$p.test" "./$p"
+	(cd "$src" && go test -c -tags flashgpu -ldflags='-s -w' -o "$root/.gpu/$p.test" "./$p")
 done
 tar -C .gpu -cf - "${pkgs[@]/%/.test}" | xz -9 -T1 >.gpu/bins.tar.xz.tmp
 mv .gpu/bins.tar.xz.tmp .gpu/bins.tar.xz

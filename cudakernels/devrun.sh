@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # devrun.sh OUTDIR — the test batch on the GPU machine, run from the
-# repository root against the PTX under cudakernels/ptx (FLASHATTN_KERNEL_DIR)
+# repository root against the PTX under cudakernels/ptx (FLASHATTN_KERNEL_DIR,
+# unless set; set it empty for the kernels the binaries embed)
 # with the binaries devpack.sh built (.gpu/bins.tar.xz, or .gpu/*.test).
 # Timings beside PyTorch's are the bench/*_side_by_side.py scripts' business,
 # never run beside this batch.
@@ -24,7 +25,9 @@ set -uo pipefail
 out="${1:?usage: devrun.sh OUTDIR}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 export LD_LIBRARY_PATH=/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}
-export FLASHATTN_KERNEL_DIR="$root/cudakernels/ptx"
+# FLASHATTN_KERNEL_DIR set but empty: the kernels the binaries embed
+# (devpack.sh CUBIN=1).
+export FLASHATTN_KERNEL_DIR="${FLASHATTN_KERNEL_DIR-$root/cudakernels/ptx}"
 logs="$(mktemp -d)"
 bins="$root/.gpu"
 if [[ -f "$bins/bins.tar.xz" ]]; then
