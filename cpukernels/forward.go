@@ -12,7 +12,6 @@ import (
 type forwardScratch[T kernels.Float] struct {
 	qs  []T // Br×D: the query tile pre-multiplied by scale
 	s   []T // Br×scoreCols: scores, then probabilities
-	acc []T // Br×D: unnormalised output
 	m   []T // Br: running row maximum
 	l   []T // Br: running row sum of exp(S − m)
 	tab []T // windowPanelRows+maxSpan: the tile's ALiBi terms (alibiTable); nil without ALiBi
@@ -52,17 +51,16 @@ func tileSpan(rows int) int {
 // forwardScratchLen is the number of elements of one forwardScratch.
 func forwardScratchLen(d int) int {
 	// words counted as elements.
-	return 2*blockRows*d + blockRows*scoreCols + 3*blockRows + windowPanelRows + 2*maxSpan
+	return blockRows*d + blockRows*scoreCols + 3*blockRows + windowPanelRows + 2*maxSpan
 }
 
 func newForwardScratch[T kernels.Float](p kernels.Params) *forwardScratch[T] {
 	d := p.D
 	sc := &forwardScratch[T]{
-		qs:  make([]T, blockRows*d),
-		s:   make([]T, blockRows*scoreCols),
-		acc: make([]T, blockRows*d),
-		m:   make([]T, blockRows),
-		l:   make([]T, blockRows),
+		qs: make([]T, blockRows*d),
+		s:  make([]T, blockRows*scoreCols),
+		m:  make([]T, blockRows),
+		l:  make([]T, blockRows),
 	}
 	// Plain attention allocates no variant scratch.
 	if p.ALiBi != nil {
@@ -196,12 +194,19 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 // bias), kt is its key head's Kᵀ by key blocks (D×w each) and v its V
 // (Nk×D), vFinite whether each of its key blocks of V is finite (nil: not
 // known, see blockFinite).
+//
+// The unnormalised output accumulates in o's rows themselves, which
+// finishRows then divides in place: a scratch accumulator cost a copy of
+// every row into o at the end, and o's first touch (its lines are rarely
+// cached) came in that copy rather than in a clear that the hardware
+// streams ahead of.
 func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p *kernels.Params, mask *kernels.Mask, bh, row0, rows int, vFinite []bool, q, kt, v, bias, o, lse []T) {
 	d := p.D
 	scale := T(p.Scale)
 	copy(sc.qs, q)
 	ops.scale(sc.qs[:rows*d], scale)
-	clear(sc.acc[:rows*d])
+	acc := o[:rows*d]
+	clear(acc)
 	negInf := T(math.Inf(-1))
 	for r := range rows {
 		sc.m[r], sc.l[r] = negInf, 0
@@ -274,7 +279,7 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p *
 				// preloaded one was cleared above with its score).
 				add(sr[from:to], bias[r*p.Nk+c0+from:])
 			}
-			onlineSoftmax(ops, sc, r, sr[from:to], d)
+			onlineSoftmax(ops, sc, r, sr[from:to], acc[r*d:(r+1)*d])
 			if sc.words != nil {
 				// The row sum l took every probability; only P·V drops.
 				words := sc.words[:to-from]
@@ -290,19 +295,20 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p *
 			// row takes only the keys it sees.
 			for r := range rows {
 				if from, to := clampRange(sc.lo[r], sc.hi[r], c0, cols); to > from {
-					ops.gemm(1, d, to-from, s[r*span+from:], span, vb[from*d:], d, sc.acc[r*d:], d)
+					ops.gemm(1, d, to-from, s[r*span+from:], span, vb[from*d:], d, acc[r*d:], d)
 				}
 			}
 			continue
 		}
-		ops.gemm(rows, d, cols, s, span, vb, d, sc.acc, d)
+		ops.gemm(rows, d, cols, s, span, vb, d, acc, d)
 	}
 	sc.finishRows(ops, rows, d, o, lse)
 }
 
-// finishRows writes O = acc / l and LSE = m + log l of rows 0 … rows−1
-// into o (rows of d) and lse, and O = 0, LSE = +Inf for the rows whose key
-// range [lo, hi) is empty.
+// finishRows turns the accumulators acc of rows 0 … rows−1, in o on entry
+// (rows of d), into O = acc / l in place, writes LSE = m + log l into lse,
+// and sets O = 0, LSE = +Inf for the rows whose key range [lo, hi) is
+// empty.
 func (sc *forwardScratch[T]) finishRows(ops mathOps[T], rows, d int, o, lse []T) {
 	for r := range rows {
 		or := o[r*d : (r+1)*d]
@@ -315,7 +321,6 @@ func (sc *forwardScratch[T]) finishRows(ops mathOps[T], rows, d int, o, lse []T)
 		}
 		// For a row whose scores were all −Inf, acc = l = 0 and O = 0·∞ =
 		// NaN, LSE = −Inf + log 0 = −Inf, the IEEE values of the formulas.
-		copy(or, sc.acc[r*d:(r+1)*d])
 		ops.scale(or, 1/sc.l[r])
 		lse[r] = sc.m[r] + T(math.Log(float64(sc.l[r])))
 	}
@@ -333,14 +338,14 @@ func dropRow[T kernels.Float](pr []T, words []uint32, d kernels.Dropout) {
 }
 
 // onlineSoftmax folds the visible scores sr of row r into its running
-// maximum m, sum l and accumulator, and leaves in sr the probabilities
-// exp(S − m) to multiply with V.
+// maximum m, sum l and accumulator acc (d elements), and leaves in sr the
+// probabilities exp(S − m) to multiply with V.
 //
 // The maximum skips NaN scores (ops.max), so a NaN reaches l through its
 // exponential and makes O and LSE NaN at the end. That needs a finite
 // shift; when there is none, the row is handled here so that l, m and acc
 // end with the IEEE values of log Σ exp(S) and O.
-func onlineSoftmax[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], r int, sr []T, d int) {
+func onlineSoftmax[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], r int, sr, acc []T) {
 	mOld := sc.m[r]
 	mNew := max(mOld, ops.max(sr))
 	if math.IsInf(float64(mNew), 0) {
@@ -353,7 +358,7 @@ func onlineSoftmax[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], r int
 			sc.l[r] = T(math.NaN())
 		}
 		if mNew > mOld {
-			ops.scale(sc.acc[r*d:(r+1)*d], T(math.NaN()))
+			ops.scale(acc, T(math.NaN()))
 			sc.l[r] += T(math.Inf(1))
 			sc.m[r] = mNew
 		}
@@ -370,5 +375,5 @@ func onlineSoftmax[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], r int
 	alpha := T(math.Exp(float64(mOld - mNew))) // 0 on the first finite block
 	sc.l[r] = sc.l[r]*alpha + sum
 	sc.m[r] = mNew
-	ops.scale(sc.acc[r*d:(r+1)*d], alpha)
+	ops.scale(acc, alpha)
 }
