@@ -10,11 +10,14 @@ import (
 
 // forwardScratch is one worker's tiles; nothing in it depends on N.
 type forwardScratch[T kernels.Float] struct {
-	qs  []T // Br×D: the query tile pre-multiplied by scale
-	s   []T // Br×scoreCols: scores, then probabilities
-	m   []T // Br: running row maximum
-	l   []T // Br: running row sum of exp(S − m)
-	tab []T // windowPanelRows+maxSpan: the tile's ALiBi terms (alibiTable); nil without ALiBi
+	qs []T // Br×D: the query tile pre-multiplied by scale
+	s  []T // Br×scoreCols: scores, then probabilities
+	m  []T // Br: running row maximum
+	l  []T // Br: running row sum of exp(S − m)
+	// Br each: a whole tile's new row maxima and sums of exp(S − mNew),
+	// from ops.softmaxRows.
+	mNew, sum []T
+	tab       []T // windowPanelRows+maxSpan: the tile's ALiBi terms (alibiTable); nil without ALiBi
 	// maxSpan: the Philox words of dropout's mask along one row of a tile
 	// (kernels.Dropout.RowWords), compared with its threshold in vector
 	// lanes (dropRow); nil without dropout.
@@ -51,16 +54,18 @@ func tileSpan(rows int) int {
 // forwardScratchLen is the number of elements of one forwardScratch.
 func forwardScratchLen(d int) int {
 	// words counted as elements.
-	return blockRows*d + blockRows*scoreCols + 3*blockRows + windowPanelRows + 2*maxSpan
+	return blockRows*d + blockRows*scoreCols + 5*blockRows + windowPanelRows + 2*maxSpan
 }
 
 func newForwardScratch[T kernels.Float](p kernels.Params) *forwardScratch[T] {
 	d := p.D
 	sc := &forwardScratch[T]{
-		qs: make([]T, blockRows*d),
-		s:  make([]T, blockRows*scoreCols),
-		m:  make([]T, blockRows),
-		l:  make([]T, blockRows),
+		qs:   make([]T, blockRows*d),
+		s:    make([]T, blockRows*scoreCols),
+		m:    make([]T, blockRows),
+		l:    make([]T, blockRows),
+		mNew: make([]T, blockRows),
+		sum:  make([]T, blockRows),
 	}
 	// Plain attention allocates no variant scratch.
 	if p.ALiBi != nil {
@@ -253,38 +258,53 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p *
 		// row's end decide it, once per tile rather than once per row. An
 		// uncut tile (every tile without a mask) asks no row for its range.
 		cut := sc.lo[rows-1] > c0 || sc.hi[0] < c0+cols
-		for r := range rows {
-			sr := s[r*span : r*span+cols]
-			from, to := 0, cols
-			if cut {
-				// Keys outside the row's range are masked. Their
-				// probabilities are exactly 0, whatever their scores (even
-				// NaN) were.
-				from, to = clampRange(sc.lo[r], sc.hi[r], c0, cols)
-				clear(sr[:from])
-				clear(sr[to:])
-				if from == to {
-					continue
+		if !cut && p.Softcap == 0 && tab == nil && (bias == nil || preload) {
+			// Nothing to do to the scores before the softmax: the whole
+			// tile's maxima and exponentials in one call (the same bits as
+			// onlineSoftmax's two calls per row), then each row's fold.
+			ops.softmaxRows(rows, cols, s, span, sc.m, sc.mNew, sc.sum)
+			for r := range rows {
+				sr, accR := s[r*span:r*span+cols], acc[r*d:(r+1)*d]
+				if mNew := sc.mNew[r]; math.IsInf(float64(mNew), 0) {
+					infiniteShift(ops, sc, r, sr, accR, mNew)
+				} else {
+					foldRow(ops, sc, r, mNew, sc.sum[r], accR)
+				}
+				if sc.words != nil {
+					sc.dropRow(p, bh, row0+r, c0, sr)
 				}
 			}
-			if p.Softcap != 0 {
-				softcapScores(sr[from:to], T(p.Softcap), nil)
-			}
-			if tab != nil {
-				subtract(sr[from:to], tab[rows-1-r+from:])
-			}
-			if bias != nil && !preload {
-				// Only the visible keys' entries are read: a masked
-				// pair's bias, even NaN, never reaches the row (a
-				// preloaded one was cleared above with its score).
-				add(sr[from:to], bias[r*p.Nk+c0+from:])
-			}
-			onlineSoftmax(ops, sc, r, sr[from:to], acc[r*d:(r+1)*d])
-			if sc.words != nil {
-				// The row sum l took every probability; only P·V drops.
-				words := sc.words[:to-from]
-				p.Dropout.RowWords(bh, row0+r, c0+from, words)
-				dropRow(sr[from:to], words, p.Dropout)
+		} else {
+			for r := range rows {
+				sr := s[r*span : r*span+cols]
+				from, to := 0, cols
+				if cut {
+					// Keys outside the row's range are masked. Their
+					// probabilities are exactly 0, whatever their scores
+					// (even NaN) were.
+					from, to = clampRange(sc.lo[r], sc.hi[r], c0, cols)
+					clear(sr[:from])
+					clear(sr[to:])
+					if from == to {
+						continue
+					}
+				}
+				if p.Softcap != 0 {
+					softcapScores(sr[from:to], T(p.Softcap), nil)
+				}
+				if tab != nil {
+					subtract(sr[from:to], tab[rows-1-r+from:])
+				}
+				if bias != nil && !preload {
+					// Only the visible keys' entries are read: a masked
+					// pair's bias, even NaN, never reaches the row (a
+					// preloaded one was cleared above with its score).
+					add(sr[from:to], bias[r*p.Nk+c0+from:])
+				}
+				onlineSoftmax(ops, sc, r, sr[from:to], acc[r*d:(r+1)*d])
+				if sc.words != nil {
+					sc.dropRow(p, bh, row0+r, c0+from, sr[from:to])
+				}
 			}
 		}
 		// acc += P·V for this tile.
@@ -326,6 +346,14 @@ func (sc *forwardScratch[T]) finishRows(ops mathOps[T], rows, d int, o, lse []T)
 	}
 }
 
+// dropRow drops the probabilities pr of row row of query head bh, keys
+// from c0 on: the row sum l took every probability; only P·V drops.
+func (sc *forwardScratch[T]) dropRow(p *kernels.Params, bh, row, c0 int, pr []T) {
+	words := sc.words[:len(pr)]
+	p.Dropout.RowWords(bh, row, c0, words)
+	dropRow(pr, words, p.Dropout)
+}
+
 // dropRow turns one row's probabilities P into Z = P∘M/(1−p), its mask
 // given by the Philox words of its keys.
 func dropRow[T kernels.Float](pr []T, words []uint32, d kernels.Dropout) {
@@ -346,26 +374,37 @@ func dropRow[T kernels.Float](pr []T, words []uint32, d kernels.Dropout) {
 // shift; when there is none, the row is handled here so that l, m and acc
 // end with the IEEE values of log Σ exp(S) and O.
 func onlineSoftmax[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], r int, sr, acc []T) {
-	mOld := sc.m[r]
-	mNew := max(mOld, ops.max(sr))
+	mNew := max(sc.m[r], ops.max(sr))
 	if math.IsInf(float64(mNew), 0) {
-		// Every score so far is −Inf or NaN, or one is +Inf: exp(S − m)
-		// would be (±Inf) − (±Inf) = NaN. A NaN score makes l NaN for
-		// good. While m = −Inf these probabilities are 0 for any finite
-		// maximum to come; once m = +Inf, O is ∞/∞ = NaN (acc is poisoned)
-		// and LSE = +Inf (l is +Inf, unless NaN).
-		if hasNaN(sr) {
-			sc.l[r] = T(math.NaN())
-		}
-		if mNew > mOld {
-			ops.scale(acc, T(math.NaN()))
-			sc.l[r] += T(math.Inf(1))
-			sc.m[r] = mNew
-		}
-		clear(sr)
+		infiniteShift(ops, sc, r, sr, acc, mNew)
 		return
 	}
-	sum := ops.expShift(sr, mNew)
+	foldRow(ops, sc, r, mNew, ops.expShift(sr, mNew), acc)
+}
+
+// infiniteShift is onlineSoftmax for a row whose new maximum mNew is
+// infinite: every score so far is −Inf or NaN, or one is +Inf, and
+// exp(S − m) would be (±Inf) − (±Inf) = NaN. A NaN score makes l NaN for
+// good. While m = −Inf these probabilities are 0 for any finite maximum to
+// come; once m = +Inf, O is ∞/∞ = NaN (acc is poisoned) and LSE = +Inf (l
+// is +Inf, unless NaN).
+func infiniteShift[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], r int, sr, acc []T, mNew T) {
+	if hasNaN(sr) {
+		sc.l[r] = T(math.NaN())
+	}
+	if mNew > sc.m[r] {
+		ops.scale(acc, T(math.NaN()))
+		sc.l[r] += T(math.Inf(1))
+		sc.m[r] = mNew
+	}
+	clear(sr)
+}
+
+// foldRow folds sum, the sum of row r's probabilities exp(S − mNew) for a
+// finite new maximum mNew, into its running sum l and maximum m, and
+// rescales its accumulator acc if the maximum moved.
+func foldRow[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], r int, mNew, sum T, acc []T) {
+	mOld := sc.m[r]
 	if mNew == mOld {
 		// The maximum did not move, the common case after the first
 		// blocks: no rescaling, and no scalar exp.
