@@ -82,7 +82,7 @@ func decode[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T)
 	}
 	scratch := make([]*decodeScratch[T], nScratch)
 	for w := range scratch {
-		scratch[w] = &decodeScratch[T]{forwardScratch: newForwardScratch[T](p), qt: make([]T, p.D*rows), st: make([]T, blockCols*rows), acc: make([]T, rows*p.D)}
+		scratch[w] = &decodeScratch[T]{forwardScratch: newForwardScratch(p, make([]T, forwardTilesLen(p.D))), qt: make([]T, p.D*rows), st: make([]T, blockCols*rows), acc: make([]T, rows*p.D)}
 	}
 	masks := entryMasks(p)
 	ops := opsFor[T]()
