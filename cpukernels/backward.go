@@ -129,32 +129,17 @@ type backwardScratch[T kernels.Float] struct {
 // backwardScratchLen is the number of elements of one backwardScratch.
 func backwardScratchLen(d int) int {
 	// The dropout words counted as (Br + 8)·Bc elements (4 bytes each, as
-	// a float32 call's); besides the tiles, a bias's bt and dbt.
-	return backwardTilesLen(d) + 2*blockCols*blockRows + 2*blockRows + blockCols + (blockRows+8)*blockCols
+	// a float32 call's); four Bc×Br tiles: pt, dst, and a bias's bt and
+	// dbt.
+	return 2*blockCols*(d+1) + d*blockCols + 4*blockCols*blockRows + 2*blockRows + blockCols + (blockRows+8)*blockCols
 }
 
-// backwardTilesLen is the number of elements of a backwardScratch's tiles
-// ka, va, kt, pt and dst, which newBackwardScratch carves out of one slice.
-func backwardTilesLen(d int) int {
-	return 2*blockCols*(d+1) + d*blockCols + 2*blockCols*blockRows
-}
-
-// newBackwardScratch returns one worker's scratch for p, its tiles carved
-// out of tiles (backwardTilesLen(p.D) elements) whatever they hold: each
-// key block writes ka, va and kt, and each tile pt and dst, before reading
-// them, so the backward takes them from its recycled buffer rather than
-// clearing and first touching 200 KiB or more on every call.
-func newBackwardScratch[T kernels.Float](p kernels.Params, tiles []T) *backwardScratch[T] {
+func newBackwardScratch[T kernels.Float](p kernels.Params) *backwardScratch[T] {
 	d := p.D
-	next := func(n int) []T {
-		t := tiles[:n:n]
-		tiles = tiles[n:]
-		return t
-	}
 	sc := &backwardScratch[T]{
-		ka: next(blockCols * (d + 1)), va: next(blockCols * (d + 1)),
-		kt: next(d * blockCols),
-		pt: next(blockCols * blockRows), dst: next(blockCols * blockRows),
+		ka: make([]T, blockCols*(d+1)), va: make([]T, blockCols*(d+1)),
+		kt: make([]T, d*blockCols),
+		pt: make([]T, blockCols*blockRows), dst: make([]T, blockCols*blockRows),
 	}
 	sc.qhs = sc.one[:]
 	if group := p.H / p.KVHeads(); group > 1 {
@@ -229,11 +214,9 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 	// element of qsT and doT that a key block reads (not those of query
 	// blocks past a sequence's length, which none visits) and clears each
 	// dQᵀ part where its chunk's key blocks add (chunkRowBlocks).
-	// qsT, doT and the workers' tiles share one.
-	tilesLen := backwardTilesLen(d)
-	packed := takeBuffer[T](2*aug + nScratch*tilesLen)
-	defer giveBuffer(packed)
-	qsT, doT := packed[:aug], packed[aug:2*aug]
+	qsT, doT := takeBuffer[T](aug), takeBuffer[T](aug)
+	defer giveBuffer(qsT)
+	defer giveBuffer(doT)
 	dqT := make([][]T, chunks) // each chunk's dQᵀ, summed in chunk order at the end
 	for c := range dqT {
 		dqT[c] = takeBuffer[T](p.QLen())
@@ -309,8 +292,7 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 
 	scratch := make([]*backwardScratch[T], nScratch)
 	for w := range scratch {
-		at := 2*aug + w*tilesLen
-		scratch[w] = newBackwardScratch(p, packed[at:at+tilesLen])
+		scratch[w] = newBackwardScratch[T](p)
 	}
 	// One unit is a chunk of the key blocks of a group of key heads (one
 	// key head unless a bias is broadcast, see keyGroups); for each key
