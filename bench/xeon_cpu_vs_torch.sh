@@ -28,12 +28,14 @@ ours() {
 	# 4 timed calls of each direction (the N = 512 ones 16: a few ms each).
 	local times=4x
 	[[ $1 == *N512_* ]] && times=16x
-	GOMAXPROCS=1 "${pin[@]}" "$bin" -test.run '^$' -test.bench "Kernel(Forward|Backward)32/$1\$" -test.benchtime $times -test.count 1 | grep '^Benchmark' | sed "s/^/round $r ours /"
+	GOMAXPROCS=1 "${pin[@]}" "$bin" -test.run '^$' -test.bench "Kernel(Forward|Backward)32/$1\$" -test.benchtime $times -test.count 1 | grep '^Benchmark' | sed "s/^/round $r ours /" ||
+		echo "round $r ours: $1 failed" >&2
 }
 theirs() {
 	local reps=5
 	[[ $1 == *N512_* ]] && reps=16
-	"${pin[@]}" python3 "$here/torch_cpu_sdpa.py" --threads 1 --reps $reps --shape "^$1\$" | grep '^Benchmark' | sed "s/^/round $r torch /"
+	"${pin[@]}" python3 "$here/torch_cpu_sdpa.py" --threads 1 --reps $reps --shape "^$1\$" | grep '^Benchmark' | sed "s/^/round $r torch /" ||
+		echo "round $r torch: $1 failed" >&2
 }
 for r in $(seq 1 "$rounds"); do
 	for s in "${shapes[@]}"; do
