@@ -104,8 +104,11 @@ type mathOps[T kernels.Float] struct {
 	// need clearing first.
 	gemmStore func(m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int)
 	expShift  func(x []T, shift T) T
-	max       func(x []T) T
-	scale     func(x []T, a T)
+	// softmaxRows is simd.SoftmaxRows32: the row maxima, shifts and
+	// exponentials of a whole score tile in one call.
+	softmaxRows func(rows, cols int, s []T, ld int, mOld, mNew, sum []T)
+	max         func(x []T) T
+	scale       func(x []T, a T)
 	// gemmNT is C += A·Bᵀ (simd.GemmNT32), set only where it has a vector
 	// path, float32 on AVX-512: elsewhere the decode's score product stays
 	// the GEMM.
@@ -116,13 +119,13 @@ func opsFor[T kernels.Float]() mathOps[T] {
 	var zero T
 	switch any(zero).(type) {
 	case float32:
-		ops := mathOps[float32]{gemm: simd.GemmNN32, gemmStore: simd.GemmNNStore32, expShift: simd.ExpShift32, max: simd.Max32, scale: simd.Scale32}
+		ops := mathOps[float32]{gemm: simd.GemmNN32, gemmStore: simd.GemmNNStore32, expShift: simd.ExpShift32, softmaxRows: simd.SoftmaxRows32, max: simd.Max32, scale: simd.Scale32}
 		if simd.GemmNTFast() {
 			ops.gemmNT = simd.GemmNT32
 		}
 		return any(ops).(mathOps[T])
 	default:
-		return any(mathOps[float64]{gemm: simd.GemmNN64, gemmStore: simd.GemmNNStore64, expShift: simd.ExpShift64, max: simd.Max64, scale: simd.Scale64}).(mathOps[T])
+		return any(mathOps[float64]{gemm: simd.GemmNN64, gemmStore: simd.GemmNNStore64, expShift: simd.ExpShift64, softmaxRows: simd.SoftmaxRows64, max: simd.Max64, scale: simd.Scale64}).(mathOps[T])
 	}
 }
 

@@ -40,8 +40,9 @@ func usesDecode(p kernels.Params) bool {
 // (GemmNT32 reads the queries by rows and writes S by rows).
 type decodeScratch[T kernels.Float] struct {
 	*forwardScratch[T]
-	qt []T // D×rows: (scale·Q)ᵀ
-	st []T // Bc×rows: Sᵀ of one key block
+	qt  []T // D×rows: (scale·Q)ᵀ
+	st  []T // Bc×rows: Sᵀ of one key block
+	acc []T // rows×D: the unnormalised outputs, kept apart from o for a split's partials
 }
 
 // decode computes the forward of a problem usesDecode accepts, dense or
@@ -69,7 +70,7 @@ func decode[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T)
 	if n > 1 {
 		parts = units * rows * (p.D + 1)
 	}
-	if err := hostmem.CheckElems[T](nScratch*(forwardScratchLen(p.D)+(p.D+blockCols)*rows) + 2*parts); err != nil {
+	if err := hostmem.CheckElems[T](nScratch*(forwardScratchLen(p.D)+(2*p.D+blockCols)*rows) + 2*parts); err != nil {
 		return err
 	}
 	var partO, partLSE []float64
@@ -81,7 +82,7 @@ func decode[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T)
 	}
 	scratch := make([]*decodeScratch[T], nScratch)
 	for w := range scratch {
-		scratch[w] = &decodeScratch[T]{forwardScratch: newForwardScratch[T](p), qt: make([]T, p.D*rows), st: make([]T, blockCols*rows)}
+		scratch[w] = &decodeScratch[T]{forwardScratch: newForwardScratch(p, make([]T, forwardTilesLen(p.D))), qt: make([]T, p.D*rows), st: make([]T, blockCols*rows), acc: make([]T, rows*p.D)}
 	}
 	masks := entryMasks(p)
 	ops := opsFor[T]()
@@ -204,7 +205,7 @@ func (u *decodeUnit[T]) run(from, to int, q, k, v []T) {
 				a := u.mask.Aligned(r % p.Nq)
 				subtract(sr[lo:hi], alibiTable(sc.tab, T(p.ALiBi[h]), a-c0, cols)[lo:])
 			}
-			onlineSoftmax(ops, sc.forwardScratch, r, sr[lo:hi], d)
+			onlineSoftmax(ops, sc.forwardScratch, r, sr[lo:hi], sc.acc[r*d:(r+1)*d])
 		}
 		// acc += P·V, run by run.
 		for x := 0; x < cols; {
@@ -246,8 +247,12 @@ func (u *decodeUnit[T]) keyRun(c0, x, cols int) (n, at int) {
 }
 
 // finish writes the rows' outputs and LSEs once run has covered all their
-// keys, as forwardRowBlock ends (finishRows).
-func (u *decodeUnit[T]) finish(o, lse []T) { u.sc.finishRows(u.ops, u.rows, u.p.D, o, lse) }
+// keys, as forwardRowBlock ends (finishRows, on a copy of the
+// accumulators in o).
+func (u *decodeUnit[T]) finish(o, lse []T) {
+	copy(o, u.sc.acc[:u.rows*u.p.D])
+	u.sc.finishRows(u.ops, u.rows, u.p.D, o, lse)
+}
 
 // partial writes row r's output over the split [from, to) into o, in
 // float64, and returns its LSE and whether the row saw a key of the split.

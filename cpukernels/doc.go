@@ -9,8 +9,8 @@
 // over tiles of two blocks of Bc keys (up to four for fewer rows): S =
 // (scale·Q_i)·K_jᵀ through a GEMM per key block on Kᵀ
 // transposed once per call, then the online softmax updates the running row
-// maximum m and row sum l, rescales the output accumulator by exp(m_old −
-// m_new) and adds P·V_j. The loop covers only the keys some row of the unit
+// maximum m and row sum l, rescales the output accumulator (the unit's
+// rows of O themselves) by exp(m_old − m_new) and adds P·V_j. The loop covers only the keys some row of the unit
 // sees, from the first row's kernels.Mask.KeyRange start to the last
 // row's end (a causal mask ends it early, a window also starts it late,
 // inside a block if need be). Under a window bounded on the left, whose

@@ -113,6 +113,11 @@
 // 0, so no subnormal is ever produced; overflow gives +Inf; NaN gives NaN.
 // The sum is kept in vector lanes and reduced in a fixed order.
 //
+// SoftmaxRows32 is one online-softmax step of a whole score tile: each
+// row's maximum (Max32), its shift against the running maximum, and its
+// exponential and sum (ExpShift32) with the bits of those calls, in one
+// call on AVX-512 rather than two per row.
+//
 // # Speed
 //
 // Measured with the package benchmarks on one core, in GFLOP/s as

@@ -29,6 +29,20 @@ func expShift32AVX512(x []float32, shift float32) float32
 //go:noescape
 func expShift64AVX512(x []float64, shift float64) float64
 
+// softmaxRows32AVX512 is SoftmaxRows32 on AVX-512, the row's maximum and
+// exponential by max32AVX512's and expShift32AVX512's instructions.
+//
+//go:noescape
+func softmaxRows32AVX512(rows, cols int, s *float32, ld int, mOld, mNew, sum *float32)
+
+func softmaxRows32(rows, cols int, s []float32, ld int, mOld, mNew, sum []float32) {
+	if hasAVX512 {
+		softmaxRows32AVX512(rows, cols, &s[0], ld, &mOld[0], &mNew[0], &sum[0])
+		return
+	}
+	softmaxRowsGeneric(rows, cols, s, ld, mOld, mNew, sum, Max32, ExpShift32)
+}
+
 func expShift32(x []float32, shift float32) float32 {
 	switch {
 	case hasAVX512:

@@ -40,7 +40,8 @@ SPLAT4(exp32Consts<>, 320, 0x3D2AAAAB) // 1/4!
 SPLAT4(exp32Consts<>, 352, 0x3E2AAAAB) // 1/3!
 SPLAT4(exp32Consts<>, 384, 0x3F000000) // 1/2!
 SPLAT4(exp32Consts<>, 416, 0x3F800000) // 1
-GLOBL exp32Consts<>(SB), RODATA|NOPTR, $448
+SPLAT4(exp32Consts<>, 448, 0xFF800000) // −Inf, where softmaxRows32AVX512's maxima start
+GLOBL exp32Consts<>(SB), RODATA|NOPTR, $480
 
 // float64 constants. ln2hi has 21 trailing zero bits, so n·ln2hi is exact
 // for |n| < 2^21. L = -708 keeps n ≥ -1021; H is math.Exp's overflow
@@ -149,6 +150,25 @@ GLOBL exp64Consts<>(SB), RODATA|NOPTR, $640
 #define NAME ·expShift32AVX512
 #include "exp_avx512_amd64.h"
 #undef NAME
+
+// The rows form's maximum reduces Z0 as vec_amd64.s's max32AVX512 does.
+#define HMAXZ \
+	VEXTRACTF64X4 $1, Z0, Y1; \
+	VMAXPS        Y1, Y0, Y0; \
+	VEXTRACTF128  $1, Y0, X1; \
+	VMAXPS        X1, X0, X0; \
+	VPERMILPS     $0x0e, X0, X1; \
+	VMAXPS        X1, X0, X0; \
+	VPERMILPS     $0x01, X0, X1; \
+	VMAXSS        X1, X0, X0
+
+// func softmaxRows32AVX512(rows, cols int, s *float32, ld int, mOld, mNew, sum *float32)
+#define NAME ·softmaxRows32AVX512
+#define ROWS
+#include "exp_avx512_amd64.h"
+#undef NAME
+#undef ROWS
+#undef HMAXZ
 
 #undef ES
 #undef LOGES

@@ -28,6 +28,7 @@
 #define C_H 160
 #define C_INF 192
 #define C_POLY 224
+#define C_NEGINF 448
 
 // EXPR is the range reduction and polynomial both forms below share: from
 // r, y clamped to [L, H], it leaves p = exp(y) for the lanes inside the
@@ -69,11 +70,26 @@
 	VCMP   $0x03, x, x, K3; \
 	MOVU   Z6, K3, p
 
+#ifdef ROWS
+// The rows form (float32 only): each of rows rows of cols elements, ld
+// apart from s, first gets its maximum as max32AVX512 finds it (NaNs
+// skipped, −Inf for none) and its shift mNew[r] = max(mOld[r], that)
+// with the rounding of Go's max (+0 over −0); a row whose shift is ±Inf is
+// left as it is, for the caller, and any other runs through the loop
+// below with that shift, its sum stored in sum[r]. One call per tile in
+// place of two per row: the calls' set-up (the constants, the call layers
+// above the assembly) cost as much as a row's work at 256 keys.
+//
+// Rows registers: R8 the row, R9 ld in bytes, R10 cols in bytes, R11 mOld,
+// R12 mNew, R13 sum, R14 the row index.
+TEXT NAME(SB), NOSPLIT, $0-56
+#else
 TEXT NAME(SB), NOSPLIT, $0-FRAMEARGS
 	MOVQ      x_base+0(FP), DI
 	MOVQ      x_len+8(FP), CX
 	SHLQ      $LOGES, CX
 	BCASTZ    shift+24(FP), Z15
+#endif
 	LEAQ      CONSTS, SI
 	BCASTZ    C_L(SI), Z14
 	BCASTZ    C_H(SI), Z13
@@ -83,10 +99,82 @@ TEXT NAME(SB), NOSPLIT, $0-FRAMEARGS
 	BCASTZ    C_LN2LO(SI), Z8
 	BCASTZ    C_INF(SI), Z7
 	VPTERNLOG $0xff, Z6, Z6, Z6
-	VPXORD    Z11, Z11, Z11
 	POLYINIT
-	XORQ      AX, AX
+#ifdef ROWS
+	MOVQ s+16(FP), R8
+	MOVQ ld+24(FP), R9
+	SHLQ $LOGES, R9
+	MOVQ cols+8(FP), R10
+	SHLQ $LOGES, R10
+	MOVQ mOld+32(FP), R11
+	MOVQ mNew+40(FP), R12
+	MOVQ sum+48(FP), R13
+	XORQ R14, R14
 
+row:
+	CMPQ R14, rows+0(FP)
+	JGE  rowsdone
+	MOVQ R8, DI
+	MOVQ R10, CX
+
+	// The row's maximum, by max32AVX512's instructions.
+	BCASTZ  C_NEGINF(SI), Z0
+	VMOVUPS Z0, Z1
+	XORQ    AX, AX
+
+max128:
+	MOVQ    CX, DX
+	SUBQ    AX, DX
+	CMPQ    DX, $128
+	JLT     max64
+	VMOVUPS (DI)(AX*1), Z2
+	VMOVUPS 64(DI)(AX*1), Z3
+	VMAX    Z0, Z2, Z0
+	VMAX    Z1, Z3, Z1
+	ADDQ    $128, AX
+	JMP     max128
+
+max64:
+	CMPQ    DX, $64
+	JLT     maxtail
+	VMOVUPS (DI)(AX*1), Z2
+	VMAX    Z0, Z2, Z0
+	ADDQ    $64, AX
+	SUBQ    $64, DX
+
+maxtail:
+	TESTQ  DX, DX
+	JEQ    maxreduce
+	MOVQ   DX, CX
+	SHRQ   $LOGES, CX
+	MOVQ   $1, BX
+	SHLQ   CX, BX
+	DECQ   BX
+	KMOVW  BX, K1
+	MOVU.Z (DI)(AX*1), K1, Z2
+	VMAX   Z0, Z2, K1, Z0
+	MOVQ   R10, CX
+
+maxreduce:
+	VMAX Z1, Z0, Z0
+	HMAXZ
+
+	// Go's max(mOld, x): neither is NaN here, so VMAXSS either way
+	// round gives the larger, and the AND of the two picks +0 from a
+	// pair of zeros of opposite signs (VMAXSS returns its second).
+	MOVS  (R11)(R14*ES), X1
+	VMAXSS X0, X1, X2
+	VMAXSS X1, X0, X3
+	VANDPS X2, X3, X2
+	MOVS  X2, (R12)(R14*ES)
+	VMOVD X2, DX
+	ANDL  $0x7fffffff, DX
+	CMPL  DX, $0x7f800000
+	JEQ   nextrow
+	VBROADCASTSS X2, Z15
+#endif
+	VPXORD    Z11, Z11, Z11
+	XORQ      AX, AX
 loop128:
 	MOVQ    CX, DX
 	SUBQ    AX, DX
@@ -140,7 +228,18 @@ tail:
 
 reduce:
 	HSUMZ
+#ifdef ROWS
+	MOVS X0, (R13)(R14*ES)
+
+nextrow:
+	ADDQ R9, R8
+	INCQ R14
+	JMP  row
+
+rowsdone:
+#else
 	MOVS X0, ret+32(FP)
+#endif
 	VZEROUPPER
 	RET
 
@@ -156,3 +255,4 @@ reduce:
 #undef C_H
 #undef C_INF
 #undef C_POLY
+#undef C_NEGINF
