@@ -1,6 +1,7 @@
 //go:build !noasm
 
 #include "textflag.h"
+#include "maxloop_avx512_amd64.h"
 #include "mask_amd64.h"
 
 // A constant repeated over 32 bytes, so that AVX2 instructions can take it

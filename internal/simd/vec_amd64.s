@@ -1,6 +1,7 @@
 //go:build !noasm
 
 #include "textflag.h"
+#include "maxloop_avx512_amd64.h"
 #include "mask_amd64.h"
 
 DATA negInf32<>+0(SB)/8, $0xFF800000FF800000

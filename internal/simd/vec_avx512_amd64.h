@@ -12,42 +12,7 @@ TEXT NAMEMAX(SB), NOSPLIT, $0-FRAMEMAX
 	VMOVUPS Z0, Z1
 	XORQ    AX, AX
 
-max128:
-	MOVQ    CX, DX
-	SUBQ    AX, DX
-	CMPQ    DX, $128
-	JLT     max64
-	VMOVUPS (DI)(AX*1), Z2
-	VMOVUPS 64(DI)(AX*1), Z3
-	VMAX    Z0, Z2, Z0
-	VMAX    Z1, Z3, Z1
-	ADDQ    $128, AX
-	JMP     max128
-
-max64:
-	CMPQ    DX, $64
-	JLT     maxtail
-	VMOVUPS (DI)(AX*1), Z2
-	VMAX    Z0, Z2, Z0
-	ADDQ    $64, AX
-	SUBQ    $64, DX
-
-maxtail:
-	// Lanes outside K1 keep the accumulator (merge masking).
-	TESTQ  DX, DX
-	JEQ    maxreduce
-	MOVQ   DX, CX
-	SHRQ   $LOGES, CX
-	MOVQ   $1, BX
-	SHLQ   CX, BX
-	DECQ   BX
-	KMOVW  BX, K1
-	MOVU.Z (DI)(AX*1), K1, Z2
-	VMAX   Z0, Z2, K1, Z0
-
-maxreduce:
-	VMAX Z1, Z0, Z0
-	HMAXZ
+	MAXLOOPZ
 	MOVS X0, ret+24(FP)
 	VZEROUPPER
 	RET
