@@ -1,7 +1,7 @@
 //go:build !noasm
 
 #include "textflag.h"
-#include "maxloop_avx512_amd64.h"
+#include "max_amd64.h"
 #include "mask_amd64.h"
 
 // A constant repeated over 32 bytes, so that AVX2 instructions can take it
@@ -153,15 +153,7 @@ GLOBL exp64Consts<>(SB), RODATA|NOPTR, $640
 #undef NAME
 
 // The rows form's maximum reduces Z0 as vec_amd64.s's max32AVX512 does.
-#define HMAXZ \
-	VEXTRACTF64X4 $1, Z0, Y1; \
-	VMAXPS        Y1, Y0, Y0; \
-	VEXTRACTF128  $1, Y0, X1; \
-	VMAXPS        X1, X0, X0; \
-	VPERMILPS     $0x0e, X0, X1; \
-	VMAXPS        X1, X0, X0; \
-	VPERMILPS     $0x01, X0, X1; \
-	VMAXSS        X1, X0, X0
+#define HMAXZ HMAXZ32
 
 // func softmaxRows32AVX512(rows, cols int, s *float32, ld int, mOld, mNew, sum *float32)
 #define NAME ·softmaxRows32AVX512

@@ -1,7 +1,7 @@
 //go:build !noasm
 
 #include "textflag.h"
-#include "maxloop_avx512_amd64.h"
+#include "max_amd64.h"
 #include "mask_amd64.h"
 
 DATA negInf32<>+0(SB)/8, $0xFF800000FF800000
@@ -31,18 +31,8 @@ GLOBL negInf64<>(SB), RODATA|NOPTR, $32
 #define VBLENDV VBLENDVPS
 #define VMASKMOV VMASKMOVPS
 
-#define HMAX \
-	VEXTRACTF128 $1, Y0, X1; \
-	VMAXPS       X1, X0, X0; \
-	VPERMILPS    $0x0e, X0, X1; \
-	VMAXPS       X1, X0, X0; \
-	VPERMILPS    $0x01, X0, X1; \
-	VMAXSS       X1, X0, X0
-
-#define HMAXZ \
-	VEXTRACTF64X4 $1, Z0, Y1; \
-	VMAXPS        Y1, Y0, Y0; \
-	HMAX
+#define HMAX HMAX32
+#define HMAXZ HMAXZ32
 
 // func max32AVX2(x []float32) float32
 // func scale32AVX2(x []float32, a float32)

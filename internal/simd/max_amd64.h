@@ -1,3 +1,20 @@
+// The running maximum's pieces that vec_amd64.s and exp_amd64.s share.
+
+// HMAX32 reduces the float32 lanes of Y0 to their maximum in X0 (AVX2);
+// HMAXZ32 those of Z0 (AVX-512F).
+#define HMAX32 \
+	VEXTRACTF128 $1, Y0, X1; \
+	VMAXPS       X1, X0, X0; \
+	VPERMILPS    $0x0e, X0, X1; \
+	VMAXPS       X1, X0, X0; \
+	VPERMILPS    $0x01, X0, X1; \
+	VMAXSS       X1, X0, X0
+
+#define HMAXZ32 \
+	VEXTRACTF64X4 $1, Z0, Y1; \
+	VMAXPS        Y1, Y0, Y0; \
+	HMAX32
+
 // MAXLOOPZ is the AVX-512 running maximum shared by max32/64AVX512
 // (vec_avx512_amd64.h) and softmaxRows32AVX512 (exp_avx512_amd64.h): over
 // the CX bytes at DI, two accumulators Z0 and Z1 (both set to −Inf by the
