@@ -48,7 +48,8 @@
 // registered with the driver (cuMemHostRegister, its Go object pinned) and
 // copied in place; others go through page-locked staging memory. Up to
 // 16 GiB of registrations stay between calls, those unused for four calls
-// going first; Trim and Close unregister them. The Backend also implements kernels.Resident:
+// going first, and keep their Go objects allocated meanwhile; Trim and
+// Close unregister them. The Backend also implements kernels.Resident:
 // ForwardKeep32/64 keep the device copies of q, k, v, o and lse in a
 // DeviceState, and BackwardKept32/64 then upload only do. The staging
 // memory, the registrations and a device workspace are kept between calls, grown to the
