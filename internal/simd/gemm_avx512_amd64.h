@@ -135,11 +135,13 @@
 
 // PREFETCHC asks for the block's 8 rows of C (two lines each; rows past mr
 // are harmless, as prefetches never fault) before the k loop, so that they
-// arrive while it runs. UPDATE reads C only after the loop, and a C that
-// has left the caches stalled it there: the attention backward's dQᵀ part
-// (32 KiB a tile at D = 128, swept once per key block) made its product
-// take 1.3–1.4 times as long as the backward's other products of the same
-// size in a profile, 1.1 times with the prefetch (bench/RESULTS.md).
+// arrive while it runs: UPDATE reads C only after the loop, and stalled
+// there on a C that had left the caches. The attention backward's dQᵀ part
+// (32 KiB a tile at D = 128, swept once per key block) is such a C: its
+// product took up to 1.4 times as long as the backward's other products of
+// its size in a profile, about 1.1 times with the prefetch (bench/RESULTS.md,
+// 2026-12-04). The STOREC form never reads C and does without: prefetching
+// the C it writes measured no better.
 #define PREFETCHC \
 	MOVQ       R14, BX; \
 	PREFETCHT0 (BX); \
