@@ -133,6 +133,12 @@
 	VPXORD Z14, Z14, Z14; \
 	VPXORD Z15, Z15, Z15
 
+// PREFETCHROW asks for one row's two lines at BX and steps BX to the next.
+#define PREFETCHROW \
+	PREFETCHT0 (BX); \
+	PREFETCHT0 64(BX); \
+	ADDQ       ldcb-24(SP), BX
+
 // PREFETCHC asks for the block's 8 rows of C (two lines each; rows past mr
 // are harmless, as prefetches never fault) before the k loop, so that they
 // arrive while it runs: UPDATE reads C only after the loop, and stalled
@@ -143,28 +149,14 @@
 // 2026-12-04). The STOREC form never reads C and does without: prefetching
 // the C it writes measured no better.
 #define PREFETCHC \
-	MOVQ       R14, BX; \
-	PREFETCHT0 (BX); \
-	PREFETCHT0 64(BX); \
-	ADDQ       ldcb-24(SP), BX; \
-	PREFETCHT0 (BX); \
-	PREFETCHT0 64(BX); \
-	ADDQ       ldcb-24(SP), BX; \
-	PREFETCHT0 (BX); \
-	PREFETCHT0 64(BX); \
-	ADDQ       ldcb-24(SP), BX; \
-	PREFETCHT0 (BX); \
-	PREFETCHT0 64(BX); \
-	ADDQ       ldcb-24(SP), BX; \
-	PREFETCHT0 (BX); \
-	PREFETCHT0 64(BX); \
-	ADDQ       ldcb-24(SP), BX; \
-	PREFETCHT0 (BX); \
-	PREFETCHT0 64(BX); \
-	ADDQ       ldcb-24(SP), BX; \
-	PREFETCHT0 (BX); \
-	PREFETCHT0 64(BX); \
-	ADDQ       ldcb-24(SP), BX; \
+	MOVQ R14, BX; \
+	PREFETCHROW; \
+	PREFETCHROW; \
+	PREFETCHROW; \
+	PREFETCHROW; \
+	PREFETCHROW; \
+	PREFETCHROW; \
+	PREFETCHROW; \
 	PREFETCHT0 (BX); \
 	PREFETCHT0 64(BX)
 
@@ -387,3 +379,4 @@ done:
 #undef HUPDATE
 #undef ROWS
 #undef PREFETCHC
+#undef PREFETCHROW
