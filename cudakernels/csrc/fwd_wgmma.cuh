@@ -344,18 +344,9 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
   } else {
     // As finish_row, with O stored through the warpgroup's Q tile
     // (store_wg_rows), which its last S = Q·Kᵀ is done reading.
+    // Dropout's factor 1/(1−p) in float32 here, as finish_row's o_scale.
     float inv[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-      const bool any_key = vis[r] > 0;
-      // Dropout's factor 1/(1−p) in float32 here, as finish_row's o_scale.
-      inv[r] = any_key ? (kFull && ex.drop.on() ? ex.drop_scale() : 1.f) / l[r] : 0.f;
-      if (t == 0 && row_of(r) < nq)
-        static_cast<float*>(p.lse)[bh * nq + row_of(r)] =
-            any_key ? (m[r] + log2f(l[r])) * 0.6931471805599453f : kInf;
-    }
+    finish_wg_rows(p, bh, nq, row_of(0), vis, m, l, kFull && ex.drop.on() ? ex.drop_scale() : 1.f, t, inv);
     float* o = head_of(static_cast<float*>(p.o), bh, p.h, p.o_batch_stride, p.o_head_stride);
     constexpr int kWgQBytes = kQTileRows * DP * static_cast<int>(sizeof(typename E::Storage));
     store_wg_rows<DP, kWgQBytes>(o, p.o_row_stride, q0 + wg * 64, nq, p.dim, sQ + wg * kWgQBytes, acc, inv, wg,

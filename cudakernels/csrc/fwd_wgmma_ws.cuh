@@ -302,20 +302,15 @@ template <typename E, int DP> __device__ void fwd_ws(const Params& p) {
   // Epilogue: O = acc / l and LSE; rows that see no key get O = 0 and
   // LSE = +inf (finish_row's conventions).
   float inv[2];
+  finish_wg_rows(p, bh, nq, row_of(0), vis, m, l, 1.f, t, inv);
+  // O = 0 exactly for a row without keys, whatever its zero probabilities
+  // met (0·NaN from a non-finite V is NaN).
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    const bool any_key = vis[r] > 0;
-    inv[r] = any_key ? 1.f / l[r] : 0.f;
-    // O = 0 exactly for a row without keys, whatever its zero
-    // probabilities met (0·NaN from a non-finite V is NaN).
-    if (!any_key) {
+    if (vis[r] <= 0) {
 #pragma unroll
       for (int n = 0; n < kNO; ++n) acc[n][2 * r] = acc[n][2 * r + 1] = 0.f;
     }
-    if (t == 0 && row_of(r) < nq)
-      static_cast<float*>(p.lse)[bh * nq + row_of(r)] = any_key ? (m[r] + log2f(l[r])) * 0.6931471805599453f : kInf;
   }
   float* o = head_of(static_cast<float*>(p.o), bh, p.h, p.o_batch_stride, p.o_head_stride);
   constexpr int kWgQBytes = kQTileRows * DP * static_cast<int>(sizeof(S));

@@ -29,6 +29,26 @@ namespace sm90 {
 // 1 + wg; barrier 0 is __syncthreads).
 __device__ __forceinline__ void wg_bar(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); }
 
+// finish_wg_rows ends a thread's two rows of a warpgroup forward, row0
+// and row0 + 8, with finish_row's conventions: it sums l over the quad,
+// sets inv to o_scale / l (0 for a row that sees no key: vis ≤ 0) and, from
+// t == 0, writes the LSE of the rows below nq (+inf without keys). The
+// caller stores O·inv (store_wg_rows).
+__device__ __forceinline__ void finish_wg_rows(const Params& p, long long bh, long long nq, long long row0,
+                                               const long long (&vis)[2], const float (&m)[2], float (&l)[2],
+                                               float o_scale, int t, float (&inv)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    const bool any_key = vis[r] > 0;
+    inv[r] = any_key ? o_scale / l[r] : 0.f;
+    if (t == 0 && row0 + 8 * r < nq)
+      static_cast<float*>(p.lse)[bh * nq + row0 + 8 * r] =
+          any_key ? (m[r] + log2f(l[r])) * 0.6931471805599453f : Math<float>::inf();
+  }
+}
+
 // store_wg_rows writes a warpgroup's fp32 accumulators c of DP columns
 // (64 rows: warp w holds rows 16w + g and 16w + g + 8, scaled by s[0] and
 // s[1]; n8 tile n holds columns 8n + 2t and 8n + 2t + 1) to rows row0 …
