@@ -42,6 +42,9 @@ type config struct {
 	family    Family
 	device    int
 	kernelDir string
+	// table replaces the device's committed tuning table when tableSet.
+	table    *TuneTable
+	tableSet bool
 }
 
 // An Option configures NewBackend.
@@ -63,6 +66,16 @@ func WithDevice(ordinal int) Option { return func(c *config) { c.device = ordina
 // the copy compiled into the binary. It is meant for testing kernels freshly
 // built by gen.sh before they are committed.
 func WithKernelDir(dir string) Option { return func(c *config) { c.kernelDir = dir } }
+
+// WithTuneTable makes a FamilyAuto backend choose its kernels by t instead
+// of the committed table of its device model (tuned/), whatever device t
+// was timed on; nil leaves the heuristic alone. A table from Tune (the
+// flashtune command) on a GPU model with no committed table takes effect
+// this way without rebuilding, and tests use it to run a candidate kernel
+// the heuristic does not choose.
+func WithTuneTable(t *TuneTable) Option {
+	return func(c *config) { c.table, c.tableSet = t, true }
+}
 
 // Devices returns the number of CUDA devices, or an error wrapping
 // ErrNoDevice when the driver cannot be asked.
@@ -135,9 +148,11 @@ func (b *Backend) open(cfg config) (err error) {
 	if err != nil {
 		return fmt.Errorf("cudakernels: device %d: %w", cfg.device, err)
 	}
-	tuned, err := tunedTable(name, capab)
-	if err != nil {
-		return err
+	tuned := cfg.table
+	if !cfg.tableSet {
+		if tuned, err = tunedTable(name, capab); err != nil {
+			return err
+		}
 	}
 	b.reg, err = loadRegistry(capab, cfg.family, cfg.prec, tuned, cfg.kernelDir)
 	return err

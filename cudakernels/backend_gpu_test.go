@@ -118,21 +118,56 @@ func TestHeadDims(t *testing.T) {
 	})
 }
 
-// testFamilies are the kernel families the tensor-core tests run in turn.
-var testFamilies = []Family{FamilySM80, FamilySM90}
+// A kernelSet is one way the tensor-core tests open a backend of a
+// precision: a kernel family, or a tuning table's candidate that no
+// family option names.
+type kernelSet struct {
+	name string
+	opts func(Precision) []Option
+	// hopper: the set differs from the others only on a Hopper GPU, and
+	// is skipped elsewhere.
+	hopper bool
+}
+
+// testKernelSets are the kernel sets the tensor-core tests run in turn: the
+// two families, and the Hopper forward's row-block kernel for plain
+// problems where the family's plain forward is the warp-specialized one
+// (candidate; a tuning table may choose it).
+var testKernelSets = []kernelSet{
+	{name: "sm80", opts: func(Precision) []Option { return []Option{WithFamily(FamilySM80)} }},
+	{name: "sm90", opts: func(Precision) []Option { return []Option{WithFamily(FamilySM90)} }},
+	{name: "sm90-rowblock", hopper: true, opts: func(prec Precision) []Option {
+		return []Option{WithTuneTable(forcingTable(prec, candidate{fam: FamilySM90, rowblock: true}))}
+	}},
+}
+
+// runKernelSet runs fn as the subtest name with the options that open
+// set's backend of prec, skipping a Hopper-only set where device 0 is not
+// Hopper. A family the device cannot run is skipped
+// by newTestBackend.
+func runKernelSet(t *testing.T, name string, prec Precision, set kernelSet, fn func(t *testing.T, prec Precision, opts ...Option)) {
+	t.Run(name, func(t *testing.T) {
+		if set.hopper {
+			if _, capab, err := probe(0); err != nil || !capab.hopper() {
+				t.Skipf("%s runs on compute capability 9.0 only (device 0: %+v, %v)", set.name, capab, err)
+			}
+		}
+		fn(t, prec, append([]Option{WithPrecision(prec)}, set.opts(prec)...)...)
+	})
+}
 
 // forEachKernelSet runs fn as a subtest for every precision and, for the
-// tensor-core precisions, every kernel family ("fp32", "bf16-sm80",
-// "bf16-sm90", …), with the options that open that backend. A family the
-// device cannot run is skipped by newTestBackend.
+// tensor-core precisions, every kernel set ("fp32", "bf16-sm80",
+// "bf16-sm90", "bf16-sm90-rowblock", …), with the options that open that
+// backend.
 func forEachKernelSet(t *testing.T, fn func(t *testing.T, prec Precision, opts ...Option)) {
 	for _, prec := range []Precision{FP32, TF32, BF16, FP16} {
 		if prec == FP32 { // CUDA cores only: no families
 			t.Run(prec.String(), func(t *testing.T) { fn(t, prec, WithPrecision(prec)) })
 			continue
 		}
-		for _, f := range testFamilies {
-			t.Run(prec.String()+"-"+f.String(), func(t *testing.T) { fn(t, prec, WithPrecision(prec), WithFamily(f)) })
+		for _, set := range testKernelSets {
+			runKernelSet(t, prec.String()+"-"+set.name, prec, set, fn)
 		}
 	}
 }

@@ -6,8 +6,9 @@
 # Timings beside PyTorch's are the bench/*_side_by_side.py scripts' business,
 # never run beside this batch.
 #
-#  1. In parallel, one process each: TestConformance{FP32,TF32,BF16,FP16}
-#     (every family), the rest of package cudakernels' GPU tests, op's GPU
+#  1. In parallel, one process each: TestConformanceFP32, and
+#     TestConformance{TF32,BF16,FP16} of each kernel set (sm80, sm90,
+#     sm90-rowblock), the rest of package cudakernels' GPU tests, op's GPU
 #     tests, and compute-sanitizer memcheck and racecheck on small cases
 #     (SANITIZE_RUN). Their float64 references keep the host's cores busy
 #     while the GPU is mostly idle, so they share it: about 320 s for all
@@ -54,15 +55,21 @@ run() {
 }
 
 limit="${TEST_TIMEOUT:-480}"
-for prec in FP32 TF32 BF16 FP16; do
-	run "conformance-$prec" "$root/cudakernels" "$limit" "$bins/cudakernels.test" -test.v "${short[@]}" \
-		-test.run "TestConformance$prec\$" &
+run conformance-FP32 "$root/cudakernels" "$limit" "$bins/cudakernels.test" -test.v "${short[@]}" \
+	-test.run 'TestConformanceFP32$' &
+# One process per tensor-core precision and kernel set (testKernelSets):
+# three sets in one process would take about 450 s at BF16.
+for prec in TF32 BF16 FP16; do
+	for set in sm80 sm90 sm90-rowblock; do
+		run "conformance-$prec-$set" "$root/cudakernels" "$limit" "$bins/cudakernels.test" -test.v "${short[@]}" \
+			-test.run "TestConformance$prec\$/^$set\$" &
+	done
 done
 run cudakernels-other "$root/cudakernels" "$limit" "$bins/cudakernels.test" -test.v "${short[@]}" \
 	-test.skip 'TestConformance(FP32|TF32|BF16|FP16)$|TestDeviceMemoryStable' &
 run op-gpu "$root/op" "$limit" "$bins/op.test" -test.v "${short[@]}" -test.run GPU \
 	-test.skip TestGPUTrainingLeavesNoMemory &
-sanitize="${SANITIZE_RUN:-TestConformanceBF16/sm(80|90)/(golden|rows-without-keys)|TestHeadDims/(fp32|tf32|bf16)/B1H2_Nq70_Nk255_D(96|256)}"
+sanitize="${SANITIZE_RUN:-TestConformanceBF16/sm(80|90)$/(golden|rows-without-keys)|TestHeadDims/(fp32|tf32|bf16)/B1H2_Nq70_Nk255_D(96|256)}"
 for tool in memcheck racecheck; do
 	run "sanitize-$tool" "$root/cudakernels" "$limit" compute-sanitizer --tool "$tool" --error-exitcode 1 \
 		"$bins/cudakernels.test" -test.short -test.run "$sanitize" &

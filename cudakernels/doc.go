@@ -366,13 +366,22 @@
 //
 // Measurements come first where they exist: a FamilyAuto backend on a GPU
 // model with a tuning table in tuned/ (TuneTable, one JSON file per model,
-// matched by device name and compute capability) takes, for TF32, BF16
-// and FP16 calls without a bias or dropout, the family the table timed
-// fastest for that precision, padded head dimension, causal mask and
-// direction (chooseTuned); everything else, and every GPU without a table,
-// keeps choose's heuristic. Tune (the flashtune command) times both
-// families on the device for every kind of call where they run different
-// kernels and writes the table with every time that decided.
+// matched by device name and compute capability; or the table given with
+// WithTuneTable) takes, for TF32, BF16 and FP16 calls without a bias or
+// dropout, the kernel the table timed fastest for that precision, padded
+// head dimension, causal mask and direction at the timed length nearest
+// the call's query count (chooseTuned); everything else, and every GPU
+// without a table, keeps choose's heuristic. The candidates are the two
+// families' kernels and, for the Hopper forward where its plain kernel is
+// the warp-specialized one, the row-block kernel (128 query rows, no
+// producer warpgroup) beside it: at D = 64 the warp-specialized block
+// takes 192 rows, which pads a sequence of 512 or 1024 queries by an
+// eighth. Tune (the flashtune command) times every candidate on the
+// device at several lengths, for every kind of call where two of them
+// differ, and writes the table with every time that decided. No table is
+// committed since the lengths and the row-block candidate came in
+// (2026-12-04): the H200's, of 2026-12-02, timed the families alone at
+// one length and chose the heuristic's kernel everywhere.
 // The Go files follow csrc/: fwd_simt_gpu.go, bwd_simt_gpu.go,
 // fwd_mma_gpu.go, bwd_mma_gpu.go, fwd_wgmma_gpu.go and bwd_wgmma_gpu.go
 // launch one family and direction each, convert_gpu.go the conversions, and

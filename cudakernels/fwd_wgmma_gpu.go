@@ -24,6 +24,9 @@ import (
 // the bias tiles. The plain kernel's launch shape is plainRows (query
 // rows per block), plainThreads and plainSmem: the warp-specialized
 // kernel's where wgmmaWSBuilt, else the choice's, which the others take.
+// A choice with c.rowblock (a tuning table's candidate) has no
+// warp-specialized kernel: fn is the _var kernel, which computes plain
+// problems as well, in the choice's shape.
 type wgmmaForward struct {
 	fn, fnVar, fnFull, toRows, toVt, toRowsLen, toVtLen cu.Function
 	c                                                   choice
@@ -32,7 +35,7 @@ type wgmmaForward struct {
 
 func loadWgmmaForward(mod cu.Module, c choice, maxSmem int) (*wgmmaForward, error) {
 	f := &wgmmaForward{c: c, plainRows: c.rows, plainThreads: c.threads, plainSmem: c.smem}
-	if !c.full && wgmmaWSBuilt(c.prec, c.dp) {
+	if !c.full && !c.rowblock && wgmmaWSBuilt(c.prec, c.dp) {
 		f.plainRows, f.plainThreads, f.plainSmem = wgmmaWSRows(c.dp), wgmmaWSThreads(c.dp), wgmmaWSSmem(c.prec, c.dp)
 	}
 	var err error
@@ -59,10 +62,14 @@ func loadWgmmaForward(mod cu.Module, c choice, maxSmem int) (*wgmmaForward, erro
 		}
 		return f, nil
 	}
-	if f.fn, err = lookup(mod, name, f.plainSmem, maxSmem); err != nil {
+	if f.fnVar, err = lookup(mod, name+"_var", c.smem, maxSmem); err != nil {
 		return nil, err
 	}
-	if f.fnVar, err = lookup(mod, name+"_var", c.smem, maxSmem); err != nil {
+	if c.rowblock {
+		f.fn = f.fnVar
+		return f, nil
+	}
+	if f.fn, err = lookup(mod, name, f.plainSmem, maxSmem); err != nil {
 		return nil, err
 	}
 	return f, nil

@@ -14,7 +14,7 @@ import (
 
 // TestConformanceBF16, TestConformanceFP16 and TestConformanceTF32 run the
 // shared suite, forward and backward, on the low-precision backends of each
-// kernel family: tensor-core forward and backward (CUDA-core backward on
+// kernel set (testKernelSets): tensor-core forward and backward (CUDA-core backward on
 // rounded operands where no tensor-core one is built: always for TF32).
 // Every output must stay within twice the error of a naive computation in
 // that precision.
@@ -25,10 +25,9 @@ func TestConformanceFP16(t *testing.T) { conformanceByFamily(t, FP16) }
 func TestConformanceTF32(t *testing.T) { conformanceByFamily(t, TF32) }
 
 func conformanceByFamily(t *testing.T, prec Precision) {
-	for _, f := range testFamilies {
-		t.Run(f.String(), func(t *testing.T) {
-			conformance.Run(t, newTestBackend(t, WithPrecision(prec), WithFamily(f)), prec, conformance.MaskedNaNMayPropagate(),
-				gpuVariants)
+	for _, set := range testKernelSets {
+		runKernelSet(t, set.name, prec, set, func(t *testing.T, prec Precision, opts ...Option) {
+			conformance.Run(t, newTestBackend(t, opts...), prec, conformance.MaskedNaNMayPropagate(), gpuVariants)
 		})
 	}
 }

@@ -91,6 +91,9 @@ func loadRegistry(dev Capability, fam Family, prec Precision, tuned *TuneTable, 
 			return nil, err
 		}
 	}
+	// Every length a tuning table times, so that each of its entries'
+	// kernels is loaded (without a table, the length changes nothing).
+	lengths := append([]int{1}, tuned.lengths()...)
 	for _, f64 := range []bool{false, true} {
 		for _, dp := range headDims {
 			for _, dir := range []direction{forwardDir, backwardDir} {
@@ -98,25 +101,32 @@ func loadRegistry(dev Capability, fam Family, prec Precision, tuned *TuneTable, 
 				// them apart), with a bias (and maybe dropout), with
 				// dropout alone.
 				for _, extra := range []struct{ any, bias, causal bool }{{false, false, false}, {false, false, true}, {true, true, false}, {true, false, false}} {
-					c, err := chooseTuned(dev, fam, tuned, request{prec: prec, f64: f64, d: dp, dir: dir, biasOrDropout: extra.any,
-						bias: extra.bias, causal: extra.causal})
-					if err != nil {
-						continue // calls with this head dimension get the error
-					}
-					if _, done := r.fwd[c]; done {
-						continue
-					}
-					if _, done := r.bwd[c]; done {
-						continue
-					}
-					if err := r.load(c, kernelDir); err != nil {
-						return nil, err
+					for _, nq := range lengths {
+						c, err := chooseTuned(dev, fam, tuned, request{prec: prec, f64: f64, d: dp, dir: dir, biasOrDropout: extra.any,
+							bias: extra.bias, causal: extra.causal, nq: nq})
+						if err != nil {
+							continue // calls with this head dimension get the error
+						}
+						if err := r.ensure(c, kernelDir); err != nil {
+							return nil, err
+						}
 					}
 				}
 			}
 		}
 	}
 	return r, nil
+}
+
+// ensure loads the kernels of c unless they are loaded.
+func (r *registry) ensure(c choice, kernelDir string) error {
+	if _, done := r.fwd[c]; done {
+		return nil
+	}
+	if _, done := r.bwd[c]; done {
+		return nil
+	}
+	return r.load(c, kernelDir)
 }
 
 // load looks up the kernels of c.

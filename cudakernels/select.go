@@ -69,16 +69,17 @@ type request struct {
 	// a bias (dropout without one may take the Hopper forward's _drop
 	// kernel).
 	biasOrDropout, bias bool
-	// causal: the causal mask, which only a tuning table looks at
-	// (chooseTuned).
+	// causal: the causal mask, and nq: the query count, which only a
+	// tuning table looks at (chooseTuned).
 	causal bool
+	nq     int
 }
 
 // requestFor is the request of a call on elements of elem bytes for
 // problem p in direction dir, on a backend of precision prec.
 func requestFor(prec Precision, elem int, p kernels.Params, dir direction) request {
 	return request{prec: prec, f64: elem == 8, d: p.D, dir: dir, biasOrDropout: p.Bias != nil || p.Dropout.On(),
-		bias: p.Bias != nil, causal: p.Causal}
+		bias: p.Bias != nil, causal: p.Causal, nq: p.Nq}
 }
 
 // choice is a kernel family with its launch shape. It is comparable, and the
@@ -104,6 +105,10 @@ type choice struct {
 	// launched with its _full kernels' shape; drop: the Hopper _drop
 	// kernels, for dropout without a bias (full too).
 	full, drop bool
+	// rowblock: the Hopper forward takes its row-block kernel (the _var
+	// one) for plain problems too, where its plain kernel is otherwise the
+	// warp-specialized one; only a tuning table asks for it (candidate).
+	rowblock bool
 }
 
 // checkDevice fails for a device no kernel runs on, or a family it cannot

@@ -8,46 +8,61 @@ import (
 	"io/fs"
 	"math"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/gorgonia-flash/flashattention/kernels"
 )
 
-// A TuneTable records, for one GPU model, which kernel family ran each kind
-// of call fastest when Tune timed every family on it, with the times that
-// decided. Selection reads the table of the device a backend opens on
-// before its heuristic (chooseTuned); a GPU without a table keeps the
-// heuristic, and so do calls with a bias or dropout (the table times plain
-// attention, and their kernels are others), float64 and FP32 calls (CUDA
-// cores in every family), and backends opened with a family other than
-// FamilyAuto (their caller chose). Committed tables live in tuned/, one
-// JSON file per GPU model.
+// A TuneTable records, for one GPU model, which kernel ran each kind of
+// call fastest when Tune timed every candidate on it, with the times that
+// decided. A kind of call is a precision, a padded head dimension, the
+// causal mask or not, a direction and a sequence length; the candidates
+// are the two families' kernels and, for the Hopper family's forward where
+// its plain kernel is the warp-specialized one, the row-block kernel
+// beside it (see candidate). Selection reads the table of the device a
+// backend opens on before its heuristic (chooseTuned); a GPU without a
+// table keeps the heuristic, and so do calls with a bias or dropout (the
+// table times plain attention, and their kernels are others), float64 and
+// FP32 calls (CUDA cores in every family), and backends opened with a
+// family other than FamilyAuto (their caller chose). Committed tables
+// live in tuned/, one JSON file per GPU model; WithTuneTable gives a
+// backend another.
 type TuneTable struct {
 	// Device is the GPU's name as the driver reports it (cuDeviceGetName),
 	// Capability its compute capability, "major.minor": a backend takes
-	// the table whose both match its device.
+	// the committed table whose both match its device.
 	Device     string `json:"device"`
 	Capability string `json:"capability"`
 	// Date, Command and Problem say when and how the times were taken and
-	// on which problem (every entry times the same B, H and N).
+	// on which problems (the heads, and the tokens B·N that each length's
+	// batch fills).
 	Date    string      `json:"date"`
 	Command string      `json:"command"`
 	Problem string      `json:"problem"`
 	Entries []TuneEntry `json:"entries"`
 
-	families map[tuneKey]Family
+	picks map[tuneKey][]tunePick // each kind's lengths, ascending
 }
 
-// A TuneEntry is one kind of call and its fastest family.
+// A TuneEntry is one kind of call at one sequence length and its fastest
+// kernel.
 type TuneEntry struct {
 	Precision string `json:"precision"` // tf32, bf16 or fp16
 	HeadDim   int    `json:"head_dim"`  // a compiled (padded) head dimension: 32, 64, 128 or 256
 	Causal    bool   `json:"causal"`
 	Backward  bool   `json:"backward"`
-	// Family is the fastest family's name (sm80 or sm90); Millis holds
-	// every timed family's kernel time in milliseconds, Family's the least.
-	Family string             `json:"family"`
+	// N is the queries and keys of the timed problem. A call takes, of
+	// its kind's entries, the one whose N is nearest its query count by
+	// ratio (the longer of two equally near): the query count decides how
+	// many blocks a forward launches and how much of the last one is
+	// padding, where the candidates differ most.
+	N int `json:"n"`
+	// Kernel is the fastest candidate's name (candidate.String: sm80,
+	// sm90, sm90-rowblock); Millis holds every timed candidate's kernel
+	// time in milliseconds, Kernel's the least.
+	Kernel string             `json:"kernel"`
 	Millis map[string]float64 `json:"ms"`
 }
 
@@ -58,10 +73,59 @@ type tuneKey struct {
 	backward bool
 }
 
+type tunePick struct {
+	n    int
+	cand candidate
+}
+
+// A candidate is a kernel a tuning table can choose: a family's, as choose
+// picks it within that family, or with rowblock the Hopper forward's
+// two-warpgroup row-block kernel (csrc/fwd_wgmma.cuh's, the one the
+// variants take) for plain problems too, where the family's plain forward
+// is the warp-specialized kernel (wgmmaWSBuilt). The two differ in block
+// shape (at dp = 64, 192 query rows against 128, so a short sequence pads
+// less) and in how loads overlap the products.
+type candidate struct {
+	fam      Family
+	rowblock bool
+}
+
+func (c candidate) String() string {
+	if c.rowblock {
+		return c.fam.String() + "-rowblock"
+	}
+	return c.fam.String()
+}
+
+// candidates returns the kernels a table may choose for plain calls of
+// prec at padded head dimension dp in direction dir: both families', and
+// the row-block forward where the Hopper family's plain forward is the
+// warp-specialized one.
+func candidates(prec Precision, dp int, dir direction) []candidate {
+	cs := []candidate{{fam: FamilySM80}, {fam: FamilySM90}}
+	if dir == forwardDir && wgmmaWSBuilt(prec, dp) {
+		cs = append(cs, candidate{fam: FamilySM90, rowblock: true})
+	}
+	return cs
+}
+
+// parseCandidate returns the candidate of prec, dp and dir named s.
+func parseCandidate(s string, prec Precision, dp int, dir direction) (candidate, error) {
+	var names []string
+	for _, c := range candidates(prec, dp, dir) {
+		if c.String() == s {
+			return c, nil
+		}
+		names = append(names, c.String())
+	}
+	return candidate{}, fmt.Errorf("kernel %q: want one of %s here", s, strings.Join(names, ", "))
+}
+
 // ParseTuneTable reads a table (TuneTable's JSON) and checks it: a device
 // and capability, and entries of known precisions, compiled head
-// dimensions and families, each key once, each family's time finite and
-// positive, Family the fastest. The error wraps ErrUnsupported.
+// dimensions, positive lengths and kernels that exist for their kind, each
+// kind and length once, each kernel's time finite and positive, Kernel the
+// fastest. The error wraps ErrUnsupported.
 func ParseTuneTable(data []byte) (*TuneTable, error) {
 	var t TuneTable
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -75,55 +139,67 @@ func ParseTuneTable(data []byte) (*TuneTable, error) {
 	if _, _, err := parseCapability(t.Capability); err != nil {
 		return nil, err
 	}
-	t.families = make(map[tuneKey]Family, len(t.Entries))
+	t.picks = make(map[tuneKey][]tunePick)
 	for i, e := range t.Entries {
-		k, f, err := e.check()
+		k, pick, err := e.check()
 		if err != nil {
 			return nil, fmt.Errorf("%w: tuning table for %s, entry %d: %w", ErrUnsupported, t.Device, i, err)
 		}
-		if _, dup := t.families[k]; dup {
-			return nil, fmt.Errorf("%w: tuning table for %s, entry %d: %s D=%d causal=%v backward=%v appears twice",
-				ErrUnsupported, t.Device, i, e.Precision, e.HeadDim, e.Causal, e.Backward)
+		for _, q := range t.picks[k] {
+			if q.n == pick.n {
+				return nil, fmt.Errorf("%w: tuning table for %s, entry %d: %s D=%d causal=%v backward=%v N=%d appears twice",
+					ErrUnsupported, t.Device, i, e.Precision, e.HeadDim, e.Causal, e.Backward, e.N)
+			}
 		}
-		t.families[k] = f
+		t.picks[k] = append(t.picks[k], pick)
+	}
+	for _, ps := range t.picks {
+		slices.SortFunc(ps, func(a, b tunePick) int { return a.n - b.n })
 	}
 	return &t, nil
 }
 
-// check returns the entry's key and family, or what is wrong with it.
-func (e TuneEntry) check() (tuneKey, Family, error) {
+// check returns the entry's key and choice, or what is wrong with it.
+func (e TuneEntry) check() (tuneKey, tunePick, error) {
 	prec, err := kernels.ParsePrecision(e.Precision)
 	if err != nil {
-		return tuneKey{}, 0, err
+		return tuneKey{}, tunePick{}, err
 	}
 	switch prec {
 	case TF32, BF16, FP16:
 	default:
-		return tuneKey{}, 0, fmt.Errorf("precision %v: only the tensor-core precisions are tuned", prec)
+		return tuneKey{}, tunePick{}, fmt.Errorf("precision %v: only the tensor-core precisions are tuned", prec)
 	}
 	if dp, err := paddedDim(e.HeadDim); err != nil || dp != e.HeadDim {
-		return tuneKey{}, 0, fmt.Errorf("head dimension %d is not one kernels are compiled for (%v)", e.HeadDim, headDims)
+		return tuneKey{}, tunePick{}, fmt.Errorf("head dimension %d is not one kernels are compiled for (%v)", e.HeadDim, headDims)
 	}
-	f, err := ParseFamily(e.Family)
-	if err != nil || f == FamilyAuto {
-		return tuneKey{}, 0, fmt.Errorf("family %q: want sm80 or sm90", e.Family)
+	if e.N < 1 {
+		return tuneKey{}, tunePick{}, fmt.Errorf("sequence length %d", e.N)
 	}
-	best, ok := e.Millis[e.Family]
+	dir := forwardDir
+	if e.Backward {
+		dir = backwardDir
+	}
+	cand, err := parseCandidate(e.Kernel, prec, e.HeadDim, dir)
+	if err != nil {
+		return tuneKey{}, tunePick{}, err
+	}
+	best, ok := e.Millis[e.Kernel]
 	if !ok {
-		return tuneKey{}, 0, fmt.Errorf("no time for the chosen family %s", e.Family)
+		return tuneKey{}, tunePick{}, fmt.Errorf("no time for the chosen kernel %s", e.Kernel)
 	}
 	for name, ms := range e.Millis {
-		if g, err := ParseFamily(name); err != nil || g == FamilyAuto {
-			return tuneKey{}, 0, fmt.Errorf("a time for family %q: want sm80 or sm90", name)
+		if _, err := parseCandidate(name, prec, e.HeadDim, dir); err != nil {
+			return tuneKey{}, tunePick{}, fmt.Errorf("a time for %w", err)
 		}
 		if !(ms > 0) || math.IsInf(ms, 1) {
-			return tuneKey{}, 0, fmt.Errorf("family %s took %v ms", name, ms)
+			return tuneKey{}, tunePick{}, fmt.Errorf("kernel %s took %v ms", name, ms)
 		}
 		if ms < best {
-			return tuneKey{}, 0, fmt.Errorf("family %s (%v ms) is chosen over the faster %s (%v ms)", e.Family, best, name, ms)
+			return tuneKey{}, tunePick{}, fmt.Errorf("kernel %s (%v ms) is chosen over the faster %s (%v ms)", e.Kernel, best, name, ms)
 		}
 	}
-	return tuneKey{prec, e.HeadDim, e.Causal, e.Backward}, f, nil
+	return tuneKey{prec, e.HeadDim, e.Causal, e.Backward}, tunePick{e.N, cand}, nil
 }
 
 // JSON returns the table as ParseTuneTable reads it, indented, one entry
@@ -171,30 +247,87 @@ func parseCapability(s string) (major, minor int, err error) {
 	return major, minor, nil
 }
 
-// family returns the family t chose for calls of r's kind, and whether t
-// has one.
-func (t *TuneTable) family(r request, dp int) (Family, bool) {
+// pick returns the candidate t chose for calls of r's kind at padded head
+// dimension dp, from the entry whose length is nearest r's query count by
+// ratio (the longer of two equally near), and whether t times that kind.
+func (t *TuneTable) pick(r request, dp int) (candidate, bool) {
 	if t == nil {
-		return 0, false
+		return candidate{}, false
 	}
-	f, ok := t.families[tuneKey{r.prec, dp, r.causal, r.dir == backwardDir}]
-	return f, ok
+	ps := t.picks[tuneKey{r.prec, dp, r.causal, r.dir == backwardDir}]
+	if len(ps) == 0 {
+		return candidate{}, false
+	}
+	n := float64(max(r.nq, 1))
+	best, bestDist := ps[0], math.Inf(1)
+	for _, p := range ps { // ascending: a tie keeps the longer
+		if d := math.Abs(math.Log(float64(p.n) / n)); d <= bestDist {
+			best, bestDist = p, d
+		}
+	}
+	return best.cand, true
+}
+
+// forcingTable returns a table, at every length, that chooses cand for
+// every plain kind of call of prec where cand is a candidate: Tune opens
+// the backend that times a candidate no family option names with it, and
+// the tests one that runs it.
+func forcingTable(prec Precision, cand candidate) *TuneTable {
+	t := &TuneTable{Device: "any", Capability: "9.0", picks: map[tuneKey][]tunePick{}}
+	for _, dp := range headDims {
+		for _, dir := range []direction{forwardDir, backwardDir} {
+			if _, err := parseCandidate(cand.String(), prec, dp, dir); err != nil {
+				continue
+			}
+			for _, causal := range []bool{false, true} {
+				t.picks[tuneKey{prec, dp, causal, dir == backwardDir}] = []tunePick{{n: 1, cand: cand}}
+			}
+		}
+	}
+	return t
+}
+
+// lengths returns every length t has an entry for, ascending, once each.
+func (t *TuneTable) lengths() []int {
+	if t == nil {
+		return nil
+	}
+	var ns []int
+	for _, ps := range t.picks {
+		for _, p := range ps {
+			ns = append(ns, p.n)
+		}
+	}
+	slices.Sort(ns)
+	return slices.Compact(ns)
 }
 
 // chooseTuned is choose with the device's tuning table t (nil: none): a
 // call of a FamilyAuto backend in TF32, BF16 or FP16 without a bias or
 // dropout, whose kind (precision, padded head dimension, causal,
-// direction) t times, takes the kernel of the family t found fastest, if
-// that family runs on the device; every other call, choose's heuristic.
+// direction) t times, takes the kernel t found fastest at the nearest
+// length, if its family runs on the device; every other call, choose's
+// heuristic.
 func chooseTuned(c Capability, fam Family, t *TuneTable, r request) (choice, error) {
 	if t != nil && fam == FamilyAuto && !r.biasOrDropout && !r.f64 && r.prec != FP32 {
 		if dp, err := paddedDim(r.d); err == nil {
-			if f, ok := t.family(r, dp); ok && checkDevice(c, f) == nil {
-				return choose(c, f, r)
+			if cand, ok := t.pick(r, dp); ok && checkDevice(c, cand.fam) == nil {
+				return chooseCandidate(c, cand, r)
 			}
 		}
 	}
 	return choose(c, fam, r)
+}
+
+// chooseCandidate is choose within cand's family, with the row-block
+// forward where cand asks for it and the family's choice is the Hopper
+// plain forward.
+func chooseCandidate(c Capability, cand candidate, r request) (choice, error) {
+	ch, err := choose(c, cand.fam, r)
+	if err == nil && cand.rowblock && ch.kind == kindWGMMA && ch.dir == forwardDir && !ch.full && wgmmaWSBuilt(ch.prec, ch.dp) {
+		ch.rowblock = true
+	}
+	return ch, err
 }
 
 // tunedTables holds the committed tables (TuneTable).

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/gorgonia-flash/flashattention/kernels"
@@ -13,9 +14,11 @@ import (
 
 // TuneOptions says what Tune times.
 type TuneOptions struct {
-	// B, H and N are the problem every entry times: B·H heads of N queries
-	// and N keys.
-	B, H, N int
+	// H is the heads of every timed problem, Tokens its B·N: each length N
+	// of Lengths times B = max(1, Tokens/N) batch entries of N queries and
+	// N keys, so that every length keeps the GPU about as busy.
+	H, Tokens int
+	Lengths   []int
 	// Reps is KernelTime's repetitions per measurement (the median).
 	Reps int
 	// Device is the device ordinal, KernelDir the kernels' directory
@@ -27,16 +30,21 @@ type TuneOptions struct {
 }
 
 // Tune times every kind of call a TuneTable holds (TF32, BF16 and FP16,
-// each compiled head dimension, causal or not, forward and backward) on
-// the device in each kernel family where the families run different
-// kernels for it, and returns the table: each such kind's fastest family
-// and every family's time (KernelTime, without copies, L2 flushed). Kinds
-// for which both families choose the same kernel are left out: there is
-// nothing to decide. A device where only one family runs has nothing to
-// tune (an error wrapping ErrUnsupported).
+// each compiled head dimension, causal or not, forward and backward, at
+// each length) on the device with every candidate kernel (candidates)
+// where two or more of them differ, and returns the table: each such
+// kind's fastest candidate and every candidate's time (KernelTime,
+// without copies, L2 flushed). Kinds for which every candidate is the same
+// kernel are left out: there is nothing to decide. A device where only one
+// family runs has nothing to tune (an error wrapping ErrUnsupported).
 func Tune(o TuneOptions) (*TuneTable, error) {
-	if o.B < 1 || o.H < 1 || o.N < 1 || o.Reps < 1 {
-		return nil, fmt.Errorf("%w: tuning problem B=%d H=%d N=%d with %d reps", kernels.ErrInvalidParams, o.B, o.H, o.N, o.Reps)
+	if o.H < 1 || o.Tokens < 1 || o.Reps < 1 || len(o.Lengths) == 0 {
+		return nil, fmt.Errorf("%w: tuning H=%d over %d tokens at lengths %v with %d reps", kernels.ErrInvalidParams, o.H, o.Tokens, o.Lengths, o.Reps)
+	}
+	for _, n := range o.Lengths {
+		if n < 1 {
+			return nil, fmt.Errorf("%w: tuning length %d", kernels.ErrInvalidParams, n)
+		}
 	}
 	dev, capab, err := probe(o.Device)
 	if err != nil {
@@ -50,18 +58,12 @@ func Tune(o TuneOptions) (*TuneTable, error) {
 		return nil, fmt.Errorf("cudakernels: device %d: %w", o.Device, err)
 	}
 	t := &TuneTable{Device: name, Capability: fmt.Sprintf("%d.%d", capab.Major, capab.Minor),
-		Date: time.Now().UTC().Format("2006-01-02"), Problem: fmt.Sprintf("B=%d H=%d N=%d", o.B, o.H, o.N)}
-	families := []Family{FamilySM80, FamilySM90}
+		Date: time.Now().UTC().Format("2006-01-02"), Problem: fmt.Sprintf("H=%d, B·N=%d tokens (B = max(1, %d/N))", o.H, o.Tokens, o.Tokens)}
 	for _, prec := range []Precision{TF32, BF16, FP16} {
-		var backends []*Backend
-		for _, f := range families {
-			b, err := NewBackend(WithPrecision(prec), WithFamily(f), WithDevice(o.Device), WithKernelDir(o.KernelDir))
-			if err != nil {
-				return nil, errors.Join(err, closeAll(backends))
-			}
-			backends = append(backends, b)
+		backends, err := tuneBackends(o, prec)
+		if err == nil {
+			err = tunePrecision(t, o, capab, prec, backends)
 		}
-		err := tunePrecision(t, o, capab, prec, families, backends)
 		if err := errors.Join(err, closeAll(backends)); err != nil {
 			return nil, err
 		}
@@ -73,39 +75,69 @@ func Tune(o TuneOptions) (*TuneTable, error) {
 	return ParseTuneTable(data) // the same checks as a committed table's
 }
 
-// tunePrecision adds prec's entries to t, timing with backends (one per
-// family of families).
-func tunePrecision(t *TuneTable, o TuneOptions, capab Capability, prec Precision, families []Family, backends []*Backend) error {
+// tuneBackends opens one backend of prec per candidate name: the families'
+// by WithFamily, the row-block forward as a FamilyAuto backend with a
+// table that chooses it wherever it exists.
+func tuneBackends(o TuneOptions, prec Precision) (map[string]*Backend, error) {
+	rowblock := candidate{fam: FamilySM90, rowblock: true}
+	bs := map[string]*Backend{}
+	for _, c := range []struct {
+		name string
+		opt  Option
+	}{{FamilySM80.String(), WithFamily(FamilySM80)}, {FamilySM90.String(), WithFamily(FamilySM90)}, {rowblock.String(), WithTuneTable(forcingTable(prec, rowblock))}} {
+		b, err := NewBackend(WithPrecision(prec), c.opt, WithDevice(o.Device), WithKernelDir(o.KernelDir))
+		if err != nil {
+			return nil, errors.Join(err, closeAll(bs))
+		}
+		bs[c.name] = b
+	}
+	return bs, nil
+}
+
+// tunePrecision adds prec's entries to t, timing each candidate with its
+// backend of backends.
+func tunePrecision(t *TuneTable, o TuneOptions, capab Capability, prec Precision, backends map[string]*Backend) error {
 	for _, dp := range headDims {
 		for _, causal := range []bool{false, true} {
 			for _, dir := range []direction{forwardDir, backwardDir} {
-				r := request{prec: prec, d: dp, dir: dir, causal: causal}
-				choices := make([]choice, len(families))
-				errs := make([]error, len(families))
-				for i, f := range families {
-					choices[i], errs[i] = choose(capab, f, r)
-				}
-				if errs[0] != nil || errs[1] != nil || choices[0] == choices[1] {
-					continue // a family fails, or both run the same kernel
-				}
-				p := kernels.Params{B: o.B, H: o.H, Nq: o.N, Nk: o.N, D: dp, Scale: 1 / math.Sqrt(float64(dp)), Causal: causal}
-				e := TuneEntry{Precision: prec.String(), HeadDim: dp, Causal: causal, Backward: dir == backwardDir,
-					Millis: map[string]float64{}}
-				best := math.Inf(1)
-				for i, f := range families {
-					ms, err := backends[i].KernelTime(p, dir == backwardDir, o.Reps)
-					if err != nil {
-						return fmt.Errorf("timing %v %v D=%d causal=%v on %v: %w", prec, dir, dp, causal, f, err)
+				// The candidates that run distinct kernels here, in
+				// candidates' order: the first of those that agree stands
+				// for them.
+				var timed []candidate
+				seen := map[choice]bool{}
+				for _, c := range candidates(prec, dp, dir) {
+					ch, err := chooseCandidate(capab, c, request{prec: prec, d: dp, dir: dir, causal: causal})
+					if err != nil || seen[ch] {
+						continue
 					}
-					e.Millis[f.String()] = ms
-					if ms < best {
-						best, e.Family = ms, f.String()
-					}
+					seen[ch] = true
+					timed = append(timed, c)
 				}
-				t.Entries = append(t.Entries, e)
-				if o.Progress != nil {
-					o.Progress(fmt.Sprintf("%v %v D=%d causal=%v: sm80 %s %.3f ms, sm90 %s %.3f ms: %s",
-						prec, dir, dp, causal, choices[0].kind, e.Millis["sm80"], choices[1].kind, e.Millis["sm90"], e.Family))
+				if len(timed) < 2 {
+					continue
+				}
+				for _, n := range o.Lengths {
+					p := kernels.Params{B: max(1, o.Tokens/n), H: o.H, Nq: n, Nk: n, D: dp, Scale: 1 / math.Sqrt(float64(dp)), Causal: causal}
+					e := TuneEntry{Precision: prec.String(), HeadDim: dp, Causal: causal, Backward: dir == backwardDir, N: n,
+						Millis: map[string]float64{}}
+					best := math.Inf(1)
+					var line []string
+					for _, c := range timed {
+						ms, err := backends[c.String()].KernelTime(p, dir == backwardDir, o.Reps)
+						if err != nil {
+							return fmt.Errorf("timing %v %v D=%d causal=%v N=%d with %v: %w", prec, dir, dp, causal, n, c, err)
+						}
+						e.Millis[c.String()] = ms
+						line = append(line, fmt.Sprintf("%v %.4f ms", c, ms))
+						if ms < best {
+							best, e.Kernel = ms, c.String()
+						}
+					}
+					t.Entries = append(t.Entries, e)
+					if o.Progress != nil {
+						o.Progress(fmt.Sprintf("%v %v D=%d causal=%v N=%d B=%d: %s: %s", prec, dir, dp, causal, n, p.B,
+							strings.Join(line, ", "), e.Kernel))
+					}
 				}
 			}
 		}
@@ -113,7 +145,7 @@ func tunePrecision(t *TuneTable, o TuneOptions, capab Capability, prec Precision
 	return nil
 }
 
-func closeAll(bs []*Backend) error {
+func closeAll(bs map[string]*Backend) error {
 	var errs []error
 	for _, b := range bs {
 		errs = append(errs, b.Close())

@@ -3,16 +3,19 @@ package cudakernels
 import (
 	"errors"
 	"io/fs"
+	"slices"
 	"strings"
 	"testing"
 )
 
 const tableH200 = `{
   "device": "NVIDIA H200", "capability": "9.0", "date": "2026-12-02",
-  "command": "flashtune -out tuned/h200.json", "problem": "B=1 H=16 N=8192",
+  "command": "flashtune -out tuned/h200.json", "problem": "H=16, B·N=16384",
   "entries": [
-    {"precision": "bf16", "head_dim": 128, "causal": true, "backward": false, "family": "sm80", "ms": {"sm80": 1.1, "sm90": 1.3}},
-    {"precision": "bf16", "head_dim": 128, "causal": false, "backward": true, "family": "sm90", "ms": {"sm80": 5, "sm90": 4}}
+    {"precision": "bf16", "head_dim": 128, "causal": true, "backward": false, "n": 8192, "kernel": "sm80", "ms": {"sm80": 1.1, "sm90": 1.3}},
+    {"precision": "bf16", "head_dim": 128, "causal": false, "backward": true, "n": 8192, "kernel": "sm90", "ms": {"sm80": 5, "sm90": 4}},
+    {"precision": "bf16", "head_dim": 64, "causal": true, "backward": false, "n": 512, "kernel": "sm90-rowblock", "ms": {"sm80": 0.3, "sm90": 0.25, "sm90-rowblock": 0.2}},
+    {"precision": "bf16", "head_dim": 64, "causal": true, "backward": false, "n": 2048, "kernel": "sm90", "ms": {"sm90": 0.5, "sm90-rowblock": 0.6}}
   ]
 }`
 
@@ -23,7 +26,7 @@ func TestChooseTuned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := request{prec: BF16, d: 128, dir: forwardDir, causal: true}
+	r := request{prec: BF16, d: 128, dir: forwardDir, causal: true, nq: 8192}
 	got, err := chooseTuned(h200, FamilyAuto, tab, r)
 	want, _ := choose(h200, FamilySM80, r)
 	if err != nil || got != want || got.kind != kindMMA {
@@ -37,28 +40,75 @@ func TestChooseTuned(t *testing.T) {
 			t.Errorf("%s: %+v (%v), want the heuristic's %+v (%v)", why, got, err, want, werr)
 		}
 	}
-	heuristic(h200, FamilyAuto, request{prec: BF16, d: 128, dir: forwardDir}, "an untimed kind (not causal)")
-	heuristic(h200, FamilyAuto, request{prec: BF16, d: 100, dir: forwardDir}, "another head dimension padded to 128, not causal")
+	heuristic(h200, FamilyAuto, request{prec: BF16, d: 128, dir: forwardDir, nq: 8192}, "an untimed kind (not causal)")
+	heuristic(h200, FamilyAuto, request{prec: BF16, d: 100, dir: forwardDir, nq: 8192}, "another head dimension padded to 128, not causal")
 	heuristic(h200, FamilySM90, r, "a backend of an explicit family")
-	heuristic(h200, FamilyAuto, request{prec: BF16, d: 128, dir: forwardDir, causal: true, biasOrDropout: true}, "a bias or dropout")
-	heuristic(h200, FamilyAuto, request{prec: BF16, f64: true, d: 128, dir: forwardDir, causal: true}, "float64")
-	heuristic(a100, FamilyAuto, request{prec: BF16, d: 128, dir: backwardDir}, "a family the device cannot run")
-	// A head dimension padded to the timed one takes its entry.
-	r.d = 100
-	got, _ = chooseTuned(h200, FamilyAuto, tab, r)
-	if got.kind != kindMMA {
-		t.Errorf("D=100 (padded to 128), causal forward: %v, want mma", got.kind)
+	heuristic(h200, FamilyAuto, request{prec: BF16, d: 128, dir: forwardDir, causal: true, biasOrDropout: true, nq: 8192}, "a bias or dropout")
+	heuristic(h200, FamilyAuto, request{prec: BF16, f64: true, d: 128, dir: forwardDir, causal: true, nq: 8192}, "float64")
+	heuristic(a100, FamilyAuto, request{prec: BF16, d: 128, dir: backwardDir, nq: 8192}, "a family the device cannot run")
+	heuristic(h200, FamilyAuto, request{prec: FP16, d: 64, dir: forwardDir, causal: true, nq: 512}, "another precision")
+	// A head dimension padded to the timed one takes its entry, and a
+	// kind timed at one length takes it at every length.
+	for _, nq := range []int{1, 100, 8192, 1 << 20} {
+		r.d, r.nq = 100, nq
+		if got, _ := chooseTuned(h200, FamilyAuto, tab, r); got.kind != kindMMA {
+			t.Errorf("D=100 (padded to 128), causal forward, Nq=%d: %v, want mma", nq, got.kind)
+		}
 	}
 	// No table: the heuristic.
-	if got, _ := chooseTuned(h200, FamilyAuto, nil, r); got.kind != kindWGMMA {
-		t.Errorf("without a table: %v, want wgmma", got.kind)
+	if got, _ := chooseTuned(h200, FamilyAuto, nil, r); got.kind != kindWGMMA || got.rowblock {
+		t.Errorf("without a table: %+v, want the warp-specialized wgmma forward", got)
+	}
+}
+
+// TestChooseTunedLengths checks that a call takes the entry of the nearest
+// length by ratio, the row-block candidate marking the Hopper choice and
+// nothing else.
+func TestChooseTunedLengths(t *testing.T) {
+	tab, err := ParseTuneTable([]byte(tableH200))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, _ := choose(h200, FamilySM90, request{prec: BF16, d: 64, dir: forwardDir, causal: true})
+	rowblock := ws
+	rowblock.rowblock = true
+	for _, c := range []struct {
+		nq   int
+		want choice
+	}{
+		{1, rowblock}, {512, rowblock}, {1000, rowblock},
+		// sqrt(512·2048) = 1024: equally near, the longer wins.
+		{1023, rowblock}, {1024, ws}, {1025, ws}, {2048, ws}, {65536, ws},
+	} {
+		got, err := chooseTuned(h200, FamilyAuto, tab, request{prec: BF16, d: 64, dir: forwardDir, causal: true, nq: c.nq})
+		if err != nil || got != c.want {
+			t.Errorf("Nq=%d: %+v (%v), want %+v", c.nq, got, err, c.want)
+		}
+	}
+	if got, _ := chooseTuned(h200, FamilyAuto, tab, request{prec: BF16, d: 64, dir: forwardDir, causal: true, nq: 512, bias: true,
+		biasOrDropout: true}); got.rowblock {
+		t.Error("a call with a bias took the row-block candidate")
+	}
+	if got, want := tab.lengths(), []int{512, 2048, 8192}; !slices.Equal(got, want) {
+		t.Errorf("lengths = %v, want %v", got, want)
+	}
+	// The row-block candidate is a distinct registry key only where the
+	// warp-specialized kernel is the plain one.
+	if ws.rowblock || !wgmmaWSBuilt(BF16, 64) {
+		t.Fatalf("the heuristic's BF16 D=64 forward is %+v", ws)
+	}
+	if _, err := parseCandidate("sm90-rowblock", TF32, 64, forwardDir); err == nil {
+		t.Error("sm90-rowblock accepted for TF32 at D=64, whose plain Hopper forward is the row-block kernel already")
+	}
+	if _, err := parseCandidate("sm90-rowblock", BF16, 64, backwardDir); err == nil {
+		t.Error("sm90-rowblock accepted for a backward")
 	}
 }
 
 // TestParseTuneTableErrors checks that a table that says something wrong
 // or unclear is refused, with an error wrapping ErrUnsupported.
 func TestParseTuneTableErrors(t *testing.T) {
-	entry := `{"precision": "bf16", "head_dim": 64, "causal": false, "backward": false, "family": "sm90", "ms": {"sm80": 2, "sm90": 1}}`
+	entry := `{"precision": "bf16", "head_dim": 64, "causal": false, "backward": false, "n": 1024, "kernel": "sm90", "ms": {"sm80": 2, "sm90": 1}}`
 	table := func(head, entries string) string {
 		return `{` + head + `, "date": "d", "command": "c", "problem": "p", "entries": [` + entries + `]}`
 	}
@@ -66,20 +116,30 @@ func TestParseTuneTableErrors(t *testing.T) {
 	if _, err := ParseTuneTable([]byte(table(head, entry))); err != nil {
 		t.Fatalf("a valid table: %v", err)
 	}
+	other := strings.Replace(entry, `"n": 1024`, `"n": 2048`, 1)
+	if _, err := ParseTuneTable([]byte(table(head, entry+", "+other))); err != nil {
+		t.Fatalf("a kind at two lengths: %v", err)
+	}
 	for name, data := range map[string]string{
-		"not JSON":          `{`,
-		"unknown field":     strings.Replace(table(head, entry), `"date"`, `"dates"`, 1),
-		"no device":         table(`"device": "", "capability": "9.0"`, entry),
-		"bad capability":    table(`"device": "X", "capability": "nine"`, entry),
-		"fp32":              table(head, strings.Replace(entry, "bf16", "fp32", 1)),
-		"unknown precision": table(head, strings.Replace(entry, "bf16", "int8", 1)),
-		"uncompiled head":   table(head, strings.Replace(entry, `"head_dim": 64`, `"head_dim": 96`, 1)),
-		"family auto":       table(head, strings.Replace(entry, `"family": "sm90"`, `"family": "auto"`, 1)),
-		"unknown family":    table(head, strings.Replace(entry, `"family": "sm90"`, `"family": "sm70"`, 1)),
-		"no chosen time":    table(head, strings.Replace(entry, `"sm90": 1`, `"sm100": 1`, 1)),
-		"not the fastest":   table(head, strings.Replace(entry, `"sm80": 2`, `"sm80": 0.5`, 1)),
-		"zero time":         table(head, strings.Replace(entry, `"sm80": 2`, `"sm80": 0`, 1)),
-		"twice":             table(head, entry+", "+entry),
+		"not JSON":            `{`,
+		"unknown field":       strings.Replace(table(head, entry), `"date"`, `"dates"`, 1),
+		"no device":           table(`"device": "", "capability": "9.0"`, entry),
+		"bad capability":      table(`"device": "X", "capability": "nine"`, entry),
+		"fp32":                table(head, strings.Replace(entry, "bf16", "fp32", 1)),
+		"unknown precision":   table(head, strings.Replace(entry, "bf16", "int8", 1)),
+		"uncompiled head":     table(head, strings.Replace(entry, `"head_dim": 64`, `"head_dim": 96`, 1)),
+		"no length":           table(head, strings.Replace(entry, `"n": 1024, `, ``, 1)),
+		"negative length":     table(head, strings.Replace(entry, `"n": 1024`, `"n": -1`, 1)),
+		"kernel auto":         table(head, strings.Replace(entry, `"kernel": "sm90"`, `"kernel": "auto"`, 1)),
+		"unknown kernel":      table(head, strings.Replace(entry, `"kernel": "sm90"`, `"kernel": "sm70"`, 1)),
+		"a family field":      table(head, strings.Replace(entry, `"kernel": "sm90"`, `"family": "sm90"`, 1)),
+		"no chosen time":      table(head, strings.Replace(entry, `"sm90": 1`, `"sm100": 1`, 1)),
+		"time of no kernel":   table(head, strings.Replace(entry, `"sm80": 2`, `"sm80": 2, "sm90-ws": 3`, 1)),
+		"rowblock, backward":  table(head, strings.Replace(strings.Replace(entry, `"backward": false`, `"backward": true`, 1), `"sm80": 2`, `"sm90-rowblock": 2`, 1)),
+		"not the fastest":     table(head, strings.Replace(entry, `"sm80": 2`, `"sm80": 0.5`, 1)),
+		"zero time":           table(head, strings.Replace(entry, `"sm80": 2`, `"sm80": 0`, 1)),
+		"twice":               table(head, entry+", "+entry),
+		"twice at one length": table(head, entry+", "+strings.Replace(entry, `"sm80": 2`, `"sm80": 3`, 1)),
 	} {
 		if _, err := ParseTuneTable([]byte(data)); !errors.Is(err, ErrUnsupported) {
 			t.Errorf("%s: err = %v, want ErrUnsupported", name, err)
@@ -127,9 +187,9 @@ func TestTuneTableJSONRoundTrip(t *testing.T) {
 		back.Command != tab.Command || back.Date != tab.Date || len(back.Entries) != len(tab.Entries) {
 		t.Fatalf("round trip changed the table:\n%s", data)
 	}
-	for k, f := range tab.families {
-		if back.families[k] != f {
-			t.Errorf("%+v: %v after the round trip, want %v", k, back.families[k], f)
+	for k, ps := range tab.picks {
+		if !slices.Equal(back.picks[k], ps) {
+			t.Errorf("%+v: %v after the round trip, want %v", k, back.picks[k], ps)
 		}
 	}
 }

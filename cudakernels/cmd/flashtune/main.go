@@ -1,8 +1,9 @@
 //go:build flashgpu
 
-// Command flashtune times the kernel families on the GPU it runs on and
-// writes the tuning table (cudakernels.TuneTable) that backends of
-// FamilyAuto on that GPU model then choose by:
+// Command flashtune times the candidate kernels (the two families', and
+// the Hopper forward's two block shapes) on the GPU it runs on, at several
+// sequence lengths, and writes the tuning table (cudakernels.TuneTable)
+// that backends of FamilyAuto on that GPU model then choose by:
 //
 //	go run -tags flashgpu ./cudakernels/cmd/flashtune -out cudakernels/tuned/h200.json
 //
@@ -15,6 +16,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/gorgonia-flash/flashattention/cudakernels"
@@ -22,16 +24,24 @@ import (
 
 func main() {
 	out := flag.String("out", "", "write the table to this file (default: standard output)")
-	b := flag.Int("b", 1, "batch entries of the timed problem")
-	h := flag.Int("h", 16, "heads of the timed problem")
-	n := flag.Int("n", 8192, "queries and keys of the timed problem")
+	h := flag.Int("h", 16, "heads of the timed problems")
+	tokens := flag.Int("tokens", 16384, "queries of a timed problem, B·N: each length N runs B = tokens/N batch entries")
+	lengths := flag.String("lengths", "512,1024,2048,4096,8192", "comma-separated sequence lengths to time")
 	reps := flag.Int("reps", 5, "runs per measurement (the median is kept)")
 	device := flag.Int("device", 0, "device ordinal")
 	kernelDir := flag.String("kernels", "", "directory of the kernels' PTX (default: the embedded ones)")
 	flag.Parse()
 	log.SetFlags(0)
-	t, err := cudakernels.Tune(cudakernels.TuneOptions{B: *b, H: *h, N: *n, Reps: *reps, Device: *device, KernelDir: *kernelDir,
-		Progress: func(s string) { fmt.Fprintln(os.Stderr, s) }})
+	var ns []int
+	for _, f := range strings.Split(*lengths, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			log.Fatalf("flashtune: -lengths: %v", err)
+		}
+		ns = append(ns, n)
+	}
+	t, err := cudakernels.Tune(cudakernels.TuneOptions{H: *h, Tokens: *tokens, Lengths: ns, Reps: *reps, Device: *device,
+		KernelDir: *kernelDir, Progress: func(s string) { fmt.Fprintln(os.Stderr, s) }})
 	if err != nil {
 		log.Fatal(err)
 	}
