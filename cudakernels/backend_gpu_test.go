@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/gorgonia-flash/flashattention/kernels"
@@ -124,30 +125,40 @@ func TestHeadDims(t *testing.T) {
 type kernelSet struct {
 	name string
 	opts func(Precision) []Option
-	// hopper: the set differs from the others only on a Hopper GPU, and
-	// is skipped elsewhere.
-	hopper bool
+	// plain: the Hopper forward's kernel for plain problems the set runs
+	// (a candidate's); a set whose kernel is built at no head dimension of
+	// a precision, or that runs on a device other than Hopper, is skipped
+	// (it would run the family's default kernels again).
+	plain plainForward
 }
 
 // testKernelSets are the kernel sets the tensor-core tests run in turn: the
-// two families, and the Hopper forward's row-block kernel for plain
-// problems where the family's plain forward is the warp-specialized one
-// (candidate; a tuning table may choose it).
+// two families, and the Hopper forward's other kernels for plain problems
+// where the family's plain forward is the warp-specialized one (candidate;
+// a tuning table may choose them).
 var testKernelSets = []kernelSet{
 	{name: "sm80", opts: func(Precision) []Option { return []Option{WithFamily(FamilySM80)} }},
 	{name: "sm90", opts: func(Precision) []Option { return []Option{WithFamily(FamilySM90)} }},
-	{name: "sm90-rowblock", hopper: true, opts: func(prec Precision) []Option {
-		return []Option{WithTuneTable(forcingTable(prec, candidate{fam: FamilySM90, rowblock: true}))}
-	}},
+	{name: "sm90-rowblock", plain: plainRowBlock, opts: forcing(plainRowBlock)},
+	{name: "sm90-ws2", plain: plainWS2, opts: forcing(plainWS2)},
+}
+
+// forcing returns the options of a FamilyAuto backend that runs plain
+// problems on the Hopper forward kernel k wherever it is built.
+func forcing(k plainForward) func(Precision) []Option {
+	return func(prec Precision) []Option {
+		return []Option{WithTuneTable(forcingTable(prec, candidate{fam: FamilySM90, plain: k}))}
+	}
 }
 
 // runKernelSet runs fn as the subtest name with the options that open
-// set's backend of prec, skipping a Hopper-only set where device 0 is not
-// Hopper. A family the device cannot run is skipped
-// by newTestBackend.
+// set's backend of prec, or skips it (kernelSet.plain).
 func runKernelSet(t *testing.T, name string, prec Precision, set kernelSet, fn func(t *testing.T, prec Precision, opts ...Option)) {
 	t.Run(name, func(t *testing.T) {
-		if set.hopper {
+		if set.plain != plainDefault {
+			if !slices.ContainsFunc(headDims, func(dp int) bool { return set.plain.builtFor(prec, dp) }) {
+				t.Skipf("%s: no such kernel for %v", set.name, prec)
+			}
 			if _, capab, err := probe(0); err != nil || !capab.hopper() {
 				t.Skipf("%s runs on compute capability 9.0 only (device 0: %+v, %v)", set.name, capab, err)
 			}
@@ -158,7 +169,7 @@ func runKernelSet(t *testing.T, name string, prec Precision, set kernelSet, fn f
 
 // forEachKernelSet runs fn as a subtest for every precision and, for the
 // tensor-core precisions, every kernel set ("fp32", "bf16-sm80",
-// "bf16-sm90", "bf16-sm90-rowblock", …), with the options that open that
+// "bf16-sm90", "bf16-sm90-rowblock", "bf16-sm90-ws2", …), with the options that open that
 // backend.
 func forEachKernelSet(t *testing.T, fn func(t *testing.T, prec Precision, opts ...Option)) {
 	for _, prec := range []Precision{FP32, TF32, BF16, FP16} {

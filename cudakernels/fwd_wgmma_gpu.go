@@ -21,23 +21,28 @@ import (
 // chooses. A choice with c.full has the _full kernel (fnFull) alone: the
 // bias and dropout, with every other variant, in a launch shape of its own;
 // with c.drop too, the _drop kernel there: dropout without a bias, without
-// the bias tiles. The plain kernel's launch shape is plainRows (query
-// rows per block), plainThreads and plainSmem: the warp-specialized
-// kernel's where wgmmaWSBuilt, else the choice's, which the others take.
-// A choice with c.rowblock (a tuning table's candidate) has no
-// warp-specialized kernel: fn is the _var kernel, which computes plain
-// problems as well, in the choice's shape.
+// the bias tiles. fn, the plain kernel, runs in the launch shape plain:
+// the warp-specialized kernel's where wgmmaWSBuilt, else the choice's,
+// which the others take; a choice whose plain kernel a tuning table chose
+// (c.plain) has that one there instead: the _var kernel, which computes
+// plain problems too, or the two-consumer warp-specialized kernel.
 type wgmmaForward struct {
 	fn, fnVar, fnFull, toRows, toVt, toRowsLen, toVtLen cu.Function
 	c                                                   choice
-	plainRows, plainThreads, plainSmem                  int
+	plain                                               launchShape
+}
+
+// launchShape is a kernel's query rows per block, threads and shared memory.
+type launchShape struct{ rows, threads, smem int }
+
+// wsShape is the launch shape of the warp-specialized forward with nc
+// consumer warpgroups.
+func wsShape(prec Precision, dp, nc int) launchShape {
+	return launchShape{wgmmaWSRows(nc), wgmmaWSThreads(nc), wgmmaWSSmem(prec, dp, nc)}
 }
 
 func loadWgmmaForward(mod cu.Module, c choice, maxSmem int) (*wgmmaForward, error) {
-	f := &wgmmaForward{c: c, plainRows: c.rows, plainThreads: c.threads, plainSmem: c.smem}
-	if !c.full && !c.rowblock && wgmmaWSBuilt(c.prec, c.dp) {
-		f.plainRows, f.plainThreads, f.plainSmem = wgmmaWSRows(c.dp), wgmmaWSThreads(c.dp), wgmmaWSSmem(c.prec, c.dp)
-	}
+	f := &wgmmaForward{c: c, plain: launchShape{c.rows, c.threads, c.smem}}
 	var err error
 	if f.toRows, err = function(mod, "flash_to_image_rows_"+c.prec.String()); err != nil {
 		return nil, err
@@ -65,11 +70,17 @@ func loadWgmmaForward(mod cu.Module, c choice, maxSmem int) (*wgmmaForward, erro
 	if f.fnVar, err = lookup(mod, name+"_var", c.smem, maxSmem); err != nil {
 		return nil, err
 	}
-	if c.rowblock {
+	plainName := name
+	switch {
+	case c.plain == plainRowBlock:
 		f.fn = f.fnVar
 		return f, nil
+	case c.plain == plainWS2:
+		plainName, f.plain = name+"_ws2", wsShape(c.prec, c.dp, 2)
+	case wgmmaWSBuilt(c.prec, c.dp):
+		f.plain = wsShape(c.prec, c.dp, wgmmaWSConsumers(c.dp))
 	}
-	if f.fn, err = lookup(mod, name, f.plainSmem, maxSmem); err != nil {
+	if f.fn, err = lookup(mod, plainName, f.plain.smem, maxSmem); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -99,7 +110,7 @@ type wgmmaFwdScratch struct{ q, k, vt cu.DevicePtr }
 // others, whichever is more (their blocks differ at dp = 64: 192 and 128
 // rows), K and Vᵀ to whole key tiles. A call pads Q to its own kernel's.
 func (f *wgmmaForward) padded(p kernels.Params) (nq, nk int64) {
-	nq = max(roundUp(int64(p.Nq), int64(f.c.rows)), roundUp(int64(p.Nq), int64(f.plainRows)))
+	nq = max(roundUp(int64(p.Nq), int64(f.c.rows)), roundUp(int64(p.Nq), int64(f.plain.rows)))
 	return nq, roundUp(int64(p.Nk), int64(f.c.step))
 }
 
@@ -130,10 +141,11 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 	// What the kernel choice reads of the argument does not depend on
 	// where the images go.
 	probe := newParams(p, operands{vars: buf.vars})
-	fn, rows, threads, smem := f.fnVar, f.c.rows, f.c.threads, f.c.smem
+	fn, shape := f.fnVar, launchShape{f.c.rows, f.c.threads, f.c.smem}
 	if isPlain(&probe) {
-		fn, rows, threads, smem = f.fn, f.plainRows, f.plainThreads, f.plainSmem
+		fn, shape = f.fn, f.plain
 	}
+	rows := shape.rows
 	if full := probe.Bias != 0 || probe.DropoutThreshold != 0; full != f.c.full {
 		// requestFor and the kernel's argument must agree on the bias and
 		// dropout: the launch shapes differ.
@@ -167,5 +179,5 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 	dp := int64(f.c.dp)
 	kp := newParams(p, operands{q: tensorAt{uint64(s.q), nqPad, dp}, k: tensorAt{uint64(s.k), nkPad, dp},
 		v: tensorAt{uint64(s.vt), nkPad, dp}, o: dense(buf.o, p.Nq, p.D), lse: uint64(buf.lse), vars: buf.vars})
-	return launch(fn, grid, threads, smem, stream, &kp)
+	return launch(fn, grid, shape.threads, shape.smem, stream, &kp)
 }

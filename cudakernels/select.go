@@ -105,10 +105,39 @@ type choice struct {
 	// launched with its _full kernels' shape; drop: the Hopper _drop
 	// kernels, for dropout without a bias (full too).
 	full, drop bool
-	// rowblock: the Hopper forward takes its row-block kernel (the _var
-	// one) for plain problems too, where its plain kernel is otherwise the
-	// warp-specialized one; only a tuning table asks for it (candidate).
-	rowblock bool
+	// plain is the kernel the Hopper forward runs plain problems on; only
+	// a tuning table asks for another than the default (candidate).
+	plain plainForward
+}
+
+// plainForward names the kernel a Hopper forward choice runs plain problems
+// on (problems with a variant take the _var kernel, those with a bias or
+// dropout the _full one).
+type plainForward int
+
+const (
+	// plainDefault: the warp-specialized kernel where wgmmaWSBuilt, else
+	// the two-warpgroup row-block kernel.
+	plainDefault plainForward = iota
+	// plainRowBlock: the row-block kernel (the _var one, which computes
+	// plain problems too) where the default is warp-specialized: 128
+	// query rows a block, no producer warpgroup.
+	plainRowBlock
+	// plainWS2: the warp-specialized kernel with two consumer warpgroups
+	// (_ws2, 128 rows) where the default has three (wgmmaWS2Built).
+	plainWS2
+)
+
+// builtFor reports whether k is a kernel of its own for the Hopper plain
+// forward of prec at dp, beside the default.
+func (k plainForward) builtFor(prec Precision, dp int) bool {
+	switch k {
+	case plainRowBlock:
+		return wgmmaWSBuilt(prec, dp)
+	case plainWS2:
+		return wgmmaWS2Built(prec, dp)
+	}
+	return true
 }
 
 // checkDevice fails for a device no kernel runs on, or a family it cannot

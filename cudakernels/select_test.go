@@ -117,8 +117,10 @@ func TestChooseInvariants(t *testing.T) {
 								t.Errorf("%s %v: wgmma on this device or family", name, c.dir)
 							case c.kind != kindSIMT && max(c.smem, c.smemDQ) > dev.MaxSmem:
 								t.Errorf("%s %v: %d bytes of shared memory", name, c.dir, c.smem)
-							case c.kind == kindWGMMA && c.dir == forwardDir && wgmmaWSBuilt(c.prec, c.dp) && wgmmaWSSmem(c.prec, c.dp) > dev.MaxSmem:
-								t.Errorf("%s: the warp-specialized forward takes %d bytes of shared memory", name, wgmmaWSSmem(c.prec, c.dp))
+							case c.kind == kindWGMMA && c.dir == forwardDir && wgmmaWSBuilt(c.prec, c.dp) &&
+								max(wgmmaWSSmem(c.prec, c.dp, 2), wgmmaWSSmem(c.prec, c.dp, 3)) > dev.MaxSmem:
+								t.Errorf("%s: the warp-specialized forward takes %d bytes of shared memory", name,
+									max(wgmmaWSSmem(c.prec, c.dp, 2), wgmmaWSSmem(c.prec, c.dp, 3)))
 							case c.rounded && c.prec != prec:
 								t.Errorf("%s: rounds to %v", name, c.prec)
 							}

@@ -190,22 +190,34 @@ func wgmmaWSBuilt(prec Precision, dp int) bool {
 	return false
 }
 
-// wgmmaWSRows and wgmmaWSThreads are ws_rows and ws_threads: the block's
-// query rows and threads (a producer warpgroup and the consumers).
-func wgmmaWSRows(dp int) int {
+// wgmmaWSConsumers is ws_consumers, the default warp-specialized
+// kernel's consumer warpgroups at dp: three at 64, two at 128. At 64 a
+// two-consumer kernel (_ws2) is built too, a tuning table's candidate
+// (plainWS2).
+func wgmmaWSConsumers(dp int) int {
 	if dp == 64 {
-		return 192
+		return 3
 	}
-	return 128
+	return 2
 }
 
-func wgmmaWSThreads(dp int) int { return 2*wgmmaWSRows(dp) + 128 }
+// wgmmaWSRows and wgmmaWSThreads are ws_rows and ws_threads of nc
+// consumer warpgroups: the block's query rows and threads (a producer
+// warpgroup and the consumers).
+func wgmmaWSRows(nc int) int    { return 64 * nc }
+func wgmmaWSThreads(nc int) int { return 128 * (nc + 1) }
 
-// wgmmaWSSmem is ws_smem_bytes: alignment slack, Q, the stages of K and
-// Vᵀ, 1 + 4·stages mbarriers.
-func wgmmaWSSmem(prec Precision, dp int) int {
+// wgmmaWSSmem is ws_smem_bytes: alignment slack, Q (wgmmaWSRows(nc) rows),
+// the stages of K and Vᵀ, 1 + 4·stages mbarriers.
+func wgmmaWSSmem(prec Precision, dp, nc int) int {
 	eb, bk := elemBytes(prec), wgmmaFwdBK(prec, dp, false)
-	return 1024 + wgmmaWSRows(dp)*dp*eb + 2*wgmmaWSStages*bk*dp*eb + (1+4*wgmmaWSStages)*8
+	return 1024 + wgmmaWSRows(nc)*dp*eb + 2*wgmmaWSStages*bk*dp*eb + (1+4*wgmmaWSStages)*8
+}
+
+// wgmmaWS2Built reports whether the two-consumer warp-specialized forward
+// (_ws2) is built for prec at dp: where the default kernel has more.
+func wgmmaWS2Built(prec Precision, dp int) bool {
+	return wgmmaWSBuilt(prec, dp) && wgmmaWSConsumers(dp) != 2
 }
 
 // The backward: blocks of two warpgroups (kBwdThreads) own kBwdBlock keys

@@ -20,8 +20,8 @@ import (
 // decided. A kind of call is a precision, a padded head dimension, the
 // causal mask or not, a direction and a sequence length; the candidates
 // are the two families' kernels and, for the Hopper family's forward where
-// its plain kernel is the warp-specialized one, the row-block kernel
-// beside it (see candidate). Selection reads the table of the device a
+// its plain kernel is the warp-specialized one, the other kernels beside
+// it (see candidate). Selection reads the table of the device a
 // backend opens on before its heuristic (chooseTuned); a GPU without a
 // table keeps the heuristic, and so do calls with a bias or dropout (the
 // table times plain attention, and their kernels are others), float64 and
@@ -60,8 +60,8 @@ type TuneEntry struct {
 	// padding, where the candidates differ most.
 	N int `json:"n"`
 	// Kernel is the fastest candidate's name (candidate.String: sm80,
-	// sm90, sm90-rowblock); Millis holds every timed candidate's kernel
-	// time in milliseconds, Kernel's the least.
+	// sm90, sm90-rowblock, sm90-ws2); Millis holds every timed
+	// candidate's kernel time in milliseconds, Kernel's the least.
 	Kernel string             `json:"kernel"`
 	Millis map[string]float64 `json:"ms"`
 }
@@ -79,32 +79,40 @@ type tunePick struct {
 }
 
 // A candidate is a kernel a tuning table can choose: a family's, as choose
-// picks it within that family, or with rowblock the Hopper forward's
-// two-warpgroup row-block kernel (csrc/fwd_wgmma.cuh's, the one the
-// variants take) for plain problems too, where the family's plain forward
-// is the warp-specialized kernel (wgmmaWSBuilt). The two differ in block
-// shape (at dp = 64, 192 query rows against 128, so a short sequence pads
-// less) and in how loads overlap the products.
+// picks it within that family, or in the Hopper family's forward, where
+// its plain kernel is the warp-specialized one, another kernel for plain
+// problems (plainForward): the two-warpgroup row-block kernel (the one the
+// variants take; 128 query rows, no producer warpgroup), or at dp = 64 the
+// warp-specialized kernel with two consumer warpgroups instead of three.
+// They differ in block shape (at dp = 64 the default's 192 query rows pad
+// a sequence of 512 or 1024 queries by an eighth, where 128 pad nothing)
+// and in how loads overlap the products.
 type candidate struct {
-	fam      Family
-	rowblock bool
+	fam   Family
+	plain plainForward
 }
 
 func (c candidate) String() string {
-	if c.rowblock {
+	switch c.plain {
+	case plainRowBlock:
 		return c.fam.String() + "-rowblock"
+	case plainWS2:
+		return c.fam.String() + "-ws2"
 	}
 	return c.fam.String()
 }
 
 // candidates returns the kernels a table may choose for plain calls of
 // prec at padded head dimension dp in direction dir: both families', and
-// the row-block forward where the Hopper family's plain forward is the
-// warp-specialized one.
+// the Hopper forward's other plain kernels where they are built.
 func candidates(prec Precision, dp int, dir direction) []candidate {
 	cs := []candidate{{fam: FamilySM80}, {fam: FamilySM90}}
-	if dir == forwardDir && wgmmaWSBuilt(prec, dp) {
-		cs = append(cs, candidate{fam: FamilySM90, rowblock: true})
+	if dir == forwardDir {
+		for _, k := range []plainForward{plainRowBlock, plainWS2} {
+			if k.builtFor(prec, dp) {
+				cs = append(cs, candidate{fam: FamilySM90, plain: k})
+			}
+		}
 	}
 	return cs
 }
@@ -319,13 +327,13 @@ func chooseTuned(c Capability, fam Family, t *TuneTable, r request) (choice, err
 	return choose(c, fam, r)
 }
 
-// chooseCandidate is choose within cand's family, with the row-block
-// forward where cand asks for it and the family's choice is the Hopper
-// plain forward.
+// chooseCandidate is choose within cand's family, with cand's plain
+// kernel where the family's choice is the Hopper plain forward and that
+// kernel is built for it.
 func chooseCandidate(c Capability, cand candidate, r request) (choice, error) {
 	ch, err := choose(c, cand.fam, r)
-	if err == nil && cand.rowblock && ch.kind == kindWGMMA && ch.dir == forwardDir && !ch.full && wgmmaWSBuilt(ch.prec, ch.dp) {
-		ch.rowblock = true
+	if err == nil && ch.kind == kindWGMMA && ch.dir == forwardDir && !ch.full && cand.plain.builtFor(ch.prec, ch.dp) {
+		ch.plain = cand.plain
 	}
 	return ch, err
 }

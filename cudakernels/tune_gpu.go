@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,7 +37,10 @@ type TuneOptions struct {
 // where two or more of them differ, and returns the table: each such
 // kind's fastest candidate and every candidate's time (KernelTime,
 // without copies, L2 flushed). Kinds for which every candidate is the same
-// kernel are left out: there is nothing to decide. A device where only one
+// kernel are left out: there is nothing to decide. Before a kind is timed,
+// each of its candidates computes a small problem against float64
+// (checkCandidates): Tune fails, naming it, when one errs far more than
+// the others. A device where only one
 // family runs has nothing to tune (an error wrapping ErrUnsupported).
 func Tune(o TuneOptions) (*TuneTable, error) {
 	if o.H < 1 || o.Tokens < 1 || o.Reps < 1 || len(o.Lengths) == 0 {
@@ -76,20 +81,21 @@ func Tune(o TuneOptions) (*TuneTable, error) {
 }
 
 // tuneBackends opens one backend of prec per candidate name: the families'
-// by WithFamily, the row-block forward as a FamilyAuto backend with a
-// table that chooses it wherever it exists.
+// by WithFamily, the Hopper forward's other plain kernels as FamilyAuto
+// backends with a table that chooses that kernel wherever it is built.
 func tuneBackends(o TuneOptions, prec Precision) (map[string]*Backend, error) {
-	rowblock := candidate{fam: FamilySM90, rowblock: true}
+	opts := map[string]Option{FamilySM80.String(): WithFamily(FamilySM80), FamilySM90.String(): WithFamily(FamilySM90)}
+	for _, k := range []plainForward{plainRowBlock, plainWS2} {
+		c := candidate{fam: FamilySM90, plain: k}
+		opts[c.String()] = WithTuneTable(forcingTable(prec, c))
+	}
 	bs := map[string]*Backend{}
-	for _, c := range []struct {
-		name string
-		opt  Option
-	}{{FamilySM80.String(), WithFamily(FamilySM80)}, {FamilySM90.String(), WithFamily(FamilySM90)}, {rowblock.String(), WithTuneTable(forcingTable(prec, rowblock))}} {
-		b, err := NewBackend(WithPrecision(prec), c.opt, WithDevice(o.Device), WithKernelDir(o.KernelDir))
+	for name, opt := range opts {
+		b, err := NewBackend(WithPrecision(prec), opt, WithDevice(o.Device), WithKernelDir(o.KernelDir))
 		if err != nil {
 			return nil, errors.Join(err, closeAll(bs))
 		}
-		bs[c.name] = b
+		bs[name] = b
 	}
 	return bs, nil
 }
@@ -115,6 +121,9 @@ func tunePrecision(t *TuneTable, o TuneOptions, capab Capability, prec Precision
 				}
 				if len(timed) < 2 {
 					continue
+				}
+				if err := checkCandidates(prec, dp, causal, dir, timed, backends); err != nil {
+					return err
 				}
 				for _, n := range o.Lengths {
 					p := kernels.Params{B: max(1, o.Tokens/n), H: o.H, Nq: n, Nk: n, D: dp, Scale: 1 / math.Sqrt(float64(dp)), Causal: causal}
@@ -143,6 +152,80 @@ func tunePrecision(t *TuneTable, o TuneOptions, capab Capability, prec Precision
 		}
 	}
 	return nil
+}
+
+// checkCandidates runs every candidate of one kind of call on a small
+// problem (lengths no tile divides, so that padding is computed too) and
+// fails when one's error against float64 is more than four times the most
+// accurate one's: a kernel that computes something else must never win on
+// speed. Correct kernels of one precision differ in error by far less (the
+// same roundings, sums in other orders); a broken one errs by the size of
+// the output. The conformance suite, which runs every candidate
+// (testKernelSets), is the full check; this one guards a table made on a
+// device or with kernels the suite has not seen.
+func checkCandidates(prec Precision, dp int, causal bool, dir direction, timed []candidate, backends map[string]*Backend) error {
+	p := kernels.Params{B: 1, H: 2, Nq: 300, Nk: 300, D: dp, Scale: 1 / math.Sqrt(float64(dp)), Causal: causal}
+	rng := rand.New(rand.NewPCG(uint64(dp), 7))
+	in := make([][]float32, 4) // q, k, v, dO
+	wide := make([][]float64, 4)
+	for i, n := range []int{p.QLen(), p.KLen(), p.KLen(), p.QLen()} {
+		in[i], wide[i] = make([]float32, n), make([]float64, n)
+		for j := range n {
+			in[i][j] = float32(rng.NormFloat64())
+			wide[i][j] = float64(in[i][j])
+		}
+	}
+	ref := make([][]float64, 5) // o, lse, dq, dk, dv
+	for i, n := range []int{p.QLen(), p.LSELen(), p.QLen(), p.KLen(), p.KLen()} {
+		ref[i] = make([]float64, n)
+	}
+	err := kernels.NaiveForward(p, wide[0], wide[1], wide[2], ref[0], ref[1])
+	if err == nil {
+		err = kernels.NaiveBackward(p, wide[0], wide[1], wide[2], ref[0], ref[1], wide[3], nil, ref[2], ref[3], ref[4])
+	}
+	if err != nil {
+		return err
+	}
+	outs := []int{0} // the forward is judged on O
+	if dir == backwardDir {
+		outs = []int{2, 3, 4}
+	}
+	errs := make([]float64, len(timed))
+	for c, cand := range timed {
+		got := make([][]float32, 5)
+		for i, r := range ref {
+			got[i] = make([]float32, len(r))
+		}
+		b := backends[cand.String()]
+		err := b.Forward32(p, in[0], in[1], in[2], got[0], got[1])
+		if err == nil && dir == backwardDir {
+			err = b.Backward32(p, in[0], in[1], in[2], got[0], got[1], in[3], nil, got[2], got[3], got[4])
+		}
+		if err != nil {
+			return fmt.Errorf("checking %v %v D=%d causal=%v with %v: %w", prec, dir, dp, causal, cand, err)
+		}
+		for _, i := range outs {
+			errs[c] = max(errs[c], relErr(got[i], ref[i]))
+		}
+	}
+	best := slices.Min(errs)
+	for c, e := range errs {
+		if !(e <= 4*best) {
+			return fmt.Errorf("%w: %v %v D=%d causal=%v: kernel %v errs %.3g against float64, the best candidate %.3g",
+				ErrUnsupported, prec, dir, dp, causal, timed[c], e, best)
+		}
+	}
+	return nil
+}
+
+// relErr is the largest |got − want| over the largest |want|.
+func relErr(got []float32, want []float64) float64 {
+	var diff, peak float64
+	for i, w := range want {
+		diff = max(diff, math.Abs(float64(got[i])-w))
+		peak = max(peak, math.Abs(w))
+	}
+	return diff / peak
 }
 
 func closeAll(bs map[string]*Backend) error {

@@ -56,7 +56,7 @@ func TestChooseTuned(t *testing.T) {
 		}
 	}
 	// No table: the heuristic.
-	if got, _ := chooseTuned(h200, FamilyAuto, nil, r); got.kind != kindWGMMA || got.rowblock {
+	if got, _ := chooseTuned(h200, FamilyAuto, nil, r); got.kind != kindWGMMA || got.plain != plainDefault {
 		t.Errorf("without a table: %+v, want the warp-specialized wgmma forward", got)
 	}
 }
@@ -71,7 +71,7 @@ func TestChooseTunedLengths(t *testing.T) {
 	}
 	ws, _ := choose(h200, FamilySM90, request{prec: BF16, d: 64, dir: forwardDir, causal: true})
 	rowblock := ws
-	rowblock.rowblock = true
+	rowblock.plain = plainRowBlock
 	for _, c := range []struct {
 		nq   int
 		want choice
@@ -86,7 +86,7 @@ func TestChooseTunedLengths(t *testing.T) {
 		}
 	}
 	if got, _ := chooseTuned(h200, FamilyAuto, tab, request{prec: BF16, d: 64, dir: forwardDir, causal: true, nq: 512, bias: true,
-		biasOrDropout: true}); got.rowblock {
+		biasOrDropout: true}); got.plain != plainDefault {
 		t.Error("a call with a bias took the row-block candidate")
 	}
 	if got, want := tab.lengths(), []int{512, 2048, 8192}; !slices.Equal(got, want) {
@@ -94,7 +94,7 @@ func TestChooseTunedLengths(t *testing.T) {
 	}
 	// The row-block candidate is a distinct registry key only where the
 	// warp-specialized kernel is the plain one.
-	if ws.rowblock || !wgmmaWSBuilt(BF16, 64) {
+	if ws.plain != plainDefault || !wgmmaWSBuilt(BF16, 64) {
 		t.Fatalf("the heuristic's BF16 D=64 forward is %+v", ws)
 	}
 	if _, err := parseCandidate("sm90-rowblock", TF32, 64, forwardDir); err == nil {
@@ -102,6 +102,21 @@ func TestChooseTunedLengths(t *testing.T) {
 	}
 	if _, err := parseCandidate("sm90-rowblock", BF16, 64, backwardDir); err == nil {
 		t.Error("sm90-rowblock accepted for a backward")
+	}
+	// The two-consumer kernel exists where the default has three.
+	for _, c := range []struct {
+		prec Precision
+		dp   int
+		ok   bool
+	}{{BF16, 64, true}, {FP16, 64, true}, {BF16, 128, false}, {TF32, 128, false}, {BF16, 32, false}} {
+		_, err := parseCandidate("sm90-ws2", c.prec, c.dp, forwardDir)
+		if (err == nil) != c.ok {
+			t.Errorf("sm90-ws2 for %v at D=%d: %v, want accepted = %v", c.prec, c.dp, err, c.ok)
+		}
+		ch, _ := chooseCandidate(h200, candidate{fam: FamilySM90, plain: plainWS2}, request{prec: c.prec, d: c.dp, dir: forwardDir})
+		if (ch.plain == plainWS2) != c.ok {
+			t.Errorf("the sm90-ws2 candidate for %v at D=%d chose %+v", c.prec, c.dp, ch)
+		}
 	}
 }
 

@@ -38,20 +38,22 @@ namespace flash {
 namespace sm90 {
 
 constexpr int kWsStages = 2;
-// ws_consumers is the block's consumer warpgroups, 64 query rows each:
-// three at DP = 64, where per score the softmax does as much as at 128
-// against half the tensor work, so more warps hide it (FlashAttention 3
-// takes 192-row blocks there too); two at DP = 128, whose O, S and P fill
-// 240 registers a thread. ws_threads adds the producer warpgroup, ws_rows
-// is the block's rows.
+// ws_consumers is the block's consumer warpgroups (NC), 64 query rows
+// each, by default: three at DP = 64, where per score the softmax does as
+// much as at 128 against half the tensor work, so more warps hide it
+// (FlashAttention 3 takes 192-row blocks there too); two at DP = 128, whose
+// O, S and P fill 240 registers a thread. DP = 64 also has a two-consumer
+// kernel, for short causal problems, where 192-row blocks leave too few
+// blocks (select.go's wgmmaWSConsumers). ws_threads adds the producer
+// warpgroup, ws_rows is the block's rows.
 template <int DP> __host__ __device__ constexpr int ws_consumers() { return DP == 64 ? 3 : 2; }
-template <int DP> __host__ __device__ constexpr int ws_threads() { return 128 * (ws_consumers<DP>() + 1); }
-template <int DP> __host__ __device__ constexpr int ws_rows() { return 64 * ws_consumers<DP>(); }
+template <int NC> __host__ __device__ constexpr int ws_threads() { return 128 * (NC + 1); }
+template <int NC> __host__ __device__ constexpr int ws_rows() { return 64 * NC; }
 // Registers per thread after setmaxnreg: 24 × 128 + 240 × 256 or
 // 24 × 128 + 160 × 384, 64512 of the SM's 65536 (the block is alone on its
 // SM).
 constexpr int kWsProducerRegs = 24;
-template <int DP> __host__ __device__ constexpr int ws_consumer_regs() { return ws_consumers<DP>() == 3 ? 160 : 240; }
+template <int NC> __host__ __device__ constexpr int ws_consumer_regs() { return NC == 3 ? 160 : 240; }
 
 // ws_built reports whether the warp-specialized forward serves precision E
 // at DP (select.go repeats it: wgmmaWSBuilt).
@@ -61,8 +63,8 @@ template <typename E, int DP> __host__ __device__ constexpr bool ws_built() {
 // ws_smem_bytes: up to 1024 bytes to align the tiles, Q (ws_rows rows),
 // kWsStages stages of a K and a Vᵀ tile of fwd_bk keys, 1 + 4·kWsStages
 // mbarriers. select.go repeats it (wgmmaWSSmem).
-template <typename E, int DP> __host__ __device__ constexpr int ws_smem_bytes() {
-  return 1024 + ws_rows<DP>() * DP * static_cast<int>(sizeof(typename E::Storage)) +
+template <typename E, int DP, int NC> __host__ __device__ constexpr int ws_smem_bytes() {
+  return 1024 + ws_rows<NC>() * DP * static_cast<int>(sizeof(typename E::Storage)) +
          2 * kWsStages * fwd_kv_bytes<E, DP>() + (1 + 4 * kWsStages) * 8;
 }
 
@@ -89,13 +91,14 @@ template <int N> __device__ __forceinline__ void fence_regs(float (&x)[N][4]) {
 // are the images fwd_rowblock reads (Q padded to a multiple of ws_rows
 // rows), the grid B·H·q_tiles blocks of ws_rows rows, in block_order's
 // order.
-template <typename E, int DP> __device__ void fwd_ws(const Params& p) {
+template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_ws(const Params& p) {
   static_assert(ws_built<E, DP>(), "the warp-specialized forward is not built for this operand type and DP");
-  require_launch(ws_threads<DP>(), ws_smem_bytes<E, DP>());
+  static_assert(NC == 2 || NC == 3, "two or three consumer warpgroups");
+  require_launch(ws_threads<NC>(), ws_smem_bytes<E, DP, NC>());
   require_plain(p);
   using S = typename E::Storage;
   constexpr int BK = fwd_bk<E, DP>();
-  constexpr int kRows = ws_rows<DP>(), kConsumerThreads = ws_threads<DP>() - 128;
+  constexpr int kRows = ws_rows<NC>(), kConsumerThreads = ws_threads<NC>() - 128;
   constexpr int kQBytes = kRows * DP * static_cast<int>(sizeof(S)), kKVBytes = fwd_kv_bytes<E, DP>();
   constexpr int kNS = BK / 8, kNO = DP / 8;
   const float kInf = Math<float>::inf();
@@ -157,7 +160,7 @@ template <typename E, int DP> __device__ void fwd_ws(const Params& p) {
     }
     return;
   }
-  setmaxnreg_inc<ws_consumer_regs<DP>()>();
+  setmaxnreg_inc<ws_consumer_regs<NC>()>();
 
   const int cw = wg - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;

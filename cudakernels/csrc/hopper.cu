@@ -31,16 +31,26 @@
   }                                                                                                \
   FLASH_FWD_WGMMA_VAR(NAME, E, DP)
 #define FLASH_FWD_WGMMA_WS(NAME, E, DP)                                                             \
-  extern "C" __global__ void __launch_bounds__(flash::sm90::ws_threads<DP>(), 1)                  \
+  extern "C" __global__ void __launch_bounds__(                                                    \
+      flash::sm90::ws_threads<flash::sm90::ws_consumers<DP>()>(), 1)                               \
       flash_fwd_wgmma_##NAME##_d##DP(const __grid_constant__ flash::Params p) {                    \
     flash::sm90::fwd_ws<flash::mma::E, DP>(p);                                                     \
   }                                                                                                \
   FLASH_FWD_WGMMA_VAR(NAME, E, DP)
+// _ws2: the two-consumer kernel at DP = 64 (fwd_wgmma_ws.cuh's
+// ws_consumers), for short causal problems.
+#define FLASH_FWD_WGMMA_WS2(NAME, E)                                                                \
+  extern "C" __global__ void __launch_bounds__(flash::sm90::ws_threads<2>(), 1)                   \
+      flash_fwd_wgmma_##NAME##_d64_ws2(const __grid_constant__ flash::Params p) {                  \
+    flash::sm90::fwd_ws<flash::mma::E, 64, 2>(p);                                                  \
+  }
 
 FLASH_FWD_WGMMA_WS(bf16, BF16, 64)
+FLASH_FWD_WGMMA_WS2(bf16, BF16)
 FLASH_FWD_WGMMA_WS(bf16, BF16, 128)
 FLASH_FWD_WGMMA(bf16, BF16, 256)
 FLASH_FWD_WGMMA_WS(fp16, FP16, 64)
+FLASH_FWD_WGMMA_WS2(fp16, FP16)
 FLASH_FWD_WGMMA_WS(fp16, FP16, 128)
 FLASH_FWD_WGMMA(fp16, FP16, 256)
 FLASH_FWD_WGMMA(tf32, TF32, 64)
