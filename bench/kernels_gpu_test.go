@@ -35,6 +35,8 @@ func kernelShapes(short bool) []kernels.Params {
 
 var family = flag.String("family", "auto", "kernel family of the tensor-core kernels in BenchmarkKernelsGPU and BenchmarkVariantsGPU: auto, sm80 or sm90")
 
+var deterministic = flag.Bool("deterministic", true, "BenchmarkKernelsGPU's backends: false lets the Hopper backward of plain 16-bit problems sum dQ by reductions in one kernel (cudakernels.WithDeterministic)")
+
 // BenchmarkKernelsGPU times our CUDA kernels alone (cudakernels'
 // KernelTime: CUDA events, L2 flushed before each run, median of 3, the
 // conversion of the fp32 inputs to the operand type included) at
@@ -50,7 +52,8 @@ func BenchmarkKernelsGPU(b *testing.B) {
 		b.Fatal(err)
 	}
 	for _, prec := range []cudakernels.Precision{cudakernels.FP32, cudakernels.TF32, cudakernels.BF16, cudakernels.FP16} {
-		be, err := cudakernels.NewBackend(cudakernels.WithPrecision(prec), cudakernels.WithFamily(fam))
+		be, err := cudakernels.NewBackend(cudakernels.WithPrecision(prec), cudakernels.WithFamily(fam),
+			cudakernels.WithDeterministic(*deterministic))
 		if errors.Is(err, cudakernels.ErrNoDevice) {
 			b.Skipf("no CUDA device: %v", err)
 		}

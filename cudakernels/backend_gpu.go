@@ -45,6 +45,8 @@ type config struct {
 	// table replaces the device's committed tuning table when tableSet.
 	table    *TuneTable
 	tableSet bool
+	// reduceDQ allows the fused Hopper backward (WithDeterministic(false)).
+	reduceDQ bool
 }
 
 // An Option configures NewBackend.
@@ -58,6 +60,16 @@ func WithPrecision(p Precision) Option { return func(c *config) { c.prec = p } }
 // FamilyAuto). NewBackend fails with ErrUnsupported when the device cannot
 // run it.
 func WithFamily(f Family) Option { return func(c *config) { c.family = f } }
+
+// WithDeterministic(false) lets the Hopper backward of plain BF16 and FP16
+// problems at head dimensions up to 128 run as one kernel that sums dQ by
+// atomic reductions in float32, instead of a second kernel that recomputes
+// the scores for dQ: dQ's bits then vary from run to run (the sums' order
+// does), within the same error bound. The default, true, keeps every result
+// bit-identical between runs. The fused kernel (2026-12-04) has been
+// compiled but not yet run on a GPU: until it has passed the conformance
+// suite there, leave this option alone outside tests.
+func WithDeterministic(on bool) Option { return func(c *config) { c.reduceDQ = !on } }
 
 // WithDevice selects the CUDA device by ordinal (default 0).
 func WithDevice(ordinal int) Option { return func(c *config) { c.device = ordinal } }
@@ -154,7 +166,7 @@ func (b *Backend) open(cfg config) (err error) {
 			return err
 		}
 	}
-	b.reg, err = loadRegistry(capab, cfg.family, cfg.prec, tuned, cfg.kernelDir)
+	b.reg, err = loadRegistry(capab, cfg.family, cfg.prec, tuned, cfg.kernelDir, cfg.reduceDQ)
 	return err
 }
 

@@ -16,10 +16,15 @@ import (
 
 // testOptions adds WithKernelDir(FLASHATTN_KERNEL_DIR) to opts when that
 // variable is set: freshly generated PTX to test instead of the embedded
-// copy.
+// copy; and WithDeterministic(false) when FLASHATTN_DETERMINISTIC=0, to run
+// the conformance suite on the fused backward (the tests that require
+// bit-identical results between calls then fail by design).
 func testOptions(opts ...Option) []Option {
 	if dir := os.Getenv("FLASHATTN_KERNEL_DIR"); dir != "" {
 		opts = append(opts, WithKernelDir(dir))
+	}
+	if os.Getenv("FLASHATTN_DETERMINISTIC") == "0" {
+		opts = append(opts, WithDeterministic(false))
 	}
 	return opts
 }

@@ -21,13 +21,17 @@ import (
 // (in dkdvVar and dqVar: the bias and dropout with every other variant),
 // and dbias, which writes the bias gradient from the same images; with
 // c.drop the _drop kernels there (dropout without a bias) and no dbias.
+// dkdvDQ, loaded when the backend allows it (WithDeterministic(false)) and
+// built (wgmmaBwdFusedBuilt), replaces dkdv and dq on plain problems: it
+// also adds dQ's part of its keys into a zeroed dq by reductions.
 type wgmmaBackward struct {
 	dkdv, dq, dkdvVar, dqVar, stats, statsVar, dbias cu.Function
+	dkdvDQ                                           cu.Function
 	toRows, toVt, toRowsLen, toVtLen                 cu.Function
 	c                                                choice
 }
 
-func loadWgmmaBackward(mod cu.Module, c choice, maxSmem int) (*wgmmaBackward, error) {
+func loadWgmmaBackward(mod cu.Module, c choice, maxSmem int, reduceDQ bool) (*wgmmaBackward, error) {
 	b := &wgmmaBackward{c: c}
 	suffix := fmt.Sprintf("_wgmma_%v_d%d", c.prec, c.dp)
 	var err error
@@ -59,6 +63,11 @@ func loadWgmmaBackward(mod cu.Module, c choice, maxSmem int) (*wgmmaBackward, er
 		}
 		if b.dqVar, err = lookup(mod, "flash_bwd_dq"+suffix+"_var", c.smemDQ, maxSmem); err != nil {
 			return nil, err
+		}
+		if reduceDQ && wgmmaBwdFusedBuilt(c.prec, c.dp) {
+			if b.dkdvDQ, err = lookup(mod, "flash_bwd_dkdv_dq"+suffix, wgmmaBwdFusedSmem(c.prec, c.dp), maxSmem); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for _, f := range []struct {
@@ -162,11 +171,21 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 	if err := launch(stats, int(min((bh*nqPad+statThreads-1)/statThreads, maxBlocks)), statThreads, 0, stream, &kp); err != nil {
 		return err
 	}
-	if err := launch(dkdv, gridK, b.c.threads, b.c.smem, stream, &kp); err != nil {
-		return err
-	}
-	if err := launch(dq, gridQ, b.c.threads, b.c.smemDQ, stream, &kp); err != nil {
-		return err
+	if dkdv == b.dkdv && b.dkdvDQ != (cu.Function{}) {
+		// One kernel: dQ's sums go into dq by reductions, from zero.
+		if err := cu.MemsetD32Async(buf.dq, 0, bh*int64(p.Nq)*int64(p.D), stream); err != nil {
+			return fmt.Errorf("cudakernels: clearing dq: %w", err)
+		}
+		if err := launch(b.dkdvDQ, gridK, b.c.threads, wgmmaBwdFusedSmem(b.c.prec, b.c.dp), stream, &kp); err != nil {
+			return err
+		}
+	} else {
+		if err := launch(dkdv, gridK, b.c.threads, b.c.smem, stream, &kp); err != nil {
+			return err
+		}
+		if err := launch(dq, gridQ, b.c.threads, b.c.smemDQ, stream, &kp); err != nil {
+			return err
+		}
 	}
 	if kp.Dbias == 0 {
 		return nil

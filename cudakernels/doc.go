@@ -243,7 +243,11 @@
 // each of which issues the next S = Q·Kᵀ with the last tile's P·V and runs
 // its softmax while P·V runs. Backward: the
 // same two deterministic kernels as the mma.sync family (dK and dV per 128
-// keys, dQ per 128 queries), each GEMM a wgmma; every thread arrives on the
+// keys, dQ per 128 queries), each GEMM a wgmma (WithDeterministic(false):
+// plain BF16/FP16 problems at padded D 64 and 128 take one dK/dV kernel
+// that also adds dQ's part of its keys into a zeroed dQ by float32
+// reductions, five products instead of seven, dQ's last bits varying from
+// run to run); every thread arrives on the
 // empty barriers, because an mbarrier arrive releases only the arriving
 // thread's reads (racecheck flags the LSE and D reads otherwise). The
 // copying thread refills the stages of step i − 1 right after issuing step

@@ -41,6 +41,9 @@ type registry struct {
 	fam   Family
 	prec  Precision
 	tuned *TuneTable // the device's tuning table, nil if it has none
+	// reduceDQ lets the Hopper backward sum dQ by reductions in its dK/dV
+	// kernel where built (WithDeterministic(false)).
+	reduceDQ bool
 
 	mod, hopper cu.Module // hopper: the sm_90a module, loaded when a choice needs it
 	fwd         map[choice]forwardKernel
@@ -58,13 +61,13 @@ type registry struct {
 
 // loadRegistry loads the modules and the kernels of every choice for a
 // backend of precision prec and family fam on a device of capability dev
-// with tuning table tuned (nil: none). It runs on the worker's thread with
-// the context current.
-func loadRegistry(dev Capability, fam Family, prec Precision, tuned *TuneTable, kernelDir string) (_ *registry, err error) {
+// with tuning table tuned (nil: none), with the fused Hopper backward where
+// reduceDQ. It runs on the worker's thread with the context current.
+func loadRegistry(dev Capability, fam Family, prec Precision, tuned *TuneTable, kernelDir string, reduceDQ bool) (_ *registry, err error) {
 	// r is not the named result: a failing return sets that to nil, and the
 	// deferred release still needs r.
-	r := &registry{dev: dev, fam: fam, prec: prec, tuned: tuned, fwd: map[choice]forwardKernel{}, bwd: map[choice]backwardKernel{},
-		dotDoO: map[int]cu.Function{}}
+	r := &registry{dev: dev, fam: fam, prec: prec, tuned: tuned, reduceDQ: reduceDQ, fwd: map[choice]forwardKernel{},
+		bwd: map[choice]backwardKernel{}, dotDoO: map[int]cu.Function{}}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, r.release())
@@ -152,7 +155,7 @@ func (r *registry) load(c choice, kernelDir string) (err error) {
 	case c.kind == kindMMA:
 		r.bwd[c], err = loadMmaBackward(mod, c, r.dev.MaxSmem)
 	default:
-		r.bwd[c], err = loadWgmmaBackward(mod, c, r.dev.MaxSmem)
+		r.bwd[c], err = loadWgmmaBackward(mod, c, r.dev.MaxSmem, r.reduceDQ)
 	}
 	return err
 }

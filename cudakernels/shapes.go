@@ -262,6 +262,20 @@ func wgmmaDbiasSmem(prec Precision, dp int) int {
 	return 1024 + 2*(2*wgmmaBwdBlock+2*wgmmaBwdTile)*row + wgmmaBwdBlock*wgmmaBwdTile*4 + 4*8
 }
 
+// wgmmaBwdFusedBuilt is bwd_dq_fused: whether the dK/dV kernel that also
+// sums dQ by reductions is built for prec at dp (plain problems).
+func wgmmaBwdFusedBuilt(prec Precision, dp int) bool {
+	return (prec == BF16 || prec == FP16) && (dp == 64 || dp == 128)
+}
+
+// wgmmaBwdFusedSmem is bwd_dkdv_smem_bytes with kDQ: the dK/dV kernel's
+// and two tiles of 16-bit dS, [wgmmaBwdBlock keys, step queries].
+func wgmmaBwdFusedSmem(prec Precision, dp int) int {
+	step, _ := wgmmaBwdShape(prec, dp)
+	dkdv, _ := wgmmaBwdSmem(prec, dp, false)
+	return dkdv + 2*wgmmaBwdBlock*step*2
+}
+
 // wgmmaBwdSmem is bwd_dkdv_smem_bytes and bwd_dq_smem_bytes; with
 // biasTiles (the _full kernels), dK/dV adds one float32 bias tile [step
 // queries, wgmmaBwdBlock keys] and dQ two [wgmmaBwdBlock queries, step

@@ -25,6 +25,19 @@
 //                  operands.
 //   dq_rowblock    one block per kBwdBlock queries loops over key steps:
 //                  S = Q·Kᵀ, dP = dO·Vᵀ, dQ += dS·K (Kᵀ image).
+//   dkdv_colblock with kDQ (the fused backward, plain 16-bit problems at
+//                  DP 64 and 128, WithDeterministic(false) on the host):
+//                  also dQ's part of its keys, in place of dq_rowblock
+//                  and its second S and dP. Each warpgroup stores its dSᵀ
+//                  fragments into a shared tile [kBwdBlock keys, STEP
+//                  queries] (one 128-byte swizzled row per key), and after
+//                  a block barrier each computes scale·dS·K for the step's
+//                  queries and half of the columns, with dS and K both
+//                  MN-major (the transpose bits of wgmma: the tile and the
+//                  K image as they are), then adds it into dq, zeroed by
+//                  the host, with red.global.add: the sums' order, and dQ's
+//                  last bits, vary from run to run. Two tiles alternate by
+//                  step, so one barrier per step orders every reuse.
 //
 // One thread issues the copies: the block's fixed tiles once, then the
 // streamed tiles into two stages with full/empty mbarriers as in the
@@ -125,10 +138,19 @@ template <typename E, int DP, int ROWS> __host__ __device__ constexpr int bwd_ro
 // Q and dO steps, bwd_tstages of Qᵀ and dOᵀ, two stages of the steps' LSE
 // and D, (kBias: the _full kernel) the bias tile, seven mbarriers.
 // select.go repeats both layouts (wgmmaBwdSmem).
-template <typename E, int DP, bool kBias = false> __host__ __device__ constexpr int bwd_dkdv_smem_bytes() {
+// kDQ (the fused kernel, bwd_dq_fused) adds two dS tiles.
+template <typename E, int DP, bool kBias = false, bool kDQ = false>
+__host__ __device__ constexpr int bwd_dkdv_smem_bytes() {
   constexpr int kStep = bwd_step<E, DP>();
   return 1024 + 2 * bwd_rows_bytes<E, DP, kBwdBlock>() + 2 * (2 + bwd_tstages<E, DP>()) * bwd_rows_bytes<E, DP, kStep>() +
-         4 * kStep * 4 + (kBias ? kStep * kBwdBlock * 4 : 0) + 7 * 8;
+         (kDQ ? 2 * kBwdBlock * kStep * 2 : 0) + 4 * kStep * 4 + (kBias ? kStep * kBwdBlock * 4 : 0) + 7 * 8;
+}
+// bwd_dq_fused reports whether the fused backward (dkdv_colblock with kDQ:
+// dQ's sums too, by reductions into a zeroed dq) is built for E at DP:
+// plain problems of 16-bit operands at DP 64 and 128. select.go repeats
+// it (wgmmaBwdFusedBuilt).
+template <typename E, int DP> __host__ __device__ constexpr bool bwd_dq_fused() {
+  return sizeof(typename E::Storage) == 2 && (DP == 64 || DP == 128);
 }
 // Shared memory of dq_rowblock: slack, Q and dO, two stages of K, V and Kᵀ
 // steps, (kBias) two bias tiles, five mbarriers.
@@ -300,11 +322,72 @@ __device__ __forceinline__ void copy_transposed(uint32_t dst, const typename E::
   bulk_copy(dst, src + (r0 - tile0) * kEs / 128 * DP * 128, bwd_rows_bytes<E, DP, ROWS>(), bar);
 }
 
+// store_ds_tile writes a warp's dSᵀ fragments (df: A fragments of keys
+// row, row + 8 and STEP queries, already rounded to the operand type) into
+// the dS tile at tile: one 128-byte row per key of the block, its STEP =
+// 64 queries in 16-byte chunks swizzled by the row (the MN-major layout of
+// desc_mn_sw128, queries the M index of dQ's product), then fences them for
+// the async proxy.
+template <int KK>
+__device__ __forceinline__ void store_ds_tile(uint32_t tile, const uint32_t (&df)[KK][4], int row, int t) {
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = row + 8 * (e & 1), col = 16 * kk + 8 * (e >> 1) + 2 * t;
+      const uint32_t at = tile + r * 128 + ((((col >> 3) ^ (r & 7)) & 7) << 4) + (col & 7) * 2;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(df[kk][e]) : "memory");
+    }
+  fence_proxy_async();
+}
+
+// reduce_dq computes, for the step's 64 queries from q0 of head bh, the
+// block's part of dQ in warpgroup wg's half of the columns, scale·dS·K
+// summed over the block's kBwdBlock keys (dS from the tile, K from sK, both
+// MN-major), and adds it into p.dq with red.global.add (the host zeroed
+// dq). Waits for every product of the step.
+template <typename E, int DP>
+__device__ __forceinline__ void reduce_dq(const Params& p, uint32_t ds_tile, uint32_t sK, long long bh, long long q0,
+                                          int wg, int warp, int g, int t) {
+  constexpr int kN = DP / 2;  // columns per warpgroup
+  float acc[kN / 8][4];
+  // Warpgroup wg's columns: a panel of its own at DP = 128, half the one
+  // panel's rows at DP = 64.
+  const uint32_t b0 = sK + (DP == 128 ? wg * kBwdBlock * 128 : wg * kN * 2);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kBwdBlock / 16; ++kk)
+    WgmmaMN<E, kN>::ss(reinterpret_cast<float(&)[kN / 2]>(acc), desc_mn_sw128(ds_tile + kk * 2048, 0),
+                       desc_mn_sw128(b0 + kk * 2048, kBwdBlock * 128), kk > 0);
+  wgmma_commit();
+  wgmma_wait<0>();
+  const float scale = static_cast<float>(p.scale);
+  float* dq = head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const long long row = q0 + warp * 16 + g + 8 * h;
+    if (row >= p.nq) continue;
+    float* dr = dq + row * p.dq_row_stride;
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) {
+      const long long col = wg * kN + 8 * j + 2 * t;
+      const float x = acc[j][2 * h] * scale, y = acc[j][2 * h + 1] * scale;
+      if (col + 1 < p.dim && (reinterpret_cast<uintptr_t>(dr + col) & 7) == 0) {
+        asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dr + col), "f"(x), "f"(y) : "memory");
+      } else {
+        if (col < p.dim) atomicAdd(dr + col, x);
+        if (col + 1 < p.dim) atomicAdd(dr + col + 1, y);
+      }
+    }
+  }
+}
+
 // dkdv_body is dkdv_colblock for key head kvh of mask mk (the mask of its
 // group's batch entry).
-template <typename E, int DP, bool kVar, bool kFull, bool kBias>
+template <typename E, int DP, bool kVar, bool kFull, bool kBias, bool kDQ = false>
 __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long long kblk, const SeqMask& mk) {
   static_assert(kVar || !kFull, "the _full kernels compute the _var variants too");
+  static_assert(!kDQ || (!kVar && bwd_dq_fused<E, DP>()), "the fused dQ is built for plain 16-bit problems");
   static_assert(kFull || !kBias, "the bias tile belongs to the _full kernel");
   using S = typename E::Storage;
   const long long nq = p.nq, nk = p.nk;
@@ -325,12 +408,14 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
 
   unsigned char* const sm = aligned_smem();
   const uint32_t base = smem_addr(sm);
-  // K and V, then stages of [Q, dO], stages of [Qᵀ, dOᵀ], LSE and D per
-  // stage, (kBias) the bias tile, then the mbarriers kv_full, full[2] (Q,
-  // dO, LSE, D), tfull[2] (Qᵀ, dOᵀ) and empty[2] (one phase per step, both
-  // kinds of stage).
+  // K and V, then stages of [Q, dO], stages of [Qᵀ, dOᵀ], (kDQ) two dS
+  // tiles, LSE and D per stage, (kBias) the bias tile, then the mbarriers
+  // kv_full, full[2] (Q, dO, LSE, D), tfull[2] (Qᵀ, dOᵀ) and empty[2] (one
+  // phase per step, both kinds of stage).
+  constexpr int kDsBytes = kDQ ? kBwdBlock * STEP * 2 : 0;  // [block keys, STEP queries] of 16-bit dS
   const uint32_t sK = base, sV = sK + kFixed, sStage = sV + kFixed, sTStage = sStage + 4 * kStep;
-  const int stats_off = 2 * kFixed + (4 + 2 * TST) * kStep, bias_off = stats_off + 4 * kStats;
+  [[maybe_unused]] const uint32_t sDS = sTStage + 2 * TST * kStep;
+  const int stats_off = 2 * kFixed + (4 + 2 * TST) * kStep + 2 * kDsBytes, bias_off = stats_off + 4 * kStats;
   constexpr int kBiasLd = kBwdBlock;  // floats per row of the bias tile
   const uint32_t bars = base + bias_off + (kBias ? STEP * kBiasLd * 4 : 0);
   const uint32_t kv_full = bars;
@@ -545,10 +630,21 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
     if constexpr (kFull) zero_unseen(dp, q0, t, qlo, qhi);
     uint32_t df[STEP / E::kK][4];
     to_frags<E>(df, dp);
+    [[maybe_unused]] const uint32_t ds_tile = sDS + (i & 1) * kDsBytes;
+    if constexpr (kDQ) store_ds_tile(ds_tile, df, wg * kBwdTile + warp * 16 + g, t);
     wgmma_fence();
     gemm_rs<E, DP, STEP>(acc_dk, df, tst);  // dK += dSᵀ·Q
     wgmma_commit();
-    wgmma_wait<0>();
+    if constexpr (kDQ) {
+      // dQ's part of the block's keys: both warpgroups' dSᵀ must be in the
+      // tile. The tiles alternate by step: a warpgroup overwrites this one
+      // at step i + 2, after the barrier of step i + 1, which the other
+      // passes only once its product of step i is done.
+      __syncthreads();
+      reduce_dq<E, DP>(p, ds_tile, sK, kvh, q0, wg, warp, g, t);
+    } else {
+      wgmma_wait<0>();
+    }
 
     // Every thread arrives (an arrive releases only its own reads); once
     // all have, step i + 2 goes to this stage and step i + TST to this
@@ -597,16 +693,16 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
 // _var entry point (every variant; see sm90_variants.cuh); kFull with it:
 // the _full one, which adds the bias and dropout, or with kBias false the
 // _drop one, dropout without a bias (it traps on a bias).
-template <typename E, int DP, bool kVar, bool kFull = false, bool kBias = kFull>
+template <typename E, int DP, bool kVar, bool kFull = false, bool kBias = kFull, bool kDQ = false>
 __device__ void dkdv_colblock(const Params& p) {
-  require_launch(kBwdThreads, bwd_dkdv_smem_bytes<E, DP, kBias>());
+  require_launch(kBwdThreads, bwd_dkdv_smem_bytes<E, DP, kBias, kDQ>());
   if constexpr (kFull && !kBias) {
     if (p.bias != nullptr) __trap();
   }
   if constexpr (!kVar) {
     const long long kvh = blockIdx.x / ((p.nk + kBwdBlock - 1) / kBwdBlock);
     require_plain(p);
-    dkdv_body<E, DP, false, false, false>(p, kvh, 0, seq_mask(p, kvh));
+    dkdv_body<E, DP, false, false, false, kDQ>(p, kvh, 0, seq_mask(p, kvh));
   } else {
     // Longest blocks first (block_order): under a causal mask (a right
     // bound) the first keys see the most rows; under a left bound alone,

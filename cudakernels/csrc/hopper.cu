@@ -148,6 +148,19 @@ FLASH_BWD_WGMMA(bf16, BF16, 64)
 FLASH_BWD_WGMMA(bf16, BF16, 128)
 FLASH_BWD_WGMMA(fp16, FP16, 64)
 FLASH_BWD_WGMMA(fp16, FP16, 128)
+
+// The fused backward (bwd_dq_fused): dkdv_colblock adding dQ's part of its
+// keys into a zeroed dq (reductions: the sums' order varies from run to
+// run), in place of the dQ kernel, for plain 16-bit problems.
+#define FLASH_BWD_WGMMA_FUSED(NAME, E, DP)                                                  \
+  extern "C" __global__ void __launch_bounds__(flash::sm90::kBwdThreads, 1)                  \
+      flash_bwd_dkdv_dq_wgmma_##NAME##_d##DP(const __grid_constant__ flash::Params p) {     \
+    flash::sm90::dkdv_colblock<flash::mma::E, DP, false, false, false, true>(p);             \
+  }
+FLASH_BWD_WGMMA_FUSED(bf16, BF16, 64)
+FLASH_BWD_WGMMA_FUSED(bf16, BF16, 128)
+FLASH_BWD_WGMMA_FUSED(fp16, FP16, 64)
+FLASH_BWD_WGMMA_FUSED(fp16, FP16, 128)
 FLASH_BWD_WGMMA(tf32, TF32, 64)
 FLASH_BWD_WGMMA(tf32, TF32, 128)
 

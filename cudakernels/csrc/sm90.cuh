@@ -46,6 +46,25 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
          (1ull << 62);
 }
 
+// desc_mn_sw128 is the descriptor of an MN-major, 128-byte-swizzled
+// operand (wgmma's transpose bit set, 16-bit types only) at shared address
+// addr (1024-byte aligned): each K index a 128-byte row of 64 consecutive
+// M (or N) elements, 8 rows an atom; the leading-dimension offset is the
+// stride between 64-element groups of M or N (lbo bytes), the stride
+// offset between 8-row groups of K (1024 bytes). The row images hold K
+// (row = key, 64 d values a panel) in exactly this layout for a product
+// that sums over keys.
+__device__ __forceinline__ uint64_t desc_mn_sw128(uint32_t addr, uint32_t lbo) {
+  return static_cast<uint64_t>((addr & 0x3ffff) >> 4) | (static_cast<uint64_t>((lbo & 0x3ffff) >> 4) << 16) |
+         (static_cast<uint64_t>(1024 >> 4) << 32) | (1ull << 62);
+}
+
+// fence_proxy_async makes this thread's generic shared-memory stores
+// visible to the async proxy (wgmma reading shared operands).
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 // k_slice_offset is the byte offset of k-slice kc (32 bytes of K) in a
 // K-major tile image of `rows` rows: panel kc/4, 32 bytes per slice within.
 __device__ __forceinline__ uint32_t k_slice_offset(int kc, int rows) {
@@ -178,6 +197,24 @@ template <typename E, int N> struct Wgmma;
 FLASH_WGMMA_ALL_N(BF16, "k16", ".f32.bf16.bf16", ", 0, 0", ", 0")
 FLASH_WGMMA_ALL_N(FP16, "k16", ".f32.f16.f16", ", 0, 0", ", 0")
 FLASH_WGMMA_ALL_N(TF32, "k8", ".f32.tf32.tf32", "", "")
+
+// WgmmaMN<E, N>::ss issues d (+)= A·B of shape m64nNk16 with A (64 × 16)
+// and B (N × 16) both MN-major in shared memory (desc_mn_sw128), for the
+// 16-bit types (tf32 has no transposed form).
+template <typename E, int N> struct WgmmaMN;
+#define FLASH_WGMMA_MN(E, N, NREG, TYPES, AB, SCALE)                                                      \
+  template <> struct WgmmaMN<mma::E, N> {                                                                 \
+    static __device__ __forceinline__ void ss(float (&d)[NREG], uint64_t a, uint64_t b, int scale_d) {     \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\nwgmma.mma_async.sync.aligned.m64n" #N  \
+                   "k16" TYPES " " FLASH_WGMMA_D##NREG ", " AB ", p, 1, 1, 1, 1;\n}\n"                      \
+                   : FLASH_WGMMA_OPS##NREG                                                                \
+                   : "l"(a), "l"(b), "r"(scale_d));                                                       \
+    }                                                                                                     \
+  };
+FLASH_WGMMA_MN(BF16, 32, 16, ".f32.bf16.bf16", "%16, %17", "%18")
+FLASH_WGMMA_MN(BF16, 64, 32, ".f32.bf16.bf16", "%32, %33", "%34")
+FLASH_WGMMA_MN(FP16, 32, 16, ".f32.f16.f16", "%16, %17", "%18")
+FLASH_WGMMA_MN(FP16, 64, 32, ".f32.f16.f16", "%32, %33", "%34")
 
 // Keys of TF32's Vᵀ images are permuted in groups of 8 (vt_position);
 // key_at_column inverts that: the key stored at column c.
