@@ -20,6 +20,13 @@ type result[T kernels.Float] struct {
 // a bias, p must hold its float32 data; dBias is dS rounded as stored,
 // summed in head order.
 func naive32(p kernels.Params, prec kernels.Precision, q, k, v, do, dlse []float32) result[float32] {
+	return naiveProducts(p, prec, func(a, b float32) float32 { return a * b }, q, k, v, do, dlse)
+}
+
+// naiveProducts is naive32 with every multiplication of a matrix product's
+// operands taken by mul, so that a test can ask what error another scheme
+// of products would give the same naive computation (study_test.go).
+func naiveProducts(p kernels.Params, prec kernels.Precision, mul func(a, b float32) float32, q, k, v, do, dlse []float32) result[float32] {
 	in, out := rounding(prec)
 	r := result[float32]{
 		o: make([]float32, p.QLen()), lse: make([]float32, p.LSELen()),
@@ -39,7 +46,7 @@ func naive32(p kernels.Params, prec kernels.Precision, q, k, v, do, dlse []float
 	dot := func(a, b []float32) float32 {
 		var s float32
 		for i, x := range a {
-			s += x * b[i]
+			s += mul(x, b[i])
 		}
 		return s
 	}
@@ -84,7 +91,7 @@ func naive32(p kernels.Params, prec kernels.Precision, q, k, v, do, dlse []float
 			oi := row(r.o, qOff, i)
 			for j := lo; j < hi; j++ {
 				for d, x := range row(vr, kOff, j) {
-					oi[d] += in(pr[j]*keep[j]) * x
+					oi[d] += mul(in(pr[j]*keep[j]), x)
 				}
 			}
 			for d := range oi {
@@ -107,13 +114,13 @@ func naive32(p kernels.Params, prec kernels.Precision, q, k, v, do, dlse []float
 				}
 				ds := out(pr[j] * (dsr[j] - rowD) * grad[j])
 				for d, x := range row(kr, kOff, j) {
-					dqi[d] += in(ds) * x
+					dqi[d] += mul(in(ds), x)
 				}
 				dkj, dvj := row(r.dk, kOff, j), row(r.dv, kOff, j)
 				qi := row(qr, qOff, i)
 				for d := range p.D {
-					dkj[d] += in(ds) * qi[d]
-					dvj[d] += in(pr[j]*keep[j]) * doi[d]
+					dkj[d] += mul(in(ds), qi[d])
+					dvj[d] += mul(in(pr[j]*keep[j]), doi[d])
 				}
 			}
 			for d := range dqi {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"testing"
 
@@ -362,7 +363,11 @@ func check32(t *testing.T, b kernels.Backend, p kernels.Params, prec kernels.Pre
 	for i, c := range checks(p, prec != kernels.FP32, got, want, q64, k64, v64, do64) {
 		naiveErr := finiteErr(baseChecks[i].got, c.want)
 		bound := 2*naiveErr + 2*unit*max(maxAbs(c.want), c.floor)
-		if e, at := maxAbsErr(c.got, c.want, leak); !(e <= bound) {
+		e, at := maxAbsErr(c.got, c.want, leak)
+		if logBounds {
+			t.Logf("%v %s: error %.3g, bound %.3g, naive %v error %.3g", prec, c.name, e, bound, prec, naiveErr)
+		}
+		if !(e <= bound) {
 			t.Errorf("%v %s: error %.3g > bound %.3g (naive %v error %.3g; got %v, want %v)",
 				prec, describe(c.name, p, at), e, bound, prec, naiveErr, c.got[at], c.want[at])
 		}
@@ -383,6 +388,11 @@ func CheckPass(t *testing.T, p kernels.Params, prec kernels.Precision, q, k, v, 
 	}
 	check32(t, nil, p, prec, result[float32]{o: o, lse: lse, dq: dq, dk: dk, dv: dv}, want, q, k, v, do, nil, false)
 }
+
+// logBounds (FLASHATTN_CONFORMANCE_LOG=1) makes check32 log every
+// output's error, bound and naive error, passing or not: how a precision
+// study reads the margins (run with -v).
+var logBounds = os.Getenv("FLASHATTN_CONFORMANCE_LOG") == "1"
 
 // roundingUnit is half the spacing of numbers near 1 in the precision's
 // storage format: float32 for FP32 and TF32 (results are float32).
