@@ -15,7 +15,11 @@
 //     with Gorgonia's own gradients), in one run.
 //   - BenchmarkKernelsGPU (tag flashgpu): the CUDA kernels alone in every
 //     precision at FlashAttention's shapes (B·N = 16384, hidden 2048, N 512
-//     to 16384, D 64 and 128, causal off and on), in TFLOP/s.
+//     to 16384, D 64 and 128, causal off and on), in TFLOP/s;
+//     FLASHATTN_TUNE_TABLE=FILE makes it choose kernels by that tuning
+//     table (cudakernels.TuneTable, as flashtune writes one) instead of the
+//     committed one, and -deterministic=false lets the Hopper backward run
+//     fused (cudakernels.WithDeterministic).
 //   - BenchmarkOpGPU (tag flashgpu): the op on the GPU with its host↔device
 //     copies, alone and in a Gorgonia graph, beside the kernels' time.
 //

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"os"
 	"testing"
 
 	"github.com/gorgonia-flash/flashattention/cudakernels"
@@ -37,6 +38,26 @@ var family = flag.String("family", "auto", "kernel family of the tensor-core ker
 
 var deterministic = flag.Bool("deterministic", true, "BenchmarkKernelsGPU's backends: false lets the Hopper backward of plain 16-bit problems sum dQ by reductions in one kernel (cudakernels.WithDeterministic)")
 
+// tuneTableOptions returns WithTuneTable of the table in the file
+// FLASHATTN_TUNE_TABLE names, when set: a table that flashtune has just
+// written on this GPU, timed beside the heuristic before it is committed.
+// Unset, the backends take their device's committed table, if any.
+func tuneTableOptions(b *testing.B) []cudakernels.Option {
+	path := os.Getenv("FLASHATTN_TUNE_TABLE")
+	if path == "" {
+		return nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	t, err := cudakernels.ParseTuneTable(data)
+	if err != nil {
+		b.Fatalf("FLASHATTN_TUNE_TABLE: %v", err)
+	}
+	return []cudakernels.Option{cudakernels.WithTuneTable(t)}
+}
+
 // BenchmarkKernelsGPU times our CUDA kernels alone (cudakernels'
 // KernelTime: CUDA events, L2 flushed before each run, median of 3, the
 // conversion of the fp32 inputs to the operand type included) at
@@ -45,15 +66,16 @@ var deterministic = flag.Bool("deterministic", true, "BenchmarkKernelsGPU's back
 // FP32's on rounded operands). It reports ms and TFLOP/s with FLOPs as in
 // kernels.Params. gpu_side_by_side.py runs it beside PyTorch's SDPA and
 // prints one table. -family picks the kernel family of the tensor-core
-// kernels (the forward's and, on Hopper, the backward's).
+// kernels (the forward's and, on Hopper, the backward's); with the default,
+// auto, FLASHATTN_TUNE_TABLE may name a tuning table to choose by.
 func BenchmarkKernelsGPU(b *testing.B) {
 	fam, err := cudakernels.ParseFamily(*family)
 	if err != nil {
 		b.Fatal(err)
 	}
 	for _, prec := range []cudakernels.Precision{cudakernels.FP32, cudakernels.TF32, cudakernels.BF16, cudakernels.FP16} {
-		be, err := cudakernels.NewBackend(cudakernels.WithPrecision(prec), cudakernels.WithFamily(fam),
-			cudakernels.WithDeterministic(*deterministic))
+		be, err := cudakernels.NewBackend(append(tuneTableOptions(b), cudakernels.WithPrecision(prec), cudakernels.WithFamily(fam),
+			cudakernels.WithDeterministic(*deterministic))...)
 		if errors.Is(err, cudakernels.ErrNoDevice) {
 			b.Skipf("no CUDA device: %v", err)
 		}

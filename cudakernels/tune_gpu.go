@@ -16,11 +16,13 @@ import (
 
 // TuneOptions says what Tune times.
 type TuneOptions struct {
-	// H is the heads of every timed problem, Tokens its B·N: each length N
-	// of Lengths times B = max(1, Tokens/N) batch entries of N queries and
-	// N keys, so that every length keeps the GPU about as busy.
-	H, Tokens int
-	Lengths   []int
+	// Hidden and Tokens size every timed problem as FlashAttention's
+	// benchmarks (and bench's BenchmarkKernelsGPU) do: H = max(1,
+	// Hidden/D) heads and, at each length N of Lengths, B = max(1,
+	// Tokens/N) batch entries of N queries and N keys, so that every
+	// shape keeps the GPU about as busy.
+	Hidden, Tokens int
+	Lengths        []int
 	// Reps is KernelTime's repetitions per measurement (the median).
 	Reps int
 	// Device is the device ordinal, KernelDir the kernels' directory
@@ -43,8 +45,8 @@ type TuneOptions struct {
 // the others. A device where only one
 // family runs has nothing to tune (an error wrapping ErrUnsupported).
 func Tune(o TuneOptions) (*TuneTable, error) {
-	if o.H < 1 || o.Tokens < 1 || o.Reps < 1 || len(o.Lengths) == 0 {
-		return nil, fmt.Errorf("%w: tuning H=%d over %d tokens at lengths %v with %d reps", kernels.ErrInvalidParams, o.H, o.Tokens, o.Lengths, o.Reps)
+	if o.Hidden < 1 || o.Tokens < 1 || o.Reps < 1 || len(o.Lengths) == 0 {
+		return nil, fmt.Errorf("%w: tuning hidden %d over %d tokens at lengths %v with %d reps", kernels.ErrInvalidParams, o.Hidden, o.Tokens, o.Lengths, o.Reps)
 	}
 	for _, n := range o.Lengths {
 		if n < 1 {
@@ -63,7 +65,7 @@ func Tune(o TuneOptions) (*TuneTable, error) {
 		return nil, fmt.Errorf("cudakernels: device %d: %w", o.Device, err)
 	}
 	t := &TuneTable{Device: name, Capability: fmt.Sprintf("%d.%d", capab.Major, capab.Minor),
-		Date: time.Now().UTC().Format("2006-01-02"), Problem: fmt.Sprintf("H=%d, B·N=%d tokens (B = max(1, %d/N))", o.H, o.Tokens, o.Tokens)}
+		Date: time.Now().UTC().Format("2006-01-02"), Problem: fmt.Sprintf("H = max(1, %d/D) heads, B = max(1, %d/N) batch entries", o.Hidden, o.Tokens)}
 	for _, prec := range []Precision{TF32, BF16, FP16} {
 		backends, err := tuneBackends(o, prec)
 		if err == nil {
@@ -126,7 +128,8 @@ func tunePrecision(t *TuneTable, o TuneOptions, capab Capability, prec Precision
 					return err
 				}
 				for _, n := range o.Lengths {
-					p := kernels.Params{B: max(1, o.Tokens/n), H: o.H, Nq: n, Nk: n, D: dp, Scale: 1 / math.Sqrt(float64(dp)), Causal: causal}
+					p := kernels.Params{B: max(1, o.Tokens/n), H: max(1, o.Hidden/dp), Nq: n, Nk: n, D: dp,
+						Scale: 1 / math.Sqrt(float64(dp)), Causal: causal}
 					e := TuneEntry{Precision: prec.String(), HeadDim: dp, Causal: causal, Backward: dir == backwardDir, N: n,
 						Millis: map[string]float64{}}
 					best := math.Inf(1)
@@ -144,7 +147,7 @@ func tunePrecision(t *TuneTable, o TuneOptions, capab Capability, prec Precision
 					}
 					t.Entries = append(t.Entries, e)
 					if o.Progress != nil {
-						o.Progress(fmt.Sprintf("%v %v D=%d causal=%v N=%d B=%d: %s: %s", prec, dir, dp, causal, n, p.B,
+						o.Progress(fmt.Sprintf("%v %v D=%d causal=%v N=%d B=%d H=%d: %s: %s", prec, dir, dp, causal, n, p.B, p.H,
 							strings.Join(line, ", "), e.Kernel))
 					}
 				}

@@ -24,8 +24,8 @@ import (
 
 func main() {
 	out := flag.String("out", "", "write the table to this file (default: standard output)")
-	h := flag.Int("h", 16, "heads of the timed problems")
-	tokens := flag.Int("tokens", 16384, "queries of a timed problem, B·N: each length N runs B = tokens/N batch entries")
+	hidden := flag.Int("hidden", 2048, "H·D of the timed problems: each head dimension D runs H = hidden/D heads")
+	tokens := flag.Int("tokens", 16384, "B·N of the timed problems: each length N runs B = tokens/N batch entries")
 	lengths := flag.String("lengths", "512,1024,2048,4096,8192", "comma-separated sequence lengths to time")
 	reps := flag.Int("reps", 5, "runs per measurement (the median is kept)")
 	device := flag.Int("device", 0, "device ordinal")
@@ -40,7 +40,7 @@ func main() {
 		}
 		ns = append(ns, n)
 	}
-	t, err := cudakernels.Tune(cudakernels.TuneOptions{H: *h, Tokens: *tokens, Lengths: ns, Reps: *reps, Device: *device,
+	t, err := cudakernels.Tune(cudakernels.TuneOptions{Hidden: *hidden, Tokens: *tokens, Lengths: ns, Reps: *reps, Device: *device,
 		KernelDir: *kernelDir, Progress: func(s string) { fmt.Fprintln(os.Stderr, s) }})
 	if err != nil {
 		log.Fatal(err)
