@@ -2,8 +2,9 @@
 # devbench.sh OUTDIR — the timing batch on the GPU machine, for a call of
 # its own after devrun.sh has passed (timings never share the GPU with
 # tests). From the repository root, with the binaries devpack.sh built
-# (.gpu/bins.tar.xz or .gpu/*): the kernels the binaries embed unless
-# FLASHATTN_KERNEL_DIR is set (as for devrun.sh).
+# (.gpu/bins.tar.xz or .gpu/*), which run the kernels they embed (bench's
+# benchmarks always; flashtune unless FLASHATTN_KERNEL_DIR names a
+# folder of PTX).
 #
 #  1. flashtune: every candidate kernel at N = 512 … 8192 (B·N = 16384,
 #     H·D = 2048), into OUTDIR/tuned.json, its progress in the log.
@@ -18,16 +19,10 @@
 set -uo pipefail
 out="${1:?usage: devbench.sh OUTDIR}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
-export LD_LIBRARY_PATH=/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}
-export CUDA_CACHE_MAXSIZE=4294967296
 limit="${LIMIT:-540}"
 rounds="${ROUNDS:-2}"
-logs="$(mktemp -d)"
-bins="$root/.gpu"
-if [[ -f "$bins/bins.tar.xz" ]]; then
-	bins="$(mktemp -d)"
-	tar -xJf "$root/.gpu/bins.tar.xz" -C "$bins"
-fi
+# shellcheck source=devcommon.sh
+. "$root/cudakernels/devcommon.sh"
 kernels=()
 [[ -n "${FLASHATTN_KERNEL_DIR:-}" ]] && kernels=(-kernels "$FLASHATTN_KERNEL_DIR")
 nvidia-smi -L

@@ -26,16 +26,11 @@
 set -uo pipefail
 out="${1:?usage: devrun.sh OUTDIR}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
-export LD_LIBRARY_PATH=/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}
 # FLASHATTN_KERNEL_DIR set but empty: the kernels the binaries embed
 # (devpack.sh CUBIN=1).
 export FLASHATTN_KERNEL_DIR="${FLASHATTN_KERNEL_DIR-$root/cudakernels/ptx}"
-logs="$(mktemp -d)"
-bins="$root/.gpu"
-if [[ -f "$bins/bins.tar.xz" ]]; then
-	bins="$(mktemp -d)"
-	tar -xJf "$root/.gpu/bins.tar.xz" -C "$bins"
-fi
+# shellcheck source=devcommon.sh
+. "$root/cudakernels/devcommon.sh"
 short=()
 [[ "${SHORT:-0}" == 1 ]] && short=(-test.short)
 for tool in nvidia-smi compute-sanitizer; do
