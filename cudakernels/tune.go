@@ -117,6 +117,24 @@ func candidates(prec Precision, dp int, dir direction) []candidate {
 	return cs
 }
 
+// distinctCandidates returns the candidates of prec, dp and dir that run
+// distinct kernels on a device of capability c, in candidates' order: the
+// first of those that choose the same kernel stands for them, and one that
+// fails there (a kernel that does not fit) is left out. What Tune times.
+func distinctCandidates(c Capability, prec Precision, dp int, dir direction) []candidate {
+	var out []candidate
+	seen := map[choice]bool{}
+	for _, cand := range candidates(prec, dp, dir) {
+		ch, err := chooseCandidate(c, cand, request{prec: prec, d: dp, dir: dir})
+		if err != nil || seen[ch] {
+			continue
+		}
+		seen[ch] = true
+		out = append(out, cand)
+	}
+	return out
+}
+
 // parseCandidate returns the candidate of prec, dp and dir named s.
 func parseCandidate(s string, prec Precision, dp int, dir direction) (candidate, error) {
 	var names []string

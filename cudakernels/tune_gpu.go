@@ -108,19 +108,7 @@ func tunePrecision(t *TuneTable, o TuneOptions, capab Capability, prec Precision
 	for _, dp := range headDims {
 		for _, causal := range []bool{false, true} {
 			for _, dir := range []direction{forwardDir, backwardDir} {
-				// The candidates that run distinct kernels here, in
-				// candidates' order: the first of those that agree stands
-				// for them.
-				var timed []candidate
-				seen := map[choice]bool{}
-				for _, c := range candidates(prec, dp, dir) {
-					ch, err := chooseCandidate(capab, c, request{prec: prec, d: dp, dir: dir, causal: causal})
-					if err != nil || seen[ch] {
-						continue
-					}
-					seen[ch] = true
-					timed = append(timed, c)
-				}
+				timed := distinctCandidates(capab, prec, dp, dir)
 				if len(timed) < 2 {
 					continue
 				}

@@ -120,6 +120,53 @@ func TestChooseTunedLengths(t *testing.T) {
 	}
 }
 
+// TestDistinctCandidates pins what Tune times on an H200 (every kind where
+// two candidates differ) and that a device of one family has nothing to
+// time.
+func TestDistinctCandidates(t *testing.T) {
+	names := func(cs []candidate) string {
+		var s []string
+		for _, c := range cs {
+			s = append(s, c.String())
+		}
+		return strings.Join(s, " ")
+	}
+	for _, c := range []struct {
+		dev  Capability
+		prec Precision
+		dp   int
+		dir  direction
+		want string
+	}{
+		{h200, BF16, 64, forwardDir, "sm80 sm90 sm90-rowblock sm90-ws2"},
+		{h200, FP16, 128, forwardDir, "sm80 sm90 sm90-rowblock"},
+		{h200, BF16, 256, forwardDir, "sm80 sm90"},
+		{h200, BF16, 32, forwardDir, "sm80"}, // no Hopper kernel at 32: one kernel, nothing to tune
+		{h200, TF32, 64, forwardDir, "sm80 sm90"},
+		{h200, TF32, 128, forwardDir, "sm80 sm90 sm90-rowblock"},
+		{h200, TF32, 256, forwardDir, "sm80"},
+		{h200, BF16, 128, backwardDir, "sm80 sm90"},
+		{h200, TF32, 64, backwardDir, "sm80 sm90"},
+		{h200, BF16, 256, backwardDir, "sm80"},
+		{a100, BF16, 64, forwardDir, "sm80"},
+	} {
+		if got := names(distinctCandidates(c.dev, c.prec, c.dp, c.dir)); got != c.want {
+			t.Errorf("%v D=%d %v on %d.%d: %q, want %q", c.prec, c.dp, c.dir, c.dev.Major, c.dev.Minor, got, c.want)
+		}
+	}
+	// The forcing table of a candidate marks exactly the kinds where it is
+	// built, and every length takes it.
+	ws2 := forcingTable(BF16, candidate{fam: FamilySM90, plain: plainWS2})
+	for _, dp := range headDims {
+		for _, dir := range []direction{forwardDir, backwardDir} {
+			got, ok := ws2.pick(request{prec: BF16, d: dp, dir: dir, causal: true, nq: 100000}, dp)
+			if want := dir == forwardDir && dp == 64; ok != want || (ok && got.plain != plainWS2) {
+				t.Errorf("forcing table of sm90-ws2, D=%d %v: %v, %v; want it only at D=64 forward", dp, dir, got, ok)
+			}
+		}
+	}
+}
+
 // TestParseTuneTableErrors checks that a table that says something wrong
 // or unclear is refused, with an error wrapping ErrUnsupported.
 func TestParseTuneTableErrors(t *testing.T) {
