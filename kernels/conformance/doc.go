@@ -4,7 +4,7 @@
 //
 // # What it checks
 //
-//   - Golden cases: testdata/golden/*.json at the module root, computed by
+//   - Golden cases: testdata/golden/*.json.gz at the module root, computed by
 //     PyTorch in float64 (an independent reference), and the variant cases
 //     testdata/variants/*.json.gz (GQA, a local causal window, a cross
 //     window, softcap, ALiBi, varlen, an MQA decode with cache lengths, a

@@ -80,10 +80,18 @@ func loadGolden() ([]goldenCase, error) {
 	if err != nil {
 		return nil, err
 	}
-	plain, err := loadCases(filepath.Join(dir, "*.json"), readPlain)
+	// Stored gzipped (as the variants are), which keeps the tree that a
+	// GPU run carries small; a plain .json case, such as a new one copied
+	// from the shared set, is read as well.
+	plain, err := loadCases(filepath.Join(dir, "*.json.gz"), readGzip)
 	if err != nil {
 		return nil, err
 	}
+	unzipped, err := loadCases(filepath.Join(dir, "*.json"), readPlain)
+	if err != nil {
+		return nil, err
+	}
+	plain = append(plain, unzipped...)
 	if len(plain) == 0 {
 		return nil, fmt.Errorf("conformance: no golden cases in %s", dir)
 	}
