@@ -12,29 +12,34 @@
 #
 # bench.test is `go test -c -o bench.test ./bench`. CPU picks the core
 # (default 1); ROUNDS (or the second argument) the rounds (default 5).
+# THREADS=16 runs both sides on 16 threads instead (GOMAXPROCS and
+# torch's --threads; pinned to CPUs 0-15 where taskset exists): issue 12's
+# "ahead at 16 threads on every shape".
 set -euo pipefail
 bin=$(realpath "$1")
 rounds=${2:-${ROUNDS:-5}}
 here=$(cd "$(dirname "$0")" && pwd)
 cpu=${CPU:-1}
+threads=${THREADS:-1}
+((threads > 1)) && cpu="0-$((threads - 1))"
 pin=()
 if command -v taskset >/dev/null; then
 	pin=(taskset -c "$cpu")
 fi
 log=$(mktemp)
-echo "# $(date -u +%FT%TZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) — $bin, $rounds rounds, pinned to ${pin[*]:-nothing}"
+echo "# $(date -u +%FT%TZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) — $bin, $rounds rounds, $threads thread(s), pinned to ${pin[*]:-nothing}"
 shapes=(B1_H8_N2048_D64_causal=false B1_H8_N2048_D64_causal=true B1_H8_N512_D64_causal=false B1_H8_N2048_D128_causal=false)
 ours() {
 	# 4 timed calls of each direction (the N = 512 ones 16: a few ms each).
 	local times=4x
 	[[ $1 == *N512_* ]] && times=16x
-	GOMAXPROCS=1 "${pin[@]}" "$bin" -test.run '^$' -test.bench "Kernel(Forward|Backward)32/$1\$" -test.benchtime $times -test.count 1 | grep '^Benchmark' | sed "s/^/round $r ours /" ||
+	GOMAXPROCS=$threads "${pin[@]}" "$bin" -test.run '^$' -test.bench "Kernel(Forward|Backward)32/$1\$" -test.benchtime $times -test.count 1 | grep '^Benchmark' | sed "s/^/round $r ours /" ||
 		echo "round $r ours: $1 failed" >&2
 }
 theirs() {
 	local reps=5
 	[[ $1 == *N512_* ]] && reps=16
-	"${pin[@]}" python3 "$here/torch_cpu_sdpa.py" --threads 1 --reps $reps --shape "^$1\$" | grep '^Benchmark' | sed "s/^/round $r torch /" ||
+	"${pin[@]}" python3 "$here/torch_cpu_sdpa.py" --threads "$threads" --reps $reps --shape "^$1\$" | grep '^Benchmark' | sed "s/^/round $r torch /" ||
 		echo "round $r torch: $1 failed" >&2
 }
 for r in $(seq 1 "$rounds"); do
@@ -46,8 +51,9 @@ for r in $(seq 1 "$rounds"); do
 		fi
 	done
 done | tee "$log"
-python3 - "$log" <<'PY'
+python3 - "$log" "$threads" <<'PY'
 import re, statistics, sys
+threads = int(sys.argv[2])
 runs = {}  # (direction, shape) -> side -> {round: GFLOP/s}
 peaks = []  # the core's FMA rate, from each of our benchmarks' of-peak
 for line in open(sys.argv[1]):
@@ -58,8 +64,8 @@ for line in open(sys.argv[1]):
         if of_peak:
             peaks.append(float(gflops) / float(of_peak))
 peak = statistics.median(peaks) if peaks else float("nan")
-print(f"\none core's float32 FMA peak (simd.FMAPeak32 after each of our benchmarks): median {peak:.1f} GFLOP/s")
-print("\n| shape | direction | ours GFLOP/s (median, min-max) | PyTorch 1 thread | ratio of medians | median of round ratios | of-peak ours / PyTorch |")
+print(f"\nthe float32 FMA peak of {threads} thread(s) (simd.FMAPeak32 after each of our benchmarks): median {peak:.1f} GFLOP/s")
+print(f"\n| shape | direction | ours GFLOP/s (median, min-max) | PyTorch {threads} thread(s) | ratio of medians | median of round ratios | of-peak ours / PyTorch |")
 print("| --- | --- | --- | --- | --- | --- | --- |")
 for (direction, shape), sides in sorted(runs.items(), key=lambda kv: (kv[0][0] == "Backward", kv[0][1])):
     o, t = sides.get("ours", {}), sides.get("torch", {})
