@@ -25,7 +25,12 @@
 //	err = b.Forward32(p, q, k, v, o, lse)
 //
 // WithFamily(FamilySM80) keeps a Hopper GPU on the mma.sync kernels (to
-// compare families); the default picks the fastest family the device runs.
+// compare families); the default picks the fastest family the device runs,
+// by the device model's tuning table where one is committed (tuned/), or
+// by the one WithTuneTable gives (Tune and cmd/flashtune make them).
+// WithDeterministic(false) lets the Hopper backward of plain BF16/FP16
+// problems sum dQ by float32 reductions in one kernel instead of two
+// deterministic ones (written 2026-12-04, not yet run on a GPU).
 //
 // Shapes, the masking convention (bottom-right aligned causal; rows that see
 // no key get LSE = +Inf, output 0, gradients 0) and the saved state (LSE
