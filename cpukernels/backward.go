@@ -290,10 +290,11 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 		}
 	})
 
+	// Each worker makes its tiles (about 160 KiB at D = 64) at its first
+	// unit: the calling goroutine used to make them all before the loop,
+	// clearing 16 workers' 2.5 MiB one after another while the others
+	// waited, and a worker now touches its tiles first on its own core.
 	scratch := make([]*backwardScratch[T], nScratch)
-	for w := range scratch {
-		scratch[w] = newBackwardScratch[T](p)
-	}
 	// One unit is a chunk of the key blocks of a group of key heads (one
 	// key head unless a bias is broadcast, see keyGroups); for each key
 	// head it loops over the query heads that read it, so dK and dV of a
@@ -302,6 +303,9 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 	group := p.H / p.KVHeads()
 	groups, perGroup := keyGroups(p)
 	parallelFor(workers, groups*chunks, func(w, unit int) {
+		if scratch[w] == nil {
+			scratch[w] = newBackwardScratch[T](p)
+		}
 		u, c := unit/chunks, unit%chunks
 		for x := range perGroup {
 			kvh := groupKeyHead(p, u, x)
