@@ -134,12 +134,30 @@ func backwardScratchLen(d int) int {
 	return 2*blockCols*(d+1) + d*blockCols + 4*blockCols*blockRows + 2*blockRows + blockCols + (blockRows+8)*blockCols
 }
 
-func newBackwardScratch[T kernels.Float](p kernels.Params) *backwardScratch[T] {
+// backwardTilesLen is the number of elements of a backwardScratch's
+// tiles, ka to dst, which newBackwardScratch carves out of one slice.
+func backwardTilesLen(d int) int {
+	return 2*blockCols*(d+1) + d*blockCols + 2*blockCols*blockRows
+}
+
+// newBackwardScratch returns one worker's scratch for p, its tiles carved
+// out of tiles (backwardTilesLen(p.D) elements), whose contents do not
+// matter: every element is written before it is read. The backward takes
+// them from a recycled buffer: made fresh (160 KiB at D = 64), each call's
+// tiles cost page faults wherever the heap is large enough that the
+// collector seldom runs, as a model's is (GOGC=off on dev, 2026-12-04:
+// the N = 512 backward 10 % slower).
+func newBackwardScratch[T kernels.Float](p kernels.Params, tiles []T) *backwardScratch[T] {
 	d := p.D
+	next := func(n int) []T {
+		t := tiles[:n:n]
+		tiles = tiles[n:]
+		return t
+	}
 	sc := &backwardScratch[T]{
-		ka: make([]T, blockCols*(d+1)), va: make([]T, blockCols*(d+1)),
-		kt: make([]T, d*blockCols),
-		pt: make([]T, blockCols*blockRows), dst: make([]T, blockCols*blockRows),
+		ka: next(blockCols * (d + 1)), va: next(blockCols * (d + 1)),
+		kt: next(d * blockCols),
+		pt: next(blockCols * blockRows), dst: next(blockCols * blockRows),
 	}
 	sc.qhs = sc.one[:]
 	if group := p.H / p.KVHeads(); group > 1 {
@@ -290,10 +308,13 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 		}
 	})
 
-	// Each worker makes its tiles (about 160 KiB at D = 64) at its first
-	// unit: the calling goroutine used to make them all before the loop,
-	// clearing 16 workers' 2.5 MiB one after another while the others
-	// waited, and a worker now touches its tiles first on its own core.
+	// Each worker carves its tiles out of a recycled buffer at its first
+	// unit (newBackwardScratch says why recycled): the calling goroutine
+	// used to make them all before the loop, clearing 16 workers' 2.5 MiB
+	// one after another while the others waited.
+	perTiles := backwardTilesLen(d)
+	tiles := takeBuffer[T](nScratch * perTiles)
+	defer giveBuffer(tiles)
 	scratch := make([]*backwardScratch[T], nScratch)
 	// One unit is a chunk of the key blocks of a group of key heads (one
 	// key head unless a bias is broadcast, see keyGroups); for each key
@@ -304,7 +325,7 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 	groups, perGroup := keyGroups(p)
 	parallelFor(workers, groups*chunks, func(w, unit int) {
 		if scratch[w] == nil {
-			scratch[w] = newBackwardScratch[T](p)
+			scratch[w] = newBackwardScratch(p, tiles[w*perTiles:(w+1)*perTiles])
 		}
 		u, c := unit/chunks, unit%chunks
 		for x := range perGroup {
