@@ -10,6 +10,30 @@ import (
 	"github.com/gorgonia-flash/flashattention/kernels"
 )
 
+// TestSizeClasses checks the pools' size classes: a request's class holds
+// it with at most an eighth to spare, and a buffer given back serves its
+// class's every request.
+func TestSizeClasses(t *testing.T) {
+	check := func(n int) {
+		c := classAbove(n)
+		if c < n || (n > minClass && c > n+n/8) || classBelow(c) != c || classAbove(c) != c {
+			t.Fatalf("classAbove(%d) = %d (classBelow of it %d)", n, c, classBelow(c))
+		}
+		if b := classBelow(n); n >= minClass && (b > n || b < n-n/8-1 || classAbove(b) != b) {
+			t.Fatalf("classBelow(%d) = %d", n, b)
+		}
+	}
+	for n := 1; n < 1<<16; n++ {
+		check(n)
+	}
+	for _, n := range []int{1<<20 - 1, 1 << 20, 1<<20 + 1, 12345678, 1 << 40} {
+		check(n)
+	}
+	if classBelow(minClass-1) != 0 {
+		t.Error("a buffer below the smallest class is pooled")
+	}
+}
+
 // TestRecycledBuffersAreOverwritten fills the buffer pool with NaN before
 // a forward and backward and requires results bit-identical to those of a
 // run on fresh buffers: every recycled element must be written or cleared
@@ -52,12 +76,17 @@ func TestRecycledBuffersAreOverwritten(t *testing.T) {
 				t.Fatalf("%+v: result %d of finite inputs holds NaN", p, i)
 			}
 		}
-		for range 16 {
-			poison := make([]float32, 4*p.QLen()+4*p.KLen()+p.B*p.H*p.Nq*(p.D+1))
-			for i := range poison {
-				poison[i] = float32(math.NaN())
+		// Two NaN buffers of every size class up to past what the run
+		// takes, for each pool a request may draw from.
+		largest := 4*p.QLen() + 4*p.KLen() + p.B*p.H*p.Nq*(p.D+1)
+		for class := minClass; class <= classAbove(largest); class = classAbove(class + 1) {
+			for range 2 {
+				poison := make([]float32, class)
+				for i := range poison {
+					poison[i] = float32(math.NaN())
+				}
+				giveBuffer(poison)
 			}
-			giveBuffer(poison)
 		}
 		recycled := run()
 		for i, name := range []string{"O", "LSE", "dQ", "dK", "dV"} {
