@@ -149,11 +149,7 @@ func backwardTilesLen(d int) int {
 // the N = 512 backward 10 % slower).
 func newBackwardScratch[T kernels.Float](p kernels.Params, tiles []T) *backwardScratch[T] {
 	d := p.D
-	next := func(n int) []T {
-		t := tiles[:n:n]
-		tiles = tiles[n:]
-		return t
-	}
+	next := carver(tiles)
 	sc := &backwardScratch[T]{
 		ka: next(blockCols * (d + 1)), va: next(blockCols * (d + 1)),
 		kt: next(d * blockCols),

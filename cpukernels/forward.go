@@ -70,11 +70,7 @@ func forwardTilesLen(d int) int {
 // cost their clearing and first touch on every call (newForwardScratch
 // took 1.4 % of the forward at N = 512 on dev, 2026-12-04).
 func newForwardScratch[T kernels.Float](p kernels.Params, tiles []T) *forwardScratch[T] {
-	next := func(n int) []T {
-		t := tiles[:n:n]
-		tiles = tiles[n:]
-		return t
-	}
+	next := carver(tiles)
 	sc := &forwardScratch[T]{
 		qs:   next(blockRows * p.D),
 		s:    next(blockRows * scoreCols),

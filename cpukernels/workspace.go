@@ -80,3 +80,14 @@ func giveBuffer[T kernels.Float](b []T) {
 		poolFor[T](class).Put(&b)
 	}
 }
+
+// carver returns a function that hands out consecutive slices of tiles,
+// each with its own capacity (so that no append runs into the next): how
+// the workers' scratch is cut out of one recycled buffer.
+func carver[T kernels.Float](tiles []T) func(n int) []T {
+	return func(n int) []T {
+		t := tiles[:n:n]
+		tiles = tiles[n:]
+		return t
+	}
+}
