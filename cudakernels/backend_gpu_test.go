@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"testing"
 
 	"github.com/gorgonia-flash/flashattention/kernels"
@@ -161,7 +160,7 @@ func forcing(k plainForward) func(Precision) []Option {
 func runKernelSet(t *testing.T, name string, prec Precision, set kernelSet, fn func(t *testing.T, prec Precision, opts ...Option)) {
 	t.Run(name, func(t *testing.T) {
 		if set.plain != plainDefault {
-			if !slices.ContainsFunc(headDims, func(dp int) bool { return set.plain.builtFor(prec, dp) }) {
+			if !set.plain.builtForAny(prec) {
 				t.Skipf("%s: no such kernel for %v", set.name, prec)
 			}
 			if _, capab, err := probe(0); err != nil || !capab.hopper() {

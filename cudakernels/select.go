@@ -2,6 +2,7 @@ package cudakernels
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gorgonia-flash/flashattention/kernels"
 )
@@ -138,6 +139,12 @@ func (k plainForward) builtFor(prec Precision, dp int) bool {
 		return wgmmaWS2Built(prec, dp)
 	}
 	return true
+}
+
+// builtForAny reports whether k is built for prec at some head dimension:
+// where it is not, a backend that asks for it runs the defaults.
+func (k plainForward) builtForAny(prec Precision) bool {
+	return slices.ContainsFunc(headDims, func(dp int) bool { return k.builtFor(prec, dp) })
 }
 
 // checkDevice fails for a device no kernel runs on, or a family it cannot

@@ -302,7 +302,7 @@ func forcingTable(prec Precision, cand candidate) *TuneTable {
 	t := &TuneTable{Device: "any", Capability: "9.0", picks: map[tuneKey][]tunePick{}}
 	for _, dp := range headDims {
 		for _, dir := range []direction{forwardDir, backwardDir} {
-			if _, err := parseCandidate(cand.String(), prec, dp, dir); err != nil {
+			if !slices.Contains(candidates(prec, dp, dir), cand) {
 				continue
 			}
 			for _, causal := range []bool{false, true} {

@@ -83,11 +83,15 @@ func Tune(o TuneOptions) (*TuneTable, error) {
 }
 
 // tuneBackends opens one backend of prec per candidate name: the families'
-// by WithFamily, the Hopper forward's other plain kernels as FamilyAuto
-// backends with a table that chooses that kernel wherever it is built.
+// by WithFamily, the Hopper forward's other plain kernels, where prec has
+// them, as FamilyAuto backends with a table that chooses that kernel
+// wherever it is built.
 func tuneBackends(o TuneOptions, prec Precision) (map[string]*Backend, error) {
 	opts := map[string]Option{FamilySM80.String(): WithFamily(FamilySM80), FamilySM90.String(): WithFamily(FamilySM90)}
 	for _, k := range []plainForward{plainRowBlock, plainWS2} {
+		if !k.builtForAny(prec) {
+			continue // a context and modules for the defaults again
+		}
 		c := candidate{fam: FamilySM90, plain: k}
 		opts[c.String()] = WithTuneTable(forcingTable(prec, c))
 	}

@@ -154,6 +154,11 @@ func TestDistinctCandidates(t *testing.T) {
 			t.Errorf("%v D=%d %v on %d.%d: %q, want %q", c.prec, c.dp, c.dir, c.dev.Major, c.dev.Minor, got, c.want)
 		}
 	}
+	// Tune opens a backend for a Hopper plain kernel only where the
+	// precision has it.
+	if plainWS2.builtForAny(TF32) || !plainWS2.builtForAny(BF16) || !plainRowBlock.builtForAny(TF32) {
+		t.Error("builtForAny: the two-consumer kernel is BF16/FP16 only, the row-block candidate exists for TF32 at D = 128")
+	}
 	// The forcing table of a candidate marks exactly the kinds where it is
 	// built, and every length takes it.
 	ws2 := forcingTable(BF16, candidate{fam: FamilySM90, plain: plainWS2})
