@@ -145,8 +145,6 @@ func transpose[T kernels.Float](rows, cols int, src []T, lds int, dst []T, ldd i
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
-// allFinite reports whether x holds no NaN and no ±Inf: x − x is 0 for
-// every finite x and NaN otherwise.
 // allFinite reports whether no element of x is ±Inf or NaN, from the bit
 // patterns, two float32 (or one float64) per 64-bit word: with the sign
 // cleared, a value is Inf or NaN exactly when its exponent is all ones,

@@ -277,22 +277,17 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 			rowsFinite[unit] = allFinite(q[at:at+rows*d]) && allFinite(do[at:at+rows*d])
 		}
 		ops.scale(qs[:d*rows], scale)
+		// D_i = rowsum(dO∘O), the correction term of the softmax gradient.
+		negD := dot[d*rows : da*rows] // D's row of dOᵀ, negated below
+		rowDots(negD, do[at:at+rows*d], o[at:at+rows*d], d)
 		for r := range rows {
-			// D_i = rowsum(dO∘O), the correction term of the softmax gradient.
-			// One sum in column order: with it, dP − D cancels exactly
-			// where the softmax is constant (a row that sees one key,
-			// O = V), which the sweep's Nk = 1 case checks; four partial
-			// sums did not.
-			var rowD T
-			for c, x := range do[at+r*d : at+(r+1)*d] {
-				rowD += x * o[at+r*d+c]
-			}
+			rowD := negD[r]
 			if dlse != nil {
 				// ∂LSE_i/∂S_ij = P_ij: a gradient reaching the LSE lowers
 				// D_i by dLSE_i.
 				rowD -= dlse[bh*p.Nq+row0+r]
 			}
-			dot[d*rows+r] = -rowD
+			negD[r] = -rowD
 			// A row that sees no key has LSE = +Inf and P masked to 0
 			// below; a 0 here keeps its column of the GEMM free of
 			// infinities. Any other LSE, even ±Inf or NaN, enters as it
@@ -387,6 +382,37 @@ func backward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse, d
 		transpose(d, rows, sum, rows, dq[at:], d)
 	})
 	return nil
+}
+
+// rowDots sets dots[r] = Σ_c a[r·d+c]·b[r·d+c] for each row r of the
+// len(dots) rows of d elements in a and b. Each row is one sum in column
+// order: with it, dP − D cancels exactly where the softmax is constant (a
+// row that sees one key, O = V), which the sweep's Nk = 1 case checks;
+// four partial sums of a row did not. A row's sum is a chain of dependent
+// additions, so four rows run at once, each its own chain with the bits
+// of the one-row loop: one row at a time was 3.6 % of the backward at N =
+// 512 on dev (2026-12-05).
+func rowDots[T kernels.Float](dots, a, b []T, d int) {
+	r := 0
+	for ; r+4 <= len(dots); r += 4 {
+		a0, a1, a2, a3 := a[r*d:(r+1)*d], a[(r+1)*d:(r+2)*d], a[(r+2)*d:(r+3)*d], a[(r+3)*d:(r+4)*d]
+		b0, b1, b2, b3 := b[r*d:(r+1)*d], b[(r+1)*d:(r+2)*d], b[(r+2)*d:(r+3)*d], b[(r+3)*d:(r+4)*d]
+		var s0, s1, s2, s3 T
+		for c := range d {
+			s0 += a0[c] * b0[c]
+			s1 += a1[c] * b1[c]
+			s2 += a2[c] * b2[c]
+			s3 += a3[c] * b3[c]
+		}
+		dots[r], dots[r+1], dots[r+2], dots[r+3] = s0, s1, s2, s3
+	}
+	for ; r < len(dots); r++ {
+		var s T
+		for c, x := range a[r*d : (r+1)*d] {
+			s += x * b[r*d+c]
+		}
+		dots[r] = s
+	}
 }
 
 // chunkRowBlocks returns the query blocks [qb0, qb1) that key chunk c

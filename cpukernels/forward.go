@@ -15,9 +15,11 @@ type forwardScratch[T kernels.Float] struct {
 	m  []T // Br: running row maximum
 	l  []T // Br: running row sum of exp(S − m)
 	// Br each: a whole tile's new row maxima and sums of exp(S − mNew),
-	// from ops.softmaxRows.
-	mNew, sum []T
-	tab       []T // windowPanelRows+maxSpan: the tile's ALiBi terms (alibiTable); nil without ALiBi
+	// from ops.softmaxRows, and the rescaling factors of the rows whose
+	// maximum moved (foldRows).
+	mNew, sum, alpha []T
+	moved            [blockRows]int // foldRows' rows that rescale
+	tab              []T            // windowPanelRows+maxSpan: the tile's ALiBi terms (alibiTable); nil without ALiBi
 	// maxSpan: the Philox words of dropout's mask along one row of a tile
 	// (kernels.Dropout.RowWords), compared with its threshold in vector
 	// lanes (dropRow); nil without dropout.
@@ -60,7 +62,7 @@ func forwardScratchLen(d int) int {
 // forwardTilesLen is the number of elements of a forwardScratch's tiles,
 // qs to sum, which newForwardScratch carves out of one slice.
 func forwardTilesLen(d int) int {
-	return blockRows*d + blockRows*scoreCols + 4*blockRows
+	return blockRows*d + blockRows*scoreCols + 5*blockRows
 }
 
 // newForwardScratch returns one worker's scratch for p, its tiles carved
@@ -72,12 +74,13 @@ func forwardTilesLen(d int) int {
 func newForwardScratch[T kernels.Float](p kernels.Params, tiles []T) *forwardScratch[T] {
 	next := carver(tiles)
 	sc := &forwardScratch[T]{
-		qs:   next(blockRows * p.D),
-		s:    next(blockRows * scoreCols),
-		m:    next(blockRows),
-		l:    next(blockRows),
-		mNew: next(blockRows),
-		sum:  next(blockRows),
+		qs:    next(blockRows * p.D),
+		s:     next(blockRows * scoreCols),
+		m:     next(blockRows),
+		l:     next(blockRows),
+		mNew:  next(blockRows),
+		sum:   next(blockRows),
+		alpha: next(blockRows),
 	}
 	// Plain attention allocates no variant scratch.
 	if p.ALiBi != nil {
@@ -122,13 +125,18 @@ func forward[T kernels.Float](workers int, p kernels.Params, q, k, v, o, lse []T
 	buf := takeBuffer[T](p.KLen() + nScratch*forwardTilesLen(p.D))
 	defer giveBuffer(buf)
 	kt := buf[:p.KLen()] // every element a tile reads is written below
-	// Under a window, whether each key block's V is finite, asked by most
-	// of its tiles (the masks cut them), is found once here. Otherwise nil:
-	// without a mask no tile is cut and nothing asks, and a causal mask cuts
-	// about one tile per row block, which asks on the spot (blockFinite),
-	// rather than every call paying a pass over all of V.
+	// Whether each key block's V is finite, which a tile the masks cut
+	// asks, is found here once when that reads less of V than asking on
+	// the spot (blockFinite) would. Under a window most tiles are cut. A
+	// causal mask cuts about one tile of tileSpan keys per row block and
+	// query head, so asking reads a key head's V group·qBlocks·span/Nk
+	// times over, four times at N = 2048 (2 % of the causal forward on
+	// dev, 2026-12-05), and once here; but a few query rows against many
+	// keys (a chunk of a long prompt) ask about a small part of V. Without
+	// a mask no tile is cut and nothing asks: nil.
 	var vFinite []bool
-	if p.Window.On {
+	asked := qBlocks * (p.H / p.KVHeads()) * tileSpan(blockRows)
+	if p.Window.On || p.Causal && p.Nk <= asked {
 		vFinite = make([]bool, kvHeads*kBlocks)
 	}
 	masks := entryMasks(p)
@@ -278,15 +286,10 @@ func forwardRowBlock[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], p *
 			// tile's maxima and exponentials in one call (the same bits as
 			// onlineSoftmax's two calls per row), then each row's fold.
 			ops.softmaxRows(rows, cols, s, span, sc.m, sc.mNew, sc.sum)
-			for r := range rows {
-				sr, accR := s[r*span:r*span+cols], acc[r*d:(r+1)*d]
-				if mNew := sc.mNew[r]; math.IsInf(float64(mNew), 0) {
-					infiniteShift(ops, sc, r, sr, accR, mNew)
-				} else {
-					foldRow(ops, sc, r, mNew, sc.sum[r], accR)
-				}
-				if sc.words != nil {
-					sc.dropRow(p, bh, row0+r, c0, sr)
+			sc.foldRows(ops, rows, cols, s, span, acc, d)
+			if sc.words != nil {
+				for r := range rows {
+					sc.dropRow(p, bh, row0+r, c0, s[r*span:r*span+cols])
 				}
 			}
 		} else {
@@ -413,6 +416,45 @@ func infiniteShift[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], r int
 		sc.m[r] = mNew
 	}
 	clear(sr)
+}
+
+// foldRows is onlineSoftmax's fold for every row of a tile that
+// ops.softmaxRows took (s, rows of cols scores span apart, its new maxima
+// and sums in sc.mNew and sc.sum; acc the rows' accumulators, d apart),
+// with foldRow's results but the rescaling factors exp(m_old − m_new) of
+// all its rows in one vector call (ops.expShift), where a scalar exp per
+// row whose maximum moved took 3 % of the forward at N = 2048 on dev
+// (2026-12-05). A row's first finite block needs no factor: its
+// accumulator holds +0 or NaN (the products of masked probabilities with a
+// non-finite V), which a factor of 0 leaves as they are, and its sum l is
+// 0 or NaN, which l·0 + sum keeps.
+func (sc *forwardScratch[T]) foldRows(ops mathOps[T], rows, cols int, s []T, span int, acc []T, d int) {
+	moved := sc.moved[:0]
+	for r := range rows {
+		mOld, mNew := sc.m[r], sc.mNew[r]
+		switch {
+		case math.IsInf(float64(mNew), 0):
+			infiniteShift(ops, sc, r, s[r*span:r*span+cols], acc[r*d:(r+1)*d], mNew)
+		case mNew == mOld:
+			sc.l[r] += sc.sum[r]
+		case math.IsInf(float64(mOld), -1):
+			sc.l[r] = sc.l[r]*0 + sc.sum[r]
+			sc.m[r] = mNew
+		default:
+			sc.alpha[len(moved)] = mOld - mNew
+			moved = append(moved, r)
+		}
+	}
+	if len(moved) == 0 {
+		return
+	}
+	alpha := sc.alpha[:len(moved)]
+	ops.expShift(alpha, 0)
+	for i, r := range moved {
+		sc.l[r] = sc.l[r]*alpha[i] + sc.sum[r]
+		sc.m[r] = sc.mNew[r]
+		ops.scale(acc[r*d:(r+1)*d], alpha[i])
+	}
 }
 
 // foldRow folds sum, the sum of row r's probabilities exp(S − mNew) for a
