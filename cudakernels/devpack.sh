@@ -31,7 +31,7 @@ if [[ "${CUBIN:-0}" == 1 ]]; then
 	src=$(mktemp -d)
 	trap 'rm -rf "$src"' EXIT
 	git ls-files -z | xargs -0 cp --parents -t "$src"
-	for m in flash_sm90a:sm_90a flash_sm80:sm_90 decode_sm80:sm_90; do
+	for m in flash_sm90a:sm_90a flash_sm80:sm_90 decode_sm80:sm_90 probe_sm90a:sm_90a; do
 		"$ptxas" -O3 -arch="${m#*:}" "cudakernels/ptx/${m%%:*}.ptx" -o "$src/cudakernels/ptx/${m%%:*}.ptx" &
 	done
 	wait
