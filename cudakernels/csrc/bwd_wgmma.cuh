@@ -350,15 +350,24 @@ template <typename E, int DP>
 __device__ __forceinline__ void reduce_dq(const Params& p, uint32_t ds_tile, uint32_t sK, long long bh, long long q0,
                                           int wg, int warp, int g, int t) {
   constexpr int kN = DP / 2;  // columns per warpgroup
+  constexpr int kTileBytes = bwd_rows_bytes<E, DP, kBwdTile>();
   float acc[kN / 8][4];
-  // Warpgroup wg's columns: a panel of its own at DP = 128, half the one
-  // panel's rows at DP = 64.
-  const uint32_t b0 = sK + (DP == 128 ? wg * kBwdBlock * 128 : wg * kN * 2);
+  // sK holds the block's keys as copy_rows lands them: tiles of kBwdTile
+  // keys, each tile its panels one after the other (kBwdTile rows of 128
+  // bytes each). Warpgroup wg's columns: a panel of its own at DP = 128,
+  // half the one panel's rows at DP = 64. So 16 keys from key 16kk are
+  // rows 16kk mod kBwdTile of that panel in tile 16kk / kBwdTile: at DP =
+  // 128 the second tile is not where the first tile's panel 0 ends (the
+  // first device run, 2026-12-05, summed keys 64-127 from panel 1 of the
+  // first tile and got dQ wrong at DP = 128 alone).
+  const uint32_t b0 = sK + (DP == 128 ? wg * kBwdTile * 128 : wg * kN * 2);
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < kBwdBlock / 16; ++kk)
+  for (int kk = 0; kk < kBwdBlock / 16; ++kk) {
+    const uint32_t keys = b0 + (16 * kk / kBwdTile) * kTileBytes + (16 * kk % kBwdTile) * 128;
     WgmmaMN<E, kN>::ss(reinterpret_cast<float(&)[kN / 2]>(acc), desc_mn_sw128(ds_tile + kk * 2048, 0),
-                       desc_mn_sw128(b0 + kk * 2048, kBwdBlock * 128), kk > 0);
+                       desc_mn_sw128(keys, kBwdTile * 128), kk > 0);
+  }
   wgmma_commit();
   wgmma_wait<0>();
   const float scale = static_cast<float>(p.scale);
