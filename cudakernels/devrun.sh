@@ -12,8 +12,9 @@
 #     fused backward (FLASHATTN_DETERMINISTIC=0), the rest of package cudakernels' GPU tests, op's GPU
 #     tests, and compute-sanitizer memcheck and racecheck on small cases
 #     (SANITIZE_RUN). Their float64 references keep the host's cores busy
-#     while the GPU is mostly idle, so they share it: about 320 s for all
-#     on the H200 (2026-12-04), where one after another takes over 900.
+#     while the GPU is mostly idle, so they share it: about 320 s for
+#     the ten processes of 2026-12-04, where one after another took over
+#     900; the 22 of today's sets do not fit one call (PART).
 #  2. The tests that read the device's free memory, which other processes
 #     move, one at a time: cudakernels' TestDeviceMemoryStable (in phase 1
 #     it failed by the 48 MB the parallel suites moved, 2026-12-04) and
@@ -22,7 +23,8 @@
 # The logs go into OUTDIR/logs.tar.xz (the device tool brings back at most
 # 8 files) and a summary to stdout; the exit status is 1 if anything
 # failed or timed out. Environment: TEST_TIMEOUT (seconds for each process
-# of phase 1, default 480), SHORT=1 (-test.short everywhere), SANITIZE_RUN.
+# of phase 1, default 480), SHORT=1 (-test.short everywhere), SANITIZE_RUN,
+# PART (1, 2 or 3: a third of the batch per device call, below).
 set -uo pipefail
 out="${1:?usage: devrun.sh OUTDIR}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -51,12 +53,24 @@ run() {
 }
 
 limit="${TEST_TIMEOUT:-480}"
-run conformance-FP32 "$root/cudakernels" "$limit" "$bins/cudakernels.test" -test.v "${short[@]}" \
-	-test.run 'TestConformanceFP32$' &
+# PART splits the batch between three device calls: every suite process
+# computes its own float64 references on the host, and all 22 at once
+# (2026-12-05) left 16 cores so short that each suite passed 450 s
+# unfinished. PART=1: FP32, TF32 and the other tests; PART=2: BF16, its
+# fused run; PART=3: FP16, its fused run, then phase 2. Unset: everything
+# at once, as before.
+part="${PART:-all}"
+in_part() { [[ "$part" == all || "$part" == "$1" ]]; }
+precision_part() { case $1 in TF32) echo 1 ;; BF16) echo 2 ;; *) echo 3 ;; esac; }
+if in_part 1; then
+	run conformance-FP32 "$root/cudakernels" "$limit" "$bins/cudakernels.test" -test.v "${short[@]}" \
+		-test.run 'TestConformanceFP32$' &
+fi
 # One process per tensor-core precision and kernel set (testKernelSets):
 # all sets in one process would take over 450 s at BF16. TF32 has no
 # two-consumer kernel (its set skips).
 for prec in TF32 BF16 FP16; do
+	in_part "$(precision_part "$prec")" || continue
 	for set in sm80 sm90 sm90-rowblock sm90-ws2; do
 		run "conformance-$prec-$set" "$root/cudakernels" "$limit" "$bins/cudakernels.test" -test.v "${short[@]}" \
 			-test.run "TestConformance$prec\$/^$set\$" &
@@ -66,21 +80,23 @@ done
 # suite: its sets run the deterministic tests too, which it fails by
 # design (determinism), so read this log for the other failures.
 for prec in BF16 FP16; do
+	in_part "$(precision_part "$prec")" || continue
 	run "conformance-$prec-fused" "$root/cudakernels" "$limit" env FLASHATTN_DETERMINISTIC=0 "$bins/cudakernels.test" \
 		-test.v "${short[@]}" -test.run "TestConformance$prec\$/^sm90\$" &
 done
-run cudakernels-other "$root/cudakernels" "$limit" "$bins/cudakernels.test" -test.v "${short[@]}" \
+in_part 1 && run cudakernels-other "$root/cudakernels" "$limit" "$bins/cudakernels.test" -test.v "${short[@]}" \
 	-test.skip 'TestConformance(FP32|TF32|BF16|FP16)$|TestDeviceMemoryStable' &
-run op-gpu "$root/op" "$limit" "$bins/op.test" -test.v "${short[@]}" -test.run GPU \
+in_part 1 && run op-gpu "$root/op" "$limit" "$bins/op.test" -test.v "${short[@]}" -test.run GPU \
 	-test.skip TestGPUTrainingLeavesNoMemory &
 sanitize="${SANITIZE_RUN:-TestConformanceBF16/sm(80|90)$/(golden|rows-without-keys)|TestHeadDims/(fp32|tf32|bf16)/B1H2_Nq70_Nk255_D(96|256)|TestFusedBackwardMatchesTwoKernels}"
 for tool in memcheck racecheck; do
+	in_part 1 || continue
 	run "sanitize-$tool" "$root/cudakernels" "$limit" compute-sanitizer --tool "$tool" --error-exitcode 1 \
 		"$bins/cudakernels.test" -test.short -test.run "$sanitize" &
 done
 wait
-run cudakernels-memory "$root/cudakernels" 120 "$bins/cudakernels.test" -test.v -test.run TestDeviceMemoryStable
-run op-memory "$root/op" 120 "$bins/op.test" -test.v -test.run TestGPUTrainingLeavesNoMemory
+in_part 3 && run cudakernels-memory "$root/cudakernels" 120 "$bins/cudakernels.test" -test.v -test.run TestDeviceMemoryStable
+in_part 3 && run op-memory "$root/op" 120 "$bins/op.test" -test.v -test.run TestGPUTrainingLeavesNoMemory
 
 while read -r name _ rc; do
 	log="$logs/$name.log"
