@@ -423,8 +423,8 @@ func infiniteShift[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], r int
 // and sums in sc.mNew and sc.sum; acc the rows' accumulators, d apart),
 // with foldRow's results but the rescaling factors exp(m_old − m_new) of
 // all its rows in one vector call (ops.expShift), where a scalar exp per
-// row whose maximum moved took 3 % of the forward at N = 2048 on dev
-// (2026-12-05). A row's first finite block needs no factor: its
+// row whose maximum moved took 3 % of the forward's profile at N = 2048
+// on dev (2026-12-05). A row's first finite block needs no factor: its
 // accumulator holds +0 or NaN (the products of masked probabilities with a
 // non-finite V), which a factor of 0 leaves as they are, and its sum l is
 // 0 or NaN, which l·0 + sum keeps.
