@@ -418,30 +418,21 @@ func infiniteShift[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], r int
 	clear(sr)
 }
 
-// foldRows is onlineSoftmax's fold for every row of a tile that
-// ops.softmaxRows took (s, rows of cols scores span apart, its new maxima
-// and sums in sc.mNew and sc.sum; acc the rows' accumulators, d apart),
-// with foldRow's results but the rescaling factors exp(m_old − m_new) of
-// all its rows in one vector call (ops.expShift), where a scalar exp per
-// row whose maximum moved took 3 % of the forward's profile at N = 2048
-// on dev (2026-12-05). A row's first finite block needs no factor: its
-// accumulator holds +0 or NaN (the products of masked probabilities with a
-// non-finite V), which a factor of 0 leaves as they are, and its sum l is
-// 0 or NaN, which l·0 + sum keeps.
+// foldRows is foldRow for every row of a tile that ops.softmaxRows took
+// (s, rows of cols scores span apart, its new maxima and sums in sc.mNew
+// and sc.sum; acc the rows' accumulators, d apart), with the rescaling
+// factors exp(m_old − m_new) of all its rows in one vector call
+// (ops.expShift), where a scalar exp per row whose maximum moved took 3 %
+// of the forward's profile at N = 2048 on dev (2026-12-05).
 func (sc *forwardScratch[T]) foldRows(ops mathOps[T], rows, cols int, s []T, span int, acc []T, d int) {
 	moved := sc.moved[:0]
 	for r := range rows {
-		mOld, mNew := sc.m[r], sc.mNew[r]
-		switch {
+		switch mNew := sc.mNew[r]; {
 		case math.IsInf(float64(mNew), 0):
 			infiniteShift(ops, sc, r, s[r*span:r*span+cols], acc[r*d:(r+1)*d], mNew)
-		case mNew == mOld:
-			sc.l[r] += sc.sum[r]
-		case math.IsInf(float64(mOld), -1):
-			sc.l[r] = sc.l[r]*0 + sc.sum[r]
-			sc.m[r] = mNew
+		case sc.foldWithoutFactor(r, mNew, sc.sum[r]):
 		default:
-			sc.alpha[len(moved)] = mOld - mNew
+			sc.alpha[len(moved)] = sc.m[r] - mNew
 			moved = append(moved, r)
 		}
 	}
@@ -451,9 +442,7 @@ func (sc *forwardScratch[T]) foldRows(ops mathOps[T], rows, cols int, s []T, spa
 	alpha := sc.alpha[:len(moved)]
 	ops.expShift(alpha, 0)
 	for i, r := range moved {
-		sc.l[r] = sc.l[r]*alpha[i] + sc.sum[r]
-		sc.m[r] = sc.mNew[r]
-		ops.scale(acc[r*d:(r+1)*d], alpha[i])
+		sc.rescaleRow(ops, r, sc.mNew[r], sc.sum[r], alpha[i], acc[r*d:(r+1)*d])
 	}
 }
 
@@ -461,20 +450,35 @@ func (sc *forwardScratch[T]) foldRows(ops mathOps[T], rows, cols int, s []T, spa
 // finite new maximum mNew, into its running sum l and maximum m, and
 // rescales its accumulator acc if the maximum moved.
 func foldRow[T kernels.Float](ops mathOps[T], sc *forwardScratch[T], r int, mNew, sum T, acc []T) {
-	mOld := sc.m[r]
-	if mNew == mOld {
-		// The maximum did not move, the common case after the first
-		// blocks: no rescaling, and no scalar exp.
+	if !sc.foldWithoutFactor(r, mNew, sum) {
+		sc.rescaleRow(ops, r, mNew, sum, T(math.Exp(float64(sc.m[r]-mNew))), acc)
+	}
+}
+
+// foldWithoutFactor folds row r's finite new maximum mNew and sum where
+// that takes no rescaling factor, and reports whether it did. The common
+// case after the first blocks is a maximum that did not move. On the
+// row's first finite block (m = −Inf) the factor would be 0, which
+// changes nothing: the accumulator holds only +0 or NaN (the products of
+// masked probabilities with a non-finite V), and l only 0 or NaN, which
+// l·0 + sum keeps. Most scalar exps at N = 512, two tiles a row, were
+// those (2 % of the forward on dev, 2026-12-04).
+func (sc *forwardScratch[T]) foldWithoutFactor(r int, mNew, sum T) bool {
+	switch mOld := sc.m[r]; {
+	case mNew == mOld:
 		sc.l[r] += sum
-		return
+	case math.IsInf(float64(mOld), -1):
+		sc.l[r] = sc.l[r]*0 + sum
+		sc.m[r] = mNew
+	default:
+		return false
 	}
-	// On the row's first finite block (mOld = −Inf) alpha is exp(−Inf) =
-	// 0 without the scalar exp: at N = 512, two tiles a row, most of the
-	// scalar exps (2 % of the forward on dev, 2026-12-04) were these.
-	var alpha T
-	if !math.IsInf(float64(mOld), -1) {
-		alpha = T(math.Exp(float64(mOld - mNew)))
-	}
+	return true
+}
+
+// rescaleRow folds row r's new maximum mNew and sum with the factor alpha
+// = exp(m_old − mNew): l = l·alpha + sum, and acc scaled by alpha.
+func (sc *forwardScratch[T]) rescaleRow(ops mathOps[T], r int, mNew, sum, alpha T, acc []T) {
 	sc.l[r] = sc.l[r]*alpha + sum
 	sc.m[r] = mNew
 	ops.scale(acc, alpha)

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
-	"unsafe"
 
 	"gorgonia.org/cu"
 )
@@ -123,7 +122,7 @@ func runProbe(fn cu.Function, threads int, ins [][]float32, nOut, outLen int) (o
 		if err != nil {
 			return nil, err
 		}
-		if err := cu.MemcpyHtoD(p, unsafe.Pointer(&in[0]), int64(len(in))*4); err != nil {
+		if err := upload(p, in); err != nil {
 			return nil, err
 		}
 	}
@@ -140,7 +139,7 @@ func runProbe(fn cu.Function, threads int, ins [][]float32, nOut, outLen int) (o
 	}
 	for i := range nOut {
 		out := make([]float32, outLen)
-		if err := cu.MemcpyDtoH(unsafe.Pointer(&out[0]), ptrs[len(ins)+i], int64(outLen)*4); err != nil {
+		if err := downloadBytes(bytesOfT(out), ptrs[len(ins)+i]); err != nil {
 			return nil, err
 		}
 		outs = append(outs, out)
