@@ -19,29 +19,55 @@
 # device run"). The binaries then run on Hopper GPUs only, and devrun.sh
 # must be told to use what they embed (FLASHATTN_KERNEL_DIR= , empty).
 # PTXAS names ptxas (default: ptxas on PATH, else /opt/cuda-12.4/usr/bin/ptxas).
-# Written 2026-12-04, not yet run on the GPU machine.
+# Run on the GPU machine from 2026-12-05 on (the cubins load).
+#
+# OLD=<rev> also builds bench at that revision (with cubins when CUBIN=1)
+# into .gpu/bench-old.test, packed with the rest, for devab.sh's
+# alternated timings of a kernel change against its base in one call. The
+# two binaries share most of their bytes, so the archive grows by little
+# (0.3 MB for a change to the Hopper kernels, 2026-12-05).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 eval "$(.ci/cuda-sdk.sh)"
 root=$PWD
 mkdir -p .gpu
-src=$root
-if [[ "${CUBIN:-0}" == 1 ]]; then
-	ptxas=${PTXAS:-$(command -v ptxas || echo /opt/cuda-12.4/usr/bin/ptxas)}
-	src=$(mktemp -d)
-	trap 'rm -rf "$src"' EXIT
-	git ls-files -z | xargs -0 cp --parents -t "$src"
+tmps=()
+trap 'rm -rf "${tmps[@]}"' EXIT
+# cubins DIR replaces the PTX of the tree at DIR by Hopper machine code
+# (CUBIN=1), read from the same files.
+cubins() {
+	[[ "${CUBIN:-0}" == 1 ]] || return 0
+	local ptxas=${PTXAS:-$(command -v ptxas || echo /opt/cuda-12.4/usr/bin/ptxas)} m
 	for m in flash_sm90a:sm_90a flash_sm80:sm_90 decode_sm80:sm_90 probe_sm90a:sm_90a; do
-		"$ptxas" -O3 -arch="${m#*:}" "cudakernels/ptx/${m%%:*}.ptx" -o "$src/cudakernels/ptx/${m%%:*}.ptx" &
+		[[ -f "$1/cudakernels/ptx/${m%%:*}.ptx" ]] || continue
+		"$ptxas" -O3 -arch="${m#*:}" "$1/cudakernels/ptx/${m%%:*}.ptx" -o "$1/cudakernels/ptx/${m%%:*}.cubin" &
 	done
 	wait
+	for m in "$1"/cudakernels/ptx/*.cubin; do mv "$m" "${m%.cubin}.ptx"; done
+}
+src=$root
+if [[ "${CUBIN:-0}" == 1 ]]; then
+	src=$(mktemp -d)
+	tmps+=("$src")
+	git ls-files -z | xargs -0 cp --parents -t "$src"
+	cubins "$src"
 fi
 pkgs=(cudakernels op bench)
 for p in "${pkgs[@]}"; do
 	(cd "$src" && go test -c -tags flashgpu -ldflags='-s -w' -o "$root/.gpu/$p.test" "./$p")
 done
 (cd "$src" && go build -tags flashgpu -ldflags='-s -w' -o "$root/.gpu/flashtune" ./cudakernels/cmd/flashtune)
-tar -C .gpu -cf - "${pkgs[@]/%/.test}" flashtune | xz -9 --lzma2=preset=9,dict=192MiB -T1 >.gpu/bins.tar.xz.tmp
+packed_bins=("${pkgs[@]/%/.test}" flashtune)
+rm -f .gpu/bench-old.test
+if [[ -n "${OLD:-}" ]]; then
+	old=$(mktemp -d)
+	tmps+=("$old")
+	git archive "$OLD" | tar -x -C "$old"
+	cubins "$old"
+	(cd "$old" && go test -c -tags flashgpu -ldflags='-s -w' -o "$root/.gpu/bench-old.test" ./bench)
+	packed_bins+=(bench-old.test)
+fi
+tar -C .gpu -cf - "${packed_bins[@]}" | xz -9 --lzma2=preset=9,dict=192MiB -T1 >.gpu/bins.tar.xz.tmp
 mv .gpu/bins.tar.xz.tmp .gpu/bins.tar.xz
 tracked=$(git ls-files -z | du -cb --files0-from=- | tail -n 1 | cut -f 1)
 packed=$(stat -c %s .gpu/bins.tar.xz)

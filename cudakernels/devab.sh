@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# devab.sh OUTDIR — a kernel change timed against its base on the GPU
+# machine, in one call: bench.test and bench-old.test (devpack.sh OLD=<rev>)
+# run the same benchmarks in turn, old then new, ROUNDS times (default 3),
+# so that both meet the same clocks and neighbours. BENCH is the -test.bench
+# pattern (default 'KernelsGPU/(bf16|fp16)/'). Each run's output goes to
+# OUTDIR/{old,new}-<round>.txt, for benchstat on the development machine
+# (cat old-*.txt >old.txt; cat new-*.txt >new.txt; benchstat old.txt
+# new.txt). A round starts only while LIMIT seconds (default 480) have not
+# passed.
+set -uo pipefail
+out="${1:?usage: devab.sh OUTDIR}"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=devcommon.sh
+. "$root/cudakernels/devcommon.sh"
+[[ -x "$bins/bench-old.test" ]] || { echo "devab: no bench-old.test (devpack.sh OLD=<rev>)" >&2; exit 1; }
+nvidia-smi -L
+for r in $(seq "${ROUNDS:-3}"); do
+	for side in old new; do
+		((SECONDS < ${LIMIT:-480})) || { echo "devab: ${SECONDS}s passed, stopping"; break 2; }
+		bin=$bins/bench.test
+		[[ $side == old ]] && bin=$bins/bench-old.test
+		(cd "$root/bench" && "$bin" -test.run '^$' -test.bench "${BENCH:-KernelsGPU/(bf16|fp16)/}" -test.benchtime 1x) \
+			>"$out/$side-$r.txt" 2>&1
+		echo "$side-$r exit $? at ${SECONDS}s"
+	done
+done
