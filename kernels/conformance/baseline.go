@@ -7,9 +7,13 @@ import (
 )
 
 // result holds the outputs of one forward and backward pass; dbias is nil
-// without a bias.
+// without a bias. mass, in a reference's result only, is the largest
+// column mass of its P (columnMass), which the checks' floors read: it
+// costs as much as the reference's forward, so it is found once per
+// problem rather than once per check.
 type result[T kernels.Float] struct {
 	o, lse, dq, dk, dv, dbias []T
+	mass                      float64
 }
 
 // naive32 is the baseline for precision prec: attention as an eager
@@ -20,12 +24,16 @@ type result[T kernels.Float] struct {
 // a bias, p must hold its float32 data; dBias is dS rounded as stored,
 // summed in head order.
 func naive32(p kernels.Params, prec kernels.Precision, q, k, v, do, dlse []float32) result[float32] {
-	return naiveProducts(p, prec, func(a, b float32) float32 { return a * b }, q, k, v, do, dlse)
+	return naiveProducts(p, prec, nil, q, k, v, do, dlse)
 }
 
 // naiveProducts is naive32 with every multiplication of a matrix product's
 // operands taken by mul, so that a test can ask what error another scheme
-// of products would give the same naive computation (study_test.go).
+// of products would give the same naive computation (study_test.go). A nil
+// mul is the plain float32 product, written inline: through a function
+// value per product, the baseline took 3.5 times as long as the float64
+// reference and 61 % of the CPU backend's whole suite (dev, 2026-12-05),
+// and every GPU suite computes it for every case too.
 func naiveProducts(p kernels.Params, prec kernels.Precision, mul func(a, b float32) float32, q, k, v, do, dlse []float32) result[float32] {
 	in, out := rounding(prec)
 	r := result[float32]{
@@ -43,12 +51,32 @@ func naiveProducts(p kernels.Params, prec kernels.Precision, mul func(a, b float
 		return y
 	}
 	qr, kr, vr, dor := rnd(q), rnd(k), rnd(v), rnd(do)
+	// Each product is rounded to float32 before it is summed (the
+	// conversion forbids fusing the two into an FMA), as mul's result is.
 	dot := func(a, b []float32) float32 {
 		var s float32
+		if mul == nil {
+			for i, x := range a {
+				s += float32(x * b[i])
+			}
+			return s
+		}
 		for i, x := range a {
 			s += mul(x, b[i])
 		}
 		return s
+	}
+	// axpy adds a·x to y elementwise, a product at a time.
+	axpy := func(y []float32, a float32, x []float32) {
+		if mul == nil {
+			for d, xd := range x {
+				y[d] += float32(a * xd)
+			}
+			return
+		}
+		for d, xd := range x {
+			y[d] += mul(a, xd)
+		}
 	}
 	scale := float32(p.Scale)
 	pr := make([]float32, p.Nk) // P of one row, rounded as stored
@@ -90,9 +118,7 @@ func naiveProducts(p kernels.Params, prec kernels.Precision, mul func(a, b float
 			}
 			oi := row(r.o, qOff, i)
 			for j := lo; j < hi; j++ {
-				for d, x := range row(vr, kOff, j) {
-					oi[d] += mul(in(pr[j]*keep[j]), x)
-				}
+				axpy(oi, in(pr[j]*keep[j]), row(vr, kOff, j))
 			}
 			for d := range oi {
 				oi[d] = out(oi[d])
@@ -112,16 +138,10 @@ func naiveProducts(p kernels.Params, prec kernels.Precision, mul func(a, b float
 				if r.dbias != nil {
 					r.dbias[p.BiasOffset(bh)+i*p.Nk+j] += out(pr[j] * (dsr[j] - rowD))
 				}
-				ds := out(pr[j] * (dsr[j] - rowD) * grad[j])
-				for d, x := range row(kr, kOff, j) {
-					dqi[d] += mul(in(ds), x)
-				}
-				dkj, dvj := row(r.dk, kOff, j), row(r.dv, kOff, j)
-				qi := row(qr, qOff, i)
-				for d := range p.D {
-					dkj[d] += mul(in(ds), qi[d])
-					dvj[d] += mul(in(pr[j]*keep[j]), doi[d])
-				}
+				ds := in(out(pr[j] * (dsr[j] - rowD) * grad[j]))
+				axpy(dqi, ds, row(kr, kOff, j))
+				axpy(row(r.dk, kOff, j), ds, row(qr, qOff, i))
+				axpy(row(r.dv, kOff, j), in(pr[j]*keep[j]), doi)
 			}
 			for d := range dqi {
 				dqi[d] = out(scale * dqi[d])

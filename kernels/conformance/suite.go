@@ -296,8 +296,11 @@ func reference(p kernels.Params, q, k, v, do, dlse []float64) (result[float64], 
 	if err := kernels.NaiveForward(p, q, k, v, r.o, r.lse); err != nil {
 		return r, err
 	}
-	err := kernels.NaiveBackward(withBiasGrad(p, r.dbias), q, k, v, r.o, r.lse, do, dlse, r.dq, r.dk, r.dv)
-	return r, err
+	if err := kernels.NaiveBackward(withBiasGrad(p, r.dbias), q, k, v, r.o, r.lse, do, dlse, r.dq, r.dk, r.dv); err != nil {
+		return r, err
+	}
+	r.mass = columnMass(p, q, k, r.lse)
+	return r, nil
 }
 
 func newResult[T kernels.Float](p kernels.Params) result[T] {
@@ -414,8 +417,9 @@ func testGolden(t *testing.T, b kernels.Backend, prec kernels.Precision, o optio
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			o.skipUnsupported(t, b, c.Params)
-			want := result[float64]{c.O, c.LSE, c.DQ, c.DK, c.DV, c.DBias}
 			p := withBiasData(c.Params, nil, c.Bias)
+			want := result[float64]{o: c.O, lse: c.LSE, dq: c.DQ, dk: c.DK, dv: c.DV, dbias: c.DBias,
+				mass: columnMass(p, c.Q, c.K, c.LSE)}
 			got := runPass(t, b, p, c.Q, c.K, c.V, c.DO, nil)
 			check64(t, b, p, got, want, c.Q, c.K, c.V, c.DO, false)
 			// The float32 path sees the inputs rounded to float32; its
