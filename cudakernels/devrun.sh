@@ -7,14 +7,18 @@
 # never run beside this batch.
 #
 #  1. In parallel, one process each: TestConformanceFP32, and
-#     TestConformance{TF32,BF16,FP16} of each kernel set (sm80, sm90,
-#     sm90-rowblock, sm90-ws2), the BF16 and FP16 sm90 suites again on the
-#     fused backward (FLASHATTN_DETERMINISTIC=0), the rest of package cudakernels' GPU tests, op's GPU
-#     tests, and compute-sanitizer memcheck and racecheck on small cases
-#     (SANITIZE_RUN). Their float64 references keep the host's cores busy
-#     while the GPU is mostly idle, so they share it: about 320 s for
-#     the ten processes of 2026-12-04, where one after another took over
-#     900; the 22 of today's sets do not fit one call (PART).
+#     TestConformance{TF32,BF16,FP16}, each running every kernel set (sm80,
+#     sm90, sm90-rowblock, sm90-ws2) in turn, the BF16 and FP16 sm90 suites
+#     again on the fused backward (FLASHATTN_DETERMINISTIC=0), the rest of
+#     package cudakernels' GPU tests, op's GPU tests, and compute-sanitizer
+#     memcheck and racecheck on small cases (SANITIZE_RUN). The float64
+#     references and naive baselines are nearly all of the host's work and
+#     keep its cores busy while the GPU is mostly idle, so the processes
+#     share it: about 320 s for the ten processes of 2026-12-04, where one
+#     after another took over 900. A precision's sets share their
+#     references (conformance.KeepReferences, since 2026-12-05), which is
+#     why a precision is one process: with one process per set (22 in
+#     all) every suite passed 450 s unfinished on 2026-12-05.
 #  2. The tests that read the device's free memory, which other processes
 #     move, one at a time: cudakernels' TestDeviceMemoryStable (in phase 1
 #     it failed by the 48 MB the parallel suites moved, 2026-12-04) and
@@ -53,12 +57,10 @@ run() {
 }
 
 limit="${TEST_TIMEOUT:-480}"
-# PART splits the batch between three device calls: every suite process
-# computes its own float64 references on the host, and all 22 at once
-# (2026-12-05) left 16 cores so short that each suite passed 450 s
-# unfinished. PART=1: FP32, TF32 and the other tests; PART=2: BF16, its
-# fused run; PART=3: FP16, its fused run, then phase 2. Unset: everything
-# at once, as before.
+# PART splits the batch between three device calls, should one call not
+# hold it: PART=1: FP32, TF32 and the other tests; PART=2: BF16, its fused
+# run; PART=3: FP16, its fused run, then phase 2. Unset: everything at
+# once.
 part="${PART:-all}"
 in_part() { [[ "$part" == all || "$part" == "$1" ]]; }
 precision_part() { case $1 in TF32) echo 1 ;; BF16) echo 2 ;; *) echo 3 ;; esac; }
@@ -66,15 +68,13 @@ if in_part 1; then
 	run conformance-FP32 "$root/cudakernels" "$limit" "$bins/cudakernels.test" -test.v "${short[@]}" \
 		-test.run 'TestConformanceFP32$' &
 fi
-# One process per tensor-core precision and kernel set (testKernelSets):
-# all sets in one process would take over 450 s at BF16. TF32 has no
-# two-consumer kernel (its set skips).
+# One process per tensor-core precision, its kernel sets (testKernelSets)
+# in turn, sharing their references. TF32 has no two-consumer kernel (its
+# set skips).
 for prec in TF32 BF16 FP16; do
 	in_part "$(precision_part "$prec")" || continue
-	for set in sm80 sm90 sm90-rowblock sm90-ws2; do
-		run "conformance-$prec-$set" "$root/cudakernels" "$limit" "$bins/cudakernels.test" -test.v "${short[@]}" \
-			-test.run "TestConformance$prec\$/^$set\$" &
-	done
+	run "conformance-$prec" "$root/cudakernels" "$limit" "$bins/cudakernels.test" -test.v "${short[@]}" \
+		-test.run "TestConformance$prec\$" &
 done
 # The fused Hopper backward (WithDeterministic(false)) through the whole
 # suite: its sets run the deterministic tests too, which it fails by

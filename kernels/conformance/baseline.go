@@ -24,7 +24,13 @@ type result[T kernels.Float] struct {
 // a bias, p must hold its float32 data; dBias is dS rounded as stored,
 // summed in head order.
 func naive32(p kernels.Params, prec kernels.Precision, q, k, v, do, dlse []float32) result[float32] {
-	return naiveProducts(p, prec, nil, q, k, v, do, dlse)
+	kept, digest, ok := baselines.get(p, prec, [][]float32{q, k, v, do, dlse})
+	if ok {
+		return kept
+	}
+	r := naiveProducts(p, prec, nil, q, k, v, do, dlse)
+	baselines.put(p, prec, digest, r, resultBytes(r))
+	return r
 }
 
 // naiveProducts is naive32 with every multiplication of a matrix product's
