@@ -19,6 +19,11 @@
 #     references (conformance.KeepReferences, since 2026-12-05), which is
 #     why a precision is one process: with one process per set (22 in
 #     all) every suite passed 450 s unfinished on 2026-12-05.
+#  0. First, alone, the quick checks (QUICK, a -test.run pattern of
+#     package cudakernels; empty skips them): the tests whose verdict
+#     decides what to do next, printed before the long batch starts, so
+#     that a call cut short still reports them. Default: the orientation
+#     probe, the fused backward against the two kernels, and TestHeadDims.
 #  2. The tests that read the device's free memory, which other processes
 #     move, one at a time: cudakernels' TestDeviceMemoryStable (in phase 1
 #     it failed by the 48 MB the parallel suites moved, 2026-12-04) and
@@ -28,7 +33,7 @@
 # 8 files) and a summary to stdout; the exit status is 1 if anything
 # failed or timed out. Environment: TEST_TIMEOUT (seconds for each process
 # of phase 1, default 480), SHORT=1 (-test.short everywhere), SANITIZE_RUN,
-# PART (1, 2 or 3: a third of the batch per device call, below).
+# PART (1, 2 or 3: a third of the batch per device call, below), QUICK.
 set -uo pipefail
 out="${1:?usage: devrun.sh OUTDIR}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -55,6 +60,16 @@ run() {
 	local rc=$?
 	echo "$name exit $rc" >>"$logs/summary.txt"
 }
+
+quick="${QUICK-TestTF32ProductsIgnoreOperandOrder|TestFusedBackwardMatchesTwoKernels|TestHeadDims}"
+if [[ -n "$quick" ]]; then
+	SECONDS=0
+	(cd "$root/cudakernels" && timeout 240 "$bins/cudakernels.test" -test.v -test.run "$quick") >"$logs/quick.log" 2>&1
+	rc=$?
+	echo "quick checks exit $rc in ${SECONDS}s:"
+	grep -E -- '^--- (PASS|FAIL|SKIP)|^    --- FAIL|^panic' "$logs/quick.log" | head -n 40
+	[[ "$rc" == 0 ]] || failed=1
+fi
 
 limit="${TEST_TIMEOUT:-480}"
 # PART splits the batch between three device calls, should one call not
@@ -85,7 +100,7 @@ for prec in BF16 FP16; do
 		-test.v "${short[@]}" -test.run "TestConformance$prec\$/^sm90\$" &
 done
 in_part 1 && run cudakernels-other "$root/cudakernels" "$limit" "$bins/cudakernels.test" -test.v "${short[@]}" \
-	-test.skip 'TestConformance(FP32|TF32|BF16|FP16)$|TestDeviceMemoryStable' &
+	-test.skip "TestConformance(FP32|TF32|BF16|FP16)\$|TestDeviceMemoryStable${quick:+|$quick}" &
 in_part 1 && run op-gpu "$root/op" "$limit" "$bins/op.test" -test.v "${short[@]}" -test.run GPU \
 	-test.skip TestGPUTrainingLeavesNoMemory &
 sanitize="${SANITIZE_RUN:-TestConformanceBF16/sm(80|90)$/(golden|rows-without-keys)|TestHeadDims/(fp32|tf32|bf16)/B1H2_Nq70_Nk255_D(96|256)|TestFusedBackwardMatchesTwoKernels}"
