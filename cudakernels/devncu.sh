@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# devncu.sh OUTDIR — Nsight Compute profiles of the kernels a change
+# touched, in one device call, with the figures issue 12 asks NOTES.md to
+# keep: duration, tensor-pipe utilisation, the other pipes, the warp
+# stalls, registers and spills, shared memory, DRAM and L2 throughput.
+# Clocks are left as they are (--clock-control none), as in every profile
+# NOTES.md quotes. From the repository root, with the binaries devpack.sh
+# built (.gpu/bins.tar.xz or .gpu/*).
+#
+# BENCH is the -test.bench pattern of bench.test (default: BenchmarkKernelsGPU's
+# BF16 forward and backward at D = 128, N = 8192, not causal) and KERNELS an
+# ncu regex of kernel names (default: the Hopper attention kernels and the
+# conversions into images). ncu profiles the first COUNT launches that
+# match (default 12: KernelTime's warm-up and timed runs launch each kernel
+# several times). FLAGS adds bench.test flags (e.g. -deterministic=false
+# for the fused backward).
+#
+# Output: OUTDIR/ncu.txt (every section ncu printed) and a summary, one
+# block per profiled launch, on stdout and in OUTDIR/ncu-summary.txt.
+set -uo pipefail
+out="${1:?usage: devncu.sh OUTDIR}"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=devcommon.sh
+. "$root/cudakernels/devcommon.sh"
+command -v ncu >/dev/null || { echo "devncu: ncu not found" >&2; exit 1; }
+nvidia-smi -L
+bench="${BENCH:-KernelsGPU/bf16/(fwd|bwd)/D128_N8192_causal=false}"
+kernels="${KERNELS:-flash_(fwd|bwd)_.*wgmma|flash_to_image|flash_dot_do_o}"
+metrics=(
+	sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+	sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active
+	sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active
+	sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active
+	smsp__sass_inst_executed_op_local_ld.sum
+	smsp__sass_inst_executed_op_local_st.sum
+	lts__t_sectors_op_red.sum
+	lts__throughput.avg.pct_of_peak_sustained_elapsed
+)
+metric_list=$(
+	IFS=,
+	echo "${metrics[*]}"
+)
+# shellcheck disable=SC2086 # FLAGS: bench.test flags, one per word
+(cd "$root/bench" && ncu --clock-control none --kernel-name "regex:$kernels" --launch-count "${COUNT:-12}" \
+	--section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+	--section MemoryWorkloadAnalysis --metrics "$metric_list" \
+	"$bins/bench.test" -test.run '^$' -test.bench "$bench" -test.benchtime 1x ${FLAGS:-}) >"$out/ncu.txt" 2>&1
+echo "ncu exit $?"
+# The summary: per launch, its name and grid, then the lines with the
+# figures above (ncu's own names), and the stall sentence of WarpStateStats.
+awk '
+	/^  [a-z_0-9]+ \([0-9]+, [0-9]+, [0-9]+\)x/ { line = $0; sub(/, Context.*/, "", line); sub(/^ +/, "", line); print ""; print line; next }
+	/Duration|Registers Per Thread|Dynamic Shared Memory Per Block|Achieved Occupancy|Compute \(SM\) Throughput|DRAM Throughput|L2 Cache Throughput|Warp Cycles Per Issued Instruction|pct_of_peak|op_local|op_red/ { $1 = $1; print "  " $0 }
+	/stalled waiting|spends .* cycles being stalled/ { $1 = $1; print "  stall: " $0 }
+' "$out/ncu.txt" | tee "$out/ncu-summary.txt"
