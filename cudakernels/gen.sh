@@ -51,7 +51,7 @@ compile() {
 	local deps
 	deps=$("$NVCC" -M -std=c++17 -arch="compute_$2" "csrc/$1" | tr -d '\\' | tr ' ' '\n' | grep '^csrc/' | sort -u)
 	# shellcheck disable=SC2086 # deps: one path per word
-	if unchanged gen.sh "ptx/$3_sm$2.ptx" $deps; then
+	if [[ -n "$deps" ]] && unchanged gen.sh "ptx/$3_sm$2.ptx" "csrc/$1" $deps; then
 		echo "gen.sh: ptx/$3_sm$2.ptx is up to date"
 		return
 	fi
