@@ -6,6 +6,12 @@
 # Timings beside PyTorch's are the bench/*_side_by_side.py scripts' business,
 # never run beside this batch.
 #
+#  0. First, alone, the quick checks (QUICK, a -test.run pattern of
+#     package cudakernels; empty skips them; with PART, in part 1 only):
+#     the tests whose verdict decides what to do next, printed before the
+#     long batch starts, so that a call cut short still reports them.
+#     Default: the orientation probe, the fused backward against the two
+#     kernels, and TestHeadDims.
 #  1. In parallel, one process each: TestConformanceFP32, and
 #     TestConformance{TF32,BF16,FP16}, each running every kernel set (sm80,
 #     sm90, sm90-rowblock, sm90-ws2) in turn, the BF16 and FP16 sm90 suites
@@ -19,11 +25,6 @@
 #     references (conformance.KeepReferences, since 2026-12-05), which is
 #     why a precision is one process: with one process per set (22 in
 #     all) every suite passed 450 s unfinished on 2026-12-05.
-#  0. First, alone, the quick checks (QUICK, a -test.run pattern of
-#     package cudakernels; empty skips them): the tests whose verdict
-#     decides what to do next, printed before the long batch starts, so
-#     that a call cut short still reports them. Default: the orientation
-#     probe, the fused backward against the two kernels, and TestHeadDims.
 #  2. The tests that read the device's free memory, which other processes
 #     move, one at a time: cudakernels' TestDeviceMemoryStable (in phase 1
 #     it failed by the 48 MB the parallel suites moved, 2026-12-04) and
@@ -61,24 +62,25 @@ run() {
 	echo "$name exit $rc" >>"$logs/summary.txt"
 }
 
-quick="${QUICK-TestTF32ProductsIgnoreOperandOrder|TestFusedBackwardMatchesTwoKernels|TestHeadDims}"
-if [[ -n "$quick" ]]; then
-	SECONDS=0
-	(cd "$root/cudakernels" && timeout 240 "$bins/cudakernels.test" -test.v -test.run "$quick") >"$logs/quick.log" 2>&1
-	rc=$?
-	echo "quick checks exit $rc in ${SECONDS}s:"
-	grep -E -- '^--- (PASS|FAIL|SKIP)|^    --- FAIL|^panic' "$logs/quick.log" | head -n 40
-	[[ "$rc" == 0 ]] || failed=1
-fi
-
 limit="${TEST_TIMEOUT:-480}"
 # PART splits the batch between three device calls, should one call not
-# hold it: PART=1: FP32, TF32 and the other tests; PART=2: BF16, its fused
-# run; PART=3: FP16, its fused run, then phase 2. Unset: everything at
-# once.
+# hold it: PART=1: the quick checks, FP32, TF32 and the other tests;
+# PART=2: BF16, its fused run; PART=3: FP16, its fused run, then phase 2.
+# Unset: everything at once.
 part="${PART:-all}"
 in_part() { [[ "$part" == all || "$part" == "$1" ]]; }
 precision_part() { case $1 in TF32) echo 1 ;; BF16) echo 2 ;; *) echo 3 ;; esac; }
+
+quick="${QUICK-TestTF32ProductsIgnoreOperandOrder|TestFusedBackwardMatchesTwoKernels|TestHeadDims}"
+in_part 1 || quick=
+if [[ -n "$quick" ]]; then
+	start=$SECONDS
+	(cd "$root/cudakernels" && timeout 240 "$bins/cudakernels.test" -test.v -test.run "$quick") >"$logs/quick.log" 2>&1
+	rc=$?
+	echo "quick checks exit $rc in $((SECONDS - start))s:"
+	grep -E -- '^--- (PASS|FAIL|SKIP)|^    --- FAIL|^panic' "$logs/quick.log" | head -n 40
+	[[ "$rc" == 0 ]] || failed=1
+fi
 if in_part 1; then
 	run conformance-FP32 "$root/cudakernels" "$limit" "$bins/cudakernels.test" -test.v "${short[@]}" \
 		-test.run 'TestConformanceFP32$' &
