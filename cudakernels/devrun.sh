@@ -94,8 +94,9 @@ for prec in TF32 BF16 FP16; do
 		-test.run "TestConformance$prec\$" &
 done
 # The fused Hopper backward (WithDeterministic(false)) through the whole
-# suite: its sets run the deterministic tests too, which it fails by
-# design (determinism), so read this log for the other failures.
+# suite, its determinism tests skipped (conformance.NonDeterministic: its
+# dQ sums vary in order from call to call), so its exit status is its
+# verdict.
 for prec in BF16 FP16; do
 	in_part "$(precision_part "$prec")" || continue
 	run "conformance-$prec-fused" "$root/cudakernels" "$limit" env FLASHATTN_DETERMINISTIC=0 "$bins/cudakernels.test" \
