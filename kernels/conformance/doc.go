@@ -38,7 +38,8 @@
 //     tolerances below. Rows that see no key stay 0, +Inf and 0 whatever
 //     the other rows hold. The rules are in the kernels package doc.
 //   - Determinism: two calls give bit-identical results, dBias summed
-//     over broadcast heads included.
+//     over broadcast heads included (skipped for a backend configured to
+//     sum in a varying order, with NonDeterministic).
 //   - Inputs are not modified, and bad slice lengths give an error.
 //
 // # Tolerances
@@ -63,4 +64,9 @@
 // and three head dimensions: races depend on the parallel structure, which
 // these sizes exercise fully, while the full sweep's float64 reference runs
 // past the default test timeout under the detector.
+//
+// The float64 references and the naive baselines are nearly all of a run's
+// work on a GPU backend. A process that runs the suite on several backends
+// with the same problems (a GPU's kernel sets) can keep them between runs
+// with KeepReferences, so that each is computed once.
 package conformance
