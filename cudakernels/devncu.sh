@@ -9,10 +9,11 @@
 #
 # BENCH is the -test.bench pattern of bench.test (default: BenchmarkKernelsGPU's
 # BF16 forward and backward at D = 128, N = 8192, not causal) and KERNELS an
-# ncu regex of kernel names (default: the Hopper attention kernels and the
-# conversions into images). ncu profiles the first COUNT launches that
-# match (default 12: KernelTime's warm-up and timed runs launch each kernel
-# several times). FLAGS adds bench.test flags (e.g. -deterministic=false
+# ncu regex of kernel names (default: the Hopper attention kernels, the
+# conversions into images, and the backward's dot(dO, O) and statistics
+# passes). ncu profiles the first COUNT launches that match (default 12:
+# KernelTime's warm-up and timed runs launch each kernel several times;
+# raise it to reach the backward's kernels after the forward's). FLAGS adds bench.test flags (e.g. -deterministic=false
 # for the fused backward).
 #
 # Output: OUTDIR/ncu.txt (every section ncu printed) and a summary, one
@@ -25,7 +26,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 command -v ncu >/dev/null || { echo "devncu: ncu not found" >&2; exit 1; }
 nvidia-smi -L
 bench="${BENCH:-KernelsGPU/bf16/(fwd|bwd)/D128_N8192_causal=false}"
-kernels="${KERNELS:-flash_(fwd|bwd)_.*wgmma|flash_to_image|flash_dot_do_o}"
+kernels="${KERNELS:-flash_(fwd|bwd)_.*wgmma|flash_to_image|flash_bwd_dot_do_o|flash_bwd_stats}"
 metrics=(
 	sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
 	sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active
