@@ -11,9 +11,9 @@
 # BF16 forward and backward at D = 128, N = 8192, not causal) and KERNELS an
 # ncu regex of kernel names (default: the Hopper attention kernels, the
 # conversions into images, and the backward's dot(dO, O) and statistics
-# passes). ncu profiles the first COUNT launches that match (default 48:
-# KernelTime's warm-up and timed runs launch each kernel several times, and
-# the forward's four kernels come before the backward's). FLAGS adds
+# passes). ncu profiles the first COUNT launches that match (default 60:
+# KernelTime runs a forward four times, 16 launches, then a forward and
+# three backwards, about 37 more). FLAGS adds
 # bench.test flags (e.g. -deterministic=false for the fused backward).
 #
 # Output: OUTDIR/ncu.txt (every section ncu printed) and a summary, one
@@ -42,7 +42,7 @@ metric_list=$(
 	echo "${metrics[*]}"
 )
 # shellcheck disable=SC2086 # FLAGS: bench.test flags, one per word
-(cd "$root/bench" && ncu --clock-control none --kernel-name "regex:$kernels" --launch-count "${COUNT:-48}" \
+(cd "$root/bench" && ncu --clock-control none --kernel-name "regex:$kernels" --launch-count "${COUNT:-60}" \
 	--section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
 	--section MemoryWorkloadAnalysis --metrics "$metric_list" \
 	"$bins/bench.test" -test.run '^$' -test.bench "$bench" -test.benchtime 1x ${FLAGS:-}) >"$out/ncu.txt" 2>&1
