@@ -6,7 +6,6 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
-	"os"
 	"testing"
 
 	"github.com/gorgonia-flash/flashattention/kernels"
@@ -34,8 +33,8 @@ func conformanceByFamily(t *testing.T, prec Precision) {
 	for _, set := range testKernelSets {
 		runKernelSet(t, set.name, prec, set, func(t *testing.T, prec Precision, opts ...Option) {
 			suite := []conformance.Option{conformance.MaskedNaNMayPropagate(), gpuVariants}
-			if os.Getenv("FLASHATTN_DETERMINISTIC") == "0" {
-				suite = append(suite, conformance.NonDeterministic()) // the fused backward (testOptions)
+			if fusedBackwardRun() {
+				suite = append(suite, conformance.NonDeterministic())
 			}
 			conformance.Run(t, newTestBackend(t, opts...), prec, suite...)
 		})

@@ -81,11 +81,16 @@ func (m *memo[T, R]) trim() {
 // of in for put (none while limit is 0).
 func (m *memo[T, R]) get(p kernels.Params, prec kernels.Precision, in [][]T) (r R, digest [sha256.Size]byte, ok bool) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.limit == 0 {
+	on := m.limit > 0
+	m.mu.Unlock()
+	if !on {
 		return r, digest, false
 	}
+	// Hashed outside the lock: megabytes of inputs, which parallel tests
+	// need not wait on each other for.
 	digest = inputDigest(in)
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	for i, e := range m.entries {
 		if e.prec == prec && e.digest == digest && e.p.Equal(p) {
 			m.entries = append(slices.Delete(m.entries, i, i+1), e)
