@@ -20,6 +20,12 @@
 // O = acc / l and LSE = m + log l; a row that sees no key by the mask gets
 // O = 0, LSE = +Inf.
 //
+// Units are handed out dynamically, longest first where a causal mask
+// makes them uneven: heads in bands of about 64 units, and within a band
+// the row blocks from the last (forwardUnit); the backward's key chunks
+// chunk-major, every head's first (longest) chunk before any second one
+// (backwardUnit). The order never changes a result.
+//
 // # Decoding
 //
 // A problem with at most 64 query rows per key head (H/Hkv · Nq, a decode
