@@ -57,6 +57,33 @@ __device__ __forceinline__ float row_sum16(float x) {
   return x;
 }
 
+// add_pv adds P·V of a key tile's first keys keys (from k0) to the thread's
+// accumulators: its rows 4·rg … +3 of Pᵀ, its columns 4·lane16 + 64·g of
+// V. With kSeenOnly it adds only the pairs whose key row i sees (lo[i] ≤
+// key < hi[i]), for tiles whose V is not finite.
+template <int DP, bool kSeenOnly>
+__device__ __forceinline__ void add_pv(float (&acc)[4][DP / 16], const float* sPt, const float* sV, int rg,
+                                       int lane16, int keys, long long k0, const int (&lo)[4], const int (&hi)[4]) {
+  // The rare loop unrolled too took 24 more bytes of spill at DP = 128.
+#pragma unroll(kSeenOnly ? 1 : 2)
+  for (int j = 0; j < keys; ++j) {
+    const float4 pv = *reinterpret_cast<const float4*>(sPt + p_slot(j, rg));
+    const float pj[4] = {pv.x, pv.y, pv.z, pv.w};
+#pragma unroll
+    for (int g = 0; g < DP / 64; ++g) {
+      const float4 vv = *reinterpret_cast<const float4*>(sV + j * DP + 64 * g + 4 * lane16);
+      const float vj[4] = {vv.x, vv.y, vv.z, vv.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const bool seen = !kSeenOnly || (lo[i] <= k0 + j && k0 + j < hi[i]);
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          acc[i][4 * g + c] = seen ? Math<float>::fma(pj[i], vj[c], acc[i][4 * g + c]) : acc[i][4 * g + c];
+      }
+    }
+  }
+}
+
 template <int DP>
 __device__ void fwd_blocked(const Params& p) {
   static_assert(DP % 64 == 0, "fwd_blocked: DP must be a multiple of 64");
@@ -195,40 +222,12 @@ __device__ void fwd_blocked(const Params& p) {
     // O += P·V over the tile's keys. A key a row does not see has P = 0,
     // but 0 times an infinite or NaN value would not be 0, and the
     // reference never touches such a pair: a tile whose V is not finite
-    // adds only the pairs the rows see (rare: the fast loop otherwise).
-    const int j_end = k0 + BN <= kv_end ? BN : static_cast<int>(kv_end - k0);
+    // adds only the pairs the rows see (rare: the plain loop otherwise).
+    const int keys = k0 + BN <= kv_end ? BN : static_cast<int>(kv_end - k0);
     if (*sNonFinite == 0) {
-#pragma unroll 2
-      for (int j = 0; j < j_end; ++j) {
-        const float4 pv = *reinterpret_cast<const float4*>(sPt + p_slot(j, rg));
-        const float pj[4] = {pv.x, pv.y, pv.z, pv.w};
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-          const float4 vv = *reinterpret_cast<const float4*>(sV + j * DP + 64 * g + 4 * lane16);
-          const float vj[4] = {vv.x, vv.y, vv.z, vv.w};
-#pragma unroll
-          for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) acc[i][4 * g + c] = M::fma(pj[i], vj[c], acc[i][4 * g + c]);
-        }
-      }
+      add_pv<DP, false>(acc, sPt, sV, rg, lane16, keys, k0, lo, hi);
     } else {
-      for (int j = 0; j < j_end; ++j) {
-        const float4 pv = *reinterpret_cast<const float4*>(sPt + p_slot(j, rg));
-        const float pj[4] = {pv.x, pv.y, pv.z, pv.w};
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-          const float4 vv = *reinterpret_cast<const float4*>(sV + j * DP + 64 * g + 4 * lane16);
-          const float vj[4] = {vv.x, vv.y, vv.z, vv.w};
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const bool seen = lo[i] <= k0 + j && k0 + j < hi[i];
-#pragma unroll
-            for (int c = 0; c < 4; ++c)
-              acc[i][4 * g + c] = seen ? M::fma(pj[i], vj[c], acc[i][4 * g + c]) : acc[i][4 * g + c];
-          }
-        }
-      }
+      add_pv<DP, true>(acc, sPt, sV, rg, lane16, keys, k0, lo, hi);
     }
   }
 
