@@ -223,8 +223,9 @@ const bandUnits = 64
 // and row block. The heads go by bands of consecutive heads, about
 // bandUnits units each, so that the workers running at once share a few
 // heads' K and V (a band's K, Kᵀ and V take about 3·4096·D elements, 3 MiB
-// at D = 64 in float32, until one head alone holds more); within a band the row blocks go from the last, each over the band's
-// heads. Under a causal mask a row block sees more keys the later it is,
+// at D = 64 in float32, until one head alone holds more); within a band
+// the row blocks go from the last, each over the band's heads. Under a
+// causal mask a row block sees more keys the later it is,
 // so the long units start first and the short ones fill the end of the
 // call: in the order of the row blocks, head by head, the last head's
 // longest units started last and the other workers waited for them. A
