@@ -225,14 +225,14 @@ const bandUnits = 64
 // heads' K and V (a band's K, Kᵀ and V take about 3·4096·D elements, 3 MiB
 // at D = 64 in float32, until one head alone holds more); within a band
 // the row blocks go from the last, each over the band's heads. Under a
-// causal mask a row block sees more keys the later it is,
-// so the long units start first and the short ones fill the end of the
-// call: in the order of the row blocks, head by head, the last head's
-// longest units started last and the other workers waited for them. A
-// model of the dynamic hand-out (TestUnitsLongestFirst) put that idle
-// share at 5 % of 16 workers at N = 2048 and 22 % at N = 512 (B = 1,
-// H = 8), 0 in this order. Without a mask every unit costs the same;
-// and which worker computes a unit, or when, never changes its bits.
+// causal mask a row block sees more keys the later it is, so the long
+// units start first and the short ones fill the end of the call: in the
+// order of the row blocks, head by head, the last head's longest units
+// started last and the other workers waited for them. A model of the
+// dynamic hand-out (TestUnitsLongestFirst) put that idle share at 5 % of
+// 16 workers at N = 2048 and 22 % at N = 512 (B = 1, H = 8), 0 in this
+// order. Without a mask every unit costs the same; and which worker
+// computes a unit, or when, never changes its bits.
 func forwardUnit(unit, qBlocks, heads int) (bh, qb int) {
 	per := min(heads, ceilDiv(bandUnits, qBlocks))
 	first := unit / (per * qBlocks) * per
