@@ -1,6 +1,7 @@
 package cudakernels
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -22,6 +23,17 @@ func TestCUDACoreForwardOnHost(t *testing.T) {
 	}
 	if testing.Short() {
 		t.Skip("-short: the emulated kernels take about 20 s")
+	}
+	// g++ reads the sources, not this process, so go test's cache would
+	// not see them change: opening them here makes them part of the key.
+	sources, err := filepath.Glob("csrc/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range append(sources, "emu/cuda_emu.h", "emu/simt_forward.cc") {
+		if _, err := os.ReadFile(f); err != nil {
+			t.Fatal(err)
+		}
 	}
 	bin := filepath.Join(t.TempDir(), "simt_forward")
 	build := exec.Command(gxx, "-std=c++20", "-O2", "-Wall", "-Wextra", "-Wno-unknown-pragmas", "-Werror",
