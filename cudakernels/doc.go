@@ -182,10 +182,10 @@
 //
 // The CUDA sources are under csrc/, one concern per file: params.cuh (the
 // kernels' argument), common.cuh (mask, math, guards), simt_tile.cuh (tile geometry and shared-memory layout of the
-// CUDA-core kernels), fwd_simt.cuh (forward), fwd_simt_blocked.cuh (a
-// register-blocked float32 forward: 4×4 score blocks per thread from
-// 16-byte shared loads, checked on the host and not yet launched on a GPU,
-// see NOTES.md), bwd_simt.cuh (backward),
+// CUDA-core kernels), fwd_simt.cuh (forward), bwd_simt.cuh (backward),
+// fwd_simt_blocked.cuh and bwd_simt_blocked.cuh (register-blocked float32
+// forward and backward: 4×4 score blocks per thread from 16-byte shared
+// loads; checked on the host, not yet launched on a GPU, see NOTES.md),
 // mma.cuh (tensor-core operand types, fragments, cp.async), fwd_mma.cuh
 // (tensor-core forward and the conversions to operand types), bwd_mma.cuh
 // (tensor-core backward), round.cuh (storage rounding for the CUDA-core
@@ -199,10 +199,10 @@
 //
 // emu/ runs the CUDA-core kernels on the host: cuda_emu.h models a launch
 // (a block's threads as host threads, barriers for __syncthreads, __syncwarp
-// and the shuffles), and TestCUDACoreForwardOnHost builds emu/simt_forward.cc
-// with g++, which checks the forward kernels against their float64
-// instantiation on every variant. Only the CUDA-core kernels compile there:
-// the tensor-core ones are inline PTX.
+// and the shuffles), and TestCUDACoreKernelsOnHost builds emu/simt_forward.cc
+// and emu/simt_backward.cc with g++, which check the kernels against their
+// float64 instantiation on every variant (cases.h). Only the CUDA-core
+// kernels compile there: the tensor-core ones are inline PTX.
 //
 // The tensor-core forward is one kernel template over an operand type
 // (mma.cuh: BF16, FP16, TF32), which gives the storage element, the k of

@@ -126,6 +126,7 @@ inline double __longlong_as_double(long long i) {
   std::memcpy(&f, &i, sizeof f);
   return f;
 }
+template <typename T> T __ldg(const T* p) { return *p; }
 inline unsigned __umulhi(unsigned a, unsigned b) { return static_cast<unsigned>(static_cast<unsigned long long>(a) * b >> 32); }
 [[noreturn]] inline void __trap() {
   std::fprintf(stderr, "emu: __trap (a launch shape the kernel does not accept)\n");
