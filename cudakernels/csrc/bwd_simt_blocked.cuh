@@ -92,7 +92,7 @@ __device__ __forceinline__ void products4x4(float (&s)[4][4], float (&dp)[4][4],
 // that are not finite). Two such sums share the loop in the dK/dV kernel.
 template <int DP, bool kSeenOnly>
 __device__ __forceinline__ void add_outer(float (&acc)[4][DP / 16], const float* x, const float* y, int rg, int lane16,
-                                          int n, long long e0, const long long (&lo)[4], const long long (&hi)[4]) {
+                                          int n, long long e0, const int (&lo)[4], const int (&hi)[4]) {
 #pragma unroll(kSeenOnly ? 1 : 2)
   for (int e = 0; e < n; ++e) {
     const float4 xv = *reinterpret_cast<const float4*>(x + p_slot(e, rg));
@@ -168,12 +168,13 @@ __device__ void dkdv_blocked(const Params& p) {
   load_transposed(sVt, head_of(static_cast<const float*>(p.v), kvh, kv_heads, p.v_batch_stride, p.v_head_stride), k0,
                   mask.lk, dim, p.v_row_stride, DP);
 
-  // The rows that see each of the thread's keys.
-  long long qlo[4], qhi[4];
+  // The rows that see each of the thread's keys, in 32 bits (as
+  // fwd_blocked's key ranges: registers are what the blocks need).
+  int qlo[4], qhi[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    qlo[i] = mask.query_lo(k0 + 4 * rg + i);
-    qhi[i] = mask.query_hi(k0 + 4 * rg + i);
+    qlo[i] = static_cast<int>(mask.query_lo(k0 + 4 * rg + i));
+    qhi[i] = static_cast<int>(mask.query_hi(k0 + 4 * rg + i));
   }
   float acc_dk[4][DP / 16], acc_dv[4][DP / 16];
 #pragma unroll
@@ -296,13 +297,13 @@ __device__ void dq_blocked(const Params& p) {
   load_transposed(sdOt, head_of(static_cast<const float*>(p.dout), bh, p.h, p.dout_batch_stride, p.dout_head_stride),
                   q0, mask.lq, dim, p.dout_row_stride, DP);
 
-  long long lo[4], hi[4];
+  int lo[4], hi[4];
   float lse[4], delta[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const long long row = q0 + 4 * rg + i;
-    lo[i] = row < nq ? mask.key_lo(row) : 0;
-    hi[i] = row < nq ? mask.key_hi(row) : 0;
+    lo[i] = row < nq ? static_cast<int>(mask.key_lo(row)) : 0;
+    hi[i] = row < nq ? static_cast<int>(mask.key_hi(row)) : 0;
     // Only read for visible keys, so rows with LSE = +inf never use it.
     lse[i] = lo[i] < hi[i] ? static_cast<const float*>(p.lse)[bh * nq + row] : 0.f;
     delta[i] = row < mask.lq ? static_cast<const float*>(p.delta)[bh * nq + row] : 0.f;
