@@ -28,35 +28,6 @@ template <int DP> __host__ __device__ constexpr int dq_blocked_smem_floats() {
   return 5 * DP * kBlockedRows + 4;
 }
 
-// load_transposed writes rows [r0, r0 + 64) of an [n, dim] matrix (row
-// stride ld) into a [DP][64] shared tile, zeros past n rows and dim
-// columns: lane e takes row e % 64 of column e / 64, so that a warp stores
-// 32 consecutive words. It returns whether every value it read is finite.
-__device__ __forceinline__ bool load_transposed(float* dst, const float* src, long long r0, long long n, long long dim,
-                                                long long ld, int dp) {
-  bool finite = true;
-  for (int e = threadIdx.x; e < kBlockedRows * dp; e += kBlockedThreads) {
-    const int r = e % kBlockedRows, c = e / kBlockedRows;
-    const float x = r0 + r < n && c < dim ? src[(r0 + r) * ld + c] : 0.f;
-    finite = finite && x - x == 0.f;
-    dst[c * kBlockedRows + r] = x;
-  }
-  return finite;
-}
-
-// load_rows is load_transposed into a [64][DP] tile, as the rows lie.
-__device__ __forceinline__ bool load_rows(float* dst, const float* src, long long r0, long long n, long long dim,
-                                          long long ld, int dp) {
-  bool finite = true;
-  for (int e = threadIdx.x; e < kBlockedRows * dp; e += kBlockedThreads) {
-    const int r = e / dp, c = e % dp;
-    const float x = r0 + r < n && c < dim ? src[(r0 + r) * ld + c] : 0.f;
-    finite = finite && x - x == 0.f;
-    dst[r * dp + c] = x;
-  }
-  return finite;
-}
-
 // products4x4 computes the thread's 4×4 blocks s = A·Bᵀ and dp = C·Dᵀ over
 // DP, from [DP][64] tiles: rows 4·rg … of a and c, columns 4·lane16 … of b
 // and d, one fma chain per element in increasing d.
@@ -82,33 +53,6 @@ __device__ __forceinline__ void products4x4(float (&s)[4][4], float (&dp)[4][4],
         s[i][j] = Math<float>::fma(ar[i], br[j], s[i][j]);
         dp[i][j] = Math<float>::fma(cr[i], dr[j], dp[i][j]);
       }
-  }
-}
-
-// add_outer adds, over n entries e (from e0 in the mask's numbering), the
-// products x[e][rows of rg] · y[e][columns 4·lane16 + 64·g] to acc, where
-// x is a p_slot tile by e and y a [64][DP] tile; with kSeenOnly, only where
-// lo[i] ≤ e0 + e < hi[i] (the pairs the thread's rows see, for tiles of y
-// that are not finite). Two such sums share the loop in the dK/dV kernel.
-template <int DP, bool kSeenOnly>
-__device__ __forceinline__ void add_outer(float (&acc)[4][DP / 16], const float* x, const float* y, int rg, int lane16,
-                                          int n, long long e0, const int (&lo)[4], const int (&hi)[4]) {
-#pragma unroll(kSeenOnly ? 1 : 2)
-  for (int e = 0; e < n; ++e) {
-    const float4 xv = *reinterpret_cast<const float4*>(x + p_slot(e, rg));
-    const float xr[4] = {xv.x, xv.y, xv.z, xv.w};
-#pragma unroll
-    for (int g = 0; g < DP / 64; ++g) {
-      const float4 yv = *reinterpret_cast<const float4*>(y + e * DP + 64 * g + 4 * lane16);
-      const float yr[4] = {yv.x, yv.y, yv.z, yv.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const bool seen = !kSeenOnly || (lo[i] <= e0 + e && e0 + e < hi[i]);
-#pragma unroll
-        for (int c = 0; c < 4; ++c)
-          acc[i][4 * g + c] = seen ? Math<float>::fma(xr[i], yr[c], acc[i][4 * g + c]) : acc[i][4 * g + c];
-      }
-    }
   }
 }
 

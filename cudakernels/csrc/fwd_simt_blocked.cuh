@@ -57,28 +57,58 @@ __device__ __forceinline__ float row_sum16(float x) {
   return x;
 }
 
-// add_pv adds P·V of a key tile's first keys keys (from k0) to the thread's
-// accumulators: its rows 4·rg … +3 of Pᵀ, its columns 4·lane16 + 64·g of
-// V. With kSeenOnly it adds only the pairs whose key row i sees (lo[i] ≤
-// key < hi[i]), for tiles whose V is not finite.
+// load_transposed writes rows [r0, r0 + 64) of an [n, dim] matrix (row
+// stride ld) into a [DP][64] shared tile, zeros past n rows and dim
+// columns: lane e takes row e % 64 of column e / 64, so that a warp stores
+// 32 consecutive words. It returns whether every value it read is finite.
+__device__ __forceinline__ bool load_transposed(float* dst, const float* src, long long r0, long long n, long long dim,
+                                                long long ld, int dp) {
+  bool finite = true;
+  for (int e = threadIdx.x; e < kBlockedRows * dp; e += kBlockedThreads) {
+    const int r = e % kBlockedRows, c = e / kBlockedRows;
+    const float x = r0 + r < n && c < dim ? src[(r0 + r) * ld + c] : 0.f;
+    finite = finite && x - x == 0.f;
+    dst[c * kBlockedRows + r] = x;
+  }
+  return finite;
+}
+
+// load_rows is load_transposed into a [64][DP] tile, as the rows lie.
+__device__ __forceinline__ bool load_rows(float* dst, const float* src, long long r0, long long n, long long dim,
+                                          long long ld, int dp) {
+  bool finite = true;
+  for (int e = threadIdx.x; e < kBlockedRows * dp; e += kBlockedThreads) {
+    const int r = e / dp, c = e % dp;
+    const float x = r0 + r < n && c < dim ? src[(r0 + r) * ld + c] : 0.f;
+    finite = finite && x - x == 0.f;
+    dst[r * dp + c] = x;
+  }
+  return finite;
+}
+
+// add_outer adds, over n entries e (from e0 in the mask's numbering), the
+// products x[e][rows 4·rg …] · y[e][columns 4·lane16 + 64·g] to acc, where
+// x is a p_slot tile by e and y a [64][DP] tile: the forward's P·V (e a
+// key), the backward's dV, dK (e a row) and dQ (e a key). With kSeenOnly
+// it adds only where lo[i] ≤ e0 + e < hi[i], the pairs the thread's rows
+// see, for tiles of y that are not finite.
 template <int DP, bool kSeenOnly>
-__device__ __forceinline__ void add_pv(float (&acc)[4][DP / 16], const float* sPt, const float* sV, int rg,
-                                       int lane16, int keys, long long k0, const int (&lo)[4], const int (&hi)[4]) {
-  // The rare loop unrolled too took 24 more bytes of spill at DP = 128.
+__device__ __forceinline__ void add_outer(float (&acc)[4][DP / 16], const float* x, const float* y, int rg, int lane16,
+                                          int n, long long e0, const int (&lo)[4], const int (&hi)[4]) {
 #pragma unroll(kSeenOnly ? 1 : 2)
-  for (int j = 0; j < keys; ++j) {
-    const float4 pv = *reinterpret_cast<const float4*>(sPt + p_slot(j, rg));
-    const float pj[4] = {pv.x, pv.y, pv.z, pv.w};
+  for (int e = 0; e < n; ++e) {
+    const float4 xv = *reinterpret_cast<const float4*>(x + p_slot(e, rg));
+    const float xr[4] = {xv.x, xv.y, xv.z, xv.w};
 #pragma unroll
     for (int g = 0; g < DP / 64; ++g) {
-      const float4 vv = *reinterpret_cast<const float4*>(sV + j * DP + 64 * g + 4 * lane16);
-      const float vj[4] = {vv.x, vv.y, vv.z, vv.w};
+      const float4 yv = *reinterpret_cast<const float4*>(y + e * DP + 64 * g + 4 * lane16);
+      const float yr[4] = {yv.x, yv.y, yv.z, yv.w};
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const bool seen = !kSeenOnly || (lo[i] <= k0 + j && k0 + j < hi[i]);
+        const bool seen = !kSeenOnly || (lo[i] <= e0 + e && e0 + e < hi[i]);
 #pragma unroll
         for (int c = 0; c < 4; ++c)
-          acc[i][4 * g + c] = seen ? Math<float>::fma(pj[i], vj[c], acc[i][4 * g + c]) : acc[i][4 * g + c];
+          acc[i][4 * g + c] = seen ? Math<float>::fma(xr[i], yr[c], acc[i][4 * g + c]) : acc[i][4 * g + c];
       }
     }
   }
@@ -111,13 +141,7 @@ __device__ void fwd_blocked(const Params& p) {
   const Dropout drop = dropout_of(p);
   const long long pair = p.pair0 + bh;
 
-  // Qᵀ: thread e copies row e%BM's column e/BM, so that a warp's 32 lanes
-  // store 32 consecutive rows of one column (32 banks) while each reads its
-  // row where it lies. Rows past nq and columns past dim are zeros.
-  for (int e = t; e < BM * DP; e += kBlockedThreads) {
-    const int r = e % BM, c = e / BM;
-    sQt[c * BM + r] = q0 + r < nq && c < dim ? qh[(q0 + r) * p.q_row_stride + c] : 0.f;
-  }
+  load_transposed(sQt, qh, q0, nq, dim, p.q_row_stride, DP);
 
   // The rows' key ranges, and the key tiles some row of the block sees.
   // 32 bits hold any key index (a head of 2³¹ keys would take 256 GiB of
@@ -147,17 +171,8 @@ __device__ void fwd_blocked(const Params& p) {
     if (t == 0) *sNonFinite = 0;
     // Padding keys (from lk on) load as zeros: their probabilities are 0,
     // and 0 times whatever a padding row of V holds could be NaN.
-    bool finite = true;
-    for (int e = t; e < BN * DP; e += kBlockedThreads) {
-      const int j = e % BN, c = e / BN;
-      sKt[c * BN + j] = k0 + j < mask.lk && c < dim ? kh[(k0 + j) * p.k_row_stride + c] : 0.f;
-    }
-    for (int e = t; e < BN * DP; e += kBlockedThreads) {
-      const int j = e / DP, c = e % DP;
-      const float x = k0 + j < mask.lk && c < dim ? vh[(k0 + j) * p.v_row_stride + c] : 0.f;
-      finite = finite && x - x == 0.f;
-      sV[j * DP + c] = x;
-    }
+    load_transposed(sKt, kh, k0, mask.lk, dim, p.k_row_stride, DP);
+    const bool finite = load_rows(sV, vh, k0, mask.lk, dim, p.v_row_stride, DP);
     __syncthreads();  // sNonFinite cleared before any thread sets it
     if (!finite) *sNonFinite = 1;
 
@@ -225,9 +240,9 @@ __device__ void fwd_blocked(const Params& p) {
     // adds only the pairs the rows see (rare: the plain loop otherwise).
     const int keys = k0 + BN <= kv_end ? BN : static_cast<int>(kv_end - k0);
     if (*sNonFinite == 0) {
-      add_pv<DP, false>(acc, sPt, sV, rg, lane16, keys, k0, lo, hi);
+      add_outer<DP, false>(acc, sPt, sV, rg, lane16, keys, k0, lo, hi);
     } else {
-      add_pv<DP, true>(acc, sPt, sV, rg, lane16, keys, k0, lo, hi);
+      add_outer<DP, true>(acc, sPt, sV, rg, lane16, keys, k0, lo, hi);
     }
   }
 

@@ -164,3 +164,18 @@ struct Errors {
   bool ok() const { return sameNonFinite && kernel <= 2 * baseline + 4 * 0x1p-24 * magnitude; }
 };
 
+
+// runCases runs check<DP> (a generic lambda) on every case at its padded
+// dimension, prints PASS or FAIL and returns whether all passed.
+template <typename F> bool runCases(F check) {
+  bool ok = true;
+  for (const auto& c : cases()) {
+    switch (paddedDim(c.dim)) {
+      case 64: ok &= check.template operator()<64>(c); break;
+      case 128: ok &= check.template operator()<128>(c); break;
+      default: ok &= check.template operator()<256>(c); break;
+    }
+  }
+  std::printf(ok ? "PASS\n" : "FAIL\n");
+  return ok;
+}

@@ -47,14 +47,5 @@ template <int DP> bool check(const Case& c) {
 }
 
 int main() {
-  bool ok = true;
-  for (const auto& c : cases()) {
-    switch (paddedDim(c.dim)) {
-      case 64: ok &= check<64>(c); break;
-      case 128: ok &= check<128>(c); break;
-      default: ok &= check<256>(c); break;
-    }
-  }
-  std::printf(ok ? "PASS\n" : "FAIL\n");
-  return ok ? 0 : 1;
+  return runCases([]<int DP>(const Case& c) { return check<DP>(c); }) ? 0 : 1;
 }
