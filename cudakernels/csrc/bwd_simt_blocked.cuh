@@ -175,13 +175,9 @@ __device__ void dkdv_blocked(const Params& p) {
           dp[i][c] = ds;
         }
       }
-      __syncthreads();  // Qᵀ and dOᵀ are read: P and dS take their place
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int slot = p_slot(4 * lane16 + c, rg);
-        *reinterpret_cast<float4*>(sP + slot) = make_float4(s[0][c], s[1][c], s[2][c], s[3][c]);
-        *reinterpret_cast<float4*>(sdS + slot) = make_float4(dp[0][c], dp[1][c], dp[2][c], dp[3][c]);
-      }
+      __syncthreads();  // Qᵀ and dOᵀ are read: P and dS, by row, take their place
+      store_by_column(sP, s, rg, lane16);
+      store_by_column(sdS, dp, rg, lane16);
       __syncthreads();
 
       // dV += Pᵀ·dO and dK += dSᵀ·Q over the tile's rows. A row that does
@@ -189,13 +185,8 @@ __device__ void dkdv_blocked(const Params& p) {
       // Q would not be 0: tiles that are not finite add only the pairs
       // the keys see.
       const int rows = q0 + BQ <= q_end ? BQ : static_cast<int>(q_end - q0);
-      if (*sNonFinite == 0) {
-        add_outer<DP, false>(acc_dv, sP, sdO, rg, lane16, rows, q0, qlo, qhi);
-        add_outer<DP, false>(acc_dk, sdS, sQ, rg, lane16, rows, q0, qlo, qhi);
-      } else {
-        add_outer<DP, true>(acc_dv, sP, sdO, rg, lane16, rows, q0, qlo, qhi);
-        add_outer<DP, true>(acc_dk, sdS, sQ, rg, lane16, rows, q0, qlo, qhi);
-      }
+      add_tile<DP>(*sNonFinite == 0, acc_dv, sP, sdO, rg, lane16, rows, q0, qlo, qhi);
+      add_tile<DP>(*sNonFinite == 0, acc_dk, sdS, sQ, rg, lane16, rows, q0, qlo, qhi);
     }
   }
 
@@ -288,20 +279,14 @@ __device__ void dq_blocked(const Params& p) {
         s[i][c] = ds;
       }
     }
-    __syncthreads();  // Vᵀ is read: dS takes its place
-#pragma unroll
-    for (int c = 0; c < 4; ++c)
-      *reinterpret_cast<float4*>(sdS + p_slot(4 * lane16 + c, rg)) = make_float4(s[0][c], s[1][c], s[2][c], s[3][c]);
+    __syncthreads();  // Vᵀ is read: dS, by key, takes its place
+    store_by_column(sdS, s, rg, lane16);
     __syncthreads();
 
-    // dQ += dS·K over the tile's keys; a tile of K that is not finite
-    // adds only the pairs the rows see (see dkdv_blocked).
+    // dQ += dS·K over the tile's keys (a tile of K that is not finite:
+    // only the pairs the rows see).
     const int keys = k0 + BK <= kv_end ? BK : static_cast<int>(kv_end - k0);
-    if (*sNonFinite == 0) {
-      add_outer<DP, false>(acc, sdS, sK, rg, lane16, keys, k0, lo, hi);
-    } else {
-      add_outer<DP, true>(acc, sdS, sK, rg, lane16, keys, k0, lo, hi);
-    }
+    add_tile<DP>(*sNonFinite == 0, acc, sdS, sK, rg, lane16, keys, k0, lo, hi);
   }
 
   float* dq = head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride);

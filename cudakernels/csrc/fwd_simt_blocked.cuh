@@ -114,6 +114,28 @@ __device__ __forceinline__ void add_outer(float (&acc)[4][DP / 16], const float*
   }
 }
 
+// store_by_column writes the thread's 4×4 block b (rows 4·rg …, columns
+// 4·lane16 …) into a p_slot tile by column: column 4·lane16 + c gets the
+// four rows as one 16-byte group.
+__device__ __forceinline__ void store_by_column(float* dst, const float (&b)[4][4], int rg, int lane16) {
+#pragma unroll
+  for (int c = 0; c < 4; ++c)
+    *reinterpret_cast<float4*>(dst + p_slot(4 * lane16 + c, rg)) = make_float4(b[0][c], b[1][c], b[2][c], b[3][c]);
+}
+
+// add_tile is add_outer for a tile whose y is finite (the plain loop) or
+// not (only the pairs seen: a pair the mask hides has x = 0, but 0 times
+// an infinite or NaN y would not be 0, and the reference never forms it).
+template <int DP>
+__device__ __forceinline__ void add_tile(bool finite, float (&acc)[4][DP / 16], const float* x, const float* y, int rg,
+                                         int lane16, int n, long long e0, const int (&lo)[4], const int (&hi)[4]) {
+  if (finite) {
+    add_outer<DP, false>(acc, x, y, rg, lane16, n, e0, lo, hi);
+  } else {
+    add_outer<DP, true>(acc, x, y, rg, lane16, n, e0, lo, hi);
+  }
+}
+
 template <int DP>
 __device__ void fwd_blocked(const Params& p) {
   static_assert(DP % 64 == 0, "fwd_blocked: DP must be a multiple of 64");
@@ -226,24 +248,15 @@ __device__ void fwd_blocked(const Params& p) {
 #pragma unroll
       for (int c = 0; c < 4 * G; ++c) acc[i][c] *= alpha;
     }
-    // Pᵀ: key 4·lane16 + c gets the thread's four rows as one 16-byte group,
-    // where Kᵀ was.
+    // Pᵀ, by key, where Kᵀ was.
     __syncthreads();
-#pragma unroll
-    for (int c = 0; c < 4; ++c)
-      *reinterpret_cast<float4*>(sPt + p_slot(4 * lane16 + c, rg)) = make_float4(s[0][c], s[1][c], s[2][c], s[3][c]);
+    store_by_column(sPt, s, rg, lane16);
     __syncthreads();
 
-    // O += P·V over the tile's keys. A key a row does not see has P = 0,
-    // but 0 times an infinite or NaN value would not be 0, and the
-    // reference never touches such a pair: a tile whose V is not finite
-    // adds only the pairs the rows see (rare: the plain loop otherwise).
+    // O += P·V over the tile's keys (a tile whose V is not finite: only
+    // the pairs the rows see).
     const int keys = k0 + BN <= kv_end ? BN : static_cast<int>(kv_end - k0);
-    if (*sNonFinite == 0) {
-      add_outer<DP, false>(acc, sPt, sV, rg, lane16, keys, k0, lo, hi);
-    } else {
-      add_outer<DP, true>(acc, sPt, sV, rg, lane16, keys, k0, lo, hi);
-    }
+    add_tile<DP>(*sNonFinite == 0, acc, sPt, sV, rg, lane16, keys, k0, lo, hi);
   }
 
   // Epilogue, as fwd_1rowblock's: only the mask decides that a row has no
