@@ -3,8 +3,9 @@
 // bwd_simt.cuh with 4×4 blocks of S and dP per thread from 16-byte shared
 // loads, and 4×(DP/16) blocks of the gradients. Same products, masks,
 // variants and pair gradient (pair_grad) per element as dkdv_1colblock and
-// dq_1rowblock; only the order of the sums differs. Deterministic like
-// them: every output element is summed by one thread in a fixed order.
+// dq_1rowblock, and every sum in their order (each product chain over d
+// from 0 up, dK and dV over rows, dQ over keys, in increasing order), so
+// the results are their bits; deterministic like them.
 #pragma once
 #include "bwd_simt.cuh"
 #include "fwd_simt_blocked.cuh"
@@ -17,13 +18,15 @@ namespace simt {
 // dP) and Q, dO [64][DP] (for dK and dV), the tile's LSE and D, and a flag.
 // P and dS by query row (p_slot's layout) take Qᵀ's and dOᵀ's place once
 // S and dP are done. 96 KiB at DP = 64, 192 at 128; DP = 256 would need
-// 384 and keeps dkdv_1colblock. select.go's simtBlockedBwdSmem repeats it.
+// 384 and keeps dkdv_1colblock. shapes.go's simtBlockedDKDVSmem repeats
+// it.
 template <int DP> __host__ __device__ constexpr int dkdv_blocked_smem_floats() {
   return 6 * DP * kBlockedRows + 2 * kBlockedRows + 4;
 }
 // The blocked dQ kernel: Qᵀ, dOᵀ [DP][64] for the block's rows, and per key
 // tile Kᵀ, Vᵀ [DP][64] and K [64][DP], and a flag; dS by key takes Vᵀ's
-// place once dP is done. 80 KiB at DP = 64, 160 at 128.
+// place once dP is done. 80 KiB at DP = 64, 160 at 128 (shapes.go's
+// simtBlockedDQSmem).
 template <int DP> __host__ __device__ constexpr int dq_blocked_smem_floats() {
   return 5 * DP * kBlockedRows + 4;
 }

@@ -29,7 +29,7 @@ constexpr int kBlockedRows = 64, kBlockedKeys = 64, kBlockedThreads = 256;
 // 16-byte groups of rows swizzled by key (p_slot), takes Kᵀ's place once S
 // is computed: 48 KiB at DP = 64 and 96 at 128, so that four and two blocks
 // share an SM (Pᵀ apart, two blocks of 112 KiB would not fit its 228).
-// select.go's simtBlockedSmem repeats this formula.
+// shapes.go's simtBlockedSmem repeats this formula.
 template <int DP> __host__ __device__ constexpr int fwd_blocked_smem_floats() {
   return 2 * DP * kBlockedRows + kBlockedKeys * DP + 4;
 }
