@@ -15,20 +15,20 @@ namespace simt {
 
 // Shared memory of the blocked dK/dV kernel, in floats: Kᵀ, Vᵀ [DP][64]
 // for the block's keys, then per query tile Qᵀ, dOᵀ [DP][64] (for S and
-// dP) and Q, dO [64][DP] (for dK and dV), the tile's LSE and D, and a flag.
+// dP) and Q, dO [64][DP] (for dK and dV), and the tile's LSE and D.
 // P and dS by query row (p_slot's layout) take Qᵀ's and dOᵀ's place once
 // S and dP are done. 96 KiB at DP = 64, 192 at 128; DP = 256 would need
 // 384 and keeps dkdv_1colblock. shapes.go's simtBlockedDKDVSmem repeats
 // it.
 template <int DP> __host__ __device__ constexpr int dkdv_blocked_smem_floats() {
-  return 6 * DP * kBlockedRows + 2 * kBlockedRows + 4;
+  return 6 * DP * kBlockedRows + 2 * kBlockedRows;
 }
 // The blocked dQ kernel: Qᵀ, dOᵀ [DP][64] for the block's rows, and per key
-// tile Kᵀ, Vᵀ [DP][64] and K [64][DP], and a flag; dS by key takes Vᵀ's
+// tile Kᵀ, Vᵀ [DP][64] and K [64][DP]; dS by key takes Vᵀ's
 // place once dP is done. 80 KiB at DP = 64, 160 at 128 (shapes.go's
 // simtBlockedDQSmem).
 template <int DP> __host__ __device__ constexpr int dq_blocked_smem_floats() {
-  return 5 * DP * kBlockedRows + 4;
+  return 5 * DP * kBlockedRows;
 }
 
 // products4x4 computes the thread's 4×4 blocks s = A·Bᵀ and dp = C·Dᵀ over
@@ -96,7 +96,6 @@ __device__ void dkdv_blocked(const Params& p) {
   float* sdO = sQ + BQ * DP;                    // [BQ][DP]
   float* sLse = sdO + BQ * DP;
   float* sDelta = sLse + BQ;
-  int* sNonFinite = reinterpret_cast<int*>(sDelta + BQ);
   float* sP = sQt;
   float* sdS = sdOt;
 
@@ -142,7 +141,6 @@ __device__ void dkdv_blocked(const Params& p) {
     const float* dh = static_cast<const float*>(p.delta) + bh * nq;
     for (long long q0 = q_begin; q0 < q_end; q0 += BQ) {
       __syncthreads();  // the last tile's P, dS, Q and dO are no longer read
-      if (t == 0) *sNonFinite = 0;
       load_transposed(sQt, qh, q0, mask.lq, dim, p.q_row_stride, DP);
       load_transposed(sdOt, doh, q0, mask.lq, dim, p.dout_row_stride, DP);
       bool finite = load_rows(sQ, qh, q0, mask.lq, dim, p.q_row_stride, DP);
@@ -154,8 +152,7 @@ __device__ void dkdv_blocked(const Params& p) {
         sLse[t] = i < nq ? lh[i] : 0.f;
         sDelta[t] = i < mask.lq ? dh[i] : 0.f;
       }
-      __syncthreads();  // sNonFinite cleared before any thread sets it
-      if (!finite) *sNonFinite = 1;
+      const bool nonFinite = __syncthreads_or(!finite);  // for the whole block
 
       float s[4][4], dp[4][4];
       products4x4<DP>(s, dp, sKt, sQt, sVt, sdOt, rg, lane16);
@@ -188,8 +185,8 @@ __device__ void dkdv_blocked(const Params& p) {
       // Q would not be 0: tiles that are not finite add only the pairs
       // the keys see.
       const int rows = q0 + BQ <= q_end ? BQ : static_cast<int>(q_end - q0);
-      add_tile<DP>(*sNonFinite == 0, acc_dv, sP, sdO, rg, lane16, rows, q0, qlo, qhi);
-      add_tile<DP>(*sNonFinite == 0, acc_dk, sdS, sQ, rg, lane16, rows, q0, qlo, qhi);
+      add_tile<DP>(!nonFinite, acc_dv, sP, sdO, rg, lane16, rows, q0, qlo, qhi);
+      add_tile<DP>(!nonFinite, acc_dk, sdS, sQ, rg, lane16, rows, q0, qlo, qhi);
     }
   }
 
@@ -214,7 +211,6 @@ __device__ void dq_blocked(const Params& p) {
   float* sKt = sdOt + DP * BQ;                  // [DP][BK]
   float* sVt = sKt + DP * BK;                   // [DP][BK], then dS by key
   float* sK = sVt + DP * BK;                    // [BK][DP]
-  int* sNonFinite = reinterpret_cast<int*>(sK + BK * DP);
   float* sdS = sVt;
 
   const long long nq = p.nq, dim = p.dim;
@@ -258,12 +254,10 @@ __device__ void dq_blocked(const Params& p) {
 
   for (long long k0 = kv_begin; k0 < kv_end; k0 += BK) {
     __syncthreads();  // the last tile's K, Kᵀ and dS are no longer read
-    if (t == 0) *sNonFinite = 0;
     load_transposed(sKt, kh, k0, mask.lk, dim, p.k_row_stride, DP);
     load_transposed(sVt, vh, k0, mask.lk, dim, p.v_row_stride, DP);
-    const bool finite = load_rows(sK, kh, k0, mask.lk, dim, p.k_row_stride, DP);
-    __syncthreads();  // sNonFinite cleared before any thread sets it
-    if (!finite) *sNonFinite = 1;
+    // Whether some value of the K tile is not finite, for the whole block.
+    const bool nonFinite = __syncthreads_or(!load_rows(sK, kh, k0, mask.lk, dim, p.k_row_stride, DP));
 
     float s[4][4], dp[4][4];
     products4x4<DP>(s, dp, sQt, sKt, sdOt, sVt, rg, lane16);
@@ -289,7 +283,7 @@ __device__ void dq_blocked(const Params& p) {
     // dQ += dS·K over the tile's keys (a tile of K that is not finite:
     // only the pairs the rows see).
     const int keys = k0 + BK <= kv_end ? BK : static_cast<int>(kv_end - k0);
-    add_tile<DP>(*sNonFinite == 0, acc, sdS, sK, rg, lane16, keys, k0, lo, hi);
+    add_tile<DP>(!nonFinite, acc, sdS, sK, rg, lane16, keys, k0, lo, hi);
   }
 
   float* dq = head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride);

@@ -24,14 +24,13 @@ namespace simt {
 constexpr int kBlockedRows = 64, kBlockedKeys = 64, kBlockedThreads = 256;
 
 // Shared memory, in floats: Qᵀ and Kᵀ [DP][64] (16-byte loads along rows and
-// keys), V [64][DP] as it lies in global memory, then one int for the
-// block's "this V tile is not finite" flag. Pᵀ [64 keys][64 rows], its
+// keys) and V [64][DP] as it lies in global memory. Pᵀ [64 keys][64 rows], its
 // 16-byte groups of rows swizzled by key (p_slot), takes Kᵀ's place once S
 // is computed: 48 KiB at DP = 64 and 96 at 128, so that four and two blocks
 // share an SM (Pᵀ apart, two blocks of 112 KiB would not fit its 228).
 // shapes.go's simtBlockedSmem repeats this formula.
 template <int DP> __host__ __device__ constexpr int fwd_blocked_smem_floats() {
-  return 2 * DP * kBlockedRows + kBlockedKeys * DP + 4;
+  return 2 * DP * kBlockedRows + kBlockedKeys * DP;
 }
 
 // p_slot is where row group g (rows 4g … 4g+3) of key j sits in Pᵀ: the
@@ -147,7 +146,6 @@ __device__ void fwd_blocked(const Params& p) {
   float* sKt = sQt + DP * BM;                   // [DP][BN]
   float* sV = sKt + DP * BN;                    // [BN][DP]
   float* sPt = sKt;                             // [BN][BM], swizzled, once S is done
-  int* sNonFinite = reinterpret_cast<int*>(sV + BN * DP);
 
   const long long nq = p.nq, dim = p.dim;
   const long long tiles = (nq + BM - 1) / BM;
@@ -190,13 +188,11 @@ __device__ void fwd_blocked(const Params& p) {
 
   for (long long k0 = kv_begin; k0 < kv_end; k0 += BN) {
     __syncthreads();  // the last tile's V and Pᵀ are no longer read
-    if (t == 0) *sNonFinite = 0;
     // Padding keys (from lk on) load as zeros: their probabilities are 0,
     // and 0 times whatever a padding row of V holds could be NaN.
     load_transposed(sKt, kh, k0, mask.lk, dim, p.k_row_stride, DP);
-    const bool finite = load_rows(sV, vh, k0, mask.lk, dim, p.v_row_stride, DP);
-    __syncthreads();  // sNonFinite cleared before any thread sets it
-    if (!finite) *sNonFinite = 1;
+    // Whether some value of the V tile is not finite, for the whole block.
+    const bool nonFinite = __syncthreads_or(!load_rows(sV, vh, k0, mask.lk, dim, p.v_row_stride, DP));
 
     // S = Q·Kᵀ for the thread's 4×4 block.
     float s[4][4];
@@ -256,7 +252,7 @@ __device__ void fwd_blocked(const Params& p) {
     // O += P·V over the tile's keys (a tile whose V is not finite: only
     // the pairs the rows see).
     const int keys = k0 + BN <= kv_end ? BN : static_cast<int>(kv_end - k0);
-    add_tile<DP>(*sNonFinite == 0, acc, sPt, sV, rg, lane16, keys, k0, lo, hi);
+    add_tile<DP>(!nonFinite, acc, sPt, sV, rg, lane16, keys, k0, lo, hi);
   }
 
   // Epilogue, as fwd_1rowblock's: only the mask decides that a row has no

@@ -14,6 +14,7 @@
 // copies are inline PTX: those files do not compile here).
 #pragma once
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -52,15 +53,30 @@ inline emu_dim3 bdim, gdim;
 inline unsigned dyn_smem = 0;
 
 // The barriers of the running launch: one over the block, one per warp,
-// and the words __shfl_xor_sync exchanges.
+// the words __shfl_xor_sync exchanges and the slots __syncthreads_or
+// gathers in.
 struct Barriers {
   std::unique_ptr<std::barrier<>> block;
   std::vector<std::unique_ptr<std::barrier<>>> warps;
   std::vector<uint64_t> words;
+  std::atomic<int> ors[3];
 };
 inline Barriers* running = nullptr;
+inline thread_local unsigned orCalls = 0;
 
 inline void syncthreads() { running->block->arrive_and_wait(); }
+
+// syncthreads_or is a block barrier that returns whether pred was nonzero
+// in any thread. Calls rotate over three slots: thread 0 clears the next
+// one before this call's barrier, when every thread has read it (two calls
+// ago) and none can write it yet (next call, after this barrier).
+inline int syncthreads_or(int pred) {
+  const unsigned slot = orCalls++ % 3;
+  if (tid.x == 0) running->ors[(slot + 1) % 3].store(0);
+  if (pred) running->ors[slot].store(1);
+  syncthreads();
+  return running->ors[slot].load();
+}
 inline void syncwarp() { running->warps[tid.x / 32]->arrive_and_wait(); }
 
 // shfl_xor returns x of lane (this lane ^ off) of the warp; every lane of
@@ -91,12 +107,14 @@ template <typename F> void launch(unsigned grid, unsigned threads, unsigned smem
   for (unsigned w = 0; w * 32 < threads; ++w)
     b.warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, threads - 32 * w)));
   b.words.assign(threads, 0);
+  for (auto& o : b.ors) o.store(0);
   running = &b;
   std::vector<std::thread> pool;
   pool.reserve(threads);
   for (unsigned t = 0; t < threads; ++t)
     pool.emplace_back([&, t] {
       tid = {t, 0, 0};
+      orCalls = 0;
       for (unsigned blk = 0; blk < grid; ++blk) {
         bid = {blk, 0, 0};
         kernel();
@@ -114,6 +132,7 @@ template <typename F> void launch(unsigned grid, unsigned threads, unsigned smem
 #define blockDim (::emu::bdim)
 #define gridDim (::emu::gdim)
 inline void __syncthreads() { emu::syncthreads(); }
+inline int __syncthreads_or(int pred) { return emu::syncthreads_or(pred); }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::syncwarp(); }
 template <typename T> T __shfl_xor_sync(unsigned, T x, int off) { return emu::shfl_xor(x, off); }
 inline float __int_as_float(int i) {
