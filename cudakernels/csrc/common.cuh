@@ -8,7 +8,9 @@ namespace flash {
 // All kernels carve their tiles out of this one dynamic shared buffer. One
 // declaration for every instantiation: extern __shared__ arrays of different
 // types under one name do not compile.
+#ifndef FLASH_EMU  // emu/cuda_emu.h declares it
 extern __shared__ __align__(16) unsigned char smem[];
+#endif
 
 // visible_keys is the number of keys query row i sees, keys 0 … n−1, under the
 // bottom-right aligned causal mask (key j visible iff j ≤ i + nk − nq). It is

@@ -128,8 +128,12 @@ __device__ __forceinline__ void cp_rows(S* dst, const S* src, long long r0, long
   for (int c = threadIdx.x; c < ROWS * kChunks; c += kFwdThreads) {
     const int r = c / kChunks, col = c % kChunks * kVec;
     const bool ok = r0 + r < n;
+#ifdef FLASH_EMU  // cp_async16 gives the same copy, but other PTX
+    cp_async16(dst + r * ld_of<S, DP>() + col, ok ? src + (r0 + r) * DP + col : src, ok);
+#else
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst + r * ld_of<S, DP>() + col)),
                  "l"(ok ? src + (r0 + r) * DP + col : src), "r"(ok ? 16 : 0));
+#endif
   }
 }
 
@@ -143,8 +147,12 @@ __device__ __forceinline__ void cp_cols(S* dst, const S* src, long long c0, long
   for (int c = threadIdx.x; c < ROWS * kChunks; c += kFwdThreads) {
     const int r = c / kChunks, col = c % kChunks * kVec;
     const bool ok = c0 + col < n;
+#ifdef FLASH_EMU
+    cp_async16(dst + r * ld_of<S, COLS>() + col, ok ? src + r * n + c0 + col : src, ok);
+#else
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst + r * ld_of<S, COLS>() + col)),
                  "l"(ok ? src + r * n + c0 + col : src), "r"(ok ? 16 : 0));
+#endif
   }
 }
 

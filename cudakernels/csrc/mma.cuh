@@ -27,8 +27,10 @@
 // 2t and column t+4 as key 2t+1: the C tile is then the A fragment, and V
 // must be stored with its keys permuted the same way (vt_position).
 #pragma once
+#ifndef FLASH_EMU  // emu/cuda_emu.h has host stand-ins
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#endif
 #include <stdint.h>
 
 namespace flash {
@@ -64,6 +66,9 @@ template <bool kBF16> struct Half16 {
     }
   }
   static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#ifdef FLASH_EMU
+    ::emu::mma_m16n8k16(c, a, b0, b1, kBF16);
+#else
     if constexpr (kBF16) {
       asm volatile(
           "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -75,6 +80,7 @@ template <bool kBF16> struct Half16 {
           : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
           : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
     }
+#endif
   }
 };
 using BF16 = Half16<true>;
@@ -90,7 +96,11 @@ struct TF32 {
   static constexpr bool kVTransposed = true;
   static __device__ __forceinline__ uint32_t cvt(float x) {
     uint32_t r;
+#ifdef FLASH_EMU
+    r = ::emu::tf32_rna(x);
+#else
     asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+#endif
     return r;
   }
   static __device__ __forceinline__ float round(float x) { return __uint_as_float(cvt(x)); }
@@ -100,10 +110,14 @@ struct TF32 {
     a[0] = cvt(s[c][0]), a[1] = cvt(s[c][2]), a[2] = cvt(s[c][1]), a[3] = cvt(s[c][3]);
   }
   static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#ifdef FLASH_EMU
+    ::emu::mma_m16n8k8_tf32(c, a, b0, b1);
+#else
     asm volatile(
         "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
   }
 };
 
@@ -154,6 +168,10 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 // ldsm_x4 loads four 8×8 matrices of 16-bit elements; lane l gives the
 // address of row l%8 of matrix l/8 and receives in r[i] the elements
 // (l/4, 2(l%4)..2(l%4)+1) of matrix i (transposed with ldsm_x4_t).
+#ifdef FLASH_EMU
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) { ::emu::ldmatrix_x4(r, p, false); }
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) { ::emu::ldmatrix_x4(r, p, true); }
+#else
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -164,21 +182,37 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p)));
 }
+#endif
 
 // cp_async16 copies 16 bytes, or writes 16 zero bytes when !valid (src-size
 // 0: nothing is read, so src only has to be some valid address).
-__device__ __forceinline__ void cp_async16(float* dst, const float* src, bool valid) {
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+#ifdef FLASH_EMU
+  ::emu::copy_or_zero(dst, src, valid ? 16 : 0, 16);
+#else
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
+#endif
 }
 
 __device__ __forceinline__ void cp_async4(float* dst, const float* src, bool valid) {
+#ifdef FLASH_EMU
+  ::emu::copy_or_zero(dst, src, valid ? 4 : 0, 4);
+#else
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 4 : 0));
+#endif
 }
 
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Emulated copies land at once, so committing and waiting do nothing there.
+__device__ __forceinline__ void cp_async_commit() {
+#ifndef FLASH_EMU
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
 
 template <int N> __device__ __forceinline__ void cp_async_wait() {
+#ifndef FLASH_EMU
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
 }
 
 // bias_tile_aligned reports whether cp_bias_tile may copy the bias slice

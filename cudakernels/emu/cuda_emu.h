@@ -8,13 +8,23 @@
 // with FLASH_EMU defined: the two PTX instructions common.cuh issues
 // through asm have host stand-ins there.
 //
+// The mma.sync kernels run too: their PTX building blocks (mma.cuh: the
+// mma itself, ldmatrix, cp.async, cvt.rna.tf32; tanh.approx) have host
+// stand-ins here, the warp-wide ones through the same per-warp exchange
+// as the shuffles. An emulated mma adds its products in double and the
+// accumulator in float, which is not the tensor core's order or rounding:
+// a check of indexing, layouts and masks, with errors of the right size,
+// not of the hardware's bits. A cp.async lands at once, which is one of
+// the orders the hardware allows.
+//
 // What it cannot catch: the GPU's memory model (stale reads through a
 // missing fence), misaligned vector accesses, register or shared-memory
-// limits, and anything the tensor-core kernels do (wgmma, mma.sync, bulk
-// copies are inline PTX: those files do not compile here).
+// limits, and the Hopper kernels (wgmma and bulk copies are inline PTX
+// those files keep).
 #pragma once
 #include <algorithm>
 #include <atomic>
+#include <array>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -32,13 +42,22 @@
 #define __launch_bounds__(...)
 #define __grid_constant__
 #define __align__(n) __attribute__((aligned(n)))
-#define __shared__
+// A block's static __shared__ arrays are function statics: blocks run one
+// after another, so one instance serves each. The dynamic buffer is the
+// test program's flash::smem.
+#define __shared__ static
+namespace flash {
+extern unsigned char smem[];
+}
 
 struct emu_dim3 {
   unsigned x = 0, y = 0, z = 0;
 };
 struct uint4 {
   unsigned x, y, z, w;
+};
+struct alignas(8) float2 {
+  float x, y;
 };
 struct alignas(16) float4 {
   float x, y, z, w;
@@ -59,6 +78,7 @@ struct Barriers {
   std::unique_ptr<std::barrier<>> block;
   std::vector<std::unique_ptr<std::barrier<>>> warps;
   std::vector<uint64_t> words;
+  std::vector<std::array<uint32_t, 10>> frags;  // the mma and ldmatrix exchange
   std::atomic<int> ors[3];
 };
 inline Barriers* running = nullptr;
@@ -95,6 +115,21 @@ template <typename T> T shfl_xor(T x, int off) {
   return y;
 }
 
+// shfl returns x of lane src of this lane's segment of width lanes.
+template <typename T> T shfl(T x, int src, int width) {
+  static_assert(sizeof(T) <= sizeof(uint64_t), "shfl: at most 8 bytes");
+  const unsigned lane = tid.x % 32, warp = tid.x / 32;
+  uint64_t bits = 0;
+  std::memcpy(&bits, &x, sizeof(T));
+  running->words[tid.x] = bits;
+  syncwarp();
+  bits = running->words[warp * 32 + (lane & ~static_cast<unsigned>(width - 1)) + static_cast<unsigned>(src % width)];
+  syncwarp();
+  T y;
+  std::memcpy(&y, &bits, sizeof(T));
+  return y;
+}
+
 // launch runs kernel on grid blocks of threads threads with smem_bytes of
 // dynamic shared memory (what require_launch reads). The threads are
 // created once and take the blocks in turn, a block barrier between two.
@@ -107,6 +142,7 @@ template <typename F> void launch(unsigned grid, unsigned threads, unsigned smem
   for (unsigned w = 0; w * 32 < threads; ++w)
     b.warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, threads - 32 * w)));
   b.words.assign(threads, 0);
+  b.frags.assign(threads, {});
   for (auto& o : b.ors) o.store(0);
   running = &b;
   std::vector<std::thread> pool;
@@ -135,6 +171,7 @@ inline void __syncthreads() { emu::syncthreads(); }
 inline int __syncthreads_or(int pred) { return emu::syncthreads_or(pred); }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::syncwarp(); }
 template <typename T> T __shfl_xor_sync(unsigned, T x, int off) { return emu::shfl_xor(x, off); }
+template <typename T> T __shfl_sync(unsigned, T x, int src, int width = 32) { return emu::shfl(x, src, width); }
 inline float __int_as_float(int i) {
   float f;
   std::memcpy(&f, &i, sizeof f);
@@ -151,3 +188,147 @@ inline unsigned __umulhi(unsigned a, unsigned b) { return static_cast<unsigned>(
   std::fprintf(stderr, "emu: __trap (a launch shape the kernel does not accept)\n");
   std::abort();
 }
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+inline size_t __cvta_generic_to_shared(const void* p) { return reinterpret_cast<size_t>(p); }
+
+// The 16-bit types of cuda_bf16.h and cuda_fp16.h, as their bits (a pair
+// holds its first value in the low half), with their round-to-nearest-even
+// conversions: fp16 through _Float16, bf16 by hand.
+struct __nv_bfloat16 {
+  uint16_t x;
+};
+struct __nv_bfloat162 {
+  uint16_t x, y;
+};
+struct __half {
+  uint16_t x;
+};
+struct __half2 {
+  uint16_t x, y;
+};
+
+namespace emu {
+
+inline uint16_t bf16_bits(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // NaN stays NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+inline float bf16_value(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+inline uint16_t fp16_bits(float f) {
+  const _Float16 h = static_cast<_Float16>(f);
+  uint16_t b;
+  std::memcpy(&b, &h, sizeof b);
+  return b;
+}
+inline float fp16_value(uint16_t b) {
+  _Float16 h;
+  std::memcpy(&h, &b, sizeof h);
+  return static_cast<float>(h);
+}
+
+// tf32_rna is cvt.rna.tf32.f32: 10 explicit mantissa bits, to nearest,
+// ties away from zero, in an fp32 bit pattern.
+inline uint32_t tf32_rna(float x) {
+  const uint32_t u = __float_as_uint(x);
+  if ((u & 0x7f800000u) == 0x7f800000u) return (u & 0x7fffffu) ? 0x7fffffffu : u;  // NaN, ±Inf
+  return (u + 0x1000u) & 0xffffe000u;
+}
+
+// The warp's exchange for mma and ldmatrix: each lane posts its words,
+// the warp meets, each lane reads the others', the warp meets again before
+// any lane may post anew.
+inline const std::array<uint32_t, 10>& posted(unsigned lane) { return running->frags[tid.x / 32 * 32 + lane]; }
+
+// mma_sync emulates one mma.sync.m16n8kK with fp32 accumulators: A(r, k)
+// and B(k, n) read an operand element from the posting lanes' fragments
+// (mma.cuh has the layouts), each lane's four outputs add their K
+// products in double to the accumulator.
+template <int K, typename A, typename B>
+void mma_sync(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, A elemA, B elemB) {
+  auto& mine = running->frags[tid.x];
+  mine = {a[0], a[1], a[2], a[3], b0, b1};
+  syncwarp();
+  const unsigned lane = tid.x % 32, g = lane / 4, t = lane % 4;
+  for (int e = 0; e < 4; ++e) {
+    const unsigned row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
+    double sum = 0;
+    for (unsigned k = 0; k < K; ++k) sum += static_cast<double>(elemA(row, k)) * elemB(k, col);
+    c[e] = static_cast<float>(c[e] + sum);
+  }
+  syncwarp();
+}
+
+// mma_m16n8k16 takes bf16 (bf16) or fp16 pairs: A (16×16) a0 = (g, 2t..),
+// a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..); B (16×8) b0 =
+// (k 2t.., n g), b1 = (k 2t+8.., n g).
+inline void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool bf16) {
+  const auto value = [bf16](uint32_t word, unsigned k) {
+    const uint16_t h = static_cast<uint16_t>(k % 2 ? word >> 16 : word);
+    return bf16 ? bf16_value(h) : fp16_value(h);
+  };
+  mma_sync<16>(
+      c, a, b0, b1,
+      [&](unsigned r, unsigned k) { return value(posted(r % 8 * 4 + k % 8 / 2)[(r >= 8) + 2 * (k >= 8)], k); },
+      [&](unsigned k, unsigned n) { return value(posted(n * 4 + k % 8 / 2)[4 + (k >= 8)], k); });
+}
+
+// mma_m16n8k8_tf32 takes tf32 in fp32 bit patterns, whose low 13 bits the
+// tensor core ignores: A (16×8) a0 = (g, t), a1 = (g+8, t), a2 = (g, t+4),
+// a3 = (g+8, t+4); B (8×8) b0 = (k t, n g), b1 = (k t+4, n g).
+inline void mma_m16n8k8_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  const auto value = [](uint32_t word) { return __uint_as_float(word & 0xffffe000u); };
+  mma_sync<8>(
+      c, a, b0, b1, [&](unsigned r, unsigned k) { return value(posted(r % 8 * 4 + k % 4)[(r >= 8) + 2 * (k >= 4)]); },
+      [&](unsigned k, unsigned n) { return value(posted(n * 4 + k % 4)[4 + (k >= 4)]); });
+}
+
+// ldmatrix_x4 is ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lanes
+// 8i … 8i+7 give the rows of matrix i; lane l receives in r[i] the pair
+// (row l/4, columns 2(l%4), 2(l%4)+1) of it, or with trans (rows 2(l%4),
+// 2(l%4)+1, column l/4).
+inline void ldmatrix_x4(uint32_t (&r)[4], const void* p, bool trans) {
+  const uint64_t addr = reinterpret_cast<uint64_t>(p);
+  running->words[tid.x] = addr;
+  syncwarp();
+  const unsigned lane = tid.x % 32, warp0 = tid.x / 32 * 32;
+  const auto row = [&](unsigned i, unsigned rr) {
+    return reinterpret_cast<const uint16_t*>(running->words[warp0 + 8 * i + rr]);
+  };
+  for (unsigned i = 0; i < 4; ++i) {
+    uint16_t lo, hi;
+    if (trans) {
+      lo = row(i, 2 * (lane % 4))[lane / 4], hi = row(i, 2 * (lane % 4) + 1)[lane / 4];
+    } else {
+      lo = row(i, lane / 4)[2 * (lane % 4)], hi = row(i, lane / 4)[2 * (lane % 4) + 1];
+    }
+    r[i] = lo | static_cast<uint32_t>(hi) << 16;
+  }
+  syncwarp();
+}
+
+// copy_or_zero is a cp.async of size bytes reading n of them (n = 0 or
+// size), the rest zero: it lands at once.
+inline void copy_or_zero(void* dst, const void* src, int n, int size) {
+  if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n));
+  if (n < size) std::memset(static_cast<char*>(dst) + n, 0, static_cast<size_t>(size - n));
+}
+
+}  // namespace emu
+
+inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) { return {emu::bf16_bits(lo), emu::bf16_bits(hi)}; }
+inline __half2 __floats2half2_rn(float lo, float hi) { return {emu::fp16_bits(lo), emu::fp16_bits(hi)}; }
+inline __nv_bfloat16 __float2bfloat16_rn(float x) { return {emu::bf16_bits(x)}; }
+inline __half __float2half_rn(float x) { return {emu::fp16_bits(x)}; }
+inline float __bfloat162float(__nv_bfloat16 x) { return emu::bf16_value(x.x); }
+inline float __half2float(__half x) { return emu::fp16_value(x.x); }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package cudakernels
+
+const raceEnabled = false
