@@ -74,14 +74,6 @@ func randn[T kernels.Float](rng *rand.Rand, n int) []T {
 	return x
 }
 
-func widen[T kernels.Float](x []T) []float64 {
-	y := make([]float64, len(x))
-	for i, v := range x {
-		y[i] = float64(v)
-	}
-	return y
-}
-
 func maxAbs(x []float64) float64 {
 	var m float64
 	for _, v := range x {

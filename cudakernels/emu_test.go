@@ -103,11 +103,15 @@ func mmaHostCases() []kernels.Params {
 	capped.Softcap, capped.ALiBi = 5, []float64{0.5, 0.25}
 	dropout := causal(at(1, 2, 100, 100, 40))
 	dropout.Dropout = kernels.Dropout{P: 0.2, Seed: 0x1234567887654321, Offset: 7}
+	bias := causal(at(2, 2, 100, 100, 40))
+	bias.Bias = &kernels.Bias{Bb: 2, Hb: 2}
+	sharedBias := at(2, 2, 100, 90, 40)
+	sharedBias.Bias = &kernels.Bias{Bb: 1, Hb: 2}
 	wide := causal(at(1, 2, 90, 130, 128))
 	widest := at(1, 2, 80, 90, 200)
 	widest.Window = kernels.Window{On: true, Left: 30, Right: 10}
-	return []kernels.Params{plain, causal(plain), fewKeys, fewRows, window, lengths, gqa, capped, dropout,
-		at(1, 2, 100, 100, 100), wide, widest}
+	return []kernels.Params{plain, causal(plain), fewKeys, fewRows, window, lengths, gqa, capped, dropout, bias,
+		sharedBias, at(1, 2, 100, 100, 100), wide, widest}
 }
 
 // mmaKernel is the forward kernel pickMmaVariant launches for p: 2, the
@@ -163,12 +167,21 @@ func caseName(p kernels.Params) string {
 		on   bool
 		name string
 	}{{p.Causal, "causal"}, {p.Window.On, "window"}, {p.QLens != nil, "lengths"}, {p.Softcap != 0, "softcap"},
-		{p.ALiBi != nil, "alibi"}, {p.Dropout.On(), "dropout"}} {
+		{p.ALiBi != nil, "alibi"}, {p.Dropout.On(), "dropout"}, {p.Bias != nil, "bias"}} {
 		if v.on {
 			s += "_" + v.name
 		}
 	}
 	return s
+}
+
+// widen returns x in float64.
+func widen[T kernels.Float](x []T) []float64 {
+	y := make([]float64, len(x))
+	for i, v := range x {
+		y[i] = float64(v)
+	}
+	return y
 }
 
 // emuBlob is the memory an emulated launch sees: the tensors one after
@@ -226,13 +239,27 @@ func runMMAOnHost(t *testing.T, bin string, prec Precision, kernel int64, dp int
 	if p.ALiBi != nil {
 		ops.vars.alibi = put(&blob, p.ALiBi)
 	}
+	var bias []float32
+	if p.Bias != nil {
+		bias = normals(p.BiasLen())
+		unwritten := make([]float32, p.BiasLen())
+		for i := range unwritten {
+			unwritten[i] = float32(math.NaN()) // overwritten, never added into
+		}
+		ops.vars.bias, ops.vars.biasSlices = put(&blob, bias), int64(p.Bias.Bb*p.Bias.Hb)
+		ops.vars.biasBatchStride, ops.vars.biasHeadStride = biasStrides(p)
+		if backward {
+			ops.vars.dbias = put(&blob, unwritten)
+		}
+	}
 	var in bytes.Buffer
 	var withBackward int64
 	if backward {
 		withBackward = 1
 	}
 	types := map[Precision]int64{BF16: 0, FP16: 1, TF32: 2}
-	for _, x := range []any{[8]int64{types[prec], kernel, withBackward, int64(dp), int64(len(blob))}, newParams(p, ops)} {
+	head := [8]int64{types[prec], kernel, withBackward, int64(dp), int64(len(blob)), ops.vars.biasSlices}
+	for _, x := range []any{head, newParams(p, ops)} {
 		if err := binary.Write(&in, binary.LittleEndian, x); err != nil {
 			t.Fatal(err)
 		}
@@ -252,8 +279,14 @@ func runMMAOnHost(t *testing.T, bin string, prec Precision, kernel int64, dp int
 	res := emuBlob(out)
 	o, lse := get[float32](res, ops.o.ptr, p.QLen()), get[float32](res, ops.lse, p.LSELen())
 	if !backward {
+		if p.Bias != nil {
+			p.Bias = &kernels.Bias{Bb: p.Bias.Bb, Hb: p.Bias.Hb, Data32: bias, Data64: widen(bias)}
+		}
 		conformance.CheckForward(t, p, prec, q, k, v, o, lse)
 		return
+	}
+	if p.Bias != nil {
+		p.Bias = &kernels.Bias{Bb: p.Bias.Bb, Hb: p.Bias.Hb, Data32: bias, Grad32: get[float32](res, ops.vars.dbias, p.BiasLen())}
 	}
 	dq, dk, dv := get[float32](res, ops.dq.ptr, p.QLen()), get[float32](res, ops.dk.ptr, p.KLen()), get[float32](res, ops.dv.ptr, p.KLen())
 	conformance.CheckPass(t, p, prec, q, k, v, do, o, lse, dq, dk, dv)

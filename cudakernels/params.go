@@ -131,3 +131,16 @@ func newParams(p kernels.Params, ops operands) kernelParams {
 	kp.DVBatchStride, kp.DVHeadStride, kp.DVRowStride = ops.dv.strides(p.KVHeads())
 	return kp
 }
+
+// biasStrides returns the strides, in elements, of the batch and head
+// dimensions of p's bias (Nq×Nk slices, batch-major), 0 where broadcast.
+func biasStrides(p kernels.Params) (batch, head int64) {
+	slice := int64(p.Nq) * int64(p.Nk)
+	if p.Bias.Hb != 1 {
+		head = slice
+	}
+	if p.Bias.Bb != 1 {
+		batch = int64(p.Bias.Hb) * slice
+	}
+	return batch, head
+}

@@ -144,11 +144,5 @@ func (a *biasArgs[T]) set(v *variantArgs) {
 	if a.wantsGrad() {
 		v.dbias = uint64(a.grad)
 	}
-	slice := int64(a.p.Nq) * int64(a.p.Nk)
-	if b.Hb != 1 {
-		v.biasHeadStride = slice
-	}
-	if b.Bb != 1 {
-		v.biasBatchStride = int64(b.Hb) * slice
-	}
+	v.biasBatchStride, v.biasHeadStride = biasStrides(a.p)
 }

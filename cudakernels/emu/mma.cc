@@ -5,8 +5,8 @@
 //
 // Standard input: eight int64 words — the operand type (0 BF16, 1 FP16,
 // 2 TF32), the kernel (0 plain, 1 _var, 2 _full), whether to run the
-// backward too, the padded head dimension DP, and the blob's size in bytes
-// — then the kernels' Params as params.go's kernelParams lays it out, with
+// backward too, the padded head dimension DP, the blob's size in bytes and
+// the bias's number of Nq×Nk slices (0: none) — then the kernels' Params as params.go's kernelParams lays it out, with
 // every pointer an offset into the blob plus one (0: none), then the blob.
 // The caller's float32 q, k, v, dO and the outputs o, lse, dq, dk, dv lie
 // there as the backend's callerOperands would have them on the device.
@@ -17,7 +17,7 @@
 // type with rows padded to DP (V transposed for TF32), the forward on those
 // copies; for the backward, dO rounded in place with D = rowsum(dO∘O) in
 // one pass, the 16-bit copies of Q, K, V and dO, then the dK/dV and dQ
-// kernels.
+// kernels, and the dBias kernel where Params asks for dBias.
 #include <cstdint>
 #include <vector>
 
@@ -81,7 +81,7 @@ template <typename E, int DP, int kKernel> void forward(Params p) {
               [&] { fwd_1rowblock<E, DP, kVar, kFull>(p); });
 }
 
-template <typename E, typename R, int DP, int kKernel> void backward(Params p) {
+template <typename E, typename R, int DP, int kKernel> void backward(Params p, long long biasSlices) {
   const long long kvh = p.b * p.h / p.kv_group;
   std::vector<float> delta(p.b * p.h * p.nq);
   p.delta = delta.data();
@@ -97,31 +97,36 @@ template <typename E, typename R, int DP, int kKernel> void backward(Params p) {
               [&] { dkdv_1colblock<E, DP, kVar, kFull>(p); });
   emu::launch(p.b * p.h * ((p.nq + kBwdBQ - 1) / kBwdBQ), kBwdThreads, bwd_dq_smem_bytes<DP, kFull>(),
               [&] { dq_1rowblock<E, DP, kVar, kFull>(p); });
+  if (p.dbias != nullptr) {
+    const long long tiles = (p.nq + kBwdStep - 1) / kBwdStep * ((p.nk + kBwdStep - 1) / kBwdStep);
+    emu::launch(biasSlices * tiles, kBwdThreads, bwd_dbias_smem_bytes<DP>(), [&] { dbias_1tile<E, DP>(p); });
+  }
 }
 
-template <typename E, typename R, int DP, int kKernel> void run(const Params& p, bool withBackward) {
+template <typename E, typename R, int DP, int kKernel> void run(const Params& p, bool withBackward, long long biasSlices) {
   forward<E, DP, kKernel>(p);
   if constexpr (sizeof(typename E::Storage) == 2 && DP <= 128) {
-    if (withBackward) backward<E, R, DP, kKernel>(p);
+    if (withBackward) backward<E, R, DP, kKernel>(p, biasSlices);
   } else if (withBackward) {
     std::fprintf(stderr, "emu/mma: no mma.sync backward for this operand type and DP\n");
     std::exit(2);
   }
 }
 
-template <typename E, typename R, int DP> void byKernel(int kernel, const Params& p, bool withBackward) {
+template <typename E, typename R, int DP>
+void byKernel(int kernel, const Params& p, bool withBackward, long long biasSlices) {
   switch (kernel) {
-    case 0: return run<E, R, DP, 0>(p, withBackward);
-    case 1: return run<E, R, DP, 1>(p, withBackward);
-    default: return run<E, R, DP, 2>(p, withBackward);
+    case 0: return run<E, R, DP, 0>(p, withBackward, biasSlices);
+    case 1: return run<E, R, DP, 1>(p, withBackward, biasSlices);
+    default: return run<E, R, DP, 2>(p, withBackward, biasSlices);
   }
 }
 
-template <typename E, typename R> void byDim(int dp, int kernel, const Params& p, bool withBackward) {
+template <typename E, typename R> void byDim(int dp, int kernel, const Params& p, bool withBackward, long long biasSlices) {
   switch (dp) {
-    case 64: return byKernel<E, R, 64>(kernel, p, withBackward);
-    case 128: return byKernel<E, R, 128>(kernel, p, withBackward);
-    default: return byKernel<E, R, 256>(kernel, p, withBackward);
+    case 64: return byKernel<E, R, 64>(kernel, p, withBackward, biasSlices);
+    case 128: return byKernel<E, R, 128>(kernel, p, withBackward, biasSlices);
+    default: return byKernel<E, R, 256>(kernel, p, withBackward, biasSlices);
   }
 }
 
@@ -132,7 +137,9 @@ int main() {
   std::vector<unsigned char> h = readAll(sizeof head);
   std::memcpy(head, h.data(), sizeof head);
   const int64_t type = head[0], kernel = head[1], withBackward = head[2], dp = head[3], blobBytes = head[4];
-  if (type < 0 || type > 2 || kernel < 0 || kernel > 2 || (dp != 64 && dp != 128 && dp != 256) || blobBytes < 0) {
+  const int64_t biasSlices = head[5];
+  if (type < 0 || type > 2 || kernel < 0 || kernel > 2 || (dp != 64 && dp != 128 && dp != 256) || blobBytes < 0 ||
+      biasSlices < 0) {
     std::fprintf(stderr, "emu/mma: bad header\n");
     return 2;
   }
@@ -150,9 +157,9 @@ int main() {
                   &p.part_lse})
     relocate(*f, blob);
   switch (type) {
-    case 0: byDim<BF16, RoundBF16>(static_cast<int>(dp), static_cast<int>(kernel), p, withBackward != 0); break;
-    case 1: byDim<FP16, RoundFP16>(static_cast<int>(dp), static_cast<int>(kernel), p, withBackward != 0); break;
-    default: byDim<TF32, TF32>(static_cast<int>(dp), static_cast<int>(kernel), p, withBackward != 0); break;
+    case 0: byDim<BF16, RoundBF16>(static_cast<int>(dp), static_cast<int>(kernel), p, withBackward != 0, biasSlices); break;
+    case 1: byDim<FP16, RoundFP16>(static_cast<int>(dp), static_cast<int>(kernel), p, withBackward != 0, biasSlices); break;
+    default: byDim<TF32, TF32>(static_cast<int>(dp), static_cast<int>(kernel), p, withBackward != 0, biasSlices); break;
   }
   std::fwrite(blob, 1, static_cast<size_t>(blobBytes), stdout);
   return 0;

@@ -389,19 +389,25 @@ func check32(t *testing.T, b kernels.Backend, p kernels.Params, prec kernels.Pre
 	}
 }
 
-// CheckPass checks a float32 forward and backward of problem p (no bias;
-// dense float32 inputs q, k, v, do and outputs o, lse, dq, dk, dv)
+// CheckPass checks a float32 forward and backward of problem p (dense
+// float32 inputs q, k, v, do and outputs o, lse, dq, dk, dv; with a bias,
+// p.Bias holds its float32 data and the computed dBias in Grad32)
 // computed in precision prec against the float64 reference, with the
 // suite's bounds: twice the error of the naive baseline in prec plus two
 // rounding units of each output's floor. It serves computations that are
 // not one kernels.Backend call, such as a ring of them (package ring).
 func CheckPass(t *testing.T, p kernels.Params, prec kernels.Precision, q, k, v, do, o, lse, dq, dk, dv []float32) {
 	t.Helper()
+	got := result[float32]{o: o, lse: lse, dq: dq, dk: dk, dv: dv}
+	if p.Bias != nil {
+		got.dbias = p.Bias.Grad32
+		p = withBiasData(p, p.Bias.Data32, widen(p.Bias.Data32))
+	}
 	want, err := reference(p, widen(q), widen(k), widen(v), widen(do), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	check32(t, nil, p, prec, result[float32]{o: o, lse: lse, dq: dq, dk: dk, dv: dv}, want, q, k, v, do, nil, false)
+	check32(t, nil, p, prec, got, want, q, k, v, do, nil, false)
 }
 
 // logBounds (FLASHATTN_CONFORMANCE_LOG=1) makes check32 log every
