@@ -14,11 +14,6 @@ import (
 
 var _ kernels.CacheBackend = (*Backend)(nil)
 
-// cacheRowAlign is the elements a stored key or value row is padded to: 8
-// makes every row of every format a whole number of 16-byte pieces, which
-// the decode units copy with cp.async. The padding stays zero.
-const cacheRowAlign = 8
-
 // cacheStore is a key/value cache's keys and values in device memory, in
 // the backend's storage format (storeFor): one buffer per tensor of rows
 // rows of rowStride elements, laid out as kernels.Params.KeyRow says

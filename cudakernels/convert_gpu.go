@@ -143,5 +143,3 @@ func transposedKeys(nk int) int64 { return (int64(nk) + 7) / 8 * 8 }
 
 // Blocks of flash_to_image_vt take 64 keys × 64 columns.
 const wgmmaVtKeys, wgmmaVtCols = 64, 64
-
-func roundUp(n, m int64) int64 { return (n + m - 1) / m * m }

@@ -1,6 +1,10 @@
 package cudakernels
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/gorgonia-flash/flashattention/kernels"
+)
 
 // What the host knows of the decoding kernels (csrc/decode.cuh, launched
 // by decode_gpu.go), in plain Go so that CPU tests check it: the storage
@@ -182,4 +186,28 @@ func decodeDim(d int) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("%w: head dimension %d: decoding compiles up to %d", ErrUnsupported, d, decodeDims[len(decodeDims)-1])
+}
+
+// cacheRowAlign is the elements a stored key or value row is padded to: 8
+// makes every row of every format a whole number of 16-byte pieces, which
+// the decode units copy with cp.async. The padding stays zero.
+const cacheRowAlign = 8
+
+// roundUp returns n rounded up to a multiple of m.
+func roundUp(n, m int64) int64 { return (n + m - 1) / m * m }
+
+// tableOf packs p's block tables as the units read them: int32 [B,
+// stride], stride the longest table (at least 1).
+func tableOf(p kernels.Params) ([]int32, int64) {
+	stride := 1
+	for _, t := range p.Pages.Table {
+		stride = max(stride, len(t))
+	}
+	out := make([]int32, p.B*stride)
+	for b, t := range p.Pages.Table {
+		for i, page := range t {
+			out[b*stride+i] = int32(page)
+		}
+	}
+	return out, int64(stride)
 }

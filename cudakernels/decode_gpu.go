@@ -186,22 +186,6 @@ func (d *decoder) enqueue(p kernels.Params, pl decodePlan, a decodeArgs, stream 
 	return nil
 }
 
-// tableOf packs p's block tables as the units read them: int32 [B,
-// stride], stride the longest table (at least 1).
-func tableOf(p kernels.Params) ([]int32, int64) {
-	stride := 1
-	for _, t := range p.Pages.Table {
-		stride = max(stride, len(t))
-	}
-	out := make([]int32, p.B*stride)
-	for b, t := range p.Pages.Table {
-		for i, page := range t {
-			out[b*stride+i] = int32(page)
-		}
-	}
-	return out, int64(stride)
-}
-
 // bytesOf views a slice of integers as bytes.
 func bytesOf[E int32 | int64](x []E) []byte {
 	if len(x) == 0 {

@@ -207,6 +207,40 @@ func get[T any](b emuBlob, addr uint64, n int) []T {
 	return x
 }
 
+// lens32 returns lengths as the kernels read them.
+func lens32(x []int) []int32 {
+	y := make([]int32, len(x))
+	for i, n := range x {
+		y[i] = int32(n)
+	}
+	return y
+}
+
+// runEmu runs an emulation program on one problem: its header words, the
+// kernels' Params and the blob in, the blob after the run out.
+func runEmu(t *testing.T, bin string, head [8]int64, kp kernelParams, blob emuBlob) emuBlob {
+	t.Helper()
+	var in bytes.Buffer
+	for _, x := range []any{head, kp} {
+		if err := binary.Write(&in, binary.LittleEndian, x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in.Write(blob)
+	cmd := exec.Command(bin)
+	cmd.Stdin = &in
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", filepath.Base(bin), err, stderr.Bytes())
+	}
+	if len(out) != len(blob) {
+		t.Fatalf("%s wrote %d bytes, want %d", filepath.Base(bin), len(out), len(blob))
+	}
+	return out
+}
+
 // runMMAOnHost runs problem p once through emu/mma.cc (kernel: 0 plain, 1
 // _var, 2 _full) and checks what comes back.
 func runMMAOnHost(t *testing.T, bin string, prec Precision, kernel int64, dp int, backward bool, p kernels.Params, seed uint64) {
@@ -226,13 +260,6 @@ func runMMAOnHost(t *testing.T, bin string, prec Precision, kernel int64, dp int
 	ops.o, ops.lse = dense(put(&blob, make([]float32, p.QLen())), p.Nq), put(&blob, make([]float32, p.LSELen()))
 	ops.dq = dense(put(&blob, make([]float32, p.QLen())), p.Nq)
 	ops.dk, ops.dv = dense(put(&blob, make([]float32, p.KLen())), p.Nk), dense(put(&blob, make([]float32, p.KLen())), p.Nk)
-	lens32 := func(x []int) []int32 {
-		y := make([]int32, len(x))
-		for i, n := range x {
-			y[i] = int32(n)
-		}
-		return y
-	}
 	if p.QLens != nil {
 		ops.vars.qLens, ops.vars.kLens = put(&blob, lens32(p.QLens)), put(&blob, lens32(p.KLens))
 	}
@@ -252,31 +279,13 @@ func runMMAOnHost(t *testing.T, bin string, prec Precision, kernel int64, dp int
 			ops.vars.dbias = put(&blob, unwritten)
 		}
 	}
-	var in bytes.Buffer
 	var withBackward int64
 	if backward {
 		withBackward = 1
 	}
 	types := map[Precision]int64{BF16: 0, FP16: 1, TF32: 2}
 	head := [8]int64{types[prec], kernel, withBackward, int64(dp), int64(len(blob)), ops.vars.biasSlices}
-	for _, x := range []any{head, newParams(p, ops)} {
-		if err := binary.Write(&in, binary.LittleEndian, x); err != nil {
-			t.Fatal(err)
-		}
-	}
-	in.Write(blob)
-	cmd := exec.Command(bin)
-	cmd.Stdin = &in
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("emu/mma: %v\n%s", err, stderr.Bytes())
-	}
-	if len(out) != len(blob) {
-		t.Fatalf("emu/mma wrote %d bytes, want %d", len(out), len(blob))
-	}
-	res := emuBlob(out)
+	res := runEmu(t, bin, head, newParams(p, ops), blob)
 	o, lse := get[float32](res, ops.o.ptr, p.QLen()), get[float32](res, ops.lse, p.LSELen())
 	if !backward {
 		if p.Bias != nil {
@@ -290,4 +299,214 @@ func runMMAOnHost(t *testing.T, bin string, prec Precision, kernel int64, dp int
 	}
 	dq, dk, dv := get[float32](res, ops.dq.ptr, p.QLen()), get[float32](res, ops.dk.ptr, p.KLen()), get[float32](res, ops.dv.ptr, p.KLen())
 	conformance.CheckPass(t, p, prec, q, k, v, do, o, lse, dq, dk, dv)
+}
+
+// decodeHostCase is one problem of TestDecodeKernelsOnHost: the keys'
+// storage format and the key splits to run it with (the device's split
+// rule depends on its multiprocessors; these exercise the merge).
+type decodeHostCase struct {
+	s      storeKind
+	splits int
+	p      kernels.Params
+}
+
+// decodeHostCases are few query rows per key head against a longer
+// sequence of keys, as a key/value cache makes them: every unit shape of
+// each storage format, grouped heads, lengths, a window, the softcap with
+// ALiBi, causal rows, paged keys, and one, two and five splits.
+func decodeHostCases() []decodeHostCase {
+	at := func(b, h, hkv, nq, nk, d int) kernels.Params {
+		return kernels.Params{B: b, H: h, Hkv: hkv, Nq: nq, Nk: nk, D: d, Scale: 1 / math.Sqrt(float64(d))}
+	}
+	lengths := at(2, 4, 2, 1, 300, 64)
+	lengths.KLens = []int{300, 77}
+	modified := at(1, 8, 1, 2, 250, 100) // 16 rows a key head: two units of 8
+	modified.Causal, modified.Softcap, modified.ALiBi = true, 8, []float64{1, .5, .25, .125, .0625, .03125, .015625, .0078125}
+	window := at(1, 2, 2, 3, 200, 40)
+	window.Window = kernels.Window{On: true, Left: 50, Right: 0}
+	paged := func(p kernels.Params, size int) kernels.Params {
+		perSeq := (p.Nk + size - 1) / size
+		pg := &kernels.Pages{Size: size, Count: p.B*perSeq + 3}
+		next := pg.Count - 1 // pages handed out from the end, so that no table is the identity
+		for range p.B {
+			t := make([]int, perSeq)
+			for i := range t {
+				t[i], next = next, next-1
+			}
+			pg.Table = append(pg.Table, t)
+		}
+		p.Pages = pg
+		return p
+	}
+	var cs []decodeHostCase
+	for _, s := range []storeKind{storeF32, storeBF16, storeFP16} {
+		for _, splits := range []int{1, 5} {
+			cs = append(cs,
+				decodeHostCase{s, splits, at(2, 2, 2, 1, 200, 64)},
+				decodeHostCase{s, splits, lengths},
+				decodeHostCase{s, splits, modified},
+				decodeHostCase{s, splits, paged(window, 16)},
+				decodeHostCase{s, splits, paged(at(1, 4, 1, 1, 130, 200), 7)})
+		}
+		cs = append(cs, decodeHostCase{s, 2, at(1, 4, 4, 4, 180, 128)})
+	}
+	return cs
+}
+
+// TestDecodeKernelsOnHost runs the decoding kernels (csrc/decode.cuh: the
+// split-KV units on CUDA cores for keys stored in float32 and on tensor
+// cores for bf16 and fp16, and the merge of their splits) on the host
+// through emu/decode.cc, with the launch shapes decode.go gives, and holds
+// O and the LSE to the conformance suite's bounds in the precision the
+// storage format serves (FP32, BF16, FP16). Stored rows are laid out as a
+// device cache lays them out (padded to cacheRowAlign elements), keys
+// past a sequence's length and a pool's unused pages hold NaN.
+func TestDecodeKernelsOnHost(t *testing.T) {
+	bin := buildEmu(t, emuCompiler(t), "decode")
+	precisions := map[storeKind]Precision{storeF32: FP32, storeBF16: BF16, storeFP16: FP16}
+	for i, c := range decodeHostCases() {
+		t.Run(fmt.Sprintf("%v/%s_paged=%v/splits=%d", c.s, caseName(c.p), c.p.Pages != nil, c.splits), func(t *testing.T) {
+			t.Parallel()
+			runDecodeOnHost(t, bin, c, precisions[c.s], uint64(i))
+		})
+	}
+}
+
+// storedRows returns x ([rows, d] float32) as format s stores it: rows of
+// stride elements, the padding zero, as raw bytes.
+func storedRows(s storeKind, x []float32, d, stride int) []byte {
+	rows := len(x) / d
+	out := make([]byte, rows*stride*s.bytes())
+	for r := range rows {
+		for c := range d {
+			at := (r*stride + c) * s.bytes()
+			switch v := x[r*d+c]; s {
+			case storeF32:
+				binary.LittleEndian.PutUint32(out[at:], math.Float32bits(v))
+			case storeBF16:
+				binary.LittleEndian.PutUint16(out[at:], bf16Bits(v))
+			default:
+				binary.LittleEndian.PutUint16(out[at:], fp16Bits(v))
+			}
+		}
+	}
+	return out
+}
+
+// bf16Bits rounds x to bfloat16, to nearest even (NaN stays NaN).
+func bf16Bits(x float32) uint16 {
+	u := math.Float32bits(x)
+	if u&0x7fffffff > 0x7f800000 {
+		return uint16(u>>16) | 0x40
+	}
+	return uint16((u + 0x7fff + (u>>16)&1) >> 16)
+}
+
+// fp16Bits rounds x to IEEE binary16, to nearest even, for |x| < 65520
+// and NaN: what the tests store.
+func fp16Bits(x float32) uint16 {
+	u := math.Float32bits(x)
+	sign := uint16(u>>16) & 0x8000
+	a := math.Abs(float64(x))
+	switch {
+	case x != x:
+		return 0x7e00
+	case a < 0x1p-14: // subnormal: multiples of 2^-24
+		return sign | uint16(math.RoundToEven(a*0x1p24))
+	}
+	u &= 0x7fffffff
+	u += 0xfff + (u>>13)&1 // to 10 mantissa bits, nearest even
+	exp := int(u>>23) - 127 + 15
+	return sign | uint16(exp)<<10 | uint16(u>>13)&0x3ff
+}
+
+// runDecodeOnHost runs one decode problem through emu/decode.cc and checks
+// O and the LSE.
+func runDecodeOnHost(t *testing.T, bin string, c decodeHostCase, prec Precision, seed uint64) {
+	p := c.p
+	rng := rand.New(rand.NewPCG(seed, 34))
+	normals := func(n int) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		return x
+	}
+	poolRows := p.B * p.KVHeads() * p.Nk
+	if p.Pages != nil {
+		poolRows = p.Pages.Count * p.KVHeads() * p.Pages.Size
+	}
+	q, k, v := normals(p.QLen()), make([]float32, poolRows*p.D), make([]float32, poolRows*p.D)
+	for i := range k {
+		k[i], v[i] = float32(math.NaN()), float32(math.NaN()) // rows no key reads
+	}
+	for kvh := range p.B * p.KVHeads() {
+		n := p.Nk
+		if p.KLens != nil {
+			n = p.KLens[kvh/p.KVHeads()]
+		}
+		for j := range n {
+			row := p.KeyRow(kvh, j)
+			copy(k[row:row+p.D], normals(p.D))
+			copy(v[row:row+p.D], normals(p.D))
+		}
+	}
+	dp, err := decodeDim(p.D)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := p.H / p.KVHeads() * p.Nq
+	tile := decodeTile(c.s, rows)
+	_, perBlock := decodeLayout(c.s, dp, tile)
+	units := p.B * p.KVHeads() * ((rows + tile - 1) / tile) * c.splits
+	stride := p.D
+	if c.s != storeF32 {
+		stride = int(roundUp(int64(p.D), cacheRowAlign))
+	}
+	var blob emuBlob
+	vars := variantArgs{heads: int64(p.H)}
+	if p.KLens != nil {
+		vars.kLens = put(&blob, lens32(p.KLens))
+	}
+	if p.ALiBi != nil {
+		vars.alibi = put(&blob, p.ALiBi)
+	}
+	ops := operands{q: tensorAt{ptr: put(&blob, q), rows: int64(p.Nq), ld: int64(p.D)},
+		k:    tensorAt{ptr: put(&blob, storedRows(c.s, k, p.D, stride)), rows: int64(p.Nk), ld: int64(stride)},
+		v:    tensorAt{ptr: put(&blob, storedRows(c.s, v, p.D, stride)), rows: int64(p.Nk), ld: int64(stride)},
+		o:    tensorAt{ptr: put(&blob, make([]float32, p.QLen())), rows: int64(p.Nq), ld: int64(p.D)},
+		lse:  put(&blob, make([]float32, p.LSELen())),
+		vars: vars}
+	kp := newParams(p, ops)
+	kp.Splits = int64(c.splits)
+	var mergeBlocks, mergeThreads int64
+	if c.splits > 1 {
+		n := p.B * p.KVHeads() * rows * c.splits
+		kp.PartO, kp.PartLse = put(&blob, make([]float32, n*p.D)), put(&blob, make([]float32, 2*n))
+		mergeBlocks, mergeThreads = int64(p.B*p.KVHeads()*rows*((p.D+31)/32)), int64(decodeMergeBlock(c.splits))
+	}
+	if p.Pages != nil {
+		table, tableStride := tableOf(p)
+		kp.BlockTable, kp.TableStride, kp.PageSize = put(&blob, table), tableStride, int64(p.Pages.Size)
+	}
+	formats := map[storeKind]int64{storeF32: 0, storeBF16: 1, storeFP16: 2}
+	head := [8]int64{formats[c.s], int64(dp), int64(tile), int64((units + perBlock - 1) / perBlock), mergeBlocks, mergeThreads,
+		int64(len(blob))}
+	res := runEmu(t, bin, head, kp, blob)
+	o, lse := get[float32](res, ops.o.ptr, p.QLen()), get[float32](res, ops.lse, p.LSELen())
+	if p.Pages != nil {
+		// The reference takes the keys dense: the same problem, gathered.
+		dense := p
+		dense.Pages = nil
+		kd, vd := make([]float32, dense.KLen()), make([]float32, dense.KLen())
+		for kvh := range p.B * p.KVHeads() {
+			for j := range p.Nk {
+				from, to := p.KeyRow(kvh, j), dense.KeyRow(kvh, j)
+				copy(kd[to:to+p.D], k[from:])
+				copy(vd[to:to+p.D], v[from:])
+			}
+		}
+		p, k, v = dense, kd, vd
+	}
+	conformance.CheckForward(t, p, prec, q, k, v, o, lse)
 }

@@ -230,7 +230,11 @@ struct DenseLane {
 
   template <int kOff>
   __device__ __forceinline__ static void copy16(uint32_t dst, const void* src, bool ok) {
+#ifdef FLASH_EMU  // dst is an offset into flash::smem there
+    ::emu::copy_or_zero(flash::smem + dst + kOff, src, ok ? 16 : 0, 16);
+#else
     asm volatile("cp.async.cg.shared.global [%0+%3], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0), "n"(kOff));
+#endif
   }
 };
 

@@ -130,6 +130,17 @@ template <typename T> T shfl(T x, int src, int width) {
   return y;
 }
 
+// ballot returns the warp's predicates as a mask, bit l for lane l.
+inline unsigned ballot(int pred) {
+  const unsigned warp0 = tid.x / 32 * 32, lanes = std::min(32u, bdim.x - warp0);
+  running->words[tid.x] = pred != 0;
+  syncwarp();
+  unsigned mask = 0;
+  for (unsigned l = 0; l < lanes; ++l) mask |= static_cast<unsigned>(running->words[warp0 + l]) << l;
+  syncwarp();
+  return mask;
+}
+
 // launch runs kernel on grid blocks of threads threads with smem_bytes of
 // dynamic shared memory (what require_launch reads). The threads are
 // created once and take the blocks in turn, a block barrier between two.
@@ -172,6 +183,13 @@ inline int __syncthreads_or(int pred) { return emu::syncthreads_or(pred); }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::syncwarp(); }
 template <typename T> T __shfl_xor_sync(unsigned, T x, int off) { return emu::shfl_xor(x, off); }
 template <typename T> T __shfl_sync(unsigned, T x, int src, int width = 32) { return emu::shfl(x, src, width); }
+inline unsigned __ballot_sync(unsigned, int pred) { return emu::ballot(pred); }
+inline int __all_sync(unsigned, int pred) {
+  const unsigned lanes = std::min(32u, emu::bdim.x - emu::tid.x / 32 * 32);
+  return emu::ballot(pred) == (lanes == 32 ? ~0u : (1u << lanes) - 1);
+}
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
 inline float __int_as_float(int i) {
   float f;
   std::memcpy(&f, &i, sizeof f);
@@ -198,7 +216,11 @@ inline unsigned __float_as_uint(float f) {
   std::memcpy(&u, &f, sizeof u);
   return u;
 }
-inline size_t __cvta_generic_to_shared(const void* p) { return reinterpret_cast<size_t>(p); }
+// A shared address is an offset into the block's dynamic buffer (kernels
+// that take one, decode.cuh's copies, add it back to flash::smem).
+inline size_t __cvta_generic_to_shared(const void* p) {
+  return static_cast<size_t>(static_cast<const unsigned char*>(p) - flash::smem);
+}
 
 // The 16-bit types of cuda_bf16.h and cuda_fp16.h, as their bits (a pair
 // holds its first value in the low half), with their round-to-nearest-even

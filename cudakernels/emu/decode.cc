@@ -1,0 +1,114 @@
+// decode runs the decoding kernels (decode.cuh: the split-KV units and
+// their merge) on the host through cuda_emu.h, one problem per run, for
+// TestDecodeKernelsOnHost (emu_test.go), as mma.cc runs the mma.sync
+// kernels.
+//
+// Standard input: eight int64 words — the storage format (0 float32, 1
+// bf16, 2 fp16), the padded head dimension DP, the rows per unit R, the
+// grid (⌈units / units per block⌉), the merge's blocks and threads (0
+// blocks: one split, no merge) and the blob's size in bytes — then the
+// kernels' Params (params.go's kernelParams, pointers as offsets into the
+// blob plus one), then the blob. Standard output: the blob after the run.
+// A launch whose threads or shared memory differ from what the kernel was
+// compiled for traps (require_launch), so the Go side's mirror of the
+// layout (decode.go's decodeLayout) is checked too.
+#include <cstdint>
+#include <vector>
+
+#define __noinline__
+#include "../csrc/decode.cuh"
+
+namespace flash {
+alignas(16) unsigned char smem[1 << 18];
+}
+
+namespace {
+
+using flash::Params;
+using namespace flash::decode;
+
+std::vector<unsigned char> readAll(size_t n) {
+  std::vector<unsigned char> b(n);
+  if (n && std::fread(b.data(), 1, n, stdin) != n) {
+    std::fprintf(stderr, "emu/decode: short input\n");
+    std::exit(2);
+  }
+  return b;
+}
+
+template <typename P> void relocate(P*& field, unsigned char* blob) {
+  const auto off = reinterpret_cast<uintptr_t>(field);
+  field = off ? reinterpret_cast<P*>(blob + off - 1) : nullptr;
+}
+
+// units launches the unit kernel as decode.cu's FLASH_DECODE_UNIT does.
+template <typename S, int DP, int R> void units(const Params& p, unsigned grid) {
+  using L = Layout<float, S, DP, R>;
+  emu::launch(grid, 32 * L::kUnits, L::kBlock, [&] {
+    flash::require_launch(32 * L::kUnits, L::kBlock);
+    const int w = threadIdx.x / 32;
+    rows_body<float, S, DP, R>(p, static_cast<long long>(blockIdx.x) * L::kUnits + w, flash::smem + w * L::kUnit);
+  });
+}
+
+template <typename S, int DP> void byRows(int rows, const Params& p, unsigned grid) {
+  if constexpr (sizeof(S) == 2) {
+    if (rows == kTensorRows) return units<S, DP, kTensorRows>(p, grid);
+  } else {
+    switch (rows) {
+      case 1: return units<S, DP, 1>(p, grid);
+      case 4: return units<S, DP, 4>(p, grid);
+      case 8: return units<S, DP, 8>(p, grid);
+    }
+  }
+  std::fprintf(stderr, "emu/decode: no unit of %d rows for this format\n", rows);
+  std::exit(2);
+}
+
+template <typename S> void byDim(int dp, int rows, const Params& p, unsigned grid) {
+  switch (dp) {
+    case 64: return byRows<S, 64>(rows, p, grid);
+    case 128: return byRows<S, 128>(rows, p, grid);
+    default: return byRows<S, 256>(rows, p, grid);
+  }
+}
+
+}  // namespace
+
+int main() {
+  int64_t head[8];
+  std::vector<unsigned char> h = readAll(sizeof head);
+  std::memcpy(head, h.data(), sizeof head);
+  const int64_t format = head[0], dp = head[1], rows = head[2], grid = head[3], mergeBlocks = head[4],
+                mergeThreads = head[5], blobBytes = head[6];
+  if (format < 0 || format > 2 || (dp != 64 && dp != 128 && dp != 256) || grid < 1 || mergeBlocks < 0 ||
+      blobBytes < 0) {
+    std::fprintf(stderr, "emu/decode: bad header\n");
+    return 2;
+  }
+  Params p;
+  std::vector<unsigned char> raw = readAll(sizeof p);
+  std::memcpy(&p, raw.data(), sizeof p);
+  std::vector<uint4> blobMemory((static_cast<size_t>(blobBytes) + 15) / 16);
+  unsigned char* blob = reinterpret_cast<unsigned char*>(blobMemory.data());
+  std::vector<unsigned char> in = readAll(static_cast<size_t>(blobBytes));
+  std::memcpy(blob, in.data(), in.size());
+  for (auto* f : {&p.q, &p.k, &p.v, &p.q_lens, &p.k_lens, &p.alibi, &p.block_table}) relocate(*f, blob);
+  for (auto* f : {&p.o, &p.lse, &p.part_o, &p.part_lse}) relocate(*f, blob);
+  const auto g = static_cast<unsigned>(grid);
+  switch (format) {
+    case 0: byDim<float>(static_cast<int>(dp), static_cast<int>(rows), p, g); break;
+    case 1: byDim<__nv_bfloat16>(static_cast<int>(dp), static_cast<int>(rows), p, g); break;
+    default: byDim<__half>(static_cast<int>(dp), static_cast<int>(rows), p, g); break;
+  }
+  if (mergeBlocks > 0) {
+    // decode.cu's flash_decode_merge_f32.
+    emu::launch(static_cast<unsigned>(mergeBlocks), static_cast<unsigned>(mergeThreads), 0, [&] {
+      static MergeSmem<float> sm;
+      const long long colBlocks = (p.dim + 31) / 32;
+      merge_cols<float>(p, blockIdx.x / colBlocks, static_cast<int>(blockIdx.x % colBlocks), sm);
+    });
+  }
+  std::fwrite(blob, 1, static_cast<size_t>(blobBytes), stdout);
+  return 0;
+}
