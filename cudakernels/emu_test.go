@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -360,7 +361,9 @@ func decodeHostCases() []decodeHostCase {
 // O and the LSE to the conformance suite's bounds in the precision the
 // storage format serves (FP32, BF16, FP16). Stored rows are laid out as a
 // device cache lays them out (padded to cacheRowAlign elements), keys
-// past a sequence's length and a pool's unused pages hold NaN.
+// past a sequence's length and a pool's unused pages hold NaN, and each
+// sequence's last Nq keys come in through the cache's append kernel, as
+// in a cache's step.
 func TestDecodeKernelsOnHost(t *testing.T) {
 	bin := buildEmu(t, emuCompiler(t), "decode")
 	precisions := map[storeKind]Precision{storeF32: FP32, storeBF16: BF16, storeFP16: FP16}
@@ -440,6 +443,11 @@ func runDecodeOnHost(t *testing.T, bin string, c decodeHostCase, prec Precision,
 	for i := range k {
 		k[i], v[i] = float32(math.NaN()), float32(math.NaN()) // rows no key reads
 	}
+	// The last Nq keys of each sequence are the step's new rows, which the
+	// append kernel stores: kNew and vNew [B, Hkv, Nq, D], each going to
+	// its row of the pool (dest, in elements of the stored rows).
+	kNew, vNew, dest := make([]float32, p.B*p.KVHeads()*p.Nq*p.D), make([]float32, p.B*p.KVHeads()*p.Nq*p.D), make([]int64, 0, p.B*p.KVHeads()*p.Nq)
+	var appended [][2]int // (kvh, j) of each new row, in kNew's order
 	for kvh := range p.B * p.KVHeads() {
 		n := p.Nk
 		if p.KLens != nil {
@@ -450,6 +458,22 @@ func runDecodeOnHost(t *testing.T, bin string, c decodeHostCase, prec Precision,
 			copy(k[row:row+p.D], normals(p.D))
 			copy(v[row:row+p.D], normals(p.D))
 		}
+		for j := n - p.Nq; j < n; j++ {
+			row := p.KeyRow(kvh, j)
+			copy(kNew[len(appended)*p.D:], k[row:row+p.D])
+			copy(vNew[len(appended)*p.D:], v[row:row+p.D])
+			appended = append(appended, [2]int{kvh, j})
+		}
+	}
+	stored := func(x []float32) []float32 { // x as the pool holds it before the append: NaN in the new rows
+		y := slices.Clone(x)
+		for _, a := range appended {
+			row := p.KeyRow(a[0], a[1])
+			for c := range p.D {
+				y[row+c] = float32(math.NaN())
+			}
+		}
+		return y
 	}
 	dp, err := decodeDim(p.D)
 	if err != nil {
@@ -471,14 +495,18 @@ func runDecodeOnHost(t *testing.T, bin string, c decodeHostCase, prec Precision,
 	if p.ALiBi != nil {
 		vars.alibi = put(&blob, p.ALiBi)
 	}
+	for _, a := range appended {
+		dest = append(dest, int64(p.KeyRow(a[0], a[1])/p.D*stride))
+	}
 	ops := operands{q: tensorAt{ptr: put(&blob, q), rows: int64(p.Nq), ld: int64(p.D)},
-		k:    tensorAt{ptr: put(&blob, storedRows(c.s, k, p.D, stride)), rows: int64(p.Nk), ld: int64(stride)},
-		v:    tensorAt{ptr: put(&blob, storedRows(c.s, v, p.D, stride)), rows: int64(p.Nk), ld: int64(stride)},
+		k:    tensorAt{ptr: put(&blob, storedRows(c.s, stored(k), p.D, stride)), rows: int64(p.Nk), ld: int64(stride)},
+		v:    tensorAt{ptr: put(&blob, storedRows(c.s, stored(v), p.D, stride)), rows: int64(p.Nk), ld: int64(stride)},
 		o:    tensorAt{ptr: put(&blob, make([]float32, p.QLen())), rows: int64(p.Nq), ld: int64(p.D)},
 		lse:  put(&blob, make([]float32, p.LSELen())),
 		vars: vars}
 	kp := newParams(p, ops)
 	kp.Splits = int64(c.splits)
+	kp.KNew, kp.VNew, kp.DestRows = put(&blob, kNew), put(&blob, vNew), put(&blob, dest)
 	var mergeBlocks, mergeThreads int64
 	if c.splits > 1 {
 		n := p.B * p.KVHeads() * rows * c.splits

@@ -1,5 +1,6 @@
-// decode runs the decoding kernels (decode.cuh: the split-KV units and
-// their merge) on the host through cuda_emu.h, one problem per run, for
+// decode runs the decoding kernels (decode.cuh: the cache's append, the
+// split-KV units and their merge) on the host through cuda_emu.h, one
+// problem per run, for
 // TestDecodeKernelsOnHost (emu_test.go), as mma.cc runs the mma.sync
 // kernels.
 //
@@ -9,6 +10,8 @@
 // blocks: one split, no merge) and the blob's size in bytes — then the
 // kernels' Params (params.go's kernelParams, pointers as offsets into the
 // blob plus one), then the blob. Standard output: the blob after the run.
+// Where Params has new rows (k_new), the append kernel stores them first,
+// as a cache's step does.
 // A launch whose threads or shared memory differ from what the kernel was
 // compiled for traps (require_launch), so the Go side's mirror of the
 // layout (decode.go's decodeLayout) is checked too.
@@ -93,8 +96,19 @@ int main() {
   unsigned char* blob = reinterpret_cast<unsigned char*>(blobMemory.data());
   std::vector<unsigned char> in = readAll(static_cast<size_t>(blobBytes));
   std::memcpy(blob, in.data(), in.size());
-  for (auto* f : {&p.q, &p.k, &p.v, &p.q_lens, &p.k_lens, &p.alibi, &p.block_table}) relocate(*f, blob);
+  for (auto* f : {&p.q, &p.k, &p.v, &p.q_lens, &p.k_lens, &p.alibi, &p.block_table, &p.k_new, &p.v_new, &p.dest_rows})
+    relocate(*f, blob);
   for (auto* f : {&p.o, &p.lse, &p.part_o, &p.part_lse}) relocate(*f, blob);
+  if (p.k_new != nullptr) {
+    // decode.cu's flash_cache_append_*, 256 threads, any grid.
+    emu::launch(4, 256, 0, [&] {
+      switch (format) {
+        case 0: return append_rows<float, float>(p);
+        case 1: return append_rows<float, __nv_bfloat16>(p);
+        default: return append_rows<float, __half>(p);
+      }
+    });
+  }
   const auto g = static_cast<unsigned>(grid);
   switch (format) {
     case 0: byDim<float>(static_cast<int>(dp), static_cast<int>(rows), p, g); break;
