@@ -1,9 +1,9 @@
 // cuda_emu.h runs the CUDA-core kernels of csrc/ on the host, so that the
 // tests can check them on a machine without a GPU (emu_test.go). It is a
 // model of CUDA's execution, not of its speed: a launch runs its blocks one
-// after another, each block's threads as host threads at once, with
-// __syncthreads, __syncwarp and __shfl_xor_sync as barriers over the block
-// or the warp. Shared memory is the one flash::smem buffer that the test
+// after another, each block's threads as fibers that take turns at the
+// barriers (__syncthreads, __syncwarp, and the shuffles, which exchange
+// through a per-warp buffer between two warp barriers). Shared memory is the one flash::smem buffer that the test
 // program defines (blocks never overlap). Include it first (g++ -include),
 // with FLASH_EMU defined: the two PTX instructions common.cuh issues
 // through asm have host stand-ins there.
@@ -23,16 +23,15 @@
 // those files keep).
 #pragma once
 #include <algorithm>
-#include <atomic>
 #include <array>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <thread>
+#include <sys/mman.h>
+#include <ucontext.h>
 #include <vector>
 
 #define __device__
@@ -67,37 +66,220 @@ inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z,
 
 namespace emu {
 
-inline thread_local emu_dim3 tid, bid;
+// Every thread of a block is a fiber (ucontext) on the one host thread
+// that launches: it runs until it meets a barrier or returns, and the
+// launch's scheduler runs the others meanwhile. A barrier costs a few
+// context switches instead of waking host threads, and a barrier that
+// some thread never reaches is reported, not a hang. tid is the running
+// fiber's, bid the running block's.
+inline emu_dim3 tid, bid;
 inline emu_dim3 bdim, gdim;
 inline unsigned dyn_smem = 0;
 
-// The barriers of the running launch: one over the block, one per warp,
-// the words __shfl_xor_sync exchanges and the slots __syncthreads_or
-// gathers in.
-struct Barriers {
-  std::unique_ptr<std::barrier<>> block;
-  std::vector<std::unique_ptr<std::barrier<>>> warps;
-  std::vector<uint64_t> words;
-  std::vector<std::array<uint32_t, 10>> frags;  // the mma and ldmatrix exchange
-  std::atomic<int> ors[3];
-};
-inline Barriers* running = nullptr;
-inline thread_local unsigned orCalls = 0;
+// Stacks of the fibers, kept between launches: kStack bytes each, above a
+// page that faults (mmap's guard), so that an overflow stops the program;
+// stack_of returns the top of thread t's.
+inline constexpr size_t kStack = 256 << 10, kGuard = 4096;
+inline std::vector<unsigned char*> stacks;
+inline unsigned char* stack_of(unsigned t) {
+  while (stacks.size() <= t) {
+    void* m = mmap(nullptr, kStack + kGuard, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED || mprotect(m, kGuard, PROT_NONE) != 0) {
+      std::fprintf(stderr, "emu: no memory for a thread's stack\n");
+      std::abort();
+    }
+    stacks.push_back(static_cast<unsigned char*>(m) + kGuard);
+  }
+  return stacks[t] + kStack;  // the top: stacks grow down
+}
 
-inline void syncthreads() { running->block->arrive_and_wait(); }
+// Context is where a fiber or the scheduler stopped, and switch_to
+// leaves one for another. On x86-64 a switch saves the callee-saved
+// registers on the stack and swaps stack pointers (ucontext's swapcontext
+// also sets the signal mask, a system call per switch, which made it
+// three times slower); elsewhere it is ucontext.
+#if defined(__x86_64__)
+struct Context {
+  void* sp = nullptr;
+};
+extern "C" void emu_switch(void** save, void* load);
+asm(R"(
+        .text
+        .globl emu_switch
+        .type emu_switch, @function
+emu_switch:
+        pushq %rbp
+        pushq %rbx
+        pushq %r12
+        pushq %r13
+        pushq %r14
+        pushq %r15
+        movq %rsp, (%rdi)
+        movq %rsi, %rsp
+        popq %r15
+        popq %r14
+        popq %r13
+        popq %r12
+        popq %rbx
+        popq %rbp
+        ret
+        .size emu_switch, .-emu_switch
+)");
+inline void switch_to(Context& from, Context& to) { emu_switch(&from.sp, to.sp); }
+// prepare makes ctx start entry on the stack below top (16-byte aligned):
+// six zero registers for emu_switch to pop, entry to return into, and a
+// zero return address under it, so that entry starts as a called function
+// does.
+inline void prepare(Context& ctx, unsigned char* top, Context&, void (*entry)()) {
+  auto* sp = reinterpret_cast<void**>(top);
+  *--sp = nullptr;
+  *--sp = reinterpret_cast<void*>(entry);
+  for (int r = 0; r < 6; ++r) *--sp = nullptr;
+  ctx.sp = sp;
+}
+#else
+struct Context {
+  ucontext_t uc;
+};
+inline void switch_to(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
+inline void prepare(Context& ctx, unsigned char* top, Context& link, void (*entry)()) {
+  getcontext(&ctx.uc);
+  ctx.uc.uc_stack.ss_sp = top - kStack;
+  ctx.uc.uc_stack.ss_size = kStack;
+  ctx.uc.uc_link = &link.uc;
+  makecontext(&ctx.uc, entry, 0);
+}
+#endif
+
+// Fiber is one thread of the running block: its context, the barrier it
+// waits at (and that barrier's generation then), its __syncthreads_or
+// calls.
+struct Fiber {
+  enum Wait { none, block, warp };
+  Context ctx;
+  Wait wait = none;
+  unsigned gen = 0, orCalls = 0;
+  bool done = false;
+};
+
+// Launch is the state of the running launch: its fibers, the block
+// barrier's and each warp's arrivals and generation (a barrier opens when
+// every thread that has not returned arrived, as on the GPU), the words
+// the shuffles exchange, the mma and ldmatrix fragments, and the slots
+// __syncthreads_or gathers in.
+struct Launch {
+  std::vector<Fiber> fibers;
+  Context scheduler;
+  unsigned arrived = 0, gen = 0, exited = 0;
+  std::vector<unsigned> warpArrived, warpGen, warpExited;
+  std::vector<uint64_t> words;
+  std::vector<std::array<uint32_t, 10>> frags;
+  int ors[3] = {0, 0, 0};
+  void (*body)(void*) = nullptr;
+  void* kernel = nullptr;
+};
+inline Launch* running = nullptr;
+
+// arrive blocks the running fiber at the block barrier (warp = false) or
+// its warp's; the last arrival opens it and runs on.
+inline void arrive(bool warp) {
+  Launch& l = *running;
+  Fiber& f = l.fibers[tid.x];
+  const unsigned w = tid.x / 32, lanes = std::min(32u, bdim.x - 32 * w);
+  unsigned& arrived = warp ? l.warpArrived[w] : l.arrived;
+  unsigned& gen = warp ? l.warpGen[w] : l.gen;
+  const unsigned expected = warp ? lanes - l.warpExited[w] : bdim.x - l.exited;
+  if (++arrived == expected) {
+    arrived = 0, ++gen;
+    return;
+  }
+  f.wait = warp ? Fiber::warp : Fiber::block, f.gen = gen;
+  switch_to(f.ctx, l.scheduler);
+}
+
+inline void syncthreads() { arrive(false); }
+inline void syncwarp() { arrive(true); }
 
 // syncthreads_or is a block barrier that returns whether pred was nonzero
 // in any thread. Calls rotate over three slots: thread 0 clears the next
 // one before this call's barrier, when every thread has read it (two calls
 // ago) and none can write it yet (next call, after this barrier).
 inline int syncthreads_or(int pred) {
-  const unsigned slot = orCalls++ % 3;
-  if (tid.x == 0) running->ors[(slot + 1) % 3].store(0);
-  if (pred) running->ors[slot].store(1);
+  const unsigned slot = running->fibers[tid.x].orCalls++ % 3;
+  if (tid.x == 0) running->ors[(slot + 1) % 3] = 0;
+  if (pred) running->ors[slot] = 1;
   syncthreads();
-  return running->ors[slot].load();
+  return running->ors[slot];
 }
-inline void syncwarp() { running->warps[tid.x / 32]->arrive_and_wait(); }
+
+// start is every fiber's entry: the kernel, then its exit, which may open
+// a barrier the others wait at, then back to the scheduler for good.
+inline void start() {
+  Launch& l = *running;
+  l.body(l.kernel);
+  const unsigned w = tid.x / 32, lanes = std::min(32u, bdim.x - 32 * w);
+  Fiber& f = l.fibers[tid.x];
+  f.done = true;
+  ++l.exited, ++l.warpExited[w];
+  if (l.arrived > 0 && l.arrived == bdim.x - l.exited) l.arrived = 0, ++l.gen;
+  if (l.warpArrived[w] > 0 && l.warpArrived[w] == lanes - l.warpExited[w]) l.warpArrived[w] = 0, ++l.warpGen[w];
+  switch_to(f.ctx, l.scheduler);
+}
+
+// launch runs kernel on grid blocks of threads threads with smem_bytes of
+// dynamic shared memory (what require_launch reads), one block after
+// another. (With ucontext, g++ warns that getcontext, which returns
+// twice, may clobber the loop counters; those contexts are only entered
+// through makecontext and swapcontext, never returned to twice.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wclobbered"
+template <typename F> void launch(unsigned grid, unsigned threads, unsigned smem_bytes, F kernel) {
+  gdim = {grid, 1, 1};
+  bdim = {threads, 1, 1};
+  dyn_smem = smem_bytes;
+  const unsigned warps = (threads + 31) / 32;
+  Launch l;
+  l.fibers.resize(threads);
+  l.words.assign(threads, 0);
+  l.frags.assign(threads, {});
+  l.kernel = &kernel;
+  l.body = [](void* k) { (*static_cast<F*>(k))(); };
+  running = &l;
+  for (unsigned blk = 0; blk < grid; ++blk) {
+    bid = {blk, 0, 0};
+    l.arrived = l.exited = 0;
+    l.warpArrived.assign(warps, 0), l.warpGen.assign(warps, 0), l.warpExited.assign(warps, 0);
+    for (unsigned t = 0; t < threads; ++t) {
+      Fiber& f = l.fibers[t];
+      f.wait = Fiber::none, f.done = false, f.orCalls = 0;
+      prepare(f.ctx, stack_of(t), l.scheduler, start);
+    }
+    // Passes alternate the order the threads run in, so that a thread
+    // reading what another writes without a barrier between them reads
+    // it stale in one of the two orders, whichever thread comes first.
+    for (unsigned live = threads, pass = 0; live > 0; ++pass) {
+      bool ran = false;
+      for (unsigned i = 0; i < threads; ++i) {
+        const unsigned t = pass % 2 ? threads - 1 - i : i;
+        Fiber& f = l.fibers[t];
+        const bool open = f.wait == Fiber::none || (f.wait == Fiber::block && l.gen != f.gen) ||
+                          (f.wait == Fiber::warp && l.warpGen[t / 32] != f.gen);
+        if (f.done || !open) continue;
+        f.wait = Fiber::none;
+        tid = {t, 0, 0};
+        switch_to(l.scheduler, f.ctx);
+        ran = true;
+        live -= f.done;
+      }
+      if (!ran) {
+        std::fprintf(stderr, "emu: block %u: a barrier that some thread never reaches\n", blk);
+        std::abort();
+      }
+    }
+  }
+  running = nullptr;
+}
+#pragma GCC diagnostic pop
 
 // shfl_xor returns x of lane (this lane ^ off) of the warp; every lane of
 // the warp must call it, as the kernels' full-mask shuffles require.
@@ -139,37 +321,6 @@ inline unsigned ballot(int pred) {
   for (unsigned l = 0; l < lanes; ++l) mask |= static_cast<unsigned>(running->words[warp0 + l]) << l;
   syncwarp();
   return mask;
-}
-
-// launch runs kernel on grid blocks of threads threads with smem_bytes of
-// dynamic shared memory (what require_launch reads). The threads are
-// created once and take the blocks in turn, a block barrier between two.
-template <typename F> void launch(unsigned grid, unsigned threads, unsigned smem_bytes, F kernel) {
-  gdim = {grid, 1, 1};
-  bdim = {threads, 1, 1};
-  dyn_smem = smem_bytes;
-  Barriers b;
-  b.block = std::make_unique<std::barrier<>>(threads);
-  for (unsigned w = 0; w * 32 < threads; ++w)
-    b.warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, threads - 32 * w)));
-  b.words.assign(threads, 0);
-  b.frags.assign(threads, {});
-  for (auto& o : b.ors) o.store(0);
-  running = &b;
-  std::vector<std::thread> pool;
-  pool.reserve(threads);
-  for (unsigned t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      tid = {t, 0, 0};
-      orCalls = 0;
-      for (unsigned blk = 0; blk < grid; ++blk) {
-        bid = {blk, 0, 0};
-        kernel();
-        syncthreads();  // the next block's shared memory is this one's
-      }
-    });
-  for (auto& t : pool) t.join();
-  running = nullptr;
 }
 
 }  // namespace emu
