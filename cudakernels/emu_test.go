@@ -231,6 +231,17 @@ func get[T any](b emuBlob, addr uint64, n int) []T {
 	return x
 }
 
+// unitNormals returns a source of n unit-normal float32s drawn from rng.
+func unitNormals(rng *rand.Rand) func(n int) []float32 {
+	return func(n int) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		return x
+	}
+}
+
 // lens32 returns lengths as the kernels read them.
 func lens32(x []int) []int32 {
 	y := make([]int32, len(x))
@@ -269,14 +280,7 @@ func runEmu(t *testing.T, bin string, head [8]int64, kp kernelParams, blob emuBl
 // _var, 2 _full) and checks what comes back.
 func runMMAOnHost(t *testing.T, bin string, prec Precision, kernel int64, dp int, backward bool, c mmaHostCase, seed uint64) {
 	p := c.p
-	rng := rand.New(rand.NewPCG(seed, 12))
-	normals := func(n int) []float32 {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(rng.NormFloat64())
-		}
-		return x
-	}
+	normals := unitNormals(rand.New(rand.NewPCG(seed, 12)))
 	q, k, v, do := normals(p.QLen()), normals(p.KLen()), normals(p.KLen()), normals(p.QLen())
 	switch c.poison {
 	case "nan-q":
@@ -457,14 +461,7 @@ func fp16Bits(x float32) uint16 {
 // O and the LSE.
 func runDecodeOnHost(t *testing.T, bin string, c decodeHostCase, prec Precision, seed uint64) {
 	p := c.p
-	rng := rand.New(rand.NewPCG(seed, 34))
-	normals := func(n int) []float32 {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(rng.NormFloat64())
-		}
-		return x
-	}
+	normals := unitNormals(rand.New(rand.NewPCG(seed, 34)))
 	poolRows := p.B * p.KVHeads() * p.Nk
 	if p.Pages != nil {
 		poolRows = p.Pages.Count * p.KVHeads() * p.Pages.Size

@@ -24,6 +24,7 @@
 #pragma once
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -341,32 +342,16 @@ inline int __all_sync(unsigned, int pred) {
 }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __ffs(int x) { return __builtin_ffs(x); }
-inline float __int_as_float(int i) {
-  float f;
-  std::memcpy(&f, &i, sizeof f);
-  return f;
-}
-inline double __longlong_as_double(long long i) {
-  double f;
-  std::memcpy(&f, &i, sizeof f);
-  return f;
-}
+inline float __int_as_float(int i) { return std::bit_cast<float>(i); }
+inline double __longlong_as_double(long long i) { return std::bit_cast<double>(i); }
 template <typename T> T __ldg(const T* p) { return *p; }
 inline unsigned __umulhi(unsigned a, unsigned b) { return static_cast<unsigned>(static_cast<unsigned long long>(a) * b >> 32); }
 [[noreturn]] inline void __trap() {
   std::fprintf(stderr, "emu: __trap (a launch shape the kernel does not accept)\n");
   std::abort();
 }
-inline float __uint_as_float(unsigned u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-inline unsigned __float_as_uint(float f) {
-  unsigned u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
+inline float __uint_as_float(unsigned u) { return std::bit_cast<float>(u); }
+inline unsigned __float_as_uint(float f) { return std::bit_cast<unsigned>(f); }
 // A shared address is an offset into the block's dynamic buffer (kernels
 // that take one, decode.cuh's copies, add it back to flash::smem).
 inline size_t __cvta_generic_to_shared(const void* p) {
@@ -398,17 +383,8 @@ inline uint16_t bf16_bits(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 inline float bf16_value(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
-inline uint16_t fp16_bits(float f) {
-  const _Float16 h = static_cast<_Float16>(f);
-  uint16_t b;
-  std::memcpy(&b, &h, sizeof b);
-  return b;
-}
-inline float fp16_value(uint16_t b) {
-  _Float16 h;
-  std::memcpy(&h, &b, sizeof h);
-  return static_cast<float>(h);
-}
+inline uint16_t fp16_bits(float f) { return std::bit_cast<uint16_t>(static_cast<_Float16>(f)); }
+inline float fp16_value(uint16_t b) { return static_cast<float>(std::bit_cast<_Float16>(b)); }
 
 // tf32_rna is cvt.rna.tf32.f32: 10 explicit mantissa bits, to nearest,
 // ties away from zero, in an fp32 bit pattern.

@@ -20,6 +20,7 @@
 
 #define __noinline__
 #include "../csrc/decode.cuh"
+#include "request.h"
 
 namespace flash {
 alignas(16) unsigned char smem[1 << 18];
@@ -29,20 +30,6 @@ namespace {
 
 using flash::Params;
 using namespace flash::decode;
-
-std::vector<unsigned char> readAll(size_t n) {
-  std::vector<unsigned char> b(n);
-  if (n && std::fread(b.data(), 1, n, stdin) != n) {
-    std::fprintf(stderr, "emu/decode: short input\n");
-    std::exit(2);
-  }
-  return b;
-}
-
-template <typename P> void relocate(P*& field, unsigned char* blob) {
-  const auto off = reinterpret_cast<uintptr_t>(field);
-  field = off ? reinterpret_cast<P*>(blob + off - 1) : nullptr;
-}
 
 // units launches the unit kernel as decode.cu's FLASH_DECODE_UNIT does.
 template <typename S, int DP, int R> void units(const Params& p, unsigned grid) {
@@ -79,26 +66,12 @@ template <typename S> void byDim(int dp, int rows, const Params& p, unsigned gri
 }  // namespace
 
 int main() {
-  int64_t head[8];
-  std::vector<unsigned char> h = readAll(sizeof head);
-  std::memcpy(head, h.data(), sizeof head);
-  const int64_t format = head[0], dp = head[1], rows = head[2], grid = head[3], mergeBlocks = head[4],
-                mergeThreads = head[5], blobBytes = head[6];
-  if (format < 0 || format > 2 || (dp != 64 && dp != 128 && dp != 256) || grid < 1 || mergeBlocks < 0 ||
-      blobBytes < 0) {
-    std::fprintf(stderr, "emu/decode: bad header\n");
-    return 2;
-  }
-  Params p;
-  std::vector<unsigned char> raw = readAll(sizeof p);
-  std::memcpy(&p, raw.data(), sizeof p);
-  std::vector<uint4> blobMemory((static_cast<size_t>(blobBytes) + 15) / 16);
-  unsigned char* blob = reinterpret_cast<unsigned char*>(blobMemory.data());
-  std::vector<unsigned char> in = readAll(static_cast<size_t>(blobBytes));
-  std::memcpy(blob, in.data(), in.size());
-  for (auto* f : {&p.q, &p.k, &p.v, &p.q_lens, &p.k_lens, &p.alibi, &p.block_table, &p.k_new, &p.v_new, &p.dest_rows})
-    relocate(*f, blob);
-  for (auto* f : {&p.o, &p.lse, &p.part_o, &p.part_lse}) relocate(*f, blob);
+  Request r(6);
+  Params& p = r.p;
+  const int64_t format = r.head[0], dp = r.head[1], rows = r.head[2], grid = r.head[3], mergeBlocks = r.head[4],
+                mergeThreads = r.head[5];
+  if (format < 0 || format > 2 || (dp != 64 && dp != 128 && dp != 256) || grid < 1 || mergeBlocks < 0)
+    Request::fail("header");
   if (p.k_new != nullptr) {
     // decode.cu's flash_cache_append_*, 256 threads, any grid.
     emu::launch(4, 256, 0, [&] {
@@ -123,6 +96,6 @@ int main() {
       merge_cols<float>(p, blockIdx.x / colBlocks, static_cast<int>(blockIdx.x % colBlocks), sm);
     });
   }
-  std::fwrite(blob, 1, static_cast<size_t>(blobBytes), stdout);
+  r.reply();
   return 0;
 }

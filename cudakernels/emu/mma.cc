@@ -23,6 +23,7 @@
 
 #include "../csrc/bwd_mma.cuh"
 #include "../csrc/round.cuh"
+#include "request.h"
 
 namespace flash {
 alignas(16) unsigned char smem[1 << 18];
@@ -32,21 +33,6 @@ namespace {
 
 using namespace flash::mma;
 using flash::Params;
-
-std::vector<unsigned char> readAll(size_t n) {
-  std::vector<unsigned char> b(n);
-  if (n && std::fread(b.data(), 1, n, stdin) != n) {
-    std::fprintf(stderr, "emu/mma: short input\n");
-    std::exit(2);
-  }
-  return b;
-}
-
-// relocate turns an offset-plus-one pointer field into an address in blob.
-template <typename P> void relocate(P*& field, unsigned char* blob) {
-  const auto off = reinterpret_cast<uintptr_t>(field);
-  field = off ? reinterpret_cast<P*>(blob + off - 1) : nullptr;
-}
 
 // Scratch is device memory the backend would carve: 16-byte aligned.
 struct Scratch {
@@ -133,34 +119,16 @@ template <typename E, typename R> void byDim(int dp, int kernel, const Params& p
 }  // namespace
 
 int main() {
-  int64_t head[8];
-  std::vector<unsigned char> h = readAll(sizeof head);
-  std::memcpy(head, h.data(), sizeof head);
-  const int64_t type = head[0], kernel = head[1], withBackward = head[2], dp = head[3], blobBytes = head[4];
-  const int64_t biasSlices = head[5];
-  if (type < 0 || type > 2 || kernel < 0 || kernel > 2 || (dp != 64 && dp != 128 && dp != 256) || blobBytes < 0 ||
-      biasSlices < 0) {
-    std::fprintf(stderr, "emu/mma: bad header\n");
-    return 2;
-  }
-  Params p;
-  std::vector<unsigned char> raw = readAll(sizeof p);
-  std::memcpy(&p, raw.data(), sizeof p);
-  Scratch blobMemory(static_cast<size_t>(blobBytes));
-  unsigned char* blob = blobMemory.as<unsigned char>();
-  std::vector<unsigned char> in = readAll(static_cast<size_t>(blobBytes));
-  std::memcpy(blob, in.data(), in.size());
-  for (auto* f : {&p.q, &p.k, &p.v, &p.dout, &p.q_t, &p.k_t, &p.dout_t, &p.q_lens, &p.k_lens, &p.alibi, &p.dlse,
-                  &p.bias, &p.block_table, &p.k_new, &p.v_new, &p.dest_rows})
-    relocate(*f, blob);
-  for (auto* f : {&p.o, &p.lse, &p.delta, &p.dq, &p.dk, &p.dv, &p.lse_log2, &p.delta_pad, &p.dbias, &p.part_o,
-                  &p.part_lse})
-    relocate(*f, blob);
+  Request r(4);
+  const int64_t type = r.head[0], kernel = r.head[1], withBackward = r.head[2], dp = r.head[3], biasSlices = r.head[5];
+  if (type < 0 || type > 2 || kernel < 0 || kernel > 2 || (dp != 64 && dp != 128 && dp != 256) || biasSlices < 0)
+    Request::fail("header");
+  const int d = static_cast<int>(dp), k = static_cast<int>(kernel);
   switch (type) {
-    case 0: byDim<BF16, RoundBF16>(static_cast<int>(dp), static_cast<int>(kernel), p, withBackward != 0, biasSlices); break;
-    case 1: byDim<FP16, RoundFP16>(static_cast<int>(dp), static_cast<int>(kernel), p, withBackward != 0, biasSlices); break;
-    default: byDim<TF32, TF32>(static_cast<int>(dp), static_cast<int>(kernel), p, withBackward != 0, biasSlices); break;
+    case 0: byDim<BF16, RoundBF16>(d, k, r.p, withBackward != 0, biasSlices); break;
+    case 1: byDim<FP16, RoundFP16>(d, k, r.p, withBackward != 0, biasSlices); break;
+    default: byDim<TF32, TF32>(d, k, r.p, withBackward != 0, biasSlices); break;
   }
-  std::fwrite(blob, 1, static_cast<size_t>(blobBytes), stdout);
+  r.reply();
   return 0;
 }
