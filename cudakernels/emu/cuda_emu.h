@@ -282,35 +282,33 @@ template <typename F> void launch(unsigned grid, unsigned threads, unsigned smem
 }
 #pragma GCC diagnostic pop
 
-// shfl_xor returns x of lane (this lane ^ off) of the warp; every lane of
-// the warp must call it, as the kernels' full-mask shuffles require.
-template <typename T> T shfl_xor(T x, int off) {
-  static_assert(sizeof(T) <= sizeof(uint64_t), "shfl_xor: at most 8 bytes");
+// exchange posts x for the warp and returns what the lane of this warp
+// that source(lane) names posted; every lane of the warp must call it, as
+// the kernels' full-mask shuffles require.
+template <typename T, typename Source> T exchange(T x, Source source) {
+  static_assert(sizeof(T) <= sizeof(uint64_t), "shuffles move at most 8 bytes");
   const unsigned lane = tid.x % 32, warp = tid.x / 32;
   uint64_t bits = 0;
   std::memcpy(&bits, &x, sizeof(T));
   running->words[tid.x] = bits;
   syncwarp();
-  bits = running->words[warp * 32 + (lane ^ static_cast<unsigned>(off))];
+  bits = running->words[warp * 32 + source(lane)];
   syncwarp();
   T y;
   std::memcpy(&y, &bits, sizeof(T));
   return y;
 }
 
+// shfl_xor returns x of lane (this lane ^ off) of the warp.
+template <typename T> T shfl_xor(T x, int off) {
+  return exchange(x, [off](unsigned lane) { return lane ^ static_cast<unsigned>(off); });
+}
+
 // shfl returns x of lane src of this lane's segment of width lanes.
 template <typename T> T shfl(T x, int src, int width) {
-  static_assert(sizeof(T) <= sizeof(uint64_t), "shfl: at most 8 bytes");
-  const unsigned lane = tid.x % 32, warp = tid.x / 32;
-  uint64_t bits = 0;
-  std::memcpy(&bits, &x, sizeof(T));
-  running->words[tid.x] = bits;
-  syncwarp();
-  bits = running->words[warp * 32 + (lane & ~static_cast<unsigned>(width - 1)) + static_cast<unsigned>(src % width)];
-  syncwarp();
-  T y;
-  std::memcpy(&y, &bits, sizeof(T));
-  return y;
+  return exchange(x, [src, width](unsigned lane) {
+    return (lane & ~static_cast<unsigned>(width - 1)) + static_cast<unsigned>(src % width);
+  });
 }
 
 // ballot returns the warp's predicates as a mask, bit l for lane l.
