@@ -276,64 +276,122 @@ func runEmu(t *testing.T, bin string, head [8]int64, kp kernelParams, blob emuBl
 	return out
 }
 
-// runMMAOnHost runs problem p once through emu/mma.cc (kernel: 0 plain, 1
+// runMMAOnHost runs problem c once through emu/mma.cc (kernel: 0 plain, 1
 // _var, 2 _full) and checks what comes back.
 func runMMAOnHost(t *testing.T, bin string, prec Precision, kernel int64, dp int, backward bool, c mmaHostCase, seed uint64) {
+	hp := newHostProblem(c, seed, backward)
+	types := map[Precision]int64{BF16: 0, FP16: 1, TF32: 2}
+	head := [8]int64{types[prec], kernel, boolWord(backward), int64(dp), int64(len(hp.blob)), hp.ops.vars.biasSlices}
+	hp.check(t, prec, runEmu(t, bin, head, newParams(hp.p, hp.ops), hp.blob), backward)
+}
+
+// boolWord is a header word's 1 or 0.
+func boolWord(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// hostProblem is one problem for an emulated launch on the caller's
+// tensors: its inputs, and the blob holding them with room for every
+// output where the backend's callerOperands puts them (ops).
+type hostProblem struct {
+	p                 kernels.Params
+	q, k, v, do, bias []float32
+	blob              emuBlob
+	ops               operands
+}
+
+// newHostProblem draws c's inputs (unit normals, with c's poison) and lays
+// out the blob: dBias, with a bias and backward, starts as NaN, so that an
+// element the kernels never write fails.
+func newHostProblem(c mmaHostCase, seed uint64, backward bool) *hostProblem {
 	p := c.p
 	normals := unitNormals(rand.New(rand.NewPCG(seed, 12)))
-	q, k, v, do := normals(p.QLen()), normals(p.KLen()), normals(p.KLen()), normals(p.QLen())
+	hp := &hostProblem{p: p, q: normals(p.QLen()), k: normals(p.KLen()), v: normals(p.KLen()), do: normals(p.QLen())}
 	switch c.poison {
 	case "nan-q":
-		q[5*p.D+1] = float32(math.NaN())
+		hp.q[5*p.D+1] = float32(math.NaN())
 	case "inf-v":
-		v[(p.Nk-1)*p.D+3] = float32(math.Inf(1))
+		hp.v[(p.Nk-1)*p.D+3] = float32(math.Inf(1))
 	}
-	var blob emuBlob
+	b := &hp.blob
 	dense := func(addr uint64, rows int) tensorAt { return tensorAt{ptr: addr, rows: int64(rows), ld: int64(p.D)} }
-	ops := operands{q: dense(put(&blob, q), p.Nq), k: dense(put(&blob, k), p.Nk), v: dense(put(&blob, v), p.Nk),
-		dout: dense(put(&blob, do), p.Nq)}
-	ops.o, ops.lse = dense(put(&blob, make([]float32, p.QLen())), p.Nq), put(&blob, make([]float32, p.LSELen()))
-	ops.dq = dense(put(&blob, make([]float32, p.QLen())), p.Nq)
-	ops.dk, ops.dv = dense(put(&blob, make([]float32, p.KLen())), p.Nk), dense(put(&blob, make([]float32, p.KLen())), p.Nk)
+	ops := &hp.ops
+	ops.q, ops.k, ops.v = dense(put(b, hp.q), p.Nq), dense(put(b, hp.k), p.Nk), dense(put(b, hp.v), p.Nk)
+	ops.dout = dense(put(b, hp.do), p.Nq)
+	ops.o, ops.lse = dense(put(b, make([]float32, p.QLen())), p.Nq), put(b, make([]float32, p.LSELen()))
+	ops.dq = dense(put(b, make([]float32, p.QLen())), p.Nq)
+	ops.dk, ops.dv = dense(put(b, make([]float32, p.KLen())), p.Nk), dense(put(b, make([]float32, p.KLen())), p.Nk)
 	if p.QLens != nil {
-		ops.vars.qLens, ops.vars.kLens = put(&blob, lens32(p.QLens)), put(&blob, lens32(p.KLens))
+		ops.vars.qLens, ops.vars.kLens = put(b, lens32(p.QLens)), put(b, lens32(p.KLens))
 	}
 	if p.ALiBi != nil {
-		ops.vars.alibi = put(&blob, p.ALiBi)
+		ops.vars.alibi = put(b, p.ALiBi)
 	}
-	var bias []float32
 	if p.Bias != nil {
-		bias = normals(p.BiasLen())
-		unwritten := make([]float32, p.BiasLen())
-		for i := range unwritten {
-			unwritten[i] = float32(math.NaN()) // overwritten, never added into
-		}
-		ops.vars.bias, ops.vars.biasSlices = put(&blob, bias), int64(p.Bias.Bb*p.Bias.Hb)
+		hp.bias = normals(p.BiasLen())
+		ops.vars.bias, ops.vars.biasSlices = put(b, hp.bias), int64(p.Bias.Bb*p.Bias.Hb)
 		ops.vars.biasBatchStride, ops.vars.biasHeadStride = biasStrides(p)
 		if backward {
-			ops.vars.dbias = put(&blob, unwritten)
+			unwritten := make([]float32, p.BiasLen())
+			for i := range unwritten {
+				unwritten[i] = float32(math.NaN())
+			}
+			ops.vars.dbias = put(b, unwritten)
 		}
 	}
-	var withBackward int64
-	if backward {
-		withBackward = 1
-	}
-	types := map[Precision]int64{BF16: 0, FP16: 1, TF32: 2}
-	head := [8]int64{types[prec], kernel, withBackward, int64(dp), int64(len(blob)), ops.vars.biasSlices}
-	res := runEmu(t, bin, head, newParams(p, ops), blob)
+	return hp
+}
+
+// check holds the outputs in res, the blob after the run, to the
+// conformance suite's bounds in prec: O and the LSE, and with backward
+// the gradients.
+func (hp *hostProblem) check(t *testing.T, prec Precision, res emuBlob, backward bool) {
+	t.Helper()
+	p, ops := hp.p, hp.ops
 	o, lse := get[float32](res, ops.o.ptr, p.QLen()), get[float32](res, ops.lse, p.LSELen())
 	if !backward {
 		if p.Bias != nil {
-			p.Bias = &kernels.Bias{Bb: p.Bias.Bb, Hb: p.Bias.Hb, Data32: bias, Data64: widen(bias)}
+			p.Bias = &kernels.Bias{Bb: p.Bias.Bb, Hb: p.Bias.Hb, Data32: hp.bias, Data64: widen(hp.bias)}
 		}
-		conformance.CheckForward(t, p, prec, q, k, v, o, lse)
+		conformance.CheckForward(t, p, prec, hp.q, hp.k, hp.v, o, lse)
 		return
 	}
 	if p.Bias != nil {
-		p.Bias = &kernels.Bias{Bb: p.Bias.Bb, Hb: p.Bias.Hb, Data32: bias, Grad32: get[float32](res, ops.vars.dbias, p.BiasLen())}
+		p.Bias = &kernels.Bias{Bb: p.Bias.Bb, Hb: p.Bias.Hb, Data32: hp.bias, Grad32: get[float32](res, ops.vars.dbias, p.BiasLen())}
 	}
 	dq, dk, dv := get[float32](res, ops.dq.ptr, p.QLen()), get[float32](res, ops.dk.ptr, p.KLen()), get[float32](res, ops.dv.ptr, p.KLen())
-	conformance.CheckPass(t, p, prec, q, k, v, do, o, lse, dq, dk, dv)
+	conformance.CheckPass(t, p, prec, hp.q, hp.k, hp.v, hp.do, o, lse, dq, dk, dv)
+}
+
+// TestCUDACoreKernelsConformOnHost runs the float32 CUDA-core kernels, the
+// row-block ones main launches and the register-blocked ones
+// (fp32-blocked.patch launches those; their backward at DP ≤ 128), on
+// the cases of TestMMAKernelsOnHost through emu/simt.cc, forward and
+// backward, and holds them to the conformance suite's FP32 bounds: the
+// precision Gorgonia's float32 tensors get by default.
+func TestCUDACoreKernelsConformOnHost(t *testing.T) {
+	bin := buildEmu(t, emuCompiler(t), "simt")
+	for i, c := range mmaHostCases() {
+		dp, err := paddedDim(c.p.D)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for set, name := range []string{"row-blocks", "blocked"} {
+			label := name + "/" + caseName(c.p)
+			if c.poison != "" {
+				label += "/" + c.poison
+			}
+			t.Run(label, func(t *testing.T) {
+				t.Parallel()
+				hp := newHostProblem(c, uint64(i), true)
+				head := [8]int64{int64(set), int64(dp), 1, int64(len(hp.blob)), hp.ops.vars.biasSlices}
+				hp.check(t, FP32, runEmu(t, bin, head, newParams(hp.p, hp.ops), hp.blob), true)
+			})
+		}
+	}
 }
 
 // decodeHostCase is one problem of TestDecodeKernelsOnHost: the keys'
