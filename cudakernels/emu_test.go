@@ -87,11 +87,11 @@ func TestCUDACoreKernelsOnHost(t *testing.T) {
 }
 
 // mmaHostCase is one problem of TestMMAKernelsOnHost, with the non-finite
-// value it puts in one input, if any: "nan-q" a NaN in row 5 of Q, "inf-v"
-// +Inf in the last key of V (head 0 each). Those run without a causal
+// value it puts in one input, if any: "nan-q" a NaN in row 5 of Q, "inf-k"
+// and "inf-v" +Inf in the last key of K (so that some rows score +Inf,
+// the others −Inf) or of V (head 0 each). Those run without a causal
 // mask, under which the tiled kernels may spread a masked NaN (kernels'
-// doc, MaskedNaNMayPropagate), which CheckPass does not allow. (+Inf in
-// one key's K is left out: NOTES.md, "The mma.sync kernels on the host".)
+// doc, MaskedNaNMayPropagate), which CheckPass does not allow.
 type mmaHostCase struct {
 	p      kernels.Params
 	poison string
@@ -128,7 +128,7 @@ func mmaHostCases() []mmaHostCase {
 		sharedBias, at(1, 2, 100, 100, 100), wide, widest} {
 		cs = append(cs, mmaHostCase{p: p})
 	}
-	for _, poison := range []string{"nan-q", "inf-v"} {
+	for _, poison := range []string{"nan-q", "inf-k", "inf-v"} {
 		cs = append(cs, mmaHostCase{at(1, 2, 100, 90, 40), poison})
 	}
 	return cs
@@ -313,6 +313,8 @@ func newHostProblem(c mmaHostCase, seed uint64, backward bool) *hostProblem {
 	switch c.poison {
 	case "nan-q":
 		hp.q[5*p.D+1] = float32(math.NaN())
+	case "inf-k":
+		hp.k[(p.Nk-1)*p.D+2] = float32(math.Inf(1))
 	case "inf-v":
 		hp.v[(p.Nk-1)*p.D+3] = float32(math.Inf(1))
 	}

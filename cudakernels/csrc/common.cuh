@@ -30,12 +30,13 @@ __device__ __forceinline__ long long first_query_seeing(long long j, long long n
   return i < 0 ? 0 : i;
 }
 
-// Math gives exp, log, fma and infinity in the precision of T.
+// Math gives exp, log, log2, fma and infinity in the precision of T.
 template <typename T> struct Math;
 
 template <> struct Math<float> {
   static __device__ __forceinline__ float exp(float x) { return expf(x); }
   static __device__ __forceinline__ float log(float x) { return logf(x); }
+  static __device__ __forceinline__ float log2(float x) { return log2f(x); }
   static __device__ __forceinline__ float fma(float a, float b, float c) { return fmaf(a, b, c); }
   static __device__ __forceinline__ float inf() { return __int_as_float(0x7f800000); }
 };
@@ -43,9 +44,19 @@ template <> struct Math<float> {
 template <> struct Math<double> {
   static __device__ __forceinline__ double exp(double x) { return ::exp(x); }
   static __device__ __forceinline__ double log(double x) { return ::log(x); }
+  static __device__ __forceinline__ double log2(double x) { return ::log2(x); }
   static __device__ __forceinline__ double fma(double a, double b, double c) { return ::fma(a, b, c); }
   static __device__ __forceinline__ double inf() { return __longlong_as_double(0x7ff0000000000000LL); }
 };
+
+// lse_log2 is a row's log-sum-exp in natural units from its maximum m
+// and its sum l = Σ exp2(s − m), both in log2 units: m itself where m is
+// +Inf, since a +Inf score makes l NaN (exp2(∞ − ∞)) where the naive
+// computation's LSE is +Inf (kernels' doc: O NaN, LSE +Inf), and a NaN
+// LSE would then make the backward's P NaN for every key of the row.
+template <typename T> __device__ __forceinline__ T lse_log2(T m, T l) {
+  return m == Math<T>::inf() ? m : (m + Math<T>::log2(l)) * T(0.6931471805599453);
+}
 
 // group8_max and group8_sum reduce over the 8 consecutive lanes that share one
 // tile row. The xor butterfly leaves the same bits in all 8 lanes (each step
@@ -174,7 +185,7 @@ __device__ __forceinline__ void finish_row(const Params& p, long long bh, long l
     if (col < dim) orow[col] = any_key ? acc[n][2 * half] * inv : 0.f;
     if (col + 1 < dim) orow[col + 1] = any_key ? acc[n][2 * half + 1] * inv : 0.f;
   }
-  if (t == 0) lse[bh * nq + row] = any_key ? (m + log2f(l)) * 0.6931471805599453f : Math<float>::inf();
+  if (t == 0) lse[bh * nq + row] = any_key ? lse_log2(m, l) : Math<float>::inf();
 }
 
 // require_launch traps when the host launched a kernel with another block size

@@ -51,8 +51,6 @@ __device__ __forceinline__ F max_nan(F a, F b) {
 }
 __device__ __forceinline__ float exp2_of(float x) { return exp2f(x); }
 __device__ __forceinline__ double exp2_of(double x) { return ::exp2(x); }
-__device__ __forceinline__ float log2_of(float x) { return log2f(x); }
-__device__ __forceinline__ double log2_of(double x) { return ::log2(x); }
 
 // modified is ScoreMod::apply out of line: the softcap's tanh and ALiBi
 // are rare in decoding, and inlined into every row of every chunk loop they
@@ -616,7 +614,7 @@ __device__ void unit_body(const Params& p, long long unit, unsigned char* sm) {
     if (r >= u.nrows) continue;
     const bool seen = u.seen(r);
     u.store(p, r, acc[r], seen ? F(1) / l[r] : F(0),
-            seen ? (m[r] + log2_of(l[r])) * F(0.6931471805599453) : Math<F>::inf(), lane);
+            seen ? lse_log2(m[r], l[r]) : Math<F>::inf(), lane);
   }
 }
 
@@ -813,7 +811,7 @@ __device__ void group_body(const Params& p, long long unit, unsigned char* sm) {
     const F lr = __shfl_sync(0xffffffffu, l, kLanes * r), mr = __shfl_sync(0xffffffffu, m, kLanes * r);
     if (r >= u.nrows) continue;
     const bool seen = u.seen(r);
-    u.store(p, r, acc[r], seen ? F(1) / lr : F(0), seen ? (mr + log2_of(lr)) * F(0.6931471805599453) : Math<F>::inf(),
+    u.store(p, r, acc[r], seen ? F(1) / lr : F(0), seen ? lse_log2(mr, lr) : Math<F>::inf(),
             lane);
   }
 }
@@ -1018,7 +1016,7 @@ __device__ void tc_body(const Params& p, long long unit, unsigned char* sm) {
     if (!real[h]) continue;
     const bool seen = lmax(lo[h], u.from) < lmin(hi[h], u.to);
     const float inv = seen ? 1.f / l[h] : 0.f;
-    float* out = u.out_row(p, g + 8 * h, seen ? (m[h] + log2f(l[h])) * 0.6931471805599453f : kInf, seen, t == 0);
+    float* out = u.out_row(p, g + 8 * h, seen ? lse_log2(m[h], l[h]) : kInf, seen, t == 0);
 #pragma unroll
     for (int nt = 0; nt < kNO; ++nt)
 #pragma unroll

@@ -45,7 +45,7 @@ __device__ __forceinline__ void finish_wg_rows(const Params& p, long long bh, lo
     inv[r] = any_key ? o_scale / l[r] : 0.f;
     if (t == 0 && row0 + 8 * r < nq)
       static_cast<float*>(p.lse)[bh * nq + row0 + 8 * r] =
-          any_key ? (m[r] + log2f(l[r])) * 0.6931471805599453f : Math<float>::inf();
+          any_key ? lse_log2(m[r], l[r]) : Math<float>::inf();
   }
 }
 

@@ -59,6 +59,17 @@ func nonFiniteCases() []nonFiniteCase {
 			pr.q[at(pr.p, 0, 120, 0, pr.p.Nq)] = inf
 		},
 	}, {
+		// +Inf in one element of key 90 of head 0: the rows whose query is
+		// positive in that column score +Inf against it (O NaN, LSE +Inf),
+		// the others −Inf (the key weighs nothing). dV of every other key
+		// stays finite, since P = exp(S − ∞) = 0 in the +Inf rows; a
+		// kernel whose sum exp(∞ − ∞) makes the LSE NaN gets it NaN.
+		name: "infinite-key",
+		p:    base,
+		plant: func(pr problem) {
+			pr.k[at(pr.p, 0, 90, 4, pr.p.Nk)] = inf
+		},
+	}, {
 		// +Inf in one value: column 7 of O is +Inf in every row that sees
 		// key 5. The scale keeps every probability far from underflow, so
 		// no 0·Inf arises from rounding P to 0 in a low precision.
