@@ -403,12 +403,14 @@ type decodeHostCase struct {
 	s      storeKind
 	splits int
 	p      kernels.Params
+	infKey bool // +Inf in one element of key 40 of key head 0
 }
 
 // decodeHostCases are few query rows per key head against a longer
 // sequence of keys, as a key/value cache makes them: every unit shape of
 // each storage format, grouped heads, lengths, a window, the softcap with
-// ALiBi, causal rows, paged keys, and one, two and five splits.
+// ALiBi, causal rows, paged keys, +Inf in one key, and one to five
+// splits.
 func decodeHostCases() []decodeHostCase {
 	at := func(b, h, hkv, nq, nk, d int) kernels.Params {
 		return kernels.Params{B: b, H: h, Hkv: hkv, Nq: nq, Nk: nk, D: d, Scale: 1 / math.Sqrt(float64(d))}
@@ -437,13 +439,14 @@ func decodeHostCases() []decodeHostCase {
 	for _, s := range []storeKind{storeF32, storeBF16, storeFP16} {
 		for _, splits := range []int{1, 5} {
 			cs = append(cs,
-				decodeHostCase{s, splits, at(2, 2, 2, 1, 200, 64)},
-				decodeHostCase{s, splits, lengths},
-				decodeHostCase{s, splits, modified},
-				decodeHostCase{s, splits, paged(window, 16)},
-				decodeHostCase{s, splits, paged(at(1, 4, 1, 1, 130, 200), 7)})
+				decodeHostCase{s: s, splits: splits, p: at(2, 2, 2, 1, 200, 64)},
+				decodeHostCase{s: s, splits: splits, p: lengths},
+				decodeHostCase{s: s, splits: splits, p: modified},
+				decodeHostCase{s: s, splits: splits, p: paged(window, 16)},
+				decodeHostCase{s: s, splits: splits, p: paged(at(1, 4, 1, 1, 130, 200), 7)})
 		}
-		cs = append(cs, decodeHostCase{s, 2, at(1, 4, 4, 4, 180, 128)})
+		cs = append(cs, decodeHostCase{s: s, splits: 2, p: at(1, 4, 4, 4, 180, 128)},
+			decodeHostCase{s: s, splits: 3, p: at(1, 4, 2, 1, 150, 64), infKey: true})
 	}
 	return cs
 }
@@ -462,7 +465,11 @@ func TestDecodeKernelsOnHost(t *testing.T) {
 	bin := buildEmu(t, emuCompiler(t), "decode")
 	precisions := map[storeKind]Precision{storeF32: FP32, storeBF16: BF16, storeFP16: FP16}
 	for i, c := range decodeHostCases() {
-		t.Run(fmt.Sprintf("%v/%s_paged=%v/splits=%d", c.s, caseName(c.p), c.p.Pages != nil, c.splits), func(t *testing.T) {
+		name := fmt.Sprintf("%v/%s_paged=%v/splits=%d", c.s, caseName(c.p), c.p.Pages != nil, c.splits)
+		if c.infKey {
+			name += "/inf-k"
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			runDecodeOnHost(t, bin, c, precisions[c.s], uint64(i))
 		})
@@ -499,8 +506,8 @@ func bf16Bits(x float32) uint16 {
 	return uint16((u + 0x7fff + (u>>16)&1) >> 16)
 }
 
-// fp16Bits rounds x to IEEE binary16, to nearest even, for |x| < 65520
-// and NaN: what the tests store.
+// fp16Bits rounds x to IEEE binary16, to nearest even (past the largest
+// half, 65504, to infinity).
 func fp16Bits(x float32) uint16 {
 	u := math.Float32bits(x)
 	sign := uint16(u>>16) & 0x8000
@@ -508,6 +515,8 @@ func fp16Bits(x float32) uint16 {
 	switch {
 	case x != x:
 		return 0x7e00
+	case a >= 65520:
+		return sign | 0x7c00
 	case a < 0x1p-14: // subnormal: multiples of 2^-24
 		return sign | uint16(math.RoundToEven(a*0x1p24))
 	}
@@ -544,6 +553,9 @@ func runDecodeOnHost(t *testing.T, bin string, c decodeHostCase, prec Precision,
 			row := p.KeyRow(kvh, j)
 			copy(k[row:row+p.D], normals(p.D))
 			copy(v[row:row+p.D], normals(p.D))
+		}
+		if c.infKey && kvh == 0 {
+			k[p.KeyRow(0, 40)+2] = float32(math.Inf(1))
 		}
 		for j := n - p.Nq; j < n; j++ {
 			row := p.KeyRow(kvh, j)
