@@ -197,12 +197,18 @@
 // bwd_wgmma.cuh (backward) and hopper.cu (its entry points, compiled for
 // compute_90a alone).
 //
-// emu/ runs the CUDA-core kernels on the host: cuda_emu.h models a launch
-// (a block's threads as host threads, barriers for __syncthreads, __syncwarp
-// and the shuffles), and TestCUDACoreKernelsOnHost builds emu/simt_forward.cc
-// and emu/simt_backward.cc with g++, which check the kernels against their
-// float64 instantiation on every variant (cases.h). Only the CUDA-core
-// kernels compile there: the tensor-core ones are inline PTX.
+// emu/ runs the CUDA-core, mma.sync and decoding kernels on the host,
+// built with g++ (C++20): cuda_emu.h models a launch (a block's threads
+// as fibers meeting at __syncthreads and __syncwarp, the shuffles, mma.sync
+// and ldmatrix through a per-warp exchange, cp.async as a plain copy).
+// TestCUDACoreKernelsOnHost compares the register-blocked CUDA-core
+// kernels with the row-block ones (emu/simt_forward.cc,
+// simt_backward.cc); TestCUDACoreKernelsConformOnHost, TestMMAKernelsOnHost
+// and TestDecodeKernelsOnHost send problems to emu/simt.cc, mma.cc and
+// decode.cc with the Params newParams builds and hold the results to the
+// conformance suite's bounds. The Hopper kernels do not compile there
+// (wgmma and bulk copies are inline PTX); nothing there measures speed or
+// the tensor core's own rounding.
 //
 // The tensor-core forward is one kernel template over an operand type
 // (mma.cuh: BF16, FP16, TF32), which gives the storage element, the k of
