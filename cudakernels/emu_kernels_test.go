@@ -11,21 +11,20 @@ import (
 )
 
 // hostCase is one problem of TestMMAKernelsOnHost and
-// TestCUDACoreKernelsConformOnHost, with the non-finite
-// value it puts in one input, if any: "nan-q" a NaN in row 5 of Q, "inf-k"
-// and "inf-v" +Inf in the last key of K (so that some rows score +Inf,
-// the others −Inf) or of V (head 0 each). Those run without a causal
-// mask, under which the tiled kernels may spread a masked NaN (kernels'
-// doc, MaskedNaNMayPropagate), which CheckPass does not allow.
+// TestCUDACoreKernelsConformOnHost, with the non-finite value it puts in
+// one input, if any: "nan-q" a NaN in row 5 of Q, "inf-k" and "inf-v" +Inf
+// in the last key of K (so that some rows score +Inf, the others −Inf) or
+// of V (head 0 each). Those run without a causal mask, under which the
+// tiled kernels may spread a masked NaN (kernels' doc,
+// MaskedNaNMayPropagate), which CheckPass does not allow.
 type hostCase struct {
 	p      kernels.Params
 	poison string
 }
 
-// hostCases are the problems TestMMAKernelsOnHost runs (and
-// TestCUDACoreKernelsConformOnHost): each variant
-// the mma.sync kernels compute, at the three padded head dimensions, and
-// non-finite inputs.
+// hostCases are the problems of TestMMAKernelsOnHost and
+// TestCUDACoreKernelsConformOnHost: each variant the kernels compute, at
+// the three padded head dimensions, and non-finite inputs.
 func hostCases() []hostCase {
 	at := func(b, h, nq, nk, d int) kernels.Params {
 		return kernels.Params{B: b, H: h, Nq: nq, Nk: nk, D: d, Scale: 1 / math.Sqrt(float64(d))}
