@@ -59,19 +59,6 @@ func hostCases() []hostCase {
 	return cs
 }
 
-// mmaKernel is the forward kernel pickMmaVariant launches for p: 2, the
-// _full one, for a bias or dropout; 0, the plain one, for a plain or
-// causal problem; 1, _var, for the rest.
-func mmaKernel(p kernels.Params) int64 {
-	switch {
-	case p.Bias != nil || p.Dropout.On():
-		return 2
-	case p.IsPlain():
-		return 0
-	}
-	return 1
-}
-
 // TestMMAKernelsOnHost runs the mma.sync kernels (csrc/fwd_mma.cuh and
 // bwd_mma.cuh) on the host through emu/mma.cc: in BF16, FP16 and TF32 the
 // forward, and in BF16 and FP16 up to DP = 128 the backward too (the
@@ -91,7 +78,10 @@ func TestMMAKernelsOnHost(t *testing.T) {
 				t.Fatal(err)
 			}
 			backward := prec != TF32 && dp <= mmaBwdMaxDim
-			kinds := []int64{mmaKernel(p)}
+			// The subtests only read hp: its blob goes to each run as a copy.
+			hp := newHostProblem(c, uint64(i), backward)
+			kp := newParams(hp.p, hp.ops)
+			kinds := []int64{pickMmaVariant[int64](&kp, 0, 1, 2)} // the backend's choice
 			if kinds[0] == 0 {
 				kinds = append(kinds, 1)
 			}
@@ -102,20 +92,13 @@ func TestMMAKernelsOnHost(t *testing.T) {
 				}
 				t.Run(name, func(t *testing.T) {
 					t.Parallel()
-					runMMAOnHost(t, bin, prec, kind, dp, backward, c, uint64(i))
+					types := map[Precision]int64{BF16: 0, FP16: 1, TF32: 2}
+					head := [8]int64{types[prec], kind, boolWord(backward), int64(dp), int64(len(hp.blob)), hp.ops.vars.biasSlices}
+					hp.check(t, prec, runEmu(t, bin, head, kp, hp.blob), backward)
 				})
 			}
 		}
 	}
-}
-
-// runMMAOnHost runs problem c once through emu/mma.cc (kernel: 0 plain, 1
-// _var, 2 _full) and checks what comes back.
-func runMMAOnHost(t *testing.T, bin string, prec Precision, kernel int64, dp int, backward bool, c hostCase, seed uint64) {
-	hp := newHostProblem(c, seed, backward)
-	types := map[Precision]int64{BF16: 0, FP16: 1, TF32: 2}
-	head := [8]int64{types[prec], kernel, boolWord(backward), int64(dp), int64(len(hp.blob)), hp.ops.vars.biasSlices}
-	hp.check(t, prec, runEmu(t, bin, head, newParams(hp.p, hp.ops), hp.blob), backward)
 }
 
 // hostProblem is one problem for an emulated launch on the caller's

@@ -110,21 +110,6 @@ func (f *mmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream) 
 	return launch(fn, grid, f.c.threads, f.c.smem, stream, &kp)
 }
 
-// pickMmaVariant is pickVariant for the mma.sync kernels: full where the
-// problem has a bias or dropout (the _full kernels compute them on top of
-// _var's variants), else withVariants or plain; the plain kernels compute
-// the causal mask alone (Hopper's compute a window's right bound too), so
-// a right bound without the causal mask takes the _var kernel.
-func pickMmaVariant(kp *kernelParams, plain, withVariants, full cu.Function) cu.Function {
-	if kp.Bias != 0 || kp.DropoutThreshold != 0 {
-		return full
-	}
-	if kp.MaskRight >= 0 && kp.Causal == 0 {
-		return withVariants
-	}
-	return pickVariant(kp, plain, withVariants)
-}
-
 // keyHeads returns p with its key heads as its heads, for the conversions
 // of key-like tensors (K, V), which read only B, H and D: one copy per key
 // head, which every query head of its group reads.

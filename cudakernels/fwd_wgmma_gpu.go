@@ -86,22 +86,6 @@ func loadWgmmaForward(mod cu.Module, c choice, maxSmem int) (*wgmmaForward, erro
 	return f, nil
 }
 
-// pickVariant returns plain for a problem the plain kernels compute (the
-// causal mask and a window's right bound included), else withVariants. It
-// reads the kernels' argument, not the chunk's kernels.Params, which no
-// longer holds the lengths and slopes (they live on the device).
-func pickVariant(kp *kernelParams, plain, withVariants cu.Function) cu.Function {
-	if isPlain(kp) {
-		return plain
-	}
-	return withVariants
-}
-
-// isPlain reports whether the plain kernels compute kp's problem.
-func isPlain(kp *kernelParams) bool {
-	return kp.KvGroup == 1 && kp.MaskLeft < 0 && kp.QLens == 0 && kp.KLens == 0 && kp.Softcap == 0 && kp.Alibi == 0
-}
-
 // wgmmaFwdScratch is where the images go.
 type wgmmaFwdScratch struct{ q, k, vt cu.DevicePtr }
 

@@ -73,3 +73,35 @@ func refuseVariants(p kernels.Params, kernelsName string, computed variantSet) e
 	}
 	return fmt.Errorf("%w: %s: not yet in %s; %s", ErrUnsupported, strings.Join(used, ", "), kernelsName, where)
 }
+
+// pickVariant returns plain for a problem the plain kernels compute (the
+// causal mask and a window's right bound included), else withVariants. It
+// reads the kernels' argument, not the chunk's kernels.Params, which no
+// longer holds the lengths and slopes (they live on the device). F is the
+// kernels' handle: a cu.Function, or what a CPU test names them by.
+func pickVariant[F any](kp *kernelParams, plain, withVariants F) F {
+	if isPlain(kp) {
+		return plain
+	}
+	return withVariants
+}
+
+// isPlain reports whether the plain kernels compute kp's problem.
+func isPlain(kp *kernelParams) bool {
+	return kp.KvGroup == 1 && kp.MaskLeft < 0 && kp.QLens == 0 && kp.KLens == 0 && kp.Softcap == 0 && kp.Alibi == 0
+}
+
+// pickMmaVariant is pickVariant for the mma.sync kernels: full where the
+// problem has a bias or dropout (the _full kernels compute them on top of
+// _var's variants), else withVariants or plain; the plain kernels compute
+// the causal mask alone (Hopper's compute a window's right bound too), so
+// a right bound without the causal mask takes the _var kernel.
+func pickMmaVariant[F any](kp *kernelParams, plain, withVariants, full F) F {
+	if kp.Bias != 0 || kp.DropoutThreshold != 0 {
+		return full
+	}
+	if kp.MaskRight >= 0 && kp.Causal == 0 {
+		return withVariants
+	}
+	return pickVariant(kp, plain, withVariants)
+}
