@@ -188,6 +188,73 @@ func decodeDim(d int) (int, error) {
 	return 0, fmt.Errorf("%w: head dimension %d: decoding compiles up to %d", ErrUnsupported, d, decodeDims[len(decodeDims)-1])
 }
 
+// decodeShape is the launch of a decode: the compiled head dimension and
+// rows per unit (tile) that serve it, a unit's shared memory and the units
+// per block (decodeLayout), the query rows per key head, the key splits,
+// the units and the blocks.
+type decodeShape struct {
+	dp, tile, unitBytes, perBlock int
+	rows                          int // query rows per key head: group × Nq
+	splits                        int
+	units                         int64
+	grid                          int
+	f64                           bool // float64 arithmetic
+}
+
+// planDecode returns the shape of a decode of p on keys stored as s, on a
+// device of sms multiprocessors with smemPerSM bytes of shared memory
+// each: decodeSplits for the units the device holds at once, so that one
+// sequence's key heads fill the device, unless splitsOverride is positive.
+func planDecode(p kernels.Params, s storeKind, sms, smemPerSM, splitsOverride int) (decodeShape, error) {
+	dp, err := decodeDim(p.D)
+	if err != nil {
+		return decodeShape{}, err
+	}
+	sh := decodeShape{dp: dp, rows: p.H / p.KVHeads() * p.Nq, f64: s == storeF64}
+	sh.tile = decodeTile(s, sh.rows)
+	sh.unitBytes, sh.perBlock = decodeLayout(s, dp, sh.tile)
+	tiles := int64((sh.rows + sh.tile - 1) / sh.tile)
+	keys := p.Nk
+	if p.KLens != nil {
+		keys = 0
+		for _, n := range p.KLens {
+			keys = max(keys, n)
+		}
+	}
+	units := int(int64(p.B) * int64(p.KVHeads()) * tiles)
+	sh.splits = decodeSplits(units, keys, decodeResident(sms, smemPerSM, sh.unitBytes, sh.perBlock), sms)
+	if splitsOverride > 0 {
+		sh.splits = splitsOverride
+	}
+	if sh.splits > decodeMaxSplits {
+		return sh, fmt.Errorf("%w: %d key splits, more than the merge takes (%d)", kernels.ErrInvalidParams, sh.splits, decodeMaxSplits)
+	}
+	sh.units = int64(p.B) * int64(p.KVHeads()) * tiles * int64(sh.splits)
+	blocks := (sh.units + int64(sh.perBlock) - 1) / int64(sh.perBlock)
+	if blocks > 1<<31-1 {
+		return sh, fmt.Errorf("%w: %w: %d thread blocks, more than a grid holds", kernels.ErrInvalidParams, ErrUnsupported, blocks)
+	}
+	sh.grid = int(blocks)
+	return sh, nil
+}
+
+// mergeBlocks is the blocks of the merge of a decode of p with shape sh:
+// one per 32 columns of each row of each key head.
+func (sh decodeShape) mergeBlocks(p kernels.Params) int64 {
+	return int64(p.B) * int64(p.KVHeads()) * int64(sh.rows) * int64((p.D+31)/32)
+}
+
+// partBytes is the size of the partial results of a decode of shape sh on
+// compute elements of elem bytes (0 with one split): outputs and (lse,
+// seen).
+func (sh decodeShape) partBytes(p kernels.Params, elem int) (o, lse int64) {
+	if sh.splits == 1 {
+		return 0, 0
+	}
+	n := int64(p.B) * int64(p.KVHeads()) * int64(sh.rows) * int64(sh.splits)
+	return n * int64(p.D) * int64(elem), 2 * n * int64(elem)
+}
+
 // cacheRowAlign is the elements a stored key or value row is padded to: 8
 // makes every row of every format a whole number of 16-byte pieces, which
 // the decode units copy with cp.async. The padding stays zero.

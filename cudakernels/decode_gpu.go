@@ -25,17 +25,12 @@ type decodeKey struct {
 	dp, rows int
 }
 
-type decodeUnit struct {
-	fn                  cu.Function
-	unitBytes, perBlock int
-}
-
 // decoder holds the decode module's kernels; it is used on the worker's
 // thread.
 type decoder struct {
 	mod         cu.Module
-	units       map[decodeKey]decodeUnit
-	merge       [2]cu.Function // float32, float64
+	units       map[decodeKey]cu.Function // the unit kernels
+	merge       [2]cu.Function            // float32, float64
 	appendRows  [len(storeNames)]cu.Function
 	readCeiling cu.Function
 	sms         int
@@ -49,7 +44,7 @@ type decoder struct {
 func loadDecoder(kernelDir string, dev Capability) (_ *decoder, err error) {
 	// d is not the named result: a failing return sets that to nil, and the
 	// deferred unload still needs d.
-	d := &decoder{units: map[decodeKey]decodeUnit{}, sms: dev.SMs, smemPerSM: dev.MaxSmem}
+	d := &decoder{units: map[decodeKey]cu.Function{}, sms: dev.SMs, smemPerSM: dev.MaxSmem}
 	if d.mod, err = loadModule(kernelDir, "decode_sm80.ptx"); err != nil {
 		return nil, err
 	}
@@ -61,13 +56,11 @@ func loadDecoder(kernelDir string, dev Capability) (_ *decoder, err error) {
 	for s := range storeKind(len(storeNames)) {
 		for _, dp := range decodeDims {
 			for _, rows := range decodeTiles(s) {
-				u := decodeUnit{}
-				u.unitBytes, u.perBlock = decodeLayout(s, dp, rows)
+				unitBytes, perBlock := decodeLayout(s, dp, rows)
 				name := fmt.Sprintf("flash_decode_%v_d%d_r%d", s, dp, rows)
-				if u.fn, err = lookup(d.mod, name, u.unitBytes*u.perBlock, dev.MaxSmem); err != nil {
+				if d.units[decodeKey{s, dp, rows}], err = lookup(d.mod, name, unitBytes*perBlock, dev.MaxSmem); err != nil {
 					return nil, err
 				}
-				d.units[decodeKey{s, dp, rows}] = u
 			}
 		}
 		if d.appendRows[s], err = function(d.mod, "flash_cache_append_"+s.String()); err != nil {
@@ -85,60 +78,21 @@ func loadDecoder(kernelDir string, dev Capability) (_ *decoder, err error) {
 	return d, nil
 }
 
-// decodePlan is the shape of one decode launch.
+// decodePlan is one decode launch: its shape (decode.go's planDecode) and
+// the unit kernel compiled for it.
 type decodePlan struct {
-	unit   decodeUnit
-	rows   int // query rows per key head: group × Nq
-	splits int
-	units  int64
-	grid   int
-	f64    bool // float64 arithmetic
+	decodeShape
+	unit cu.Function
 }
 
 // plan chooses the unit kernel and the key splits for p on keys stored
-// as s: decodeSplits for the units the device holds at once, so that one
-// sequence's key heads fill the device.
+// as s (planDecode on this device).
 func (d *decoder) plan(p kernels.Params, s storeKind) (decodePlan, error) {
-	dp, err := decodeDim(p.D)
+	sh, err := planDecode(p, s, d.sms, d.smemPerSM, d.splitsOverride)
 	if err != nil {
 		return decodePlan{}, err
 	}
-	pl := decodePlan{rows: p.H / p.KVHeads() * p.Nq, f64: s == storeF64}
-	tile := decodeTile(s, pl.rows)
-	pl.unit = d.units[decodeKey{s, dp, tile}]
-	tiles := int64((pl.rows + tile - 1) / tile)
-	keys := p.Nk
-	if p.KLens != nil {
-		keys = 0
-		for _, n := range p.KLens {
-			keys = max(keys, n)
-		}
-	}
-	units := int(int64(p.B) * int64(p.KVHeads()) * tiles)
-	pl.splits = decodeSplits(units, keys, decodeResident(d.sms, d.smemPerSM, pl.unit.unitBytes, pl.unit.perBlock), d.sms)
-	if d.splitsOverride > 0 {
-		pl.splits = d.splitsOverride
-	}
-	if pl.splits > decodeMaxSplits {
-		return pl, fmt.Errorf("%w: %d key splits, more than the merge takes (%d)", kernels.ErrInvalidParams, pl.splits, decodeMaxSplits)
-	}
-	pl.units = int64(p.B) * int64(p.KVHeads()) * tiles * int64(pl.splits)
-	blocks := (pl.units + int64(pl.unit.perBlock) - 1) / int64(pl.unit.perBlock)
-	if blocks > 1<<31-1 {
-		return pl, fmt.Errorf("%w: %w: %d thread blocks, more than a grid holds", kernels.ErrInvalidParams, ErrUnsupported, blocks)
-	}
-	pl.grid = int(blocks)
-	return pl, nil
-}
-
-// partBytes is the size of the partial results of plan pl on compute
-// elements of elem bytes (0 with one split): outputs and (lse, seen).
-func (pl decodePlan) partBytes(p kernels.Params, elem int) (o, lse int64) {
-	if pl.splits == 1 {
-		return 0, 0
-	}
-	n := int64(p.B) * int64(p.KVHeads()) * int64(pl.rows) * int64(pl.splits)
-	return n * int64(p.D) * int64(elem), 2 * n * int64(elem)
+	return decodePlan{decodeShape: sh, unit: d.units[decodeKey{s, sh.dp, sh.tile}]}, nil
 }
 
 // decodeArgs are the device addresses of one decode launch.
@@ -164,19 +118,17 @@ func (d *decoder) enqueue(p kernels.Params, pl decodePlan, a decodeArgs, stream 
 	if p.Pages != nil {
 		kp.BlockTable, kp.TableStride, kp.PageSize = uint64(a.table), a.tableStride, int64(p.Pages.Size)
 	}
-	if err := launch(pl.unit.fn, pl.grid, 32*pl.unit.perBlock, pl.unit.unitBytes*pl.unit.perBlock, stream, &kp); err != nil {
+	if err := launch(pl.unit, pl.grid, 32*pl.perBlock, pl.unitBytes*pl.perBlock, stream, &kp); err != nil {
 		return fmt.Errorf("cudakernels: decode launch: %w", err)
 	}
 	if pl.splits == 1 {
 		return nil
 	}
-	rows := int64(p.B) * int64(p.KVHeads()) * int64(pl.rows)
 	merge := d.merge[0]
 	if pl.f64 {
 		merge = d.merge[1]
 	}
-	// A merge block takes 32 columns of one row.
-	blocks := rows * int64((p.D+31)/32)
+	blocks := pl.mergeBlocks(p)
 	if blocks > 1<<31-1 {
 		return fmt.Errorf("%w: %w: %d blocks to merge, more than a grid holds", kernels.ErrInvalidParams, ErrUnsupported, blocks)
 	}

@@ -190,14 +190,12 @@ func runDecodeOnHost(t *testing.T, bin string, c decodeHostCase, prec Precision,
 		}
 		return y
 	}
-	dp, err := decodeDim(p.D)
+	// The backend's launch shape, with the case's splits (the device's
+	// count rests on its multiprocessors; an H200's are given).
+	sh, err := planDecode(p, c.s, 132, 227<<10, c.splits)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := p.H / p.KVHeads() * p.Nq
-	tile := decodeTile(c.s, rows)
-	_, perBlock := decodeLayout(c.s, dp, tile)
-	units := p.B * p.KVHeads() * ((rows + tile - 1) / tile) * c.splits
 	stride := p.D
 	if c.s != storeF32 {
 		stride = int(roundUp(int64(p.D), cacheRowAlign))
@@ -220,21 +218,20 @@ func runDecodeOnHost(t *testing.T, bin string, c decodeHostCase, prec Precision,
 		lse:  put(&blob, make([]float32, p.LSELen())),
 		vars: vars}
 	kp := newParams(p, ops)
-	kp.Splits = int64(c.splits)
+	kp.Splits = int64(sh.splits)
 	kp.KNew, kp.VNew, kp.DestRows = put(&blob, kNew), put(&blob, vNew), put(&blob, dest)
 	var mergeBlocks, mergeThreads int64
-	if c.splits > 1 {
-		n := p.B * p.KVHeads() * rows * c.splits
-		kp.PartO, kp.PartLse = put(&blob, make([]float32, n*p.D)), put(&blob, make([]float32, 2*n))
-		mergeBlocks, mergeThreads = int64(p.B*p.KVHeads()*rows*((p.D+31)/32)), int64(decodeMergeBlock(c.splits))
+	if sh.splits > 1 {
+		o, lse := sh.partBytes(p, 4)
+		kp.PartO, kp.PartLse = put(&blob, make([]float32, o/4)), put(&blob, make([]float32, lse/4))
+		mergeBlocks, mergeThreads = sh.mergeBlocks(p), int64(decodeMergeBlock(sh.splits))
 	}
 	if p.Pages != nil {
 		table, tableStride := tableOf(p)
 		kp.BlockTable, kp.TableStride, kp.PageSize = put(&blob, table), tableStride, int64(p.Pages.Size)
 	}
 	formats := map[storeKind]int64{storeF32: 0, storeBF16: 1, storeFP16: 2}
-	head := [8]int64{formats[c.s], int64(dp), int64(tile), int64((units + perBlock - 1) / perBlock), mergeBlocks, mergeThreads,
-		int64(len(blob))}
+	head := [8]int64{formats[c.s], int64(sh.dp), int64(sh.tile), int64(sh.grid), mergeBlocks, mergeThreads, int64(len(blob))}
 	res := runEmu(t, bin, head, kp, blob)
 	o, lse := get[float32](res, ops.o.ptr, p.QLen()), get[float32](res, ops.lse, p.LSELen())
 	if p.Pages != nil {
