@@ -174,7 +174,7 @@ struct Launch {
   unsigned arrived = 0, gen = 0, exited = 0;
   std::vector<unsigned> warpArrived, warpGen, warpExited;
   std::vector<uint64_t> words;
-  std::vector<std::array<uint32_t, 10>> frags;
+  std::vector<std::array<uint32_t, 6>> frags;  // each lane's mma A (4) and B (2) registers
   int ors[3] = {0, 0, 0};
   void (*body)(void*) = nullptr;
   void* kernel = nullptr;
@@ -395,7 +395,7 @@ inline uint32_t tf32_rna(float x) {
 // The warp's exchange for mma and ldmatrix: each lane posts its words,
 // the warp meets, each lane reads the others', the warp meets again before
 // any lane may post anew.
-inline const std::array<uint32_t, 10>& posted(unsigned lane) { return running->frags[tid.x / 32 * 32 + lane]; }
+inline const std::array<uint32_t, 6>& posted(unsigned lane) { return running->frags[tid.x / 32 * 32 + lane]; }
 
 // mma_sync emulates one mma.sync.m16n8kK with fp32 accumulators: A(r, k)
 // and B(k, n) read an operand element from the posting lanes' fragments
