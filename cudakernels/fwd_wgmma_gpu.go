@@ -32,15 +32,6 @@ type wgmmaForward struct {
 	plain                                               launchShape
 }
 
-// launchShape is a kernel's query rows per block, threads and shared memory.
-type launchShape struct{ rows, threads, smem int }
-
-// wsShape is the launch shape of the warp-specialized forward with nc
-// consumer warpgroups.
-func wsShape(prec Precision, dp, nc int) launchShape {
-	return launchShape{wgmmaWSRows(nc), wgmmaWSThreads(nc), wgmmaWSSmem(prec, dp, nc)}
-}
-
 func loadWgmmaForward(mod cu.Module, c choice, maxSmem int) (*wgmmaForward, error) {
 	f := &wgmmaForward{c: c, plain: launchShape{c.rows, c.threads, c.smem}}
 	var err error

@@ -214,6 +214,15 @@ func wgmmaWSSmem(prec Precision, dp, nc int) int {
 	return 1024 + wgmmaWSRows(nc)*dp*eb + 2*wgmmaWSStages*bk*dp*eb + (1+4*wgmmaWSStages)*8
 }
 
+// launchShape is a kernel's query rows per block, threads and shared memory.
+type launchShape struct{ rows, threads, smem int }
+
+// wsShape is the launch shape of the warp-specialized forward with nc
+// consumer warpgroups.
+func wsShape(prec Precision, dp, nc int) launchShape {
+	return launchShape{wgmmaWSRows(nc), wgmmaWSThreads(nc), wgmmaWSSmem(prec, dp, nc)}
+}
+
 // wgmmaWS2Built reports whether the two-consumer warp-specialized forward
 // (_ws2) is built for prec at dp: where the default kernel has more.
 func wgmmaWS2Built(prec Precision, dp int) bool {

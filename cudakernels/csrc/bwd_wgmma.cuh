@@ -336,7 +336,11 @@ __device__ __forceinline__ void store_ds_tile(uint32_t tile, const uint32_t (&df
     for (int e = 0; e < 4; ++e) {
       const int r = row + 8 * (e & 1), col = 16 * kk + 8 * (e >> 1) + 2 * t;
       const uint32_t at = tile + r * 128 + ((((col >> 3) ^ (r & 7)) & 7) << 4) + (col & 7) * 2;
+#ifdef FLASH_EMU
+      std::memcpy(::emu::shared_at(at), &df[kk][e], 4);
+#else
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(df[kk][e]) : "memory");
+#endif
     }
   fence_proxy_async();
 }
@@ -382,7 +386,11 @@ __device__ __forceinline__ void reduce_dq(const Params& p, uint32_t ds_tile, uin
       const long long col = wg * kN + 8 * j + 2 * t;
       const float x = acc[j][2 * h] * scale, y = acc[j][2 * h + 1] * scale;
       if (col + 1 < p.dim && (reinterpret_cast<uintptr_t>(dr + col) & 7) == 0) {
+#ifdef FLASH_EMU
+        dr[col] += x, dr[col + 1] += y;
+#else
         asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dr + col), "f"(x), "f"(y) : "memory");
+#endif
       } else {
         if (col < p.dim) atomicAdd(dr + col, x);
         if (col + 1 < p.dim) atomicAdd(dr + col + 1, y);

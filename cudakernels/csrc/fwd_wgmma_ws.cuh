@@ -68,12 +68,17 @@ template <typename E, int DP, int NC> __host__ __device__ constexpr int ws_smem_
          2 * kWsStages * fwd_kv_bytes<E, DP>() + (1 + 4 * kWsStages) * 8;
 }
 
+#ifdef FLASH_EMU  // no register file to share out on the host
+template <int N> __device__ __forceinline__ void setmaxnreg_inc() {}
+template <int N> __device__ __forceinline__ void setmaxnreg_dec() {}
+#else
 template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
 }
+#endif
 
 // fence_regs pins the registers of x at this point of the program: the
 // compiler may not move their reads or writes across it. wgmma writes its
@@ -84,7 +89,13 @@ template <int N> __device__ __forceinline__ void fence_regs(float (&x)[N][4]) {
 #pragma unroll
   for (int i = 0; i < N; ++i)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(x[i][e])::"memory");
+    for (int e = 0; e < 4; ++e) {
+#ifdef FLASH_EMU  // emulated wgmma writes at the wait, which the compiler sees
+      (void)x[i][e];
+#else
+      asm volatile("" : "+f"(x[i][e])::"memory");
+#endif
+    }
 }
 
 // fwd_ws is the kernel's body (see the top of this file): p.q, p.k and p.v

@@ -62,7 +62,9 @@ __device__ __forceinline__ uint64_t desc_mn_sw128(uint32_t addr, uint32_t lbo) {
 // fence_proxy_async makes this thread's generic shared-memory stores
 // visible to the async proxy (wgmma reading shared operands).
 __device__ __forceinline__ void fence_proxy_async() {
+#ifndef FLASH_EMU  // emulated memory is coherent
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
 }
 
 // k_slice_offset is the byte offset of k-slice kc (32 bytes of K) in a
@@ -72,6 +74,19 @@ __device__ __forceinline__ uint32_t k_slice_offset(int kc, int rows) {
 }
 
 // mbarrier operations on shared addresses.
+#ifdef FLASH_EMU  // emu/sm90_emu.h
+__device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) { ::emu::mbar_init(bar, count); }
+__device__ __forceinline__ void mbar_fence_init() {}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) { ::emu::mbar_arrive(bar); }
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) { ::emu::mbar_arrive(bar, bytes); }
+__device__ __forceinline__ void mbar_wait(uint32_t bar, unsigned parity) { ::emu::mbar_wait(bar, parity); }
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  ::emu::bulk_copy(dst, src, bytes, bar);
+}
+__device__ __forceinline__ void wgmma_fence() {}
+__device__ __forceinline__ void wgmma_commit() { ::emu::wgmma_commit(); }
+template <int N> __device__ __forceinline__ void wgmma_wait() { ::emu::wgmma_wait(N); }
+#else
 __device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
@@ -116,6 +131,8 @@ template <int N> __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
+#endif
+
 // Wgmma<E, N> issues wgmma.mma_async of shape m64nNk(E::kK) with fp32
 // accumulators d (N/2 per thread: the m16n8 C layout of mma.cuh for each of
 // the warpgroup's four warps, n8 tile j in d[4j … 4j+3]):
@@ -123,6 +140,29 @@ template <int N> __device__ __forceinline__ void wgmma_wait() {
 //       memory, given by descriptors; scale_d = 0 overwrites d.
 //   rs: d += A·B with A from registers (the m16 A fragment of mma.cuh per
 //       warp) and B from a descriptor.
+#ifdef FLASH_EMU  // emu/sm90_emu.h: one template serves every shape
+template <typename E> constexpr ::emu::Elem emu_elem() {
+  return sizeof(typename E::Storage) == 4 ? ::emu::kTF32 : std::is_same_v<E, mma::BF16> ? ::emu::kBF16 : ::emu::kFP16;
+}
+template <typename E, int N> struct Wgmma {
+  static void ss(float (&d)[N / 2], uint64_t a, uint64_t b, int scale_d) {
+    ::emu::wgmma(d, N, emu_elem<E>(), a, nullptr, b, scale_d != 0, false, false);
+  }
+  static void rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
+    ::emu::wgmma(d, N, emu_elem<E>(), 0, a, b, true, false, false);
+  }
+};
+template <typename E, int N> struct WgmmaMN {
+  static void ss(float (&d)[N / 2], uint64_t a, uint64_t b, int scale_d) {
+    ::emu::wgmma(d, N, emu_elem<E>(), a, nullptr, b, scale_d != 0, true, true);
+  }
+};
+template <typename E, int N> struct WgmmaRsMN {
+  static void rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
+    ::emu::wgmma(d, N, emu_elem<E>(), 0, a, b, true, false, true);
+  }
+};
+#else
 template <typename E, int N> struct Wgmma;
 
 // Accumulator operand lists: "{%0, …, %n−1}" and the matching "+f" constraints.
@@ -215,6 +255,8 @@ FLASH_WGMMA_MN(BF16, 32, 16, ".f32.bf16.bf16", "%16, %17", "%18")
 FLASH_WGMMA_MN(BF16, 64, 32, ".f32.bf16.bf16", "%32, %33", "%34")
 FLASH_WGMMA_MN(FP16, 32, 16, ".f32.f16.f16", "%16, %17", "%18")
 FLASH_WGMMA_MN(FP16, 64, 32, ".f32.f16.f16", "%32, %33", "%34")
+
+#endif  // FLASH_EMU
 
 // Keys of TF32's Vᵀ images are permuted in groups of 8 (vt_position);
 // key_at_column inverts that: the key stored at column c.

@@ -27,7 +27,13 @@ namespace sm90 {
 
 // wg_bar synchronises the 128 threads of warpgroup wg (named barrier
 // 1 + wg; barrier 0 is __syncthreads).
-__device__ __forceinline__ void wg_bar(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); }
+__device__ __forceinline__ void wg_bar(int wg) {
+#ifdef FLASH_EMU
+  ::emu::arrive_named(1 + wg, 128);
+#else
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+#endif
+}
 
 // finish_wg_rows ends a thread's two rows of a warpgroup forward, row0
 // and row0 + 8, with finish_row's conventions: it sums l over the quad,
@@ -81,26 +87,38 @@ __device__ __forceinline__ void store_wg_rows(float* y, long long ld, long long 
       for (int h = 0; h < 2; ++h) {
         const int r = warp * 16 + g + 8 * h, col = 8 * j + 2 * t, n8 = pass * (W / 8) + j;
         const uint32_t a = region + (r * kChunks + ((col / 4) ^ (2 * (r & 3)))) * 16 + (col & 3) * 4;
+#ifdef FLASH_EMU
+        *reinterpret_cast<float2*>(::emu::shared_at(a)) = float2{c[n8][2 * h] * s[h], c[n8][2 * h + 1] * s[h]};
+#else
         asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(c[n8][2 * h] * s[h]),
                      "f"(c[n8][2 * h + 1] * s[h])
                      : "memory");
+#endif
       }
     wg_bar(wg);
 #pragma unroll
     for (int i = tid; i < 64 * kChunks; i += 128) {
       const int r = i / kChunks, c4 = i % kChunks;
       float4 v;
+#ifdef FLASH_EMU
+      v = *reinterpret_cast<const float4*>(::emu::shared_at(region + (r * kChunks + (c4 ^ (2 * (r & 3)))) * 16));
+#else
       asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
                    : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
                    : "r"(region + (r * kChunks + (c4 ^ (2 * (r & 3)))) * 16)
                    : "memory");
+#endif
       const long long row = row0 + r;
       const int col = pass * W + 4 * c4;
       if (row >= n || col >= dim) continue;
       float* yr = y + row * ld + col;
       if (vec) {  // asm: nvcc merged a plain float4 store with the scalar ones below into 4 scalar stores
+#ifdef FLASH_EMU
+        *reinterpret_cast<float4*>(yr) = v;
+#else
         asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(yr), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
                      : "memory");
+#endif
       } else {
         yr[0] = v.x;
         if (col + 1 < dim) yr[1] = v.y;

@@ -17,10 +17,12 @@
 // not of the hardware's bits. A cp.async lands at once, which is one of
 // the orders the hardware allows.
 //
+// The Hopper kernels run too: sm90_emu.h, included at the end, has
+// wgmma, mbarriers, bulk copies and named barriers.
+//
 // What it cannot catch: the GPU's memory model (stale reads through a
 // missing fence), misaligned vector accesses, register or shared-memory
-// limits, and the Hopper kernels (wgmma and bulk copies are inline PTX
-// those files keep).
+// limits.
 #pragma once
 #include <algorithm>
 #include <array>
@@ -31,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <vector>
@@ -153,29 +156,56 @@ inline void prepare(Context& ctx, unsigned char* top, Context& link, void (*entr
 #endif
 
 // Fiber is one thread of the running block: its context, the barrier it
-// waits at (and that barrier's generation then), its __syncthreads_or
-// calls.
+// waits at (and that barrier's generation then; for a named barrier its
+// number), its __syncthreads_or calls. A spinning fiber (spin: an
+// mbarrier wait that found its phase incomplete) is always runnable.
 struct Fiber {
-  enum Wait { none, block, warp };
+  enum Wait { none, block, warp, named, spin };
   Context ctx;
   Wait wait = none;
-  unsigned gen = 0, orCalls = 0;
+  unsigned gen = 0, orCalls = 0, bar = 0;
   bool done = false;
+};
+
+// Pending is a wgmma a thread issued and has not yet waited for
+// (sm90_emu.h): it runs at the wgmma.wait_group that completes it.
+struct Pending {
+  float* d;
+  int n, k, elem;             // N, K, operand type (sm90_emu.h's Elem)
+  uint64_t a, b;              // descriptors (a unused when aFrag)
+  const uint32_t* aFrag;      // A from registers (rs), else null
+  bool scaleD, transA, transB;
+  unsigned group;             // commit group it belongs to
+};
+
+// Mbarrier is an mbarrier's state (sm90_emu.h): arrivals a phase expects
+// and still awaits, the transaction bytes it awaits, phases completed.
+struct Mbarrier {
+  unsigned expected = 0, pending = 0, phase = 0;
+  long long tx = 0;
 };
 
 // Launch is the state of the running launch: its fibers, the block
 // barrier's and each warp's arrivals and generation (a barrier opens when
-// every thread that has not returned arrived, as on the GPU), the words
-// the shuffles exchange, the mma and ldmatrix fragments, and the slots
-// __syncthreads_or gathers in.
+// every thread that has not returned arrived, as on the GPU), the named
+// barriers' (bar.sync id, count: open at count arrivals), the words the
+// shuffles exchange, the mma and ldmatrix fragments, the slots
+// __syncthreads_or gathers in, the mbarriers by shared address, each
+// thread's wgmma groups, and a count of changes that spinning threads
+// wait for (progress: none in a whole pass is a deadlock).
 struct Launch {
   std::vector<Fiber> fibers;
   Context scheduler;
   unsigned arrived = 0, gen = 0, exited = 0;
   std::vector<unsigned> warpArrived, warpGen, warpExited;
+  unsigned namedArrived[16] = {}, namedGen[16] = {};
   std::vector<uint64_t> words;
   std::vector<std::array<uint32_t, 6>> frags;  // each lane's mma A (4) and B (2) registers
   int ors[3] = {0, 0, 0};
+  std::vector<std::pair<uint32_t, Mbarrier>> mbarriers;
+  std::vector<std::vector<Pending>> pending;
+  std::vector<unsigned> committed;  // groups each thread committed
+  uint64_t progress = 0;
   void (*body)(void*) = nullptr;
   void* kernel = nullptr;
 };
@@ -190,12 +220,38 @@ inline void arrive(bool warp) {
   unsigned& arrived = warp ? l.warpArrived[w] : l.arrived;
   unsigned& gen = warp ? l.warpGen[w] : l.gen;
   const unsigned expected = warp ? lanes - l.warpExited[w] : bdim.x - l.exited;
+  ++l.progress;
   if (++arrived == expected) {
     arrived = 0, ++gen;
     return;
   }
   f.wait = warp ? Fiber::warp : Fiber::block, f.gen = gen;
   switch_to(f.ctx, l.scheduler);
+}
+
+// arrive_named is bar.sync id, count: the count-th arrival opens it.
+inline void arrive_named(unsigned id, unsigned count) {
+  Launch& l = *running;
+  if (id >= 16 || count == 0 || count % 32 != 0 || count > bdim.x) {
+    std::fprintf(stderr, "emu: bar.sync %u, %u: not a barrier a block of %u threads may use\n", id, count, bdim.x);
+    std::abort();
+  }
+  ++l.progress;
+  if (++l.namedArrived[id] == count) {
+    l.namedArrived[id] = 0, ++l.namedGen[id];
+    return;
+  }
+  Fiber& f = l.fibers[tid.x];
+  f.wait = Fiber::named, f.bar = id, f.gen = l.namedGen[id];
+  switch_to(f.ctx, l.scheduler);
+}
+
+// spin gives the other fibers a turn: the caller polls a condition that
+// only they can change (an mbarrier's phase).
+inline void spin() {
+  Fiber& f = running->fibers[tid.x];
+  f.wait = Fiber::spin;
+  switch_to(f.ctx, running->scheduler);
 }
 
 inline void syncthreads() { arrive(false); }
@@ -220,8 +276,12 @@ inline void start() {
   l.body(l.kernel);
   const unsigned w = tid.x / 32, lanes = std::min(32u, bdim.x - 32 * w);
   Fiber& f = l.fibers[tid.x];
+  if (!l.pending[tid.x].empty()) {
+    std::fprintf(stderr, "emu: thread %u returned with a wgmma it never waited for\n", tid.x);
+    std::abort();
+  }
   f.done = true;
-  ++l.exited, ++l.warpExited[w];
+  ++l.exited, ++l.warpExited[w], ++l.progress;
   if (l.arrived > 0 && l.arrived == bdim.x - l.exited) l.arrived = 0, ++l.gen;
   if (l.warpArrived[w] > 0 && l.warpArrived[w] == lanes - l.warpExited[w]) l.warpArrived[w] = 0, ++l.warpGen[w];
   switch_to(f.ctx, l.scheduler);
@@ -243,6 +303,8 @@ template <typename F> void launch(unsigned grid, unsigned threads, unsigned smem
   l.fibers.resize(threads);
   l.words.assign(threads, 0);
   l.frags.assign(threads, {});
+  l.pending.assign(threads, {});
+  l.committed.assign(threads, 0);
   l.kernel = &kernel;
   l.body = [](void* k) { (*static_cast<F*>(k))(); };
   running = &l;
@@ -250,6 +312,8 @@ template <typename F> void launch(unsigned grid, unsigned threads, unsigned smem
     bid = {blk, 0, 0};
     l.arrived = l.exited = 0;
     l.warpArrived.assign(warps, 0), l.warpGen.assign(warps, 0), l.warpExited.assign(warps, 0);
+    std::fill(std::begin(l.namedArrived), std::end(l.namedArrived), 0u);
+    l.mbarriers.clear();
     for (unsigned t = 0; t < threads; ++t) {
       Fiber& f = l.fibers[t];
       f.wait = Fiber::none, f.done = false, f.orCalls = 0;
@@ -260,20 +324,25 @@ template <typename F> void launch(unsigned grid, unsigned threads, unsigned smem
     // it stale in one of the two orders, whichever thread comes first.
     for (unsigned live = threads, pass = 0; live > 0; ++pass) {
       bool ran = false;
+      const uint64_t before = l.progress;
       for (unsigned i = 0; i < threads; ++i) {
         const unsigned t = pass % 2 ? threads - 1 - i : i;
         Fiber& f = l.fibers[t];
-        const bool open = f.wait == Fiber::none || (f.wait == Fiber::block && l.gen != f.gen) ||
-                          (f.wait == Fiber::warp && l.warpGen[t / 32] != f.gen);
+        const bool open = f.wait == Fiber::none || f.wait == Fiber::spin ||
+                          (f.wait == Fiber::block && l.gen != f.gen) ||
+                          (f.wait == Fiber::warp && l.warpGen[t / 32] != f.gen) ||
+                          (f.wait == Fiber::named && l.namedGen[f.bar] != f.gen);
         if (f.done || !open) continue;
         f.wait = Fiber::none;
         tid = {t, 0, 0};
         switch_to(l.scheduler, f.ctx);
-        ran = true;
+        ran = ran || f.wait != Fiber::spin;
         live -= f.done;
       }
-      if (!ran) {
-        std::fprintf(stderr, "emu: block %u: a barrier that some thread never reaches\n", blk);
+      // A pass where every thread that ran only polled again, and nothing
+      // changed, would repeat forever.
+      if (!ran && l.progress == before) {
+        std::fprintf(stderr, "emu: block %u: a barrier that some thread never reaches, or an mbarrier phase that never completes\n", blk);
         std::abort();
       }
     }
@@ -479,3 +548,5 @@ inline __nv_bfloat16 __float2bfloat16_rn(float x) { return {emu::bf16_bits(x)}; 
 inline __half __float2half_rn(float x) { return {emu::fp16_bits(x)}; }
 inline float __bfloat162float(__nv_bfloat16 x) { return emu::bf16_value(x.x); }
 inline float __half2float(__half x) { return emu::fp16_value(x.x); }
+
+#include "sm90_emu.h"

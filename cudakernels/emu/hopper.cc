@@ -1,0 +1,280 @@
+// hopper runs the Hopper kernels (fwd_wgmma.cuh, fwd_wgmma_ws.cuh,
+// bwd_wgmma.cuh) on the host through cuda_emu.h and sm90_emu.h, one
+// forward or one backward per run, for TestHopperKernelsOnHost
+// (emu_hopper_test.go), which sends the problem, reads the results back
+// and holds them to the conformance suite's bounds.
+//
+// Standard input: eight int64 words, then the kernels' Params with every
+// pointer an offset into the blob plus one, then the blob. The words: the
+// operand type (0 BF16, 1 FP16, 2 TF32), the kernel (Kernel below), the
+// padded head dimension DP, the blob's size in bytes, three words of the Go
+// side's launch shape, which the kernels check, and flags (bit 0: the
+// forward images V as rows, not transposed; bit 1: a backward). Forward:
+// threads, shared memory, the block's query rows. Backward (on the O and
+// LSE of a forward in the blob): the dK/dV kernel's shared memory (the
+// fused kernel's, for kFused), the dQ kernel's and the dBias kernel's.
+// Standard output: the blob after the run.
+//
+// The steps are the backend's. Forward (fwd_wgmma_gpu.go): Q imaged in
+// tiles of 64 rows, padded to the block's rows; K in tiles of the key
+// step; V transposed (or as rows); the _len conversions where the call has
+// lengths; then the forward. Backward (backend_gpu.go's enqueueBackward,
+// bwd_wgmma_gpu.go): dO rounded in place with D = rowsum(dO∘O); row images
+// of Q, dO, K and V and transposed ones of Q, dO and K, in tiles of 64
+// rows padded to 128; the statistics; the dK/dV and dQ kernels (or the
+// fused one into a zeroed dQ); the dBias kernel where Params asks for
+// dBias.
+#include <cstdint>
+#include <vector>
+
+#include "../csrc/bwd_wgmma.cuh"
+#include "../csrc/fwd_wgmma.cuh"
+#include "../csrc/fwd_wgmma_ws.cuh"
+#include "../csrc/round.cuh"
+#include "request.h"
+
+namespace flash {
+alignas(1024) unsigned char smem[1 << 18];
+}
+
+namespace {
+
+using namespace flash::sm90;
+using flash::Params;
+
+// Kernel is header word 1.
+// Kernel is header word 1: the forward's, or of a backward the dK/dV and
+// dQ pair's (kPlainRowBlock: the plain pair; kFused: the fused kernel).
+enum Kernel { kPlainRowBlock = 0, kVar = 1, kFull = 2, kDrop = 3, kWS = 4, kWS2 = 5, kFused = 6 };
+
+// Scratch is device memory the backend would carve: 16-byte aligned.
+struct Scratch {
+  std::vector<uint4> words;
+  explicit Scratch(size_t bytes) : words((bytes + 15) / 16) {}
+  template <typename T> T* as() { return reinterpret_cast<T*>(words.data()); }
+};
+
+constexpr unsigned kConvertBlocks = 8, kConvertThreads = 256;
+
+// Images converts [heads, n, dim] float32 tensors of one role (queries: Q;
+// keys: K and V) into tile images at DP, as imaging.rows and
+// imaging.transposed do: with the call's lengths (lens, heads per batch
+// entry per), the _len conversions.
+template <typename E, int DP> struct Images {
+  long long heads, dim, per;
+  const int* lens;
+
+  void rows(const void* x, Scratch& y, long long n, long long nPad, int tile, int unit) const {
+    const float* src = static_cast<const float*>(x);
+    uint4* dst = y.as<uint4>();
+    if (lens != nullptr) {
+      const SeqRows sr{lens, 0, per, unit};
+      emu::launch(kConvertBlocks, kConvertThreads, 0,
+                  [&] { to_image_rows_len<E>(src, dst, heads, n, nPad, dim, DP, tile, sr); });
+    } else {
+      emu::launch(kConvertBlocks, kConvertThreads, 0, [&] { to_image_rows<E>(src, dst, heads, n, nPad, dim, DP, tile); });
+    }
+  }
+
+  void transposed(const void* x, Scratch& y, long long n, long long nPad, int tile, int unit) const {
+    const float* src = static_cast<const float*>(x);
+    uint4* dst = y.as<uint4>();
+    if (lens != nullptr) {
+      const SeqRows sr{lens, 0, per, unit};
+      emu::launch(kConvertBlocks, 256, 0, [&] { to_image_vt<E, true>(src, dst, heads, n, nPad, dim, DP, tile, sr); });
+    } else {
+      emu::launch(kConvertBlocks, 256, 0, [&] { to_image_vt<E>(src, dst, heads, n, nPad, dim, DP, tile); });
+    }
+  }
+};
+
+long long roundUp(long long n, long long m) { return (n + m - 1) / m * m; }
+
+struct Shape {
+  unsigned threads, smem;
+  int rows;
+  bool vRows;
+};
+
+template <typename E, int DP, Kernel K> void forward(Params p, const Shape& sh) {
+  using S = typename E::Storage;
+  constexpr int step = fwd_bk<E, DP, K == kFull>();
+  const long long bh = p.b * p.h, kvh = bh / p.kv_group;
+  const long long nqPad = roundUp(p.nq, sh.rows), nkPad = roundUp(p.nk, step);
+  Scratch q(bh * nqPad * DP * sizeof(S)), k(kvh * nkPad * DP * sizeof(S)), v(kvh * nkPad * DP * sizeof(S));
+  const Images<E, DP> queries{bh, p.dim, p.h, static_cast<const int*>(p.q_lens)};
+  const Images<E, DP> keys{kvh, p.dim, p.h / p.kv_group, static_cast<const int*>(p.k_lens)};
+  queries.rows(p.q, q, p.nq, nqPad, kQTileRows, sh.rows);
+  keys.rows(p.k, k, p.nk, nkPad, step, step);
+  if (sh.vRows) {
+    keys.rows(p.v, v, p.nk, nkPad, step, step);
+  } else {
+    keys.transposed(p.v, v, p.nk, nkPad, step, step);
+  }
+  // The images' strides, as params.go's tensorAt gives them.
+  const long long kvPerBatch = p.h / p.kv_group;
+  p.q = q.as<S>(), p.q_batch_stride = p.h * nqPad * DP, p.q_head_stride = nqPad * DP, p.q_row_stride = DP;
+  p.k = k.as<S>(), p.k_batch_stride = kvPerBatch * nkPad * DP, p.k_head_stride = nkPad * DP, p.k_row_stride = DP;
+  p.v = v.as<S>(), p.v_batch_stride = p.k_batch_stride, p.v_head_stride = p.k_head_stride, p.v_row_stride = DP;
+  const unsigned grid = static_cast<unsigned>(bh * (nqPad / sh.rows));
+  emu::launch(grid, sh.threads, sh.smem, [&] {
+    if constexpr (K == kPlainRowBlock) fwd_rowblock<E, DP, false>(p);
+    if constexpr (K == kVar) fwd_rowblock<E, DP, true>(p);
+    if constexpr (K == kFull) fwd_rowblock<E, DP, true, true>(p);
+    if constexpr (K == kDrop) fwd_rowblock<E, DP, true, true, false>(p);
+    if constexpr (K == kWS) fwd_ws<E, DP>(p);
+    if constexpr (K == kWS2) fwd_ws<E, DP, 2>(p);
+  });
+}
+
+struct BwdShape {
+  unsigned smemDKDV, smemDQ, smemDbias;
+};
+
+template <typename E, typename R, int DP, Kernel K> void backward(Params p, const BwdShape& sh, long long biasSlices) {
+  using S = typename E::Storage;
+  const long long bh = p.b * p.h, kvh = bh / p.kv_group;
+  std::vector<float> delta(bh * p.nq);
+  p.delta = delta.data();
+  emu::launch(static_cast<unsigned>((bh * p.nq + 7) / 8), 256, 0, [&] { flash::mma::dot_do_o_round<R>(p); });
+  const long long nqPad = roundUp(p.nq, kBwdPad), nkPad = roundUp(p.nk, kBwdPad);
+  const size_t qBytes = bh * nqPad * DP * sizeof(S), kBytes = kvh * nkPad * DP * sizeof(S);
+  Scratch q(qBytes), qT(qBytes), dout(qBytes), doutT(qBytes), k(kBytes), kT(kBytes), v(kBytes);
+  Scratch lse2(bh * nqPad * 4), dpad(bh * nqPad * 4);
+  const Images<E, DP> queries{bh, p.dim, p.h, static_cast<const int*>(p.q_lens)};
+  const Images<E, DP> keys{kvh, p.dim, p.h / p.kv_group, static_cast<const int*>(p.k_lens)};
+  queries.rows(p.q, q, p.nq, nqPad, kBwdTile, kBwdPad);
+  queries.transposed(p.q, qT, p.nq, nqPad, kBwdTile, kBwdPad);
+  queries.rows(p.dout, dout, p.nq, nqPad, kBwdTile, kBwdPad);
+  queries.transposed(p.dout, doutT, p.nq, nqPad, kBwdTile, kBwdPad);
+  keys.rows(p.k, k, p.nk, nkPad, kBwdTile, kBwdPad);
+  keys.transposed(p.k, kT, p.nk, nkPad, kBwdTile, kBwdPad);
+  keys.rows(p.v, v, p.nk, nkPad, kBwdTile, kBwdPad);
+  const long long kvPerBatch = p.h / p.kv_group;
+  p.q = q.as<S>(), p.q_batch_stride = p.h * nqPad * DP, p.q_head_stride = nqPad * DP, p.q_row_stride = DP;
+  p.dout = dout.as<S>(), p.dout_batch_stride = p.q_batch_stride, p.dout_head_stride = p.q_head_stride;
+  p.dout_row_stride = DP;
+  p.k = k.as<S>(), p.k_batch_stride = kvPerBatch * nkPad * DP, p.k_head_stride = nkPad * DP, p.k_row_stride = DP;
+  p.v = v.as<S>(), p.v_batch_stride = p.k_batch_stride, p.v_head_stride = p.k_head_stride, p.v_row_stride = DP;
+  p.q_t = qT.as<S>(), p.dout_t = doutT.as<S>(), p.k_t = kT.as<S>();
+  p.lse_log2 = lse2.as<float>(), p.delta_pad = dpad.as<float>();
+  constexpr bool kVarStats = K != kPlainRowBlock && K != kFused;
+  emu::launch(8, 256, 0, [&] { prep_stats<kVarStats>(p); });
+  const unsigned gridK = static_cast<unsigned>(kvh * ((p.nk + kBwdBlock - 1) / kBwdBlock));
+  const unsigned gridQ = static_cast<unsigned>(bh * ((p.nq + kBwdBlock - 1) / kBwdBlock));
+  if constexpr (K == kFused) {
+    float* dq = static_cast<float*>(p.dq);
+    std::fill(dq, dq + bh * p.nq * p.dim, 0.f);
+    emu::launch(gridK, kBwdThreads, sh.smemDKDV, [&] { dkdv_colblock<E, DP, false, false, false, true>(p); });
+  } else {
+    constexpr bool kV = K != kPlainRowBlock, kF = K == kFull || K == kDrop, kB = K == kFull;
+    emu::launch(gridK, kBwdThreads, sh.smemDKDV, [&] { dkdv_colblock<E, DP, kV, kF, kB>(p); });
+    emu::launch(gridQ, kBwdThreads, sh.smemDQ, [&] { dq_rowblock<E, DP, kV, kF, kB>(p); });
+  }
+  if constexpr (K == kFull) {
+    if (p.dbias != nullptr) {
+      const unsigned grid = static_cast<unsigned>(biasSlices * ((p.nq + kBwdBlock - 1) / kBwdBlock) *
+                                                  ((p.nk + kBwdTile - 1) / kBwdTile));
+      emu::launch(grid, kBwdThreads, sh.smemDbias, [&] { dbias_tile<E, DP>(p); });
+    }
+  }
+}
+
+// built lists what hopper.cu instantiates; anything else is a bad request.
+template <typename E, int DP, Kernel K> constexpr bool built() {
+  constexpr bool half = sizeof(typename E::Storage) == 2;
+  switch (K) {
+    case kPlainRowBlock: return !ws_built<E, DP>();
+    case kVar: return true;
+    case kFull: return half ? DP <= 128 : DP == 64;
+    case kDrop: return half && DP <= 128;
+    case kWS: return ws_built<E, DP>();
+    case kWS2: return half && DP == 64;
+    case kFused: return false;
+  }
+  return false;
+}
+
+// bwdBuilt lists the backward kernels hopper.cu instantiates.
+template <typename E, int DP, Kernel K> constexpr bool bwdBuilt() {
+  constexpr bool half = sizeof(typename E::Storage) == 2;
+  switch (K) {
+    case kPlainRowBlock:
+    case kVar: return DP <= 128;
+    case kFull:
+    case kDrop:
+    case kFused: return half && DP <= 128;
+    default: return false;
+  }
+}
+
+// Run is one request: the forward or the backward.
+struct Run {
+  const Params& p;
+  bool backward;
+  Shape fwd;
+  BwdShape bwd;
+  long long biasSlices;
+};
+
+template <typename E, typename R, int DP, Kernel K> void run(const Run& r) {
+  if (!r.backward) {
+    if constexpr (built<E, DP, K>()) return forward<E, DP, K>(r.p, r.fwd);
+  } else {
+    if constexpr (bwdBuilt<E, DP, K>()) return backward<E, R, DP, K>(r.p, r.bwd, r.biasSlices);
+  }
+  Request::fail("a kernel hopper.cu does not build");
+}
+
+template <typename E, typename R, int DP> void byKernel(int kernel, const Run& r) {
+  switch (kernel) {
+    case kPlainRowBlock: return run<E, R, DP, kPlainRowBlock>(r);
+    case kVar: return run<E, R, DP, kVar>(r);
+    case kFull: return run<E, R, DP, kFull>(r);
+    case kDrop: return run<E, R, DP, kDrop>(r);
+    case kWS: return run<E, R, DP, kWS>(r);
+    case kWS2: return run<E, R, DP, kWS2>(r);
+    default: return run<E, R, DP, kFused>(r);
+  }
+}
+
+template <typename E, typename R> void byDim(int dp, int kernel, const Run& r) {
+  switch (dp) {
+    case 64: return byKernel<E, R, 64>(kernel, r);
+    case 128: return byKernel<E, R, 128>(kernel, r);
+    default:
+      if constexpr (sizeof(typename E::Storage) == 2) return byKernel<E, R, 256>(kernel, r);
+      Request::fail("TF32 at DP 256");
+  }
+}
+
+// biasSlices is the bias's number of Nq×Nk slices, from its strides
+// (params.go's biasStrides: 0 along a broadcast dimension).
+long long biasSlices(const Params& p) {
+  if (p.bias == nullptr) return 0;
+  return (p.bias_batch_stride != 0 ? p.b : 1) * (p.bias_head_stride != 0 ? p.h : 1);
+}
+
+}  // namespace
+
+int main() {
+  Request req(3);
+  const int64_t* h = req.head;
+  const int64_t type = h[0], kernel = h[1], dp = h[2];
+  const auto word = [&](int i) { return static_cast<unsigned>(h[i]); };
+  const Run r{req.p, (h[7] & 2) != 0, Shape{word(4), word(5), static_cast<int>(h[6]), (h[7] & 1) != 0},
+              BwdShape{word(4), word(5), word(6)}, biasSlices(req.p)};
+  const unsigned most = sizeof flash::smem;
+  if (type < 0 || type > 2 || kernel < 0 || kernel > kFused || (dp != 64 && dp != 128 && dp != 256) ||
+      h[4] < 0 || h[5] < 0 || h[6] < 0 || word(4) > most || word(5) > most || word(6) > most ||
+      (!r.backward && (r.fwd.rows <= 0 || r.fwd.rows % kQTileRows != 0)))
+    Request::fail("header");
+  const int d = static_cast<int>(dp), k = static_cast<int>(kernel);
+  switch (type) {
+    case 0: byDim<flash::mma::BF16, flash::mma::RoundBF16>(d, k, r); break;
+    case 1: byDim<flash::mma::FP16, flash::mma::RoundFP16>(d, k, r); break;
+    default: byDim<flash::mma::TF32, flash::mma::TF32>(d, k, r); break;
+  }
+  req.reply();
+  return 0;
+}

@@ -1,0 +1,187 @@
+package cudakernels
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/gorgonia-flash/flashattention/kernels"
+)
+
+// hopperKernel names emu/hopper.cc's kernels (its Kernel enum).
+type hopperKernel int64
+
+const (
+	hopperPlainRowBlock hopperKernel = iota
+	hopperVar
+	hopperFull
+	hopperDrop
+	hopperWS
+	hopperWS2
+)
+
+func (k hopperKernel) String() string {
+	return [...]string{"plain", "var", "full", "drop", "ws", "ws2", "fused"}[k]
+}
+
+// hopperLaunch is one forward launch of emu/hopper.cc: the kernel and the
+// launch shape the backend gives it.
+type hopperLaunch struct {
+	kernel hopperKernel
+	shape  launchShape
+}
+
+// hopperForwards returns the Hopper forward launches of a problem with
+// parameters kp in prec at dp: first the one wgmmaForward.launch picks
+// (the _full or _drop kernel for a bias or dropout, the plain kernel where
+// isPlain, else _var), then, for a plain problem, the others that compute
+// it (the _var kernel, the tuning table's candidates: the row-block
+// kernel, _ws2). None where the backend runs another family (the mma.sync
+// _full kernel).
+func hopperForwards(prec Precision, dp int, kp *kernelParams) []hopperLaunch {
+	if !wgmmaBuilt(prec, dp, false) {
+		return nil
+	}
+	if kp.Bias != 0 || kp.DropoutThreshold != 0 {
+		if !wgmmaBuilt(prec, dp, true) {
+			return nil
+		}
+		drop := kp.Bias == 0 && wgmmaDropBuilt(prec, dp)
+		c := wgmmaForwardChoice(prec, dp, true, drop)
+		k := hopperFull
+		if drop {
+			k = hopperDrop
+		}
+		return []hopperLaunch{{k, launchShape{c.rows, c.threads, c.smem}}}
+	}
+	c := wgmmaForwardChoice(prec, dp, false, false)
+	rowBlock := launchShape{c.rows, c.threads, c.smem}
+	varLaunch := hopperLaunch{hopperVar, rowBlock}
+	switch {
+	case !isPlain(kp):
+		return []hopperLaunch{varLaunch}
+	case !wgmmaWSBuilt(prec, dp):
+		return []hopperLaunch{{hopperPlainRowBlock, rowBlock}, varLaunch}
+	}
+	launches := []hopperLaunch{{hopperWS, wsShape(prec, dp, wgmmaWSConsumers(dp))}, varLaunch}
+	if wgmmaWS2Built(prec, dp) {
+		launches = append(launches, hopperLaunch{hopperWS2, wsShape(prec, dp, 2)})
+	}
+	return launches
+}
+
+// hopperBackward is one backward launch of emu/hopper.cc: the kernels
+// (hopperPlainRowBlock for the plain pair, hopperFused for the kernel that
+// sums dQ too) and the shared memory of the dK/dV (or fused), dQ and dBias
+// kernels.
+type hopperBackward struct {
+	kernel                  hopperKernel
+	smemDKDV, smemDQ, smemB int
+}
+
+// hopperFused is emu/hopper.cc's kFused.
+const hopperFused hopperKernel = hopperWS2 + 1
+
+// hopperBackwards returns the Hopper backward launches of a problem, as
+// wgmmaBackward.launch picks them (the _full or _drop kernels for a bias or
+// dropout, pickVariant's choice otherwise), then for a plain problem the
+// _var pair and the fused kernel where built. None where the backend runs
+// another family.
+func hopperBackwards(prec Precision, dp int, kp *kernelParams) []hopperBackward {
+	full := kp.Bias != 0 || kp.DropoutThreshold != 0
+	if !wgmmaBwdBuilt(prec, dp, full) {
+		return nil
+	}
+	drop := full && kp.Bias == 0
+	c := wgmmaBackwardChoice(prec, dp, full, drop)
+	at := func(k hopperKernel) hopperBackward {
+		b := hopperBackward{kernel: k, smemDKDV: c.smem, smemDQ: c.smemDQ}
+		if k == hopperFull {
+			b.smemB = wgmmaDbiasSmem(prec, dp)
+		}
+		return b
+	}
+	switch {
+	case drop:
+		return []hopperBackward{at(hopperDrop)}
+	case full:
+		return []hopperBackward{at(hopperFull)}
+	case !isPlain(kp):
+		return []hopperBackward{at(hopperVar)}
+	}
+	bs := []hopperBackward{at(hopperPlainRowBlock), at(hopperVar)}
+	if wgmmaBwdFusedBuilt(prec, dp) {
+		bs = append(bs, hopperBackward{hopperFused, wgmmaBwdFusedSmem(prec, dp), 0, 0})
+	}
+	return bs
+}
+
+// hopperLongCases add problems of several key tiles (128 keys at DP ≤
+// 128 for 16-bit operands, 64 otherwise) to hostCases, whose 100 keys fit
+// one or two: the Hopper kernels' two stages are refilled, their
+// mbarriers' phases wrap, and blocks skip tiles under the masks.
+func hopperLongCases() []hostCase {
+	long := func(nq, nk, d int, causal bool) kernels.Params {
+		return kernels.Params{B: 1, H: 2, Nq: nq, Nk: nk, D: d, Scale: 1 / math.Sqrt(float64(d)), Causal: causal}
+	}
+	window := long(300, 450, 64, false)
+	window.Window = kernels.Window{On: true, Left: 150, Right: 40}
+	gqa := long(200, 450, 128, true)
+	gqa.H, gqa.Hkv = 4, 1
+	return []hostCase{{p: long(200, 450, 64, false)}, {p: long(330, 400, 64, true)}, {p: long(200, 420, 128, false)},
+		{p: window}, {p: gqa}}
+}
+
+// TestHopperKernelsOnHost runs the Hopper kernels (csrc/fwd_wgmma.cuh,
+// fwd_wgmma_ws.cuh, bwd_wgmma.cuh: wgmma, mbarriers, bulk copies, the
+// warp-specialized producer and consumers) on the host through
+// emu/hopper.cc, on the cases of TestMMAKernelsOnHost and longer ones in
+// BF16, FP16 and TF32, and holds them to the conformance suite's bounds:
+// every forward kernel that computes a case with O and the LSE, every
+// backward kernel with the gradients, on the O and LSE of the forward the
+// backend would launch. emu/sm90_emu.h says what the emulation checks and
+// what it cannot.
+func TestHopperKernelsOnHost(t *testing.T) {
+	bin := buildEmu(t, emuCompiler(t), "hopper")
+	types := map[Precision]int64{BF16: 0, FP16: 1, TF32: 2}
+	for _, prec := range []Precision{BF16, FP16, TF32} {
+		for i, c := range append(hostCases(), hopperLongCases()...) {
+			dp, err := paddedDim(c.p.D)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hp := newHostProblem(c, uint64(i), true)
+			kp := newParams(hp.p, hp.ops)
+			label := func(kind string, k hopperKernel) string {
+				name := fmt.Sprintf("%v/%s/%s=%v", prec, caseName(c.p), kind, k)
+				if c.poison != "" {
+					name += "/" + c.poison
+				}
+				return name
+			}
+			forwards := hopperForwards(prec, dp, &kp)
+			forward := func(l hopperLaunch) emuBlob {
+				head := [8]int64{types[prec], int64(l.kernel), int64(dp), int64(len(hp.blob)), int64(l.shape.threads),
+					int64(l.shape.smem), int64(l.shape.rows), 0}
+				return runEmu(t, bin, head, kp, hp.blob)
+			}
+			for _, l := range forwards {
+				t.Run(label("forward", l.kernel), func(t *testing.T) {
+					t.Parallel()
+					hp.check(t, prec, forward(l), false)
+				})
+			}
+			if len(forwards) == 0 {
+				continue
+			}
+			for _, b := range hopperBackwards(prec, dp, &kp) {
+				t.Run(label("backward", b.kernel), func(t *testing.T) {
+					t.Parallel()
+					head := [8]int64{types[prec], int64(b.kernel), int64(dp), int64(len(hp.blob)), int64(b.smemDKDV),
+						int64(b.smemDQ), int64(b.smemB), 2}
+					hp.check(t, prec, runEmu(t, bin, head, kp, forward(forwards[0])), true)
+				})
+			}
+		}
+	}
+}
