@@ -157,11 +157,6 @@ template <typename E, int N> struct WgmmaMN {
     ::emu::wgmma(d, N, emu_elem<E>(), a, nullptr, b, scale_d != 0, true, true);
   }
 };
-template <typename E, int N> struct WgmmaRsMN {
-  static void rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
-    ::emu::wgmma(d, N, emu_elem<E>(), 0, a, b, true, false, true);
-  }
-};
 #else
 template <typename E, int N> struct Wgmma;
 
