@@ -49,11 +49,15 @@
 // the same inputs go through a naive computation in the backend's precision
 // (kernels.Precision), and the backend's error must be at most twice that baseline's
 // error, both measured against float64 — FlashAttention's own rule. On top
-// comes a floor of two rounding units times the larger of the output's own
-// magnitude and the error that rounding cannot avoid in its formula, from
-// the √n·u bound for sums of n rounded terms, or the worst-case n·u for
-// the tensor-core precisions, whose accumulators do not round to nearest
-// (see checks in compare.go).
+// comes the larger of two rounding units of the precision's format times
+// the output's own magnitude, and two units of the float32 accumulator
+// times the error that rounding cannot avoid in the output's formula (its
+// floor), from the √n·u bound for sums of n rounded terms, or the
+// worst-case n·u for the tensor-core precisions, whose accumulators
+// truncate: a whole float32 unit there instead of half (see checks in
+// compare.go and roundingAllowance in suite.go). The floor's sums are of
+// operands that the baseline and the backend round alike, so their
+// difference is in the additions, which are float32 in every precision.
 // Without it a gradient that is exactly 0 through cancellation, such as dQ
 // when every row sees a single key, would demand an exact zero that only
 // the naive summation order happens to produce.

@@ -183,11 +183,10 @@ func checkForward32(t *testing.T, p kernels.Params, prec kernels.Precision, labe
 	do := make([]float32, len(q)) // the baseline's backward is not checked
 	q64, k64, v64, do64 := widen(q), widen(k), widen(v), widen(do)
 	baseChecks := checks(p, prec != kernels.FP32, naive32(p, prec, q, k, v, do, nil), want, q64, k64, v64, do64)
-	unit := roundingUnit(prec)
 	got := checks(p, prec != kernels.FP32, result[float32]{o: o, lse: lse}, want, q64, k64, v64, do64)
 	for i, c := range got[:2] { // O and LSE
 		naiveErr := finiteErr(baseChecks[i].got, c.want)
-		bound := 2*naiveErr + 2*unit*max(maxAbs(c.want), c.floor)
+		bound := 2*naiveErr + roundingAllowance(prec, c)
 		if e, at := maxAbsErr(c.got, c.want, leak); !(e <= bound) {
 			t.Errorf("%v %s%s: error %.3g > bound %.3g (naive %.3g; got %v, want %v)",
 				prec, label, describe(c.name, p, at), e, bound, naiveErr, c.got[at], c.want[at])

@@ -374,10 +374,9 @@ func check32(t *testing.T, b kernels.Backend, p kernels.Params, prec kernels.Pre
 	base := naive32(p, prec, q, k, v, do, dlse)
 	q64, k64, v64, do64 := widen(q), widen(k), widen(v), widen(do)
 	baseChecks := checks(p, prec != kernels.FP32, base, want, q64, k64, v64, do64)
-	unit := roundingUnit(prec)
 	for i, c := range checks(p, prec != kernels.FP32, got, want, q64, k64, v64, do64) {
 		naiveErr := finiteErr(baseChecks[i].got, c.want)
-		bound := 2*naiveErr + 2*unit*max(maxAbs(c.want), c.floor)
+		bound := 2*naiveErr + roundingAllowance(prec, c)
 		e, at := maxAbsErr(c.got, c.want, leak)
 		if logBounds {
 			t.Logf("%v %s: error %.3g, bound %.3g, naive %v error %.3g", prec, c.name, e, bound, prec, naiveErr)
@@ -414,6 +413,28 @@ func CheckPass(t *testing.T, p kernels.Params, prec kernels.Precision, q, k, v, 
 // output's error, bound and naive error, passing or not: how a precision
 // study reads the margins (run with -v).
 var logBounds = os.Getenv("FLASHATTN_CONFORMANCE_LOG") == "1"
+
+// roundingAllowance is what the bounds add to twice the naive baseline's
+// error: two rounding units of the operand format times the output's
+// largest magnitude, or two units of the accumulator times the output's
+// floor (checks), whichever is larger. The floor is the error of sums whose
+// operands both computations round alike (the inputs, P and dS in the
+// operand format), so what differs is the order of the additions, done in
+// float32 in every precision: for the tensor-core ones by an accumulator
+// that truncates, off by up to a unit in the last place where rounding to
+// nearest is off by half (accumulatorUnit).
+func roundingAllowance[T kernels.Float](prec kernels.Precision, c tensorCheck[T]) float64 {
+	return 2 * max(roundingUnit(prec)*maxAbs(c.want), accumulatorUnit(prec)*c.floor)
+}
+
+// accumulatorUnit is the rounding unit of the float32 sums: half an ulp
+// at 1 for FP32, a whole one for the truncating tensor cores.
+func accumulatorUnit(prec kernels.Precision) float64 {
+	if prec == kernels.FP32 {
+		return roundingUnit(kernels.FP32)
+	}
+	return 2 * roundingUnit(kernels.FP32)
+}
 
 // roundingUnit is half the spacing of numbers near 1 in the precision's
 // storage format: float32 for FP32 and TF32 (results are float32).
