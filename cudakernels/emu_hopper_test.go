@@ -8,7 +8,9 @@ import (
 	"github.com/gorgonia-flash/flashattention/kernels"
 )
 
-// hopperKernel names emu/hopper.cc's kernels (its Kernel enum).
+// hopperKernel names emu/hopper.cc's kernels (its Kernel enum): the
+// forward's, or of a backward the dK/dV and dQ pair's (hopperPlainRowBlock
+// the plain pair; hopperFused the dK/dV kernel that sums dQ too).
 type hopperKernel int64
 
 const (
@@ -18,6 +20,7 @@ const (
 	hopperDrop
 	hopperWS
 	hopperWS2
+	hopperFused
 )
 
 func (k hopperKernel) String() string {
@@ -70,17 +73,12 @@ func hopperForwards(prec Precision, dp int, kp *kernelParams) []hopperLaunch {
 	return launches
 }
 
-// hopperBackward is one backward launch of emu/hopper.cc: the kernels
-// (hopperPlainRowBlock for the plain pair, hopperFused for the kernel that
-// sums dQ too) and the shared memory of the dK/dV (or fused), dQ and dBias
-// kernels.
+// hopperBackward is one backward launch of emu/hopper.cc: the kernels and
+// the shared memory of the dK/dV (or fused), dQ and dBias kernels.
 type hopperBackward struct {
 	kernel                  hopperKernel
 	smemDKDV, smemDQ, smemB int
 }
-
-// hopperFused is emu/hopper.cc's kFused.
-const hopperFused hopperKernel = hopperWS2 + 1
 
 // hopperBackwards returns the Hopper backward launches of a problem, as
 // wgmmaBackward.launch picks them (the _full or _drop kernels for a bias or
