@@ -310,6 +310,11 @@ template <typename F> void launch(unsigned grid, unsigned threads, unsigned smem
   running = &l;
   for (unsigned blk = 0; blk < grid; ++blk) {
     bid = {blk, 0, 0};
+    // Shared memory starts each block as all-ones bytes, a NaN in every
+    // float format the kernels use: data a block reads before any of its
+    // threads wrote it (a missing barrier, a tile copied short) turns
+    // results NaN instead of reusing an earlier block's values.
+    std::memset(flash::smem, 0xff, smem_bytes);
     l.arrived = l.exited = 0;
     l.warpArrived.assign(warps, 0), l.warpGen.assign(warps, 0), l.warpExited.assign(warps, 0);
     std::fill(std::begin(l.namedArrived), std::end(l.namedArrived), 0u);
@@ -319,14 +324,27 @@ template <typename F> void launch(unsigned grid, unsigned threads, unsigned smem
       f.wait = Fiber::none, f.done = false, f.orCalls = 0;
       prepare(f.ctx, stack_of(t), l.scheduler, start);
     }
-    // Passes alternate the order the threads run in, so that a thread
-    // reading what another writes without a barrier between them reads
-    // it stale in one of the two orders, whichever thread comes first.
-    for (unsigned live = threads, pass = 0; live > 0; ++pass) {
+    // Each pass runs the threads in an order of its own, a permutation
+    // drawn from a generator seeded by the block (the same on every run),
+    // so that a thread reading what another writes without a barrier
+    // between them reads it stale in some passes, whichever thread the
+    // program order puts first: two fixed orders (ascending, descending)
+    // missed a warpgroup reading its tile before its other warps wrote
+    // their parts, since the thread that made the tile's data wait
+    // worthwhile ran last in both.
+    std::vector<unsigned> order(threads);
+    uint64_t rng = 0x9e3779b97f4a7c15ull ^ (static_cast<uint64_t>(blk) << 1 | 1);
+    const auto next = [&rng] {  // xorshift64*
+      rng ^= rng >> 12, rng ^= rng << 25, rng ^= rng >> 27;
+      return rng * 0x2545f4914f6cdd1dull;
+    };
+    for (unsigned live = threads; live > 0;) {
       bool ran = false;
       const uint64_t before = l.progress;
+      for (unsigned i = 0; i < threads; ++i) order[i] = i;
+      for (unsigned i = threads - 1; i > 0; --i) std::swap(order[i], order[next() % (i + 1)]);
       for (unsigned i = 0; i < threads; ++i) {
-        const unsigned t = pass % 2 ? threads - 1 - i : i;
+        const unsigned t = order[i];
         Fiber& f = l.fibers[t];
         const bool open = f.wait == Fiber::none || f.wait == Fiber::spin ||
                           (f.wait == Fiber::block && l.gen != f.gen) ||
