@@ -197,18 +197,21 @@
 // bwd_wgmma.cuh (backward) and hopper.cu (its entry points, compiled for
 // compute_90a alone).
 //
-// emu/ runs the CUDA-core, mma.sync and decoding kernels on the host,
-// built with g++ (C++20): cuda_emu.h models a launch (a block's threads
-// as fibers meeting at __syncthreads and __syncwarp, the shuffles, mma.sync
-// and ldmatrix through a per-warp exchange, cp.async as a plain copy).
-// TestCUDACoreKernelsOnHost compares the register-blocked CUDA-core
-// kernels with the row-block ones (emu/simt_forward.cc,
-// simt_backward.cc); TestCUDACoreKernelsConformOnHost, TestMMAKernelsOnHost
-// and TestDecodeKernelsOnHost send problems to emu/simt.cc, mma.cc and
-// decode.cc with the Params newParams builds and hold the results to the
-// conformance suite's bounds. The Hopper kernels do not compile there
-// (wgmma and bulk copies are inline PTX); nothing there measures speed or
-// the tensor core's own rounding.
+// emu/ runs every kernel family on the host, built with g++ (C++20):
+// cuda_emu.h models a launch (a block's threads as fibers meeting at
+// __syncthreads, __syncwarp and named barriers, in a seeded random order
+// per pass, over shared memory that starts each block as NaN; the
+// shuffles, mma.sync and ldmatrix through a per-warp exchange, cp.async
+// as a plain copy), and sm90_emu.h the Hopper instructions (wgmma computed
+// at the wait that completes it, descriptors with the 128-byte swizzle,
+// mbarriers, bulk copies). TestCUDACoreKernelsOnHost compares the
+// register-blocked CUDA-core kernels with the row-block ones
+// (emu/simt_forward.cc, simt_backward.cc); TestCUDACoreKernelsConformOnHost,
+// TestMMAKernelsOnHost, TestDecodeKernelsOnHost and TestHopperKernelsOnHost
+// send problems to emu/simt.cc, mma.cc, decode.cc and hopper.cc with the
+// Params newParams builds and the launch shapes of shapes.go, and hold the
+// results to the conformance suite's bounds. Nothing there measures speed
+// or the tensor core's own rounding.
 //
 // The tensor-core forward is one kernel template over an operand type
 // (mma.cuh: BF16, FP16, TF32), which gives the storage element, the k of
