@@ -9,21 +9,14 @@ import (
 )
 
 // hopperKernel names emu/hopper.cc's kernels (its Kernel enum): the
-// forward's, or of a backward the dK/dV and dQ pair's (hopperPlainRowBlock
-// the plain pair; hopperFused the dK/dV kernel that sums dQ too).
-type hopperKernel int64
+// forward's, wgmmaFwdKernel, or of a backward the dK/dV and dQ pair's
+// (wgmmaFwdRowBlock for the plain pair, wgmmaFwdVar, wgmmaFwdFull,
+// wgmmaFwdDrop, and hopperFused for the dK/dV kernel that sums dQ too).
+type hopperKernel = wgmmaFwdKernel
 
-const (
-	hopperPlainRowBlock hopperKernel = iota
-	hopperVar
-	hopperFull
-	hopperDrop
-	hopperWS
-	hopperWS2
-	hopperFused
-)
+const hopperFused hopperKernel = wgmmaFwdWS2 + 1
 
-func (k hopperKernel) String() string {
+func kernelName(k hopperKernel) string {
 	return [...]string{"plain", "var", "full", "drop", "ws", "ws2", "fused"}[k]
 }
 
@@ -35,40 +28,32 @@ type hopperLaunch struct {
 }
 
 // hopperForwards returns the Hopper forward launches of a problem with
-// parameters kp in prec at dp: first the one wgmmaForward.launch picks
-// (the _full or _drop kernel for a bias or dropout, the plain kernel where
-// isPlain, else _var), then, for a plain problem, the others that compute
-// it (the _var kernel, the tuning table's candidates: the row-block
-// kernel, _ws2). None where the backend runs another family (the mma.sync
-// _full kernel).
+// parameters kp in prec at dp: first the one wgmmaForward.launch makes
+// (wgmmaForwardKernel), then, for a plain problem, the others that compute
+// it (the _var kernel, and the tuning table's _ws2 candidate where the
+// default has three consumers). None where the backend runs another family
+// (the mma.sync _full kernel).
 func hopperForwards(prec Precision, dp int, kp *kernelParams) []hopperLaunch {
 	if !wgmmaBuilt(prec, dp, false) {
 		return nil
 	}
-	if kp.Bias != 0 || kp.DropoutThreshold != 0 {
-		if !wgmmaBuilt(prec, dp, true) {
-			return nil
-		}
-		drop := kp.Bias == 0 && wgmmaDropBuilt(prec, dp)
-		c := wgmmaForwardChoice(prec, dp, true, drop)
-		k := hopperFull
-		if drop {
-			k = hopperDrop
-		}
-		return []hopperLaunch{{k, launchShape{c.rows, c.threads, c.smem}}}
+	full := kp.Bias != 0 || kp.DropoutThreshold != 0
+	if full && !wgmmaBuilt(prec, dp, true) {
+		return nil
 	}
-	c := wgmmaForwardChoice(prec, dp, false, false)
-	rowBlock := launchShape{c.rows, c.threads, c.smem}
-	varLaunch := hopperLaunch{hopperVar, rowBlock}
-	switch {
-	case !isPlain(kp):
-		return []hopperLaunch{varLaunch}
-	case !wgmmaWSBuilt(prec, dp):
-		return []hopperLaunch{{hopperPlainRowBlock, rowBlock}, varLaunch}
+	c := wgmmaForwardChoice(prec, dp, full, full && kp.Bias == 0 && wgmmaDropBuilt(prec, dp))
+	kind, shape := wgmmaForwardKernel(c, kp)
+	launches := []hopperLaunch{{kind, shape}}
+	if full || !isPlain(kp) {
+		return launches
 	}
-	launches := []hopperLaunch{{hopperWS, wsShape(prec, dp, wgmmaWSConsumers(dp))}, varLaunch}
-	if wgmmaWS2Built(prec, dp) {
-		launches = append(launches, hopperLaunch{hopperWS2, wsShape(prec, dp, 2)})
+	if kind != wgmmaFwdVar {
+		launches = append(launches, hopperLaunch{wgmmaFwdVar, launchShape{c.rows, c.threads, c.smem}})
+	}
+	if kind == wgmmaFwdWS && wgmmaWS2Built(prec, dp) {
+		c.plain = plainWS2
+		k2, s2 := wgmmaForwardKernel(c, kp)
+		launches = append(launches, hopperLaunch{k2, s2})
 	}
 	return launches
 }
@@ -94,20 +79,20 @@ func hopperBackwards(prec Precision, dp int, kp *kernelParams) []hopperBackward 
 	c := wgmmaBackwardChoice(prec, dp, full, drop)
 	at := func(k hopperKernel) hopperBackward {
 		b := hopperBackward{kernel: k, smemDKDV: c.smem, smemDQ: c.smemDQ}
-		if k == hopperFull {
+		if k == wgmmaFwdFull {
 			b.smemB = wgmmaDbiasSmem(prec, dp)
 		}
 		return b
 	}
 	switch {
 	case drop:
-		return []hopperBackward{at(hopperDrop)}
+		return []hopperBackward{at(wgmmaFwdDrop)}
 	case full:
-		return []hopperBackward{at(hopperFull)}
+		return []hopperBackward{at(wgmmaFwdFull)}
 	case !isPlain(kp):
-		return []hopperBackward{at(hopperVar)}
+		return []hopperBackward{at(wgmmaFwdVar)}
 	}
-	bs := []hopperBackward{at(hopperPlainRowBlock), at(hopperVar)}
+	bs := []hopperBackward{at(wgmmaFwdRowBlock), at(wgmmaFwdVar)}
 	if wgmmaBwdFusedBuilt(prec, dp) {
 		bs = append(bs, hopperBackward{hopperFused, wgmmaBwdFusedSmem(prec, dp), 0, 0})
 	}
@@ -151,7 +136,7 @@ func TestHopperKernelsOnHost(t *testing.T) {
 			hp := newHostProblem(c, uint64(i), true)
 			kp := newParams(hp.p, hp.ops)
 			label := func(kind string, k hopperKernel) string {
-				name := fmt.Sprintf("%v/%s/%s=%v", prec, caseName(c.p), kind, k)
+				name := fmt.Sprintf("%v/%s/%s=%s", prec, caseName(c.p), kind, kernelName(k))
 				if c.poison != "" {
 					name += "/" + c.poison
 				}

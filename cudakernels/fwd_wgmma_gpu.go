@@ -61,15 +61,15 @@ func loadWgmmaForward(mod cu.Module, c choice, maxSmem int) (*wgmmaForward, erro
 	if f.fnVar, err = lookup(mod, name+"_var", c.smem, maxSmem); err != nil {
 		return nil, err
 	}
+	kind, plain := wgmmaPlainForward(c)
+	f.plain = plain
 	plainName := name
-	switch {
-	case c.plain == plainRowBlock:
+	switch kind {
+	case wgmmaFwdVar:
 		f.fn = f.fnVar
 		return f, nil
-	case c.plain == plainWS2:
-		plainName, f.plain = name+"_ws2", wsShape(c.prec, c.dp, 2)
-	case wgmmaWSBuilt(c.prec, c.dp):
-		f.plain = wsShape(c.prec, c.dp, wgmmaWSConsumers(c.dp))
+	case wgmmaFwdWS2:
+		plainName = name + "_ws2"
 	}
 	if f.fn, err = lookup(mod, plainName, f.plain.smem, maxSmem); err != nil {
 		return nil, err
@@ -116,9 +116,10 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 	// What the kernel choice reads of the argument does not depend on
 	// where the images go.
 	probe := newParams(p, operands{vars: buf.vars})
-	fn, shape := f.fnVar, launchShape{f.c.rows, f.c.threads, f.c.smem}
-	if isPlain(&probe) {
-		fn, shape = f.fn, f.plain
+	kind, shape := wgmmaForwardKernel(f.c, &probe)
+	fn := f.fnVar
+	if kind != wgmmaFwdVar {
+		fn = f.fn
 	}
 	rows := shape.rows
 	if full := probe.Bias != 0 || probe.DropoutThreshold != 0; full != f.c.full {

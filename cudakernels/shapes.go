@@ -223,6 +223,53 @@ func wsShape(prec Precision, dp, nc int) launchShape {
 	return launchShape{wgmmaWSRows(nc), wgmmaWSThreads(nc), wgmmaWSSmem(prec, dp, nc)}
 }
 
+// wgmmaFwdKernel names a Hopper forward kernel of a choice; emu/hopper.cc's
+// Kernel enum has the same values.
+type wgmmaFwdKernel int64
+
+const (
+	wgmmaFwdRowBlock wgmmaFwdKernel = iota // the plain two-warpgroup kernel
+	wgmmaFwdVar                            // _var: every variant but the bias and dropout
+	wgmmaFwdFull                           // _full: the bias and dropout too
+	wgmmaFwdDrop                           // _drop: dropout without a bias
+	wgmmaFwdWS                             // the warp-specialized plain kernel
+	wgmmaFwdWS2                            // _ws2: the two-consumer one at dp = 64
+)
+
+// wgmmaPlainForward returns the kernel choice c runs plain problems on and
+// its launch shape: the warp-specialized one where wgmmaWSBuilt, else the
+// row-block one, unless a tuning table's candidate (c.plain) says
+// otherwise (plainRowBlock: the _var kernel, which computes plain problems
+// too).
+func wgmmaPlainForward(c choice) (wgmmaFwdKernel, launchShape) {
+	rowBlock := launchShape{c.rows, c.threads, c.smem}
+	switch {
+	case c.plain == plainRowBlock:
+		return wgmmaFwdVar, rowBlock
+	case c.plain == plainWS2:
+		return wgmmaFwdWS2, wsShape(c.prec, c.dp, 2)
+	case wgmmaWSBuilt(c.prec, c.dp):
+		return wgmmaFwdWS, wsShape(c.prec, c.dp, wgmmaWSConsumers(c.dp))
+	}
+	return wgmmaFwdRowBlock, rowBlock
+}
+
+// wgmmaForwardKernel returns the kernel and launch shape choice c launches
+// for a problem with parameters kp: the _full or _drop kernel of a choice
+// for a bias or dropout, the plain kernel where isPlain, else _var.
+func wgmmaForwardKernel(c choice, kp *kernelParams) (wgmmaFwdKernel, launchShape) {
+	rowBlock := launchShape{c.rows, c.threads, c.smem}
+	switch {
+	case c.full && c.drop:
+		return wgmmaFwdDrop, rowBlock
+	case c.full:
+		return wgmmaFwdFull, rowBlock
+	case isPlain(kp):
+		return wgmmaPlainForward(c)
+	}
+	return wgmmaFwdVar, rowBlock
+}
+
 // wgmmaWS2Built reports whether the two-consumer warp-specialized forward
 // (_ws2) is built for prec at dp: where the default kernel has more.
 func wgmmaWS2Built(prec Precision, dp int) bool {
