@@ -10,30 +10,37 @@ import (
 	"github.com/gorgonia-flash/flashattention/kernels"
 )
 
-// simtBackward is the CUDA-core backward (csrc/bwd_simt.cuh) of one element
-// type and padded head dimension: dK and dV per tile of keys, then dQ per
-// tile of queries, on the caller's tensors (rounded first where c.rounded:
-// enqueueBackward).
+// simtBackward is the CUDA-core backward (csrc/bwd_simt.cuh, or
+// bwd_simt_blocked.cuh where c.blocked) of one element type and padded head
+// dimension: dK and dV per tile of keys, then dQ per tile of queries, on the
+// caller's tensors (rounded first where c.rounded: enqueueBackward).
 //
-// With a bias gradient wanted it then runs dbias: one block per tile of
-// rows and keys of each bias slice, summing dS over the pairs that share
-// the slice (the launch then holds the whole call: backward).
+// With a bias gradient wanted it then runs dbias (bwd_simt.cuh's, whatever
+// c.blocked: its tile is dbiasRows, its shared memory dbiasSmem): one block
+// per tile of rows and keys of each bias slice, summing dS over the pairs
+// that share the slice (the launch then holds the whole call: backward).
 type simtBackward struct {
-	dkdv, dq, dbias cu.Function
-	c               choice
+	dkdv, dq, dbias      cu.Function
+	c                    choice
+	dbiasRows, dbiasSmem int
 }
 
 func loadSimtBackward(mod cu.Module, c choice, maxSmem int) (*simtBackward, error) {
 	suffix := fmt.Sprintf("_simt_%s_d%d", typeName(c.elem), c.dp)
-	b := &simtBackward{c: c}
+	blocked := suffix
+	if c.blocked {
+		blocked = fmt.Sprintf("_simt_blocked_%s_d%d", typeName(c.elem), c.dp)
+	}
+	b := &simtBackward{c: c, dbiasRows: simtTile(c.elem, c.dp)}
+	b.dbiasSmem = simtBwdSmem(c.elem, c.dp, b.dbiasRows)
 	var err error
-	if b.dkdv, err = lookup(mod, "flash_bwd_dkdv"+suffix, c.smem, maxSmem); err != nil {
+	if b.dkdv, err = lookup(mod, "flash_bwd_dkdv"+blocked, c.smem, maxSmem); err != nil {
 		return nil, err
 	}
-	if b.dq, err = lookup(mod, "flash_bwd_dq"+suffix, c.smemDQ, maxSmem); err != nil {
+	if b.dq, err = lookup(mod, "flash_bwd_dq"+blocked, c.smemDQ, maxSmem); err != nil {
 		return nil, err
 	}
-	if b.dbias, err = lookup(mod, "flash_bwd_dbias"+suffix, c.smemDQ, maxSmem); err != nil {
+	if b.dbias, err = lookup(mod, "flash_bwd_dbias"+suffix, b.dbiasSmem, maxSmem); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -62,12 +69,12 @@ func (b *simtBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Stream
 	if kp.Dbias == 0 {
 		return nil
 	}
-	tiles := int64((p.Nq + b.c.rows - 1) / b.c.rows)
-	gridB, err := gridOver(buf.vars.biasSlices*tiles, p.Nk, b.c.rows)
+	tiles := int64((p.Nq + b.dbiasRows - 1) / b.dbiasRows)
+	gridB, err := gridOver(buf.vars.biasSlices*tiles, p.Nk, b.dbiasRows)
 	if err != nil {
 		return err
 	}
-	return launch(b.dbias, gridB, b.c.threads, b.c.smemDQ, stream, &kp)
+	return launch(b.dbias, gridB, b.dbiasRows*8, b.dbiasSmem, stream, &kp)
 }
 
 // callerOperands are the caller's dense tensors of a backward call.

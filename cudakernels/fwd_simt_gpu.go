@@ -10,9 +10,10 @@ import (
 	"github.com/gorgonia-flash/flashattention/kernels"
 )
 
-// simtForward is the CUDA-core forward (csrc/fwd_simt.cuh) of one element
-// type and padded head dimension: one block of c.threads threads per c.rows
-// query rows, on the caller's tensors.
+// simtForward is the CUDA-core forward (csrc/fwd_simt.cuh, or
+// fwd_simt_blocked.cuh where c.blocked) of one element type and padded
+// head dimension: one block of c.threads threads per c.rows query rows, on
+// the caller's tensors.
 type simtForward struct {
 	fn cu.Function
 	c  choice
@@ -27,7 +28,11 @@ func typeName(elemSize int) string {
 }
 
 func loadSimtForward(mod cu.Module, c choice, maxSmem int) (*simtForward, error) {
-	fn, err := lookup(mod, fmt.Sprintf("flash_fwd_simt_%s_d%d", typeName(c.elem), c.dp), c.smem, maxSmem)
+	name := fmt.Sprintf("flash_fwd_simt_%s_d%d", typeName(c.elem), c.dp)
+	if c.blocked {
+		name = fmt.Sprintf("flash_fwd_simt_blocked_%s_d%d", typeName(c.elem), c.dp)
+	}
+	fn, err := lookup(mod, name, c.smem, maxSmem)
 	if err != nil {
 		return nil, err
 	}

@@ -109,6 +109,9 @@ type choice struct {
 	// plain is the kernel the Hopper forward runs plain problems on; only
 	// a tuning table asks for another than the default (candidate).
 	plain plainForward
+	// blocked: the CUDA-core kernels are the register-blocked ones
+	// (fwd_simt_blocked.cuh, bwd_simt_blocked.cuh).
+	blocked bool
 }
 
 // plainForward names the kernel a Hopper forward choice runs plain problems
@@ -180,7 +183,7 @@ func choose(c Capability, fam Family, r request) (choice, error) {
 		return choice{}, err
 	}
 	if r.f64 || r.prec == FP32 {
-		return simtChoice(r.dir, r.f64, dp, FP32), nil
+		return simtChoice(r.dir, r.f64, dp, FP32, c.MaxSmem), nil
 	}
 	useHopper := c.hopper() && fam != FamilySM80
 	fwd := mmaForwardChoice(r.prec, dp, r.biasOrDropout)
@@ -204,12 +207,16 @@ func choose(c Capability, fam Family, r request) (choice, error) {
 			return b, nil
 		}
 	}
-	return simtChoice(backwardDir, false, dp, r.prec), nil
+	return simtChoice(backwardDir, false, dp, r.prec, c.MaxSmem), nil
 }
 
 // simtChoice is the CUDA-core kernel of one direction; rounding names the
-// precision a float32 backward rounds its operands to (FP32: none).
-func simtChoice(dir direction, f64 bool, dp int, rounding Precision) choice {
+// precision a float32 backward rounds its operands to (FP32: none). The
+// float32 kernels are the register-blocked ones where they are built and
+// their shared memory fits maxSmem (the forward at dp = 256 takes 192 KiB,
+// more than sm_80's 163; the backward's dK/dV at 128 takes 192), else the
+// row-block ones.
+func simtChoice(dir direction, f64 bool, dp int, rounding Precision, maxSmem int) choice {
 	elem := 4
 	if f64 {
 		elem = 8
@@ -225,6 +232,19 @@ func simtChoice(dir direction, f64 bool, dp int, rounding Precision) choice {
 		if rounding != FP32 {
 			ch.prec, ch.rounded = rounding, true
 		}
+	}
+	// After the row-block shape: the blocked kernels replace all of it,
+	// the dQ kernel's shared memory included (the first device run,
+	// 2026-12-05, trapped in dq_blocked at DP = 128 when the row-block
+	// kernel's smemDQ overwrote the blocked one's).
+	if dir == forwardDir && simtBlocked(elem, dp) && simtBlockedSmem(dp) <= maxSmem {
+		ch.blocked = true
+		ch.rows, ch.step, ch.threads, ch.smem = simtBlockedRows, simtBlockedRows, simtBlockedThreads, simtBlockedSmem(dp)
+	}
+	if dir == backwardDir && simtBlockedBwd(elem, dp) && max(simtBlockedDKDVSmem(dp), simtBlockedDQSmem(dp)) <= maxSmem {
+		ch.blocked = true
+		ch.rows, ch.step, ch.threads = simtBlockedRows, simtBlockedRows, simtBlockedThreads
+		ch.smem, ch.smemDQ = simtBlockedDKDVSmem(dp), simtBlockedDQSmem(dp)
 	}
 	return ch
 }

@@ -37,7 +37,10 @@ func TestChoose(t *testing.T) {
 		rounded bool
 		err     error
 	}{
-		{"fp32 on CUDA cores", h200, FamilyAuto, FP32, false, 128, fwd, kindSIMT, 128, 32, 32, false, nil},
+		{"fp32 on CUDA cores", h200, FamilyAuto, FP32, false, 128, fwd, kindSIMT, 128, 64, 64, false, nil},
+		{"fp32 D≤32 row blocks", h200, FamilyAuto, FP32, false, 32, fwd, kindSIMT, 32, 32, 32, false, nil},
+		{"fp32 D=256 blocked where it fits", h200, FamilyAuto, FP32, false, 256, fwd, kindSIMT, 256, 64, 64, false, nil},
+		{"fp32 D=256 row blocks on sm_80", a100, FamilyAuto, FP32, false, 256, fwd, kindSIMT, 256, 32, 32, false, nil},
 		{"float64 tile 16 at 256", h200, FamilyAuto, BF16, true, 256, fwd, kindSIMT, 256, 16, 16, false, nil},
 		{"bf16 hopper", h200, FamilyAuto, BF16, false, 128, fwd, kindWGMMA, 128, 128, 128, false, nil},
 		{"bf16 hopper sm90 forced", h200, FamilySM90, BF16, false, 64, fwd, kindWGMMA, 64, 128, 128, false, nil},
@@ -59,9 +62,10 @@ func TestChoose(t *testing.T) {
 		{"bwd bf16 D≤32 mma", h200, FamilyAuto, BF16, false, 32, bwd, kindMMA, 32, 64, 64, false, nil},
 		{"bwd tf32 D≤32 rounded", h200, FamilyAuto, TF32, false, 32, bwd, kindSIMT, 32, 32, 32, true, nil},
 		{"bwd sm80 family bf16", h200, FamilySM80, BF16, false, 128, bwd, kindMMA, 128, 64, 64, false, nil},
-		{"bwd sm80 family tf32 has no mma", h200, FamilySM80, TF32, false, 64, bwd, kindSIMT, 64, 32, 32, true, nil},
+		{"bwd sm80 family tf32 has no mma", h200, FamilySM80, TF32, false, 64, bwd, kindSIMT, 64, 64, 64, true, nil},
 		{"bwd a100 fp16", a100, FamilyAuto, FP16, false, 64, bwd, kindMMA, 64, 64, 64, false, nil},
-		{"bwd fp32", h200, FamilyAuto, FP32, false, 64, bwd, kindSIMT, 64, 32, 32, false, nil},
+		{"bwd fp32", h200, FamilyAuto, FP32, false, 64, bwd, kindSIMT, 64, 64, 64, false, nil},
+		{"bwd fp32 D=128 row blocks on sm_80", a100, FamilyAuto, FP32, false, 128, bwd, kindSIMT, 128, 32, 32, false, nil},
 		{"bwd float64 on a bf16 backend", h200, FamilyAuto, BF16, true, 64, bwd, kindSIMT, 64, 32, 32, false, nil},
 		{"bwd mma too large falls back", tiny, FamilyAuto, BF16, false, 32, bwd, kindSIMT, 32, 32, 32, true, nil},
 		{"bwd fails where the forward does", ada, FamilyAuto, BF16, false, 256, bwd, 0, 0, 0, 0, false, ErrUnsupported},
@@ -224,5 +228,30 @@ func chooseBiasOrDropout(t *testing.T, r request) {
 	}
 	if got != sm80 {
 		t.Errorf("%v %v D=%d: %v, the sm80 family %v", prec, dir, d, got.kind, sm80.kind)
+	}
+}
+
+// TestSimtBlockedShapes holds the register-blocked CUDA-core kernels'
+// launch shapes to their shared memory: the first device run trapped in
+// dq_blocked at DP = 128, launched with the row-block dQ kernel's.
+func TestSimtBlockedShapes(t *testing.T) {
+	const maxSmem = 227 << 10
+	for _, dp := range []int{64, 128} {
+		c := simtChoice(backwardDir, false, dp, FP32, maxSmem)
+		if !c.blocked || c.threads != simtBlockedThreads || c.smem != simtBlockedDKDVSmem(dp) || c.smemDQ != simtBlockedDQSmem(dp) {
+			t.Errorf("dp %d backward: blocked %v threads %d smem %d smemDQ %d, want blocked, %d, %d, %d", dp, c.blocked,
+				c.threads, c.smem, c.smemDQ, simtBlockedThreads, simtBlockedDKDVSmem(dp), simtBlockedDQSmem(dp))
+		}
+		r := simtChoice(backwardDir, false, dp, BF16, maxSmem)
+		if !r.blocked || !r.rounded || r.smemDQ != simtBlockedDQSmem(dp) {
+			t.Errorf("dp %d rounded backward: blocked %v rounded %v smemDQ %d, want the blocked kernels' %d", dp, r.blocked,
+				r.rounded, r.smemDQ, simtBlockedDQSmem(dp))
+		}
+	}
+	for _, dp := range []int{64, 128, 256} {
+		c := simtChoice(forwardDir, false, dp, FP32, maxSmem)
+		if !c.blocked || c.smem != simtBlockedSmem(dp) || c.threads != simtBlockedThreads {
+			t.Errorf("dp %d forward: blocked %v smem %d threads %d", dp, c.blocked, c.smem, c.threads)
+		}
 	}
 }

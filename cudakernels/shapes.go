@@ -26,6 +26,32 @@ func simtBwdSmem(elemSize, dp, tile int) int {
 	return elemSize * (4*tile*(dp+1) + 2*tile*(tile+1) + 2*tile)
 }
 
+// simtBlocked reports whether the CUDA-core forward of elemSize-byte
+// elements at dp is the register-blocked kernel (csrc/fwd_simt_blocked.cuh,
+// flash_fwd_simt_blocked_f32_d*): float32 at dp ≥ 64, where its 16-byte
+// loads feed 4×4 blocks of scores. float64 and dp = 32 keep fwd_1rowblock.
+func simtBlocked(elemSize, dp int) bool { return elemSize == 4 && dp >= 64 }
+
+// simtBlockedRows and simtBlockedThreads are kBlockedRows and
+// kBlockedThreads: 64 query rows (and keys a tile) per block of 256
+// threads.
+const simtBlockedRows, simtBlockedThreads = 64, 256
+
+// simtBlockedSmem is fwd_blocked_smem_floats in bytes: Qᵀ, Kᵀ and V tiles
+// of 64 rows.
+func simtBlockedSmem(dp int) int { return 4 * 3 * simtBlockedRows * dp }
+
+// simtBlockedBwd reports whether the CUDA-core backward of elemSize-byte
+// elements at dp runs the register-blocked dK/dV and dQ kernels
+// (csrc/bwd_simt_blocked.cuh, flash_bwd_{dkdv,dq}_simt_blocked_f32_d*):
+// float32 at dp = 64 and 128. At 256 its dK/dV tiles would take 384 KiB.
+func simtBlockedBwd(elemSize, dp int) bool { return elemSize == 4 && (dp == 64 || dp == 128) }
+
+// simtBlockedDKDVSmem and simtBlockedDQSmem are dkdv_blocked_smem_floats
+// and dq_blocked_smem_floats in bytes.
+func simtBlockedDKDVSmem(dp int) int { return 4 * (6*simtBlockedRows*dp + 2*simtBlockedRows) }
+func simtBlockedDQSmem(dp int) int   { return 4 * 5 * simtBlockedRows * dp }
+
 // The mma.sync family (csrc/fwd_mma.cuh, bwd_mma.cuh).
 
 // mmaThreads is kFwdThreads: 4 warps.

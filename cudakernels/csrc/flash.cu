@@ -10,7 +10,9 @@
 // dense, flat row-major matrices and know nothing of the attention problem.
 #include "params.cuh"
 #include "fwd_simt.cuh"
+#include "fwd_simt_blocked.cuh"
 #include "bwd_simt.cuh"
+#include "bwd_simt_blocked.cuh"
 
 #define FLASH_SIMT(NAME, T, DP, TILE)                                                                          \
   extern "C" __global__ void __launch_bounds__(TILE * 8)                                                     \
@@ -41,6 +43,40 @@ FLASH_SIMT(f64, double, 32, 32)
 FLASH_SIMT(f64, double, 64, 32)
 FLASH_SIMT(f64, double, 128, 32)
 FLASH_SIMT(f64, double, 256, 16)
+
+// The register-blocked float32 forward (fwd_simt_blocked.cuh) at DP ≥ 64,
+// 256 threads per 64 rows; shapes.go's simtBlocked, simtBlockedRows and
+// simtBlockedSmem must match. MINB blocks share an SM (its shared memory
+// would take four at DP = 64, two at 128: 48 and 96 KiB each), bounding
+// the registers to 64K / (256 · MINB): 85 and 128; four at DP = 64 (64
+// registers) spilled 476 bytes a thread (ptxas 12.4).
+#define FLASH_SIMT_BLOCKED(DP, MINB)                                                                    \
+  extern "C" __global__ void __launch_bounds__(flash::simt::kBlockedThreads, MINB)                    \
+      flash_fwd_simt_blocked_f32_d##DP(const __grid_constant__ flash::Params p) {                     \
+    flash::simt::fwd_blocked<DP>(p);                                                                  \
+  }
+
+FLASH_SIMT_BLOCKED(64, 2)
+FLASH_SIMT_BLOCKED(128, 2)
+FLASH_SIMT_BLOCKED(256, 1)
+
+// The register-blocked float32 backward (bwd_simt_blocked.cuh) at DP = 64
+// and 128, 256 threads per 64 keys (dK/dV) or rows (dQ); shapes.go's
+// simtBlockedBwd, simtBlockedDKDVSmem and simtBlockedDQSmem must match.
+// Their shared memory lets two blocks share an SM at DP = 64 (96 and 80
+// KiB) and one at 128 (192 and 160).
+#define FLASH_SIMT_BLOCKED_BWD(DP, MINB)                                                                \
+  extern "C" __global__ void __launch_bounds__(flash::simt::kBlockedThreads, MINB)                    \
+      flash_bwd_dkdv_simt_blocked_f32_d##DP(const __grid_constant__ flash::Params p) {                \
+    flash::simt::dkdv_blocked<DP>(p);                                                                 \
+  }                                                                                                   \
+  extern "C" __global__ void __launch_bounds__(flash::simt::kBlockedThreads, MINB)                    \
+      flash_bwd_dq_simt_blocked_f32_d##DP(const __grid_constant__ flash::Params p) {                  \
+    flash::simt::dq_blocked<DP>(p);                                                                   \
+  }
+
+FLASH_SIMT_BLOCKED_BWD(64, 2)
+FLASH_SIMT_BLOCKED_BWD(128, 1)
 
 // D = rowsum(dO∘O), one thread per query row; bwd_simt_gpu.go uses 256.
 #define FLASH_DOT_DO_O(NAME, T)                                                                       \
