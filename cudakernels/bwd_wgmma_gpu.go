@@ -14,9 +14,9 @@ import (
 // and padded head dimension: blocks of two warpgroups own c.rows keys
 // (dK, dV) or queries (dQ) and stream the other side in steps of c.step.
 // Its inputs are images in tiles of wgmmaBwdTile rows padded to a multiple
-// of wgmmaBwdPad rows: Q, K, V and dO by rows, Qᵀ, Kᵀ and dOᵀ transposed,
-// and the LSE (log2 units) and D padded likewise (flash_bwd_stats_sm90);
-// K, V and Kᵀ one image per key head. dkdvVar and dqVar compute the
+// of wgmmaBwdPad rows: Q, K, V and dO by rows, for TF32 Qᵀ, Kᵀ and dOᵀ
+// transposed too (wgmmaBwdTImages), and the LSE (log2 units) and D padded
+// likewise (flash_bwd_stats_sm90); K, V and Kᵀ one image per key head. dkdvVar and dqVar compute the
 // variants (pickVariant). A choice with c.full has the _full kernels alone
 // (in dkdvVar and dqVar: the bias and dropout with every other variant),
 // and dbias, which writes the bias gradient from the same images; with
@@ -83,7 +83,8 @@ func loadWgmmaBackward(mod cu.Module, c choice, maxSmem int, reduceDQ bool) (*wg
 	return b, nil
 }
 
-// wgmmaBwdScratch is where the images and padded statistics go.
+// wgmmaBwdScratch is where the images and padded statistics go; qT, doutT
+// and kT are 0 where the kernels read no transposed images.
 type wgmmaBwdScratch struct {
 	q, qT, dout, doutT, k, kT, v cu.DevicePtr
 	lseLog2, deltaPad            cu.DevicePtr
@@ -97,6 +98,10 @@ func (b *wgmmaBackward) carve(p kernels.Params, base cu.DevicePtr, s *wgmmaBwdSc
 	bh, bkv, row := int64(p.B)*int64(p.H), int64(p.B)*int64(p.KVHeads()), int64(b.c.dp)*int64(elemBytes(b.c.prec))
 	nq, nk := b.padded(p)
 	qb, kb, st := bh*nq*row, bkv*nk*row, bh*nq*4
+	if !wgmmaBwdTImages(b.c.prec) {
+		return carve(base, part{&s.q, qb}, part{&s.dout, qb}, part{&s.k, kb}, part{&s.v, kb},
+			part{&s.lseLog2, st}, part{&s.deltaPad, st})
+	}
 	return carve(base, part{&s.q, qb}, part{&s.qT, qb}, part{&s.dout, qb}, part{&s.doutT, qb},
 		part{&s.k, kb}, part{&s.kT, kb}, part{&s.v, kb}, part{&s.lseLog2, st}, part{&s.deltaPad, st})
 }

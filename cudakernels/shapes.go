@@ -327,14 +327,23 @@ func wgmmaBwdBuilt(prec Precision, dp int, full bool) bool {
 	return false
 }
 
-// wgmmaBwdShape is bwd_step and bwd_tstages: for TF32 above 64 columns,
-// steps of 32 rows and one stage of Qᵀ and dOᵀ; else 64 and two.
+// wgmmaBwdShape is bwd_step and bwd_tstages: steps of 64 rows and no
+// transposed stage for 16-bit operands (wgmmaBwdTImages); for TF32 above
+// 64 columns, steps of 32 rows and one stage of Qᵀ and dOᵀ, else 64 and two.
 func wgmmaBwdShape(prec Precision, dp int) (step, tstages int) {
-	if elemBytes(prec) == 4 && dp > 64 {
+	switch {
+	case !wgmmaBwdTImages(prec):
+		return 64, 0
+	case dp > 64:
 		return 32, 1
 	}
 	return 64, 2
 }
+
+// wgmmaBwdTImages is bwd_t_images: the Hopper backward reads transposed
+// images of Q, K and dO for TF32 only; 16-bit operands read the row images
+// MN-major.
+func wgmmaBwdTImages(prec Precision) bool { return elemBytes(prec) == 4 }
 
 // wgmmaDbiasSmem is bwd_dbias_smem_bytes: alignment slack, two stages of
 // Q and dO (wgmmaBwdBlock rows) and K and V (wgmmaBwdTile rows), the
@@ -366,7 +375,11 @@ func wgmmaBwdSmem(prec Precision, dp int, biasTiles bool) (dkdv, dq int) {
 	step, tstages := wgmmaBwdShape(prec, dp)
 	row := dp * elemBytes(prec)
 	fixed, streamed := 2*wgmmaBwdBlock*row, step*row
-	dkdv, dq = 1024+fixed+2*(2+tstages)*streamed+4*step*4+7*8, 1024+fixed+6*streamed+5*8
+	dqOps := 2 // bwd_dq_ops: K and V, and Kᵀ where wgmmaBwdTImages
+	if wgmmaBwdTImages(prec) {
+		dqOps = 3
+	}
+	dkdv, dq = 1024+fixed+2*(2+tstages)*streamed+4*step*4+7*8, 1024+fixed+2*dqOps*streamed+5*8
 	if biasTiles {
 		dkdv += step * wgmmaBwdBlock * 4
 		dq += 2 * wgmmaBwdBlock * step * 4

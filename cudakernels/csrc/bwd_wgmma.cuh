@@ -4,13 +4,16 @@
 // the saved LSE, P and dS rounded to the operand type before they
 // multiply), on the sm90.cuh layout.
 //
-// Every wgmma operand must be K-major, so the conversions write each input
-// in the layout its products need, in tiles of 64 rows (kBwdTile), padded
+// The conversions write each input in tiles of 64 rows (kBwdTile), padded
 // with zeros to whole multiples of kBwdPad rows: row images of Q, K, V and
-// dO (to_image_rows), and transposed images Qᵀ, Kᵀ and dOᵀ (to_image_vt,
-// [DP, 64] per 64 rows; for TF32 with the rows permuted in groups of 8
-// like the forward's Vᵀ). prep_stats writes the LSE in log2 units and D,
-// padded with +inf and 0, so that padded queries get P = 0.
+// dO (to_image_rows), the K-major operands of the products that sum over
+// D. The products that sum over rows (dV, dK, dQ) read B with the rows as
+// K: 16-bit operands take it from the same row images, MN-major (wgmma's
+// transpose), while TF32, which wgmma cannot transpose, takes transposed
+// images Qᵀ, Kᵀ and dOᵀ (to_image_vt, [DP, 64] per 64 rows, the rows
+// permuted in groups of 8 like the forward's Vᵀ): bwd_t_images. prep_stats
+// writes the LSE in log2 units and D, padded with +inf and 0, so that
+// padded queries get P = 0.
 //
 // Both kernels take two warpgroups per block (64 rows each) and stream the
 // other side in steps of STEP rows, double buffered: 64 rows, or for TF32
@@ -21,10 +24,10 @@
 //   dkdv_colblock  one block per kBwdBlock keys loops over query steps:
 //                  Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (both operands in shared
 //                  memory), then dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ and dSᵀ
-//                  from registers and the transposed images dOᵀ and Qᵀ as B
+//                  from registers and dO and Q (or dOᵀ and Qᵀ) as B
 //                  operands.
 //   dq_rowblock    one block per kBwdBlock queries loops over key steps:
-//                  S = Q·Kᵀ, dP = dO·Vᵀ, dQ += dS·K (Kᵀ image).
+//                  S = Q·Kᵀ, dP = dO·Vᵀ, dQ += dS·K (K, or the Kᵀ image).
 //   dkdv_colblock with kDQ (the fused backward, plain 16-bit problems at
 //                  DP 64 and 128, WithDeterministic(false) on the host):
 //                  also dQ's part of its keys, in place of dq_rowblock
@@ -56,7 +59,7 @@
 //
 // Variants (variants.cuh; plain and _var kernels as sm90_variants.cuh
 // says):
-//   - Grouped-query attention: K, V and Kᵀ are imaged once per key head.
+//   - Grouped-query attention: K, V (and Kᵀ) are imaged once per key head.
 //     dq_rowblock reads its query head's kv_pair. A dkdv_colblock block
 //     owns keys of one key head (the grid runs over key heads) and sums dK
 //     and dV over the kv_group query heads of its group, in its registers,
@@ -126,7 +129,18 @@ template <typename E, int DP> __host__ __device__ constexpr bool bwd_wide() {
   return sizeof(typename E::Storage) == 4 && DP > 64;
 }
 template <typename E, int DP> __host__ __device__ constexpr int bwd_step() { return bwd_wide<E, DP>() ? 32 : 64; }
-template <typename E, int DP> __host__ __device__ constexpr int bwd_tstages() { return bwd_wide<E, DP>() ? 1 : 2; }
+// bwd_t_images reports whether the products that sum over rows (dV, dK,
+// dQ) read transposed images Qᵀ, dOᵀ and Kᵀ: for TF32 only, which wgmma
+// cannot transpose. 16-bit operands read the row images MN-major instead
+// (gemm_rs_rows), so they have no transposed conversions, copies or stages.
+// select.go repeats it (wgmmaBwdTImages).
+template <typename E> __host__ __device__ constexpr bool bwd_t_images() { return sizeof(typename E::Storage) == 4; }
+template <typename E, int DP> __host__ __device__ constexpr int bwd_tstages() {
+  return !bwd_t_images<E>() ? 0 : bwd_wide<E, DP>() ? 1 : 2;
+}
+// bwd_dq_ops is the streamed operands of a dq_rowblock stage: K and V, and
+// Kᵀ where bwd_t_images.
+template <typename E> __host__ __device__ constexpr int bwd_dq_ops() { return bwd_t_images<E>() ? 3 : 2; }
 // bwd_early_refill: the stages of step it − 1 are refilled while step it's
 // first products run (see above), in both kernels.
 template <typename E, int DP> __host__ __device__ constexpr bool bwd_early_refill() { return !bwd_wide<E, DP>(); }
@@ -152,11 +166,11 @@ __host__ __device__ constexpr int bwd_dkdv_smem_bytes() {
 template <typename E, int DP> __host__ __device__ constexpr bool bwd_dq_fused() {
   return sizeof(typename E::Storage) == 2 && (DP == 64 || DP == 128);
 }
-// Shared memory of dq_rowblock: slack, Q and dO, two stages of K, V and Kᵀ
-// steps, (kBias) two bias tiles, five mbarriers.
+// Shared memory of dq_rowblock: slack, Q and dO, two stages of K, V and
+// (bwd_t_images) Kᵀ steps, (kBias) two bias tiles, five mbarriers.
 template <typename E, int DP, bool kBias = false> __host__ __device__ constexpr int bwd_dq_smem_bytes() {
   constexpr int kStep = bwd_step<E, DP>();
-  return 1024 + 2 * bwd_rows_bytes<E, DP, kBwdBlock>() + 6 * bwd_rows_bytes<E, DP, kStep>() +
+  return 1024 + 2 * bwd_rows_bytes<E, DP, kBwdBlock>() + 2 * bwd_dq_ops<E>() * bwd_rows_bytes<E, DP, kStep>() +
          (kBias ? 2 * kBwdBlock * kStep * 4 : 0) + 5 * 8;
 }
 
@@ -255,14 +269,26 @@ __device__ __forceinline__ void gemm_ss(float (&c)[STEP / 8][4], uint32_t a, uin
                        db + (k_slice_offset(kc, STEP) >> 4), kc > 0);
 }
 
-// gemm_rs adds A·B to c: A the STEP-column operand in registers, B a
-// transposed [DP, STEP] image at b.
+// gemm_rs adds A·B to c: A the STEP-column operand in registers (its
+// columns are rows of B), B either the STEP-row image at rows, read
+// MN-major (16-bit operands: k-slice kk is 16 rows, two 8-row groups of
+// 128 bytes, into each of its panels of 64 columns, STEP rows apart), or,
+// where bwd_t_images, the transposed [DP, STEP] image at transposed.
 template <typename E, int DP, int STEP>
-__device__ __forceinline__ void gemm_rs(float (&c)[DP / 8][4], const uint32_t (&a)[STEP / E::kK][4], uint32_t b) {
-  const uint64_t db = desc_sw128(b);
+__device__ __forceinline__ void gemm_rs(float (&c)[DP / 8][4], const uint32_t (&a)[STEP / E::kK][4], uint32_t rows,
+                                        uint32_t transposed) {
+  if constexpr (bwd_t_images<E>()) {
+    const uint64_t db = desc_sw128(transposed);
 #pragma unroll
-  for (int kk = 0; kk < STEP / E::kK; ++kk)
-    Wgmma<E, DP>::rs(reinterpret_cast<float(&)[DP / 2]>(c), a[kk], db + (k_slice_offset(kk, DP) >> 4));
+    for (int kk = 0; kk < STEP / E::kK; ++kk)
+      Wgmma<E, DP>::rs(reinterpret_cast<float(&)[DP / 2]>(c), a[kk], db + (k_slice_offset(kk, DP) >> 4));
+  } else {
+    static_assert(STEP == kBwdTile, "a 16-bit step is one whole image tile");
+#pragma unroll
+    for (int kk = 0; kk < STEP / E::kK; ++kk)
+      WgmmaRsMN<E, DP>::rs(reinterpret_cast<float(&)[DP / 2]>(c), a[kk],
+                           desc_mn_sw128(rows + kk * E::kK * 128, STEP * 128));
+  }
 }
 
 // two_products issues c1 = A1·B1ᵀ and c2 = A2·B2ᵀ (gemm_ss) as two wgmma
@@ -409,14 +435,15 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
   using S = typename E::Storage;
   const long long nq = p.nq, nk = p.nk;
   const S* __restrict__ q = static_cast<const S*>(p.q);
-  const S* __restrict__ qt = static_cast<const S*>(p.q_t);
+  [[maybe_unused]] const S* __restrict__ qt = static_cast<const S*>(p.q_t);
   const S* __restrict__ k = static_cast<const S*>(p.k);
   const S* __restrict__ v = static_cast<const S*>(p.v);
   const S* __restrict__ dout = static_cast<const S*>(p.dout);
-  const S* __restrict__ dot = static_cast<const S*>(p.dout_t);
+  [[maybe_unused]] const S* __restrict__ dot = static_cast<const S*>(p.dout_t);
   const float* __restrict__ lse2 = static_cast<const float*>(p.lse_log2);
   const float* __restrict__ dpad = static_cast<const float*>(p.delta_pad);
   constexpr int STEP = bwd_step<E, DP>(), TST = bwd_tstages<E, DP>();
+  constexpr int kTS = TST > 0 ? TST : 1;  // step i's transposed stage is i mod kTS
   constexpr int kFixed = bwd_rows_bytes<E, DP, kBwdBlock>();  // K or V
   constexpr int kStep = bwd_rows_bytes<E, DP, STEP>();        // one streamed operand
   constexpr int kStats = STEP * 4;
@@ -425,8 +452,8 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
 
   unsigned char* const sm = aligned_smem();
   const uint32_t base = smem_addr(sm);
-  // K and V, then stages of [Q, dO], stages of [Qᵀ, dOᵀ], (kDQ) two dS
-  // tiles, LSE and D per stage, (kBias) the bias tile, then the mbarriers
+  // K and V, then stages of [Q, dO], stages of [Qᵀ, dOᵀ] (bwd_tstages:
+  // none for 16-bit operands), (kDQ) two dS tiles, LSE and D per stage, (kBias) the bias tile, then the mbarriers
   // kv_full, full[2] (Q, dO, LSE, D), tfull[2] (Qᵀ, dOᵀ) and empty[2] (one
   // phase per step, both kinds of stage).
   constexpr int kDsBytes = kDQ ? kBwdBlock * STEP * 2 : 0;  // [block keys, STEP queries] of 16-bit dS
@@ -489,7 +516,7 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
     bh = bh0 + r;
     r0 = static_cast<long long>(it0 + i - r * n_per) * STEP;
   };
-  // Step i goes to stage i mod 2 and transposed stage i mod TST.
+  // Step i goes to stage i mod 2 and transposed stage i mod kTS.
   auto load_step = [&](int i) {
     long long bh, r0;
     head_step(i, bh, r0);
@@ -504,7 +531,7 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
   auto load_transposed = [&](int i) {
     long long bh, r0;
     head_step(i, bh, r0);
-    const int ts = i % TST;
+    const int ts = i % kTS;
     const uint32_t st = sTStage + ts * 2 * kStep, bar = tfull(ts);
     mbar_arrive_expect_tx(bar, 2 * kStep);
     copy_transposed<E, DP, STEP>(st, qt, bh, nq_pad, r0, bar);
@@ -569,7 +596,7 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
   long long bh = bh0;     // … and its query head (kVar)
   for (int i = 0; i < n_steps; ++i) {
     if constexpr (!kVar) it = it0 + i;
-    const int stage = i & 1, ts = i % TST;
+    const int stage = i & 1, ts = i % kTS;
     const unsigned parity = (i >> 1) & 1;
     const long long q0 = static_cast<long long>(it) * STEP;
     const uint32_t st = sStage + stage * 2 * kStep, tst = sTStage + ts * 2 * kStep;
@@ -587,11 +614,11 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
     float s[kNS][4], dp[kNS][4];
     two_products<E, DP, STEP>(s, dp, sK + wg * kWgBytes, st, sV + wg * kWgBytes, st + kStep, [&] {
       if constexpr (bwd_early_refill<E, DP>()) {
-        static_assert(TST == 2, "the early refill needs two transposed stages");
+        static_assert(TST == 2 || TST == 0, "the early refill needs two transposed stages or none");
         if (threadIdx.x == 0 && i > 0 && i + 1 < n_steps) {
           mbar_wait(empty((i - 1) & 1), ((i - 1) >> 1) & 1);  // every thread is done with step i − 1
           load_step(i + 1);
-          load_transposed(i + 1);
+          if constexpr (TST > 0) load_transposed(i + 1);
         }
       }
     });
@@ -635,9 +662,9 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
         }
       }
     }
-    mbar_wait(tfull(ts), (i / TST) & 1);
+    if constexpr (TST > 0) mbar_wait(tfull(ts), (i / kTS) & 1);
     wgmma_fence();
-    gemm_rs<E, DP, STEP>(acc_dv, pf, tst + kStep);  // dV += Pᵀ·dO (kFull: (Pᵀ∘Z)·dO)
+    gemm_rs<E, DP, STEP>(acc_dv, pf, st + kStep, tst + kStep);  // dV += Pᵀ·dO (kFull: (Pᵀ∘Z)·dO)
     wgmma_commit();
     wgmma_wait<1>();  // dPᵀ has landed
     if constexpr (kFull) {
@@ -650,7 +677,7 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
     [[maybe_unused]] const uint32_t ds_tile = sDS + (i & 1) * kDsBytes;
     if constexpr (kDQ) store_ds_tile(ds_tile, df, wg * kBwdTile + warp * 16 + g, t);
     wgmma_fence();
-    gemm_rs<E, DP, STEP>(acc_dk, df, tst);  // dK += dSᵀ·Q
+    gemm_rs<E, DP, STEP>(acc_dk, df, st, tst);  // dK += dSᵀ·Q
     wgmma_commit();
     if constexpr (kDQ) {
       // dQ's part of the block's keys: both warpgroups' dSᵀ must be in the
@@ -745,7 +772,7 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
   const long long nq = p.nq, nk = p.nk;
   const S* __restrict__ q = static_cast<const S*>(p.q);
   const S* __restrict__ k = static_cast<const S*>(p.k);
-  const S* __restrict__ kt = static_cast<const S*>(p.k_t);
+  [[maybe_unused]] const S* __restrict__ kt = static_cast<const S*>(p.k_t);
   const S* __restrict__ v = static_cast<const S*>(p.v);
   const S* __restrict__ dout = static_cast<const S*>(p.dout);
   const float* __restrict__ lse2 = static_cast<const float*>(p.lse_log2);
@@ -755,14 +782,15 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
   constexpr int kStep = bwd_rows_bytes<E, DP, STEP>();        // one streamed operand
   constexpr int kNS = STEP / 8;  // n8 tiles of S per warp: keys
   constexpr int kND = DP / 8;
+  constexpr int kOps = bwd_dq_ops<E>();
 
   unsigned char* const sm = aligned_smem();
   const uint32_t base = smem_addr(sm);
-  // Q and dO, then stages of [K, V, Kᵀ], (kBias) two bias tiles, then the
-  // mbarriers qd_full, full[2], empty[2].
+  // Q and dO, then stages of [K, V, (bwd_t_images) Kᵀ], (kBias) two bias
+  // tiles, then the mbarriers qd_full, full[2], empty[2].
   const uint32_t sQ = base, sdO = sQ + kFixed, sStage = sdO + kFixed;
   constexpr int kBiasTile = kBwdBlock * STEP;  // floats: [queries, keys]
-  const uint32_t bars = sStage + 6 * kStep + (kBias ? 2 * kBiasTile * 4 : 0);
+  const uint32_t bars = sStage + 2 * kOps * kStep + (kBias ? 2 * kBiasTile * 4 : 0);
   const uint32_t qd_full = bars;
   auto full = [&](int s) { return bars + 8 + 8 * s; };
   auto empty = [&](int s) { return bars + 24 + 8 * s; };
@@ -823,11 +851,11 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
   __syncthreads();
   auto load_step = [&](int stage, int it) {
     const long long r0 = static_cast<long long>(t0 + it) * STEP;
-    const uint32_t st = sStage + stage * 3 * kStep, bar = full(stage);
-    mbar_arrive_expect_tx(bar, 3 * kStep);
+    const uint32_t st = sStage + stage * kOps * kStep, bar = full(stage);
+    mbar_arrive_expect_tx(bar, kOps * kStep);
     copy_rows<E, DP, STEP>(st, k, kvh, nk_pad, r0, bar);
     copy_rows<E, DP, STEP>(st + kStep, v, kvh, nk_pad, r0, bar);
-    copy_transposed<E, DP, STEP>(st + 2 * kStep, kt, kvh, nk_pad, r0, bar);
+    if constexpr (bwd_t_images<E>()) copy_transposed<E, DP, STEP>(st + 2 * kStep, kt, kvh, nk_pad, r0, bar);
   };
   if (threadIdx.x == 0) {
     mbar_arrive_expect_tx(qd_full, 2 * kFixed);
@@ -846,7 +874,7 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
   // thread one step ahead; has_bias is uniform over the grid.
   [[maybe_unused]] const Extras ex = kFull ? extras_of(p, bh) : Extras{};
   [[maybe_unused]] const bool has_bias = kBias && ex.bias != nullptr;
-  [[maybe_unused]] float* const bias_tiles = reinterpret_cast<float*>(sm + (sStage + 6 * kStep - base));
+  [[maybe_unused]] float* const bias_tiles = reinterpret_cast<float*>(sm + (sStage + 2 * kOps * kStep - base));
   auto load_bias = [&](int it) {
     mma::cp_bias_tile<kBwdBlock, STEP, STEP, kBwdThreads, DqBiasSwizzle>(
         bias_tiles + (it & 1) * kBiasTile, ex.bias, q0, mk.lq, static_cast<long long>(t0 + it) * STEP, nk,
@@ -866,7 +894,7 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
     const int stage = it & 1;
     const unsigned parity = (it >> 1) & 1;
     const long long k0 = static_cast<long long>(t0 + it) * STEP;
-    const uint32_t st = sStage + stage * 3 * kStep;
+    const uint32_t st = sStage + stage * kOps * kStep;
     if constexpr (kBias) {
       if (has_bias) {
         // This step's bias has landed for every thread, and every thread
@@ -921,7 +949,7 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
     uint32_t df[STEP / E::kK][4];
     to_frags<E>(df, dp);
     wgmma_fence();
-    gemm_rs<E, DP, STEP>(acc, df, st + 2 * kStep);  // dQ += dS·K
+    gemm_rs<E, DP, STEP>(acc, df, st, st + 2 * kStep);  // dQ += dS·K
     wgmma_commit();
     wgmma_wait<0>();
 

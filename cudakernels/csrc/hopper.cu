@@ -87,7 +87,8 @@ FLASH_FWD_WGMMA_DROP(fp16, FP16, 64)
 FLASH_FWD_WGMMA_DROP(fp16, FP16, 128)
 
 // Tile images: to_image_rows (any block size and grid; convert_gpu.go uses
-// 256 threads) for Q and K, to_image_vt (256 threads, any grid) for V. The
+// 256 threads) for Q and K, to_image_vt (256 threads, any grid) for V and
+// TF32's transposed images in the backward. The
 // _len pair serves calls with per-sequence lengths (sm90.cuh's SeqRows: the
 // int lengths at lens, head bh in batch entry (first + bh) / per, rows
 // written up to the length rounded up to unit); any grid, 256 threads.

@@ -157,6 +157,11 @@ template <typename E, int N> struct WgmmaMN {
     ::emu::wgmma(d, N, emu_elem<E>(), a, nullptr, b, scale_d != 0, true, true);
   }
 };
+template <typename E, int N> struct WgmmaRsMN {
+  static void rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
+    ::emu::wgmma(d, N, emu_elem<E>(), 0, a, b, true, false, true);
+  }
+};
 #else
 template <typename E, int N> struct Wgmma;
 
@@ -251,6 +256,25 @@ FLASH_WGMMA_MN(BF16, 64, 32, ".f32.bf16.bf16", "%32, %33", "%34")
 FLASH_WGMMA_MN(FP16, 32, 16, ".f32.f16.f16", "%16, %17", "%18")
 FLASH_WGMMA_MN(FP16, 64, 32, ".f32.f16.f16", "%32, %33", "%34")
 
+// WgmmaRsMN<E, N>::rs issues d += A·B of shape m64nNk16 with A from
+// registers (as Wgmma::rs) and B MN-major in shared memory
+// (desc_mn_sw128, the transpose immediate set), for the 16-bit types: the
+// backward's products that sum over rows read the row images of dO, Q and
+// K this way (bwd_wgmma.cuh's gemm_rs).
+template <typename E, int N> struct WgmmaRsMN;
+#define FLASH_WGMMA_RS_MN(E, N, NREG, TYPES, AB, SCALE)                                                   \
+  template <> struct WgmmaRsMN<mma::E, N> {                                                               \
+    static __device__ __forceinline__ void rs(float (&d)[NREG], const uint32_t (&a)[4], uint64_t b) {      \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\nwgmma.mma_async.sync.aligned.m64n" #N  \
+                   "k16" TYPES " " FLASH_WGMMA_D##NREG ", " AB ", p, 1, 1, 1;\n}\n"                         \
+                   : FLASH_WGMMA_OPS##NREG                                                                \
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                         \
+    }                                                                                                     \
+  };
+FLASH_WGMMA_RS_MN(BF16, 64, 32, ".f32.bf16.bf16", "{%32, %33, %34, %35}, %36", "%37")
+FLASH_WGMMA_RS_MN(BF16, 128, 64, ".f32.bf16.bf16", "{%64, %65, %66, %67}, %68", "%69")
+FLASH_WGMMA_RS_MN(FP16, 64, 32, ".f32.f16.f16", "{%32, %33, %34, %35}, %36", "%37")
+FLASH_WGMMA_RS_MN(FP16, 128, 64, ".f32.f16.f16", "{%64, %65, %66, %67}, %68", "%69")
 #endif  // FLASH_EMU
 
 // Keys of TF32's Vᵀ images are permuted in groups of 8 (vt_position);

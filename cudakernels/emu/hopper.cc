@@ -20,8 +20,8 @@
 // step; V transposed (or as rows); the _len conversions where the call has
 // lengths; then the forward. Backward (backend_gpu.go's enqueueBackward,
 // bwd_wgmma_gpu.go): dO rounded in place with D = rowsum(dO∘O); row images
-// of Q, dO, K and V and transposed ones of Q, dO and K, in tiles of 64
-// rows padded to 128; the statistics; the dK/dV and dQ kernels (or the
+// of Q, dO, K and V (and for TF32 transposed ones of Q, dO and K), in
+// tiles of 64 rows padded to 128; the statistics; the dK/dV and dQ kernels (or the
 // fused one into a zeroed dQ); the dBias kernel where Params asks for
 // dBias.
 #include <cstdint>
@@ -139,24 +139,31 @@ template <typename E, typename R, int DP, Kernel K> void backward(Params p, cons
   emu::launch(static_cast<unsigned>((bh * p.nq + 7) / 8), 256, 0, [&] { flash::mma::dot_do_o_round<R>(p); });
   const long long nqPad = roundUp(p.nq, kBwdPad), nkPad = roundUp(p.nk, kBwdPad);
   const size_t qBytes = bh * nqPad * DP * sizeof(S), kBytes = kvh * nkPad * DP * sizeof(S);
-  Scratch q(qBytes), qT(qBytes), dout(qBytes), doutT(qBytes), k(kBytes), kT(kBytes), v(kBytes);
+  constexpr bool kTImages = bwd_t_images<E>();
+  Scratch q(qBytes), dout(qBytes), k(kBytes), v(kBytes);
+  Scratch qT(kTImages ? qBytes : 0), doutT(kTImages ? qBytes : 0), kT(kTImages ? kBytes : 0);
   Scratch lse2(bh * nqPad * 4), dpad(bh * nqPad * 4);
   const Images<E, DP> queries{bh, p.dim, p.h, static_cast<const int*>(p.q_lens)};
   const Images<E, DP> keys{kvh, p.dim, p.h / p.kv_group, static_cast<const int*>(p.k_lens)};
   queries.rows(p.q, q, p.nq, nqPad, kBwdTile, kBwdPad);
-  queries.transposed(p.q, qT, p.nq, nqPad, kBwdTile, kBwdPad);
   queries.rows(p.dout, dout, p.nq, nqPad, kBwdTile, kBwdPad);
-  queries.transposed(p.dout, doutT, p.nq, nqPad, kBwdTile, kBwdPad);
   keys.rows(p.k, k, p.nk, nkPad, kBwdTile, kBwdPad);
-  keys.transposed(p.k, kT, p.nk, nkPad, kBwdTile, kBwdPad);
   keys.rows(p.v, v, p.nk, nkPad, kBwdTile, kBwdPad);
+  // Transposed images for TF32 only, as bwd_wgmma_gpu.go makes them; the
+  // 16-bit kernels get null pointers, which they must not read.
+  if (kTImages) {
+    queries.transposed(p.q, qT, p.nq, nqPad, kBwdTile, kBwdPad);
+    queries.transposed(p.dout, doutT, p.nq, nqPad, kBwdTile, kBwdPad);
+    keys.transposed(p.k, kT, p.nk, nkPad, kBwdTile, kBwdPad);
+  }
   const long long kvPerBatch = p.h / p.kv_group;
   p.q = q.as<S>(), p.q_batch_stride = p.h * nqPad * DP, p.q_head_stride = nqPad * DP, p.q_row_stride = DP;
   p.dout = dout.as<S>(), p.dout_batch_stride = p.q_batch_stride, p.dout_head_stride = p.q_head_stride;
   p.dout_row_stride = DP;
   p.k = k.as<S>(), p.k_batch_stride = kvPerBatch * nkPad * DP, p.k_head_stride = nkPad * DP, p.k_row_stride = DP;
   p.v = v.as<S>(), p.v_batch_stride = p.k_batch_stride, p.v_head_stride = p.k_head_stride, p.v_row_stride = DP;
-  p.q_t = qT.as<S>(), p.dout_t = doutT.as<S>(), p.k_t = kT.as<S>();
+  p.q_t = kTImages ? qT.as<S>() : nullptr, p.dout_t = kTImages ? doutT.as<S>() : nullptr;
+  p.k_t = kTImages ? kT.as<S>() : nullptr;
   p.lse_log2 = lse2.as<float>(), p.delta_pad = dpad.as<float>();
   constexpr bool kVarStats = K != kPlainRowBlock && K != kFused;
   emu::launch(8, 256, 0, [&] { prep_stats<kVarStats>(p); });
