@@ -252,20 +252,26 @@
 // kernels write Q, K and V once into scratch memory as "tile images": for
 // each tile of rows, the exact bytes that tile must have in shared memory
 // (128-byte panels along K, 16-byte chunks XOR-swizzled by row), zero-padded
-// to whole tiles; operands needed with the other index contiguous (V for
-// P·V; Q, K and dO in the backward) are written transposed the same way,
-// for TF32 with keys permuted in groups of 8 as in the mma.sync family. One
+// to whole tiles. V for P·V, which needs its other index contiguous, is
+// written transposed the same way (for TF32 with keys permuted in groups
+// of 8 as in the mma.sync family); the backward's products that sum over
+// rows (dV, dK, dQ) read their 16-bit B operands from the row images
+// MN-major (wgmma transposes them), and only TF32, which wgmma cannot
+// transpose, gets transposed images of Q, K and dO there. One
 // thread then brings a whole tile in with one bulk asynchronous copy
 // (cp.async.bulk) that completes on an mbarrier, and wgmma reads it through
 // a descriptor. Forward: blocks of two warpgroups (64 query rows each),
 // key tiles of 128 (64 for TF32 and D = 256) in two stages with full and
 // empty mbarriers; S = Q·Kᵀ with both operands in shared memory, the online
 // softmax on the accumulators, O += P·V with P from registers. The plain
-// BF16 and FP16 forward at padded D = 64 and 128 is warp-specialized
-// instead (fwd_wgmma_ws.cuh, 384 threads): a producer warpgroup issues the
-// copies and gives its registers to two consumer warpgroups (setmaxnreg),
-// each of which issues the next S = Q·Kᵀ with the last tile's P·V and runs
-// its softmax while P·V runs. Backward: the
+// BF16 and FP16 forward at padded D = 64 and 128, and TF32's at 128, is
+// warp-specialized instead (fwd_wgmma_ws.cuh): a producer warpgroup issues
+// the copies and gives its registers to two consumer warpgroups (three at
+// D = 64; setmaxnreg), each of which issues the next S = Q·Kᵀ with the last tile's P·V and runs
+// its softmax while P·V runs. Where it has two consumers (D = 128, and
+// _ws2 at 64) the producer warpgroup also converts the block's rows of the
+// caller's float32 Q into the Q tile before giving its registers up, so
+// that no Q image is written and read back. Backward: the
 // same two deterministic kernels as the mma.sync family (dK and dV per 128
 // keys, dQ per 128 queries), each GEMM a wgmma (WithDeterministic(false):
 // plain BF16/FP16 problems at padded D 64 and 128 take one dK/dV kernel

@@ -107,8 +107,9 @@ func (f *wgmmaForward) computes(p kernels.Params) error {
 func (f *wgmmaForward) scratchBytes(p kernels.Params) int64 { return f.carve(p, 0, &wgmmaFwdScratch{}) }
 
 // launch picks the kernel (plain where the problem allows, else _var, or
-// _full with a bias or dropout), enqueues the three conversions into
-// images in buf.scratch (Q padded to the kernel's blocks; K and Vᵀ of the
+// _full with a bias or dropout), enqueues the conversions into images in
+// buf.scratch (Q padded to the kernel's blocks, unless the kernel reads
+// the caller's Q itself: wgmmaFwdKernel.readsQ; K and Vᵀ of the
 // B·KVHeads() key heads only; with lengths, the tiles the forward reads
 // only: up to each batch entry's rows rounded up to a block, keys to a key
 // tile), then the forward.
@@ -142,7 +143,11 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 	im := imaging{toRows: f.toRows, toVt: f.toVt, toRowsLen: f.toRowsLen, toVtLen: f.toVtLen, p: p, dp: f.c.dp,
 		elemSz: elemBytes(f.c.prec), stream: stream}
 	nqPad, nkPad := roundUp(int64(p.Nq), int64(rows)), roundUp(int64(p.Nk), int64(f.c.step))
-	if err := im.queries(buf.vars).rows(buf.q, s.q, p.Nq, nqPad, wgmmaQTileRows, rows); err != nil {
+	dp := int64(f.c.dp)
+	q := tensorAt{uint64(s.q), nqPad, dp}
+	if kind.readsQ(f.c.dp) {
+		q = dense(buf.q, p.Nq, p.D)
+	} else if err := im.queries(buf.vars).rows(buf.q, s.q, p.Nq, nqPad, wgmmaQTileRows, rows); err != nil {
 		return err
 	}
 	kim := im.keys(buf.vars)
@@ -152,8 +157,7 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 	if err := kim.transposed(buf.v, s.vt, p.Nk, nkPad, f.c.step, f.c.step); err != nil {
 		return err
 	}
-	dp := int64(f.c.dp)
-	kp := newParams(p, operands{q: tensorAt{uint64(s.q), nqPad, dp}, k: tensorAt{uint64(s.k), nkPad, dp},
+	kp := newParams(p, operands{q: q, k: tensorAt{uint64(s.k), nkPad, dp},
 		v: tensorAt{uint64(s.vt), nkPad, dp}, o: dense(buf.o, p.Nq, p.D), lse: uint64(buf.lse), vars: buf.vars})
 	return launch(fn, grid, shape.threads, shape.smem, stream, &kp)
 }

@@ -233,6 +233,11 @@ func wgmmaWSConsumers(dp int) int {
 func wgmmaWSRows(nc int) int    { return 64 * nc }
 func wgmmaWSThreads(nc int) int { return 128 * (nc + 1) }
 
+// wgmmaWSReadsQ is ws_reads_q: whether the warp-specialized forward with
+// nc consumer warpgroups converts the caller's float32 Q itself instead of
+// copying a Q image (the two-consumer ones).
+func wgmmaWSReadsQ(nc int) bool { return nc == 2 }
+
 // wgmmaWSSmem is ws_smem_bytes: alignment slack, Q (wgmmaWSRows(nc) rows),
 // the stages of K and Vᵀ, 1 + 4·stages mbarriers.
 func wgmmaWSSmem(prec Precision, dp, nc int) int {
@@ -261,6 +266,19 @@ const (
 	wgmmaFwdWS                             // the warp-specialized plain kernel
 	wgmmaFwdWS2                            // _ws2: the two-consumer one at dp = 64
 )
+
+// readsQ reports whether kernel k, at padded head dimension dp, converts
+// the caller's float32 Q itself instead of reading a Q image: the
+// warp-specialized kernels with two consumer warpgroups (wgmmaWSReadsQ).
+func (k wgmmaFwdKernel) readsQ(dp int) bool {
+	switch k {
+	case wgmmaFwdWS:
+		return wgmmaWSReadsQ(wgmmaWSConsumers(dp))
+	case wgmmaFwdWS2:
+		return wgmmaWSReadsQ(2)
+	}
+	return false
+}
 
 // wgmmaPlainForward returns the kernel choice c runs plain problems on and
 // its launch shape: the warp-specialized one where wgmmaWSBuilt, else the

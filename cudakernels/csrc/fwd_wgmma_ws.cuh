@@ -23,7 +23,21 @@
 // The epilogue stores O through the warpgroup's part of the Q tile
 // (store_wg_rows), which its last S = Q·Kᵀ is done reading.
 //
-// Barriers: q_full (the Q copy's bytes), full_k/full_v per stage (a tile's
+// In the two-consumer kernels (ws_reads_q) Q is not an image: the
+// producer warpgroup converts the block's rows of the caller's float32 Q
+// into the Q tile itself (q_image), after issuing the first stages'
+// copies of K and V and before it gives its registers up, which saves the
+// conversion pass over Q that the other kernels need (a read of Q in
+// float32, a write and a read of its image); Q is read once per block
+// anyway. K and V stay images: every query block reads them, and float32
+// tiles would double the main loop's traffic. The three-consumer kernel
+// copies a Q image as before: at its 128 registers a thread, the
+// conversion's code put spills into the consumers' tile loop (ptxas 12.4:
+// 36 bytes stored, 120 loaded, against 8 and 8 after the loop without
+// it).
+//
+// Barriers: q_full (the Q copy's bytes, or the producer's 128 threads,
+// each when its part of Q is written), full_k/full_v per stage (a tile's
 // bytes, one arrival: the producer's expect_tx), empty_k/empty_v per stage
 // (every consumer thread arrives when its products are done reading the
 // tile: an arrive releases only the arriving thread's own accesses).
@@ -49,6 +63,9 @@ constexpr int kWsStages = 2;
 template <int DP> __host__ __device__ constexpr int ws_consumers() { return DP == 64 ? 3 : 2; }
 template <int NC> __host__ __device__ constexpr int ws_threads() { return 128 * (NC + 1); }
 template <int NC> __host__ __device__ constexpr int ws_rows() { return 64 * NC; }
+// ws_reads_q: the kernel converts the caller's float32 Q itself (the
+// two-consumer kernels; select.go repeats it: wgmmaWSReadsQ).
+template <int NC> __host__ __device__ constexpr bool ws_reads_q() { return NC == 2; }
 // Registers per thread after setmaxnreg: 24 × 128 + 240 × 256 or
 // 24 × 128 + 160 × 384, 64512 of the SM's 65536 (the block is alone on its
 // SM).
@@ -98,6 +115,60 @@ template <int N> __device__ __forceinline__ void fence_regs(float (&x)[N][4]) {
     }
 }
 
+// q_image converts rows r0 … r0 + ROWS − 1 of head bh of the caller's
+// float32 Q (p.q with its strides) into the block's Q tile at shared
+// address tile: ROWS / 64 images of 64 rows, each K-major with the
+// 128-byte swizzle as to_image_rows lays one out, zero past nq and past
+// dim. The 128 threads of the producer warpgroup (tid its thread) share
+// the work and each arrives on q_full when its stores are visible to
+// wgmma.
+template <typename E, int DP, int ROWS>
+__device__ __forceinline__ void q_image(uint32_t tile, const Params& p, long long bh, long long r0, uint32_t q_full,
+                                        int tid) {
+  constexpr int kVec = mma::StorageOf<E>::kVec, kRowChunks = DP / kVec;
+  constexpr int kTileBytes = kQTileRows * DP * static_cast<int>(sizeof(typename E::Storage));
+  const float* qh = head_of(static_cast<const float*>(p.q), bh, p.h, p.q_batch_stride, p.q_head_stride);
+  // 16-byte loads where every row of the head starts on a 16-byte boundary.
+  const bool vec = p.dim % 4 == 0 && p.q_row_stride % 4 == 0 && reinterpret_cast<uintptr_t>(qh) % 16 == 0;
+  unsigned char* const base = smem + (tile - smem_addr(smem));
+  // Each thread converts kPer chunks, kBatch at a time with all of a
+  // batch's loads issued before its first store: one chunk after another,
+  // each load waited for before the next issued, kept the consumers' first
+  // product waiting 16 DRAM round trips at DP = 128 (the block's whole
+  // prologue; +60–90 µs over the forward's 15 waves of blocks, H100
+  // 2026-12-05).
+  constexpr int kPer = ROWS * kRowChunks / 128, kBatch = kPer < 8 ? kPer : 8;
+  static_assert(kPer % kBatch == 0, "whole batches of chunks per thread");
+#pragma unroll 1
+  for (int b0 = 0; b0 < kPer; b0 += kBatch) {
+    float f[kBatch][kVec];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = tid + (b0 + j) * 128, r = i / kRowChunks, c = i % kRowChunks;
+      const long long row = r0 + r, c0 = static_cast<long long>(c) * kVec;
+      const float* src = qh + row * p.q_row_stride + c0;
+      if (vec && row < p.nq && c0 + kVec <= p.dim) {
+#pragma unroll
+        for (int e = 0; e < kVec; e += 4) {
+          const float4 a = *reinterpret_cast<const float4*>(src + e);
+          f[j][e] = a.x, f[j][e + 1] = a.y, f[j][e + 2] = a.z, f[j][e + 3] = a.w;
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) f[j][e] = row < p.nq && c0 + e < p.dim ? src[e] : 0.f;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = tid + (b0 + j) * 128, r = i / kRowChunks, c = i % kRowChunks;
+      const int at = r / kQTileRows * kTileBytes + image_chunk(r % kQTileRows, c, kQTileRows) * 16;
+      *reinterpret_cast<uint4*>(base + at) = mma::StorageOf<E>::convert(f[j]);
+    }
+  }
+  fence_proxy_async();  // the generic stores, before wgmma reads them
+  mbar_arrive(q_full);
+}
+
 // fwd_ws is the kernel's body (see the top of this file): p.q, p.k and p.v
 // are the images fwd_rowblock reads (Q padded to a multiple of ws_rows
 // rows), the grid B·H·q_tiles blocks of ws_rows rows, in block_order's
@@ -134,7 +205,7 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
   auto empty_k = [&](int st) { return bars + 8 * (1 + 2 * kWsStages + st); };
   auto empty_v = [&](int st) { return bars + 8 * (1 + 3 * kWsStages + st); };
   if (threadIdx.x == 0) {
-    mbar_init(q_full, 1);
+    mbar_init(q_full, ws_reads_q<NC>() ? 128 : 1);
     for (int st = 0; st < kWsStages; ++st) {
       mbar_init(full_k(st), 1);
       mbar_init(full_v(st), 1);
@@ -147,26 +218,41 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
 
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
-    setmaxnreg_dec<kWsProducerRegs>();
     // A block whose rows see no key loads nothing (no copy may still be
     // landing when the block exits).
-    if (threadIdx.x == 0 && n_tiles > 0) {
-      const S* kh = static_cast<const S*>(p.k) + bh * ((nk + BK - 1) / BK) * BK * DP;
-      const S* vh = static_cast<const S*>(p.v) + bh * ((nk + BK - 1) / BK) * BK * DP;
-      mbar_arrive_expect_tx(q_full, kQBytes);
-      // The Q image's rows are padded to a multiple of kRows (wgmmaForward.padded).
-      bulk_copy(sQ, head_of(static_cast<const S*>(p.q), bh, p.h, p.q_batch_stride, p.q_head_stride) + q0 * DP,
-                kQBytes, q_full);
-      for (int it = 0; it < n_tiles; ++it) {
-        const int st = it % kWsStages;
-        const unsigned prev = ((it / kWsStages) & 1) ^ 1;  // parity of the stage's last release
-        const long long off = static_cast<long long>(it) * BK * DP;
-        if (it >= kWsStages) mbar_wait(empty_k(st), prev);
-        mbar_arrive_expect_tx(full_k(st), kKVBytes);
-        bulk_copy(sK + st * kKVBytes, kh + off, kKVBytes, full_k(st));
-        if (it >= kWsStages) mbar_wait(empty_v(st), prev);
-        mbar_arrive_expect_tx(full_v(st), kKVBytes);
-        bulk_copy(sV + st * kKVBytes, vh + off, kKVBytes, full_v(st));
+    const S* kh = static_cast<const S*>(p.k) + bh * ((nk + BK - 1) / BK) * BK * DP;
+    const S* vh = static_cast<const S*>(p.v) + bh * ((nk + BK - 1) / BK) * BK * DP;
+    auto load = [&](int it) {
+      const int st = it % kWsStages;
+      const unsigned prev = ((it / kWsStages) & 1) ^ 1;  // parity of the stage's last release
+      const long long off = static_cast<long long>(it) * BK * DP;
+      if (it >= kWsStages) mbar_wait(empty_k(st), prev);
+      mbar_arrive_expect_tx(full_k(st), kKVBytes);
+      bulk_copy(sK + st * kKVBytes, kh + off, kKVBytes, full_k(st));
+      if (it >= kWsStages) mbar_wait(empty_v(st), prev);
+      mbar_arrive_expect_tx(full_v(st), kKVBytes);
+      bulk_copy(sV + st * kKVBytes, vh + off, kKVBytes, full_v(st));
+    };
+    if constexpr (ws_reads_q<NC>()) {
+      if (n_tiles > 0) {
+        // The first stages' copies go out first, and land while the
+        // warpgroup converts Q with the registers it has before giving
+        // them up.
+        if (threadIdx.x == 0)
+          for (int it = 0; it < kWsStages && it < n_tiles; ++it) load(it);
+        q_image<E, DP, kRows>(sQ, p, bh, q0, q_full, threadIdx.x);
+      }
+      setmaxnreg_dec<kWsProducerRegs>();
+      if (threadIdx.x == 0)
+        for (int it = kWsStages; it < n_tiles; ++it) load(it);
+    } else {
+      setmaxnreg_dec<kWsProducerRegs>();
+      if (threadIdx.x == 0 && n_tiles > 0) {
+        mbar_arrive_expect_tx(q_full, kQBytes);
+        // The Q image's rows are padded to a multiple of kRows (wgmmaForward.padded).
+        bulk_copy(sQ, head_of(static_cast<const S*>(p.q), bh, p.h, p.q_batch_stride, p.q_head_stride) + q0 * DP,
+                  kQBytes, q_full);
+        for (int it = 0; it < n_tiles; ++it) load(it);
       }
     }
     return;

@@ -16,7 +16,8 @@
 // Standard output: the blob after the run.
 //
 // The steps are the backend's. Forward (fwd_wgmma_gpu.go): Q imaged in
-// tiles of 64 rows, padded to the block's rows; K in tiles of the key
+// tiles of 64 rows, padded to the block's rows (but for the two-consumer
+// warp-specialized kernels, which read it as it is); K in tiles of the key
 // step; V transposed (or as rows); the _len conversions where the call has
 // lengths; then the forward. Backward (backend_gpu.go's enqueueBackward,
 // bwd_wgmma_gpu.go): dO rounded in place with D = rowsum(dO∘O); row images
@@ -104,7 +105,10 @@ template <typename E, int DP, Kernel K> void forward(Params p, const Shape& sh) 
   Scratch q(bh * nqPad * DP * sizeof(S)), k(kvh * nkPad * DP * sizeof(S)), v(kvh * nkPad * DP * sizeof(S));
   const Images<E, DP> queries{bh, p.dim, p.h, static_cast<const int*>(p.q_lens)};
   const Images<E, DP> keys{kvh, p.dim, p.h / p.kv_group, static_cast<const int*>(p.k_lens)};
-  queries.rows(p.q, q, p.nq, nqPad, kQTileRows, sh.rows);
+  // The two-consumer warp-specialized kernels read the caller's Q
+  // (fwd_wgmma_ws.cuh's ws_reads_q); the others its image.
+  constexpr bool kQImage = !((K == kWS && ws_reads_q<ws_consumers<DP>()>()) || (K == kWS2 && ws_reads_q<2>()));
+  if (kQImage) queries.rows(p.q, q, p.nq, nqPad, kQTileRows, sh.rows);
   keys.rows(p.k, k, p.nk, nkPad, step, step);
   if (sh.vRows) {
     keys.rows(p.v, v, p.nk, nkPad, step, step);
@@ -113,7 +117,7 @@ template <typename E, int DP, Kernel K> void forward(Params p, const Shape& sh) 
   }
   // The images' strides, as params.go's tensorAt gives them.
   const long long kvPerBatch = p.h / p.kv_group;
-  p.q = q.as<S>(), p.q_batch_stride = p.h * nqPad * DP, p.q_head_stride = nqPad * DP, p.q_row_stride = DP;
+  if (kQImage) p.q = q.as<S>(), p.q_batch_stride = p.h * nqPad * DP, p.q_head_stride = nqPad * DP, p.q_row_stride = DP;
   p.k = k.as<S>(), p.k_batch_stride = kvPerBatch * nkPad * DP, p.k_head_stride = nkPad * DP, p.k_row_stride = DP;
   p.v = v.as<S>(), p.v_batch_stride = p.k_batch_stride, p.v_head_stride = p.k_head_stride, p.v_row_stride = DP;
   const unsigned grid = static_cast<unsigned>(bh * (nqPad / sh.rows));
