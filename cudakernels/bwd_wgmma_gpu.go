@@ -16,8 +16,9 @@ import (
 // Its inputs are images in tiles of wgmmaBwdTile rows padded to a multiple
 // of wgmmaBwdPad rows: Q, K, V and dO by rows, for TF32 Qᵀ, Kᵀ and dOᵀ
 // transposed too (wgmmaBwdTImages), and the LSE (log2 units) and D padded
-// likewise (flash_bwd_stats_sm90); K, V and Kᵀ one image per key head. dkdvVar and dqVar compute the
-// variants (pickVariant). A choice with c.full has the _full kernels alone
+// likewise (flash_bwd_stats_sm90); K, V and Kᵀ one image per key head.
+// dkdvVar and dqVar compute the variants (wgmmaBackwardKernel picks). A
+// choice with c.full has the _full kernels alone
 // (in dkdvVar and dqVar: the bias and dropout with every other variant),
 // and dbias, which writes the bias gradient from the same images; with
 // c.drop the _drop kernels there (dropout without a bias) and no dbias.
@@ -162,21 +163,23 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 	bh := int64(p.B) * int64(p.H)
 	// requestFor and the kernels' argument must agree on the bias and
 	// dropout: the launch shapes differ.
-	stats, dkdv, dq := b.statsVar, b.dkdvVar, b.dqVar // c.full: the _full or _drop kernels
 	switch full := kp.Bias != 0 || kp.DropoutThreshold != 0; {
 	case full != b.c.full:
 		return fmt.Errorf("cudakernels: internal error: Hopper backward kernels of full = %v launched on a problem of full = %v",
 			b.c.full, full)
 	case b.c.drop && kp.Bias != 0:
 		return fmt.Errorf("cudakernels: internal error: the Hopper backward of dropout without a bias got a problem with a bias")
-	case !full:
-		stats, dkdv, dq = pickVariant(&kp, b.stats, b.statsVar), pickVariant(&kp, b.dkdv, b.dkdvVar), pickVariant(&kp, b.dq, b.dqVar)
+	}
+	kind := wgmmaBackwardKernel(b.c, &kp, b.dkdvDQ != (cu.Function{}))
+	stats, dkdv, dq := b.statsVar, b.dkdvVar, b.dqVar // with c.full, the _full or _drop kernels
+	if kind == wgmmaFwdRowBlock || kind == wgmmaBwdFused {
+		stats, dkdv, dq = b.stats, b.dkdv, b.dq
 	}
 	const statThreads, maxBlocks = 256, 4096
 	if err := launch(stats, int(min((bh*nqPad+statThreads-1)/statThreads, maxBlocks)), statThreads, 0, stream, &kp); err != nil {
 		return err
 	}
-	if dkdv == b.dkdv && b.dkdvDQ != (cu.Function{}) {
+	if kind == wgmmaBwdFused {
 		// One kernel: dQ's sums go into dq by reductions, from zero.
 		if err := cu.MemsetD32Async(buf.dq, 0, bh*int64(p.Nq)*int64(p.D), stream); err != nil {
 			return fmt.Errorf("cudakernels: clearing dq: %w", err)

@@ -9,12 +9,8 @@ import (
 )
 
 // hopperKernel names emu/hopper.cc's kernels (its Kernel enum): the
-// forward's, wgmmaFwdKernel, or of a backward the dK/dV and dQ pair's
-// (wgmmaFwdRowBlock for the plain pair, wgmmaFwdVar, wgmmaFwdFull,
-// wgmmaFwdDrop, and hopperFused for the dK/dV kernel that sums dQ too).
+// forward's, wgmmaFwdKernel, or a backward's (wgmmaBackwardKernel).
 type hopperKernel = wgmmaFwdKernel
-
-const hopperFused hopperKernel = wgmmaFwdWS2 + 1
 
 func kernelName(k hopperKernel) string {
 	return [...]string{"plain", "var", "full", "drop", "ws", "ws2", "fused"}[k]
@@ -65,11 +61,10 @@ type hopperBackward struct {
 	smemDKDV, smemDQ, smemB int
 }
 
-// hopperBackwards returns the Hopper backward launches of a problem, as
-// wgmmaBackward.launch picks them (the _full or _drop kernels for a bias or
-// dropout, pickVariant's choice otherwise), then for a plain problem the
-// _var pair and the fused kernel where built. None where the backend runs
-// another family.
+// hopperBackwards returns the Hopper backward launches of a problem: the
+// one wgmmaBackward.launch makes (wgmmaBackwardKernel, deterministic), then
+// for a plain problem the _var pair and the fused kernel where built. None
+// where the backend runs another family.
 func hopperBackwards(prec Precision, dp int, kp *kernelParams) []hopperBackward {
 	full := kp.Bias != 0 || kp.DropoutThreshold != 0
 	if !wgmmaBwdBuilt(prec, dp, full) {
@@ -78,23 +73,21 @@ func hopperBackwards(prec Precision, dp int, kp *kernelParams) []hopperBackward 
 	drop := full && kp.Bias == 0
 	c := wgmmaBackwardChoice(prec, dp, full, drop)
 	at := func(k hopperKernel) hopperBackward {
-		b := hopperBackward{kernel: k, smemDKDV: c.smem, smemDQ: c.smemDQ}
-		if k == wgmmaFwdFull {
-			b.smemB = wgmmaDbiasSmem(prec, dp)
+		switch k {
+		case wgmmaBwdFused:
+			return hopperBackward{kernel: k, smemDKDV: wgmmaBwdFusedSmem(prec, dp)}
+		case wgmmaFwdFull:
+			return hopperBackward{k, c.smem, c.smemDQ, wgmmaDbiasSmem(prec, dp)}
 		}
-		return b
+		return hopperBackward{kernel: k, smemDKDV: c.smem, smemDQ: c.smemDQ}
 	}
-	switch {
-	case drop:
-		return []hopperBackward{at(wgmmaFwdDrop)}
-	case full:
-		return []hopperBackward{at(wgmmaFwdFull)}
-	case !isPlain(kp):
-		return []hopperBackward{at(wgmmaFwdVar)}
-	}
-	bs := []hopperBackward{at(wgmmaFwdRowBlock), at(wgmmaFwdVar)}
-	if wgmmaBwdFusedBuilt(prec, dp) {
-		bs = append(bs, hopperBackward{hopperFused, wgmmaBwdFusedSmem(prec, dp), 0, 0})
+	first := wgmmaBackwardKernel(c, kp, false)
+	bs := []hopperBackward{at(first)}
+	if first == wgmmaFwdRowBlock {
+		bs = append(bs, at(wgmmaFwdVar))
+		if wgmmaBwdFusedBuilt(prec, dp) {
+			bs = append(bs, at(wgmmaBackwardKernel(c, kp, true)))
+		}
 	}
 	return bs
 }

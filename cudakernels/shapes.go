@@ -314,6 +314,31 @@ func wgmmaForwardKernel(c choice, kp *kernelParams) (wgmmaFwdKernel, launchShape
 	return wgmmaFwdVar, rowBlock
 }
 
+// wgmmaBwdFused names the backward's fused dK/dV kernel, which sums dQ's
+// part too (emu/hopper.cc's kFused). The other backward kernel pairs (dK/dV
+// and dQ) take the forward's names: wgmmaFwdRowBlock for the plain pair,
+// wgmmaFwdVar, wgmmaFwdFull and wgmmaFwdDrop.
+const wgmmaBwdFused = wgmmaFwdWS2 + 1
+
+// wgmmaBackwardKernel returns the backward kernels choice c launches for a
+// problem with parameters kp: the _drop or _full pair of a choice for
+// dropout or a bias, the _var pair for any other variant, else the plain
+// pair, or with fused (the backend allows WithDeterministic(false) and
+// wgmmaBwdFusedBuilt holds) the fused kernel.
+func wgmmaBackwardKernel(c choice, kp *kernelParams, fused bool) wgmmaFwdKernel {
+	switch {
+	case c.full && c.drop:
+		return wgmmaFwdDrop
+	case c.full:
+		return wgmmaFwdFull
+	case !isPlain(kp):
+		return wgmmaFwdVar
+	case fused:
+		return wgmmaBwdFused
+	}
+	return wgmmaFwdRowBlock
+}
+
 // wgmmaWS2Built reports whether the two-consumer warp-specialized forward
 // (_ws2) is built for prec at dp: where the default kernel has more.
 func wgmmaWS2Built(prec Precision, dp int) bool {
