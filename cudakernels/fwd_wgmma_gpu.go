@@ -18,8 +18,9 @@ import (
 // tile c.step, one image per key head (grouped-query attention reads each
 // for all the query heads of its group). fn is the plain kernel, fnVar the
 // one that computes the variants (csrc/sm90_variants.cuh);
-// wgmmaForwardKernel chooses. A choice with c.full has the _full kernel (fnFull) alone: the
-// bias and dropout, with every other variant, in a launch shape of its own;
+// wgmmaForwardKernel chooses. A choice with c.full has the _full kernel
+// (fnFull) alone: the bias and dropout, with every other variant, in a
+// launch shape of its own;
 // with c.drop too, the _drop kernel there: dropout without a bias, without
 // the bias tiles. fn, the plain kernel, runs in the launch shape plain:
 // the warp-specialized kernel's where wgmmaWSBuilt, else the choice's,
