@@ -116,16 +116,26 @@ inline void wgmma_wait(unsigned newest) {
         fail("wgmma: the lanes of a warp issued different wgmma");
       lanes[l] = &theirs[i];
     }
+    // The lane's two rows of A and n/4 columns of B, each element read
+    // once (not once per output it feeds), then the sums in k order.
     const unsigned g = lane / 4, q = lane % 4;
+    const Elem e = static_cast<Elem>(op.elem);
+    if (op.n > 256 || op.k > 16) fail("wgmma: a shape past m64n256k16");
+    float av[2][16], bv[64][16];
+    for (int h = 0; h < 2; ++h) {
+      const int r = static_cast<int>(row0 + g) + 8 * h;
+      for (int k = 0; k < op.k; ++k)
+        av[h][k] = op.aFrag ? fragment(lanes, r % 16, k, e) : operand(op.a, r, k, op.transA, e);
+    }
+    for (int j = 0; j < op.n / 8; ++j)
+      for (int p = 0; p < 2; ++p)
+        for (int k = 0; k < op.k; ++k)
+          bv[2 * j + p][k] = operand(op.b, 8 * j + 2 * static_cast<int>(q) + p, k, op.transB, e);
     for (int j = 0; j < op.n / 8; ++j)
       for (int v = 0; v < 4; ++v) {
-        const int r = static_cast<int>(row0 + g) + (v >= 2 ? 8 : 0), c = 8 * j + 2 * static_cast<int>(q) + (v & 1);
+        const float* a = av[v >= 2], *b = bv[2 * j + (v & 1)];
         double sum = 0;
-        for (int k = 0; k < op.k; ++k) {
-          const float x = op.aFrag ? fragment(lanes, r % 16, k, static_cast<Elem>(op.elem))
-                                   : operand(op.a, r, k, op.transA, static_cast<Elem>(op.elem));
-          sum += static_cast<double>(x) * operand(op.b, c, k, op.transB, static_cast<Elem>(op.elem));
-        }
+        for (int k = 0; k < op.k; ++k) sum += static_cast<double>(a[k]) * b[k];
         float& acc = op.d[4 * j + v];
         acc = static_cast<float>((op.scaleD ? acc : 0.f) + sum);
       }
