@@ -16,13 +16,13 @@ import (
 // caller's tensors (rounded first where c.rounded: enqueueBackward).
 //
 // With a bias gradient wanted it then runs dbias (bwd_simt.cuh's, whatever
-// c.blocked: its tile is dbiasRows, its shared memory dbiasSmem): one block
+// c.blocked, in the row-block launch shape dbiasShape): one block
 // per tile of rows and keys of each bias slice, summing dS over the pairs
 // that share the slice (the launch then holds the whole call: backward).
 type simtBackward struct {
-	dkdv, dq, dbias      cu.Function
-	c                    choice
-	dbiasRows, dbiasSmem int
+	dkdv, dq, dbias cu.Function
+	c               choice
+	dbiasShape      launchShape
 }
 
 func loadSimtBackward(mod cu.Module, c choice, maxSmem int) (*simtBackward, error) {
@@ -31,8 +31,7 @@ func loadSimtBackward(mod cu.Module, c choice, maxSmem int) (*simtBackward, erro
 	if c.blocked {
 		blocked = fmt.Sprintf("_simt_blocked_%s_d%d", typeName(c.elem), c.dp)
 	}
-	b := &simtBackward{c: c, dbiasRows: simtTile(c.elem, c.dp)}
-	b.dbiasSmem = simtBwdSmem(c.elem, c.dp, b.dbiasRows)
+	b := &simtBackward{c: c, dbiasShape: simtRowBlockShape(backwardDir, c.elem, c.dp)}
 	var err error
 	if b.dkdv, err = lookup(mod, "flash_bwd_dkdv"+blocked, c.smem, maxSmem); err != nil {
 		return nil, err
@@ -40,7 +39,7 @@ func loadSimtBackward(mod cu.Module, c choice, maxSmem int) (*simtBackward, erro
 	if b.dq, err = lookup(mod, "flash_bwd_dq"+blocked, c.smemDQ, maxSmem); err != nil {
 		return nil, err
 	}
-	if b.dbias, err = lookup(mod, "flash_bwd_dbias"+suffix, b.dbiasSmem, maxSmem); err != nil {
+	if b.dbias, err = lookup(mod, "flash_bwd_dbias"+suffix, b.dbiasShape.smem, maxSmem); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -69,12 +68,12 @@ func (b *simtBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Stream
 	if kp.Dbias == 0 {
 		return nil
 	}
-	tiles := int64((p.Nq + b.dbiasRows - 1) / b.dbiasRows)
-	gridB, err := gridOver(buf.vars.biasSlices*tiles, p.Nk, b.dbiasRows)
+	s := b.dbiasShape
+	gridB, err := gridOver(buf.vars.biasSlices*int64((p.Nq+s.rows-1)/s.rows), p.Nk, s.rows)
 	if err != nil {
 		return err
 	}
-	return launch(b.dbias, gridB, b.dbiasRows*8, b.dbiasSmem, stream, &kp)
+	return launch(b.dbias, gridB, s.threads, s.smem, stream, &kp)
 }
 
 // callerOperands are the caller's dense tensors of a backward call.

@@ -99,12 +99,11 @@ func (b *wgmmaBackward) carve(p kernels.Params, base cu.DevicePtr, s *wgmmaBwdSc
 	bh, bkv, row := int64(p.B)*int64(p.H), int64(p.B)*int64(p.KVHeads()), int64(b.c.dp)*int64(elemBytes(b.c.prec))
 	nq, nk := b.padded(p)
 	qb, kb, st := bh*nq*row, bkv*nk*row, bh*nq*4
-	if !wgmmaBwdTImages(b.c.prec) {
-		return carve(base, part{&s.q, qb}, part{&s.dout, qb}, part{&s.k, kb}, part{&s.v, kb},
-			part{&s.lseLog2, st}, part{&s.deltaPad, st})
+	parts := []part{{&s.q, qb}, {&s.dout, qb}, {&s.k, kb}, {&s.v, kb}, {&s.lseLog2, st}, {&s.deltaPad, st}}
+	if wgmmaBwdTImages(b.c.prec) {
+		parts = append(parts, part{&s.qT, qb}, part{&s.doutT, qb}, part{&s.kT, kb})
 	}
-	return carve(base, part{&s.q, qb}, part{&s.qT, qb}, part{&s.dout, qb}, part{&s.doutT, qb},
-		part{&s.k, kb}, part{&s.kT, kb}, part{&s.v, kb}, part{&s.lseLog2, st}, part{&s.deltaPad, st})
+	return carve(base, parts...)
 }
 
 // computes accepts every variant but dropout and the bias (the _var

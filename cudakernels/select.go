@@ -221,14 +221,11 @@ func simtChoice(dir direction, f64 bool, dp int, rounding Precision, maxSmem int
 	if f64 {
 		elem = 8
 	}
-	tile := simtTile(elem, dp)
-	smem := simtFwdSmem(elem, dp, tile)
+	rb := simtRowBlockShape(dir, elem, dp)
+	ch := choice{kind: kindSIMT, dir: dir, prec: FP32, elem: elem, dp: dp, rows: rb.rows, step: rb.rows, threads: rb.threads,
+		smem: rb.smem}
 	if dir == backwardDir {
-		smem = simtBwdSmem(elem, dp, tile)
-	}
-	ch := choice{kind: kindSIMT, dir: dir, prec: FP32, elem: elem, dp: dp, rows: tile, step: tile, threads: tile * 8, smem: smem}
-	if dir == backwardDir {
-		ch.smemDQ = smem
+		ch.smemDQ = rb.smem
 		if rounding != FP32 {
 			ch.prec, ch.rounded = rounding, true
 		}

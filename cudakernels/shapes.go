@@ -26,6 +26,18 @@ func simtBwdSmem(elemSize, dp, tile int) int {
 	return elemSize * (4*tile*(dp+1) + 2*tile*(tile+1) + 2*tile)
 }
 
+// simtRowBlockShape is the launch shape of the row-block CUDA-core kernels
+// (csrc/fwd_simt.cuh, bwd_simt.cuh, whose dbias the register-blocked
+// backward keeps): simtTile rows a block, 8 threads a row, and the
+// direction's shared memory.
+func simtRowBlockShape(dir direction, elemSize, dp int) launchShape {
+	tile := simtTile(elemSize, dp)
+	if dir == backwardDir {
+		return launchShape{tile, 8 * tile, simtBwdSmem(elemSize, dp, tile)}
+	}
+	return launchShape{tile, 8 * tile, simtFwdSmem(elemSize, dp, tile)}
+}
+
 // simtBlocked reports whether the CUDA-core forward of elemSize-byte
 // elements at dp is the register-blocked kernel (csrc/fwd_simt_blocked.cuh,
 // flash_fwd_simt_blocked_f32_d*): float32 at dp ≥ 64, where its 16-byte

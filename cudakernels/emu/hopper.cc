@@ -22,9 +22,9 @@
 // lengths; then the forward. Backward (backend_gpu.go's enqueueBackward,
 // bwd_wgmma_gpu.go): dO rounded in place with D = rowsum(dO∘O); row images
 // of Q, dO, K and V (and for TF32 transposed ones of Q, dO and K), in
-// tiles of 64 rows padded to 128; the statistics; the dK/dV and dQ kernels (or the
-// fused one into a zeroed dQ); the dBias kernel where Params asks for
-// dBias.
+// tiles of 64 rows padded to 128; the statistics; the dK/dV and dQ
+// kernels (or the fused one into a zeroed dQ); the dBias kernel where
+// Params asks for dBias.
 #include <cstdint>
 #include <vector>
 
