@@ -268,10 +268,14 @@
 // warp-specialized instead (fwd_wgmma_ws.cuh): a producer warpgroup issues
 // the copies and gives its registers to two consumer warpgroups (three at
 // D = 64; setmaxnreg), each of which issues the next S = Q·Kᵀ with the last tile's P·V and runs
-// its softmax while P·V runs. Where it has two consumers (D = 128, and
-// _ws2 at 64) the producer warpgroup also converts the block's rows of the
-// caller's float32 Q into the Q tile before giving its registers up, so
-// that no Q image is written and read back. Backward: the
+// its softmax while P·V runs. Each consumer warpgroup converts its rows of
+// the caller's float32 Q into its part of the Q tile itself, all its loads
+// in flight at once, so that no Q image is written and read back; with two
+// consumers (D = 128, and _ws2 at 64) the grid is persistent, a block per
+// SM taking items (a head's ws_rows query rows) from a counter in global
+// memory, zeroed before each launch, while the producer streams K and V
+// tiles across item boundaries, which hides the next item's first copies
+// behind the last one's tiles. Backward: the
 // same two deterministic kernels as the mma.sync family (dK and dV per 128
 // keys, dQ per 128 queries), each GEMM a wgmma (WithDeterministic(false):
 // plain BF16/FP16 problems at padded D 64 and 128 take one dK/dV kernel

@@ -12,15 +12,17 @@ import (
 
 // wgmmaForward is the Hopper forward (csrc/fwd_wgmma.cuh, module
 // ptx/flash_sm90a.ptx) of one precision and padded head dimension. Its
-// inputs are tile images of Q, K and Vᵀ that two conversion kernels write
-// into scratch first, padded with zeros to whole tiles: Q to a multiple of
+// inputs are tile images of Q, K and Vᵀ that conversion kernels write into
+// scratch first, padded with zeros to whole tiles: Q to a multiple of
 // c.rows rows (tiles of wgmmaQTileRows), K and V to a multiple of the key
 // tile c.step, one image per key head (grouped-query attention reads each
-// for all the query heads of its group). fn is the plain kernel, fnVar the
-// one that computes the variants (csrc/sm90_variants.cuh);
-// wgmmaForwardKernel chooses. A choice with c.full has the _full kernel
-// (fnFull) alone: the bias and dropout, with every other variant, in a
-// launch shape of its own;
+// for all the query heads of its group). The warp-specialized kernels take
+// the caller's Q instead (wgmmaFwdKernel.readsQ), and those with two
+// consumer warpgroups run on a persistent grid of at most sms blocks
+// (wgmmaFwdKernel.persistent). fn is the plain kernel, fnVar the one that
+// computes the variants (csrc/sm90_variants.cuh); wgmmaForwardKernel
+// chooses. A choice with c.full has the _full kernel (fnFull) alone: the
+// bias and dropout, with every other variant, in a launch shape of its own;
 // with c.drop too, the _drop kernel there: dropout without a bias, without
 // the bias tiles. fn, the plain kernel, runs in the launch shape plain:
 // the warp-specialized kernel's where wgmmaWSBuilt, else the choice's,
@@ -31,10 +33,11 @@ type wgmmaForward struct {
 	fn, fnVar, fnFull, toRows, toVt, toRowsLen, toVtLen cu.Function
 	c                                                   choice
 	plain                                               launchShape
+	sms                                                 int // the device's multiprocessors: a persistent grid's blocks
 }
 
-func loadWgmmaForward(mod cu.Module, c choice, maxSmem int) (*wgmmaForward, error) {
-	f := &wgmmaForward{c: c, plain: launchShape{c.rows, c.threads, c.smem}}
+func loadWgmmaForward(mod cu.Module, c choice, maxSmem, sms int) (*wgmmaForward, error) {
+	f := &wgmmaForward{c: c, plain: launchShape{c.rows, c.threads, c.smem}, sms: sms}
 	var err error
 	if f.toRows, err = function(mod, "flash_to_image_rows_"+c.prec.String()); err != nil {
 		return nil, err
@@ -79,7 +82,9 @@ func loadWgmmaForward(mod cu.Module, c choice, maxSmem int) (*wgmmaForward, erro
 }
 
 // wgmmaFwdScratch is where the images go.
-type wgmmaFwdScratch struct{ q, k, vt cu.DevicePtr }
+// wgmmaFwdScratch is where the images go, and the persistent kernels'
+// item counter.
+type wgmmaFwdScratch struct{ q, k, vt, counter cu.DevicePtr }
 
 // padded returns the rows per head of the Q and of the K and Vᵀ images
 // that scratch holds: Q to whole blocks of the plain kernel or of the
@@ -93,7 +98,8 @@ func (f *wgmmaForward) padded(p kernels.Params) (nq, nk int64) {
 func (f *wgmmaForward) carve(p kernels.Params, base cu.DevicePtr, s *wgmmaFwdScratch) int64 {
 	bh, bkv, row := int64(p.B)*int64(p.H), int64(p.B)*int64(p.KVHeads()), int64(f.c.dp)*int64(elemBytes(f.c.prec))
 	nq, nk := f.padded(p)
-	return carve(base, part{&s.q, bh * nq * row}, part{&s.k, bkv * nk * row}, part{&s.vt, bkv * nk * row})
+	return carve(base, part{&s.q, bh * nq * row}, part{&s.k, bkv * nk * row}, part{&s.vt, bkv * nk * row},
+		part{&s.counter, 4})
 }
 
 // computes accepts every variant (the _full kernel), or every one but
@@ -141,12 +147,20 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 	}
 	var s wgmmaFwdScratch
 	f.carve(p, buf.scratch, &s)
+	persistent := kind.persistent(f.c.dp)
+	if persistent {
+		// Blocks after the grid's first items take theirs from the counter.
+		grid = min(grid, f.sms)
+		if err := cu.MemsetD32Async(s.counter, 0, 1, stream); err != nil {
+			return fmt.Errorf("cudakernels: zeroing the forward's item counter: %w", err)
+		}
+	}
 	im := imaging{toRows: f.toRows, toVt: f.toVt, toRowsLen: f.toRowsLen, toVtLen: f.toVtLen, p: p, dp: f.c.dp,
 		elemSz: elemBytes(f.c.prec), stream: stream}
 	nqPad, nkPad := roundUp(int64(p.Nq), int64(rows)), roundUp(int64(p.Nk), int64(f.c.step))
 	dp := int64(f.c.dp)
 	q := tensorAt{uint64(s.q), nqPad, dp}
-	if kind.readsQ(f.c.dp) {
+	if kind.readsQ() {
 		q = dense(buf.q, p.Nq, p.D)
 	} else if err := im.queries(buf.vars).rows(buf.q, s.q, p.Nq, nqPad, wgmmaQTileRows, rows); err != nil {
 		return err
@@ -160,5 +174,8 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 	}
 	kp := newParams(p, operands{q: q, k: tensorAt{uint64(s.k), nkPad, dp},
 		v: tensorAt{uint64(s.vt), nkPad, dp}, o: dense(buf.o, p.Nq, p.D), lse: uint64(buf.lse), vars: buf.vars})
+	if persistent {
+		kp.WorkCounter = uint64(s.counter)
+	}
 	return launch(fn, grid, shape.threads, shape.smem, stream, &kp)
 }

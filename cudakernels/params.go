@@ -44,6 +44,7 @@ type kernelParams struct {
 	Splits                int64
 	PartO, PartLse        uint64
 	KNew, VNew, DestRows  uint64
+	WorkCounter           uint64
 }
 
 // tensorAt is a device tensor of [B, H, rows, ld] elements (ld ≥ the

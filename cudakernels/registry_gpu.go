@@ -149,7 +149,7 @@ func (r *registry) load(c choice, kernelDir string) (err error) {
 	case c.dir == forwardDir && c.kind == kindMMA:
 		r.fwd[c], err = loadMmaForward(mod, c, r.dev.MaxSmem)
 	case c.dir == forwardDir:
-		r.fwd[c], err = loadWgmmaForward(mod, c, r.dev.MaxSmem)
+		r.fwd[c], err = loadWgmmaForward(mod, c, r.dev.MaxSmem, r.dev.SMs)
 	case c.kind == kindSIMT:
 		r.bwd[c], err = loadSimtBackward(mod, c, r.dev.MaxSmem)
 	case c.kind == kindMMA:

@@ -115,30 +115,38 @@ func TestPipelineVariantsBitIdentical(t *testing.T) {
 }
 
 // TestManyShortSequences runs 65536 sequences of 2 tokens in BF16, whose
-// Hopper tile images pad every head to 128 rows: the device workspace
-// must stay within the call's data (capScratch), and the first and last
-// heads must match, bit for bit, the same heads computed alone.
+// Hopper tile images pad every head to whole blocks of rows: the device
+// workspace must stay within the call's data (capScratch), and the first,
+// a middle and the last heads must match, bit for bit, the same heads
+// computed alone. At D = 128 the forward is the persistent
+// warp-specialized kernel, whose blocks take about 500 items each from its
+// counter (wgmmaForward.launch): an item handed out twice or skipped, or
+// a stage's phase out of step, changes some head's bits.
 func TestManyShortSequences(t *testing.T) {
-	p := kernels.Params{B: 65536, H: 1, Nq: 2, Nk: 2, D: 64, Scale: 0.125}
-	rng := rand.New(rand.NewPCG(3, 4))
-	b := newTestBackend(t, WithPrecision(BF16))
-	q, k, v, do := randn[float32](rng, p.QLen()), randn[float32](rng, p.KLen()), randn[float32](rng, p.KLen()), randn[float32](rng, p.QLen())
-	got := runCall(t, b, p, q, k, v, do, false)
-	// q, k, v, o, do, dq, dk, dv and lse of the backward call.
-	data := int64(4*p.QLen()+4*p.KLen()+p.LSELen()) * 4
-	if b.xfer.workBytes > data {
-		t.Errorf("device workspace %d bytes for %d bytes of data", b.xfer.workBytes, data)
-	}
-	const heads = 16
-	part := p
-	part.B = heads
-	qn, kn := heads*p.Nq*p.D, heads*p.Nk*p.D
-	for _, first := range []int{0, p.B - heads} {
-		qo, ko := first*p.Nq*p.D, first*p.Nk*p.D
-		alone := runCall(t, b, part, q[qo:qo+qn], k[ko:ko+kn], v[ko:ko+kn], do[qo:qo+qn], false)
-		lo := first * p.Nq
-		sameBits(t, fmt.Sprintf("heads %d…%d", first, first+heads-1), outputs[float32]{
-			got.o[qo : qo+qn], got.lse[lo : lo+heads*p.Nq], got.dq[qo : qo+qn], got.dk[ko : ko+kn], got.dv[ko : ko+kn]}, alone)
+	for _, d := range []int{64, 128} {
+		t.Run(fmt.Sprintf("D%d", d), func(t *testing.T) {
+			p := kernels.Params{B: 65536, H: 1, Nq: 2, Nk: 2, D: d, Scale: 0.125}
+			rng := rand.New(rand.NewPCG(3, uint64(d)))
+			b := newTestBackend(t, WithPrecision(BF16))
+			q, k, v, do := randn[float32](rng, p.QLen()), randn[float32](rng, p.KLen()), randn[float32](rng, p.KLen()), randn[float32](rng, p.QLen())
+			got := runCall(t, b, p, q, k, v, do, false)
+			// q, k, v, o, do, dq, dk, dv and lse of the backward call.
+			data := int64(4*p.QLen()+4*p.KLen()+p.LSELen()) * 4
+			if b.xfer.workBytes > data {
+				t.Errorf("device workspace %d bytes for %d bytes of data", b.xfer.workBytes, data)
+			}
+			const heads = 16
+			part := p
+			part.B = heads
+			qn, kn := heads*p.Nq*p.D, heads*p.Nk*p.D
+			for _, first := range []int{0, p.B/2 + 3, p.B - heads} {
+				qo, ko := first*p.Nq*p.D, first*p.Nk*p.D
+				alone := runCall(t, b, part, q[qo:qo+qn], k[ko:ko+kn], v[ko:ko+kn], do[qo:qo+qn], false)
+				lo := first * p.Nq
+				sameBits(t, fmt.Sprintf("heads %d…%d", first, first+heads-1), outputs[float32]{
+					got.o[qo : qo+qn], got.lse[lo : lo+heads*p.Nq], got.dq[qo : qo+qn], got.dk[ko : ko+kn], got.dv[ko : ko+kn]}, alone)
+			}
+		})
 	}
 }
 

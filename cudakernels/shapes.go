@@ -245,16 +245,20 @@ func wgmmaWSConsumers(dp int) int {
 func wgmmaWSRows(nc int) int    { return 64 * nc }
 func wgmmaWSThreads(nc int) int { return 128 * (nc + 1) }
 
-// wgmmaWSReadsQ is ws_reads_q: whether the warp-specialized forward with
-// nc consumer warpgroups converts the caller's float32 Q itself instead of
-// copying a Q image (the two-consumer ones).
-func wgmmaWSReadsQ(nc int) bool { return nc == 2 }
+// wgmmaWSPersistent is ws_persistent: whether the warp-specialized forward
+// with nc consumer warpgroups has a persistent grid.
+func wgmmaWSPersistent(nc int) bool { return nc == 2 }
 
 // wgmmaWSSmem is ws_smem_bytes: alignment slack, Q (wgmmaWSRows(nc) rows),
-// the stages of K and Vᵀ, 1 + 4·stages mbarriers.
+// the stages of K and Vᵀ, 4·stages mbarriers, and for a persistent kernel
+// its item ring (two slots, four mbarriers).
 func wgmmaWSSmem(prec Precision, dp, nc int) int {
 	eb, bk := elemBytes(prec), wgmmaFwdBK(prec, dp, false)
-	return 1024 + wgmmaWSRows(nc)*dp*eb + 2*wgmmaWSStages*bk*dp*eb + (1+4*wgmmaWSStages)*8
+	ring := 0
+	if wgmmaWSPersistent(nc) {
+		ring = 6 * 8
+	}
+	return 1024 + wgmmaWSRows(nc)*dp*eb + 2*wgmmaWSStages*bk*dp*eb + 4*wgmmaWSStages*8 + ring
 }
 
 // launchShape is a kernel's query rows per block, threads and shared memory.
@@ -279,15 +283,20 @@ const (
 	wgmmaFwdWS2                            // _ws2: the two-consumer one at dp = 64
 )
 
-// readsQ reports whether kernel k, at padded head dimension dp, converts
-// the caller's float32 Q itself instead of reading a Q image: the
-// warp-specialized kernels with two consumer warpgroups (wgmmaWSReadsQ).
-func (k wgmmaFwdKernel) readsQ(dp int) bool {
+// readsQ reports whether kernel k converts the caller's float32 Q itself
+// instead of reading a Q image: the warp-specialized forwards.
+func (k wgmmaFwdKernel) readsQ() bool { return k == wgmmaFwdWS || k == wgmmaFwdWS2 }
+
+// persistent reports whether kernel k, at padded head dimension dp, runs
+// on a persistent grid, at most one block per SM, each taking items of
+// rows in turn: the warp-specialized forwards with two consumer
+// warpgroups (wgmmaWSPersistent).
+func (k wgmmaFwdKernel) persistent(dp int) bool {
 	switch k {
 	case wgmmaFwdWS:
-		return wgmmaWSReadsQ(wgmmaWSConsumers(dp))
+		return wgmmaWSPersistent(wgmmaWSConsumers(dp))
 	case wgmmaFwdWS2:
-		return wgmmaWSReadsQ(2)
+		return wgmmaWSPersistent(2)
 	}
 	return false
 }

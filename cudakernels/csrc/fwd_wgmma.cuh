@@ -223,8 +223,8 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
     wgmma_fence();
 #pragma unroll
     for (int kc = 0; kc < DP / E::kK; ++kc)
-      Wgmma<E, BK>::ss(reinterpret_cast<float(&)[BK / 2]>(s), q_desc + (k_slice_offset(kc, kQTileRows) >> 4),
-                       k_desc + (k_slice_offset(kc, BK) >> 4), kc > 0);
+      Wgmma<E, BK>::ss(reinterpret_cast<float(&)[BK / 2]>(s), desc_advance(q_desc, k_slice_offset(kc, kQTileRows)),
+                       desc_advance(k_desc, k_slice_offset(kc, BK)), kc > 0);
     wgmma_commit();
     wgmma_wait<0>();
 
@@ -322,7 +322,7 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BK / E::kK; ++kk)
-      Wgmma<E, DP>::rs(reinterpret_cast<float(&)[DP / 2]>(acc), p[kk], v_desc + (k_slice_offset(kk, DP) >> 4));
+      Wgmma<E, DP>::rs(reinterpret_cast<float(&)[DP / 2]>(acc), p[kk], desc_advance(v_desc, k_slice_offset(kk, DP)));
     wgmma_commit();
     wgmma_wait<0>();
 

@@ -1,48 +1,67 @@
 // The warp-specialized Hopper forward: the plain problems (fwd_wgmma.cuh's
 // plain kernel's: no grouped heads, lengths, left window bound or score
 // modifier) of 16-bit operands at DP = 64 and 128 and of TF32 at DP = 128,
-// on the same tile images as fwd_rowblock, with a producer warpgroup and two
-// consumer ones (three at DP = 64: ws_consumers) instead of two that do
-// both. (TF32 at DP = 64 stays on fwd_rowblock, which measured faster
-// there: 4.16 against 4.71 ms at N = 8k on the H200, 2026-12-04.)
+// on the K and Vᵀ tile images fwd_rowblock reads and the caller's float32
+// Q, with a producer warpgroup and two consumer ones (three at DP = 64:
+// ws_consumers) instead of two that do both. (TF32 at DP = 64 stays on
+// fwd_rowblock, which measured faster there: 4.16 against 4.71 ms at
+// N = 8k on the H200, 2026-12-04.)
 //
 // Why: in fwd_rowblock every warpgroup computes S = Q·Kᵀ, waits for it, runs
 // the softmax, computes O += P·V and waits again, and one of its threads
 // issues the copies; the tensor cores idle while the softmax runs unless
 // the other warpgroup happens to be in a product. Here
-//   - warpgroup 0 is the producer: one thread issues the bulk copies of Q
-//     and of the K and Vᵀ tiles into kWsStages stages, K and Vᵀ with
-//     barriers of their own (a consumer needs K of tile i with Vᵀ of tile
-//     i − 1). It gives its registers up (setmaxnreg.dec) to the
-//     consumer warpgroups (setmaxnreg.inc), which hold O, S and P at once;
-//   - each consumer warpgroup (64 query rows) overlaps its softmax with its
-//     own products: it issues S_i = Q·K_iᵀ and O += P_{i−1}·V_{i−1}, waits
-//     for S_i alone, runs the softmax of tile i while P·V runs, then waits
-//     for P·V, rescales O and packs P_i. The tensor cores see a product
-//     queued behind every softmax.
+//   - warpgroup 0 is the producer: one thread issues the bulk copies of the
+//     K and Vᵀ tiles into kWsStages stages, K and Vᵀ with barriers of their
+//     own (a consumer needs K of tile i with Vᵀ of tile i − 1). It gives
+//     its registers up (setmaxnreg.dec) to the consumer warpgroups
+//     (setmaxnreg.inc), which hold O, S and P at once;
+//   - each consumer warpgroup (64 query rows) converts its rows of the
+//     caller's float32 Q into its part of the Q tile (QRows, every load in
+//     flight at once), then overlaps its softmax with its own products: it
+//     issues S_i = Q·K_iᵀ and O += P_{i−1}·V_{i−1}, waits for S_i alone,
+//     runs the softmax of tile i while P·V runs, then waits for P·V,
+//     rescales O and packs P_i. The tensor cores see a product queued
+//     behind every softmax.
 // The epilogue stores O through the warpgroup's part of the Q tile
 // (store_wg_rows), which its last S = Q·Kᵀ is done reading.
 //
-// In the two-consumer kernels (ws_reads_q) Q is not an image: the
-// producer warpgroup converts the block's rows of the caller's float32 Q
-// into the Q tile itself (q_image), after issuing the first stages'
-// copies of K and V and before it gives its registers up, which saves the
-// conversion pass over Q that the other kernels need (a read of Q in
-// float32, a write and a read of its image); Q is read once per block
-// anyway. K and V stay images: every query block reads them, and float32
-// tiles would double the main loop's traffic. The three-consumer kernel
-// copies a Q image as before: at its 128 registers a thread, the
-// conversion's code put spills into the consumers' tile loop (ptxas 12.4:
-// 36 bytes stored, 120 loaded, against 8 and 8 after the loop without
-// it).
+// Q is not an image: it is read once per block, and converting it here
+// saves the pass the other kernels need (a read of Q in float32, a write
+// and a read of its image: 46 µs of 1.81 ms at D = 128 N = 8k on the
+// H200). K and V stay images: every query block reads them, and float32
+// tiles would double the main loop's traffic.
 //
-// Barriers: q_full (the Q copy's bytes, or the producer's 128 threads,
-// each when its part of Q is written), full_k/full_v per stage (a tile's
-// bytes, one arrival: the producer's expect_tx), empty_k/empty_v per stage
-// (every consumer thread arrives when its products are done reading the
-// tile: an arrive releases only the arriving thread's own accesses).
-// Parity of use u of a stage is u & 1; the producer refills a stage for use
-// u after the release of use u − 1.
+// The two-consumer kernels (ws_persistent) run on a persistent grid of at
+// most one block per SM (wgmmaForward.launch). Block b starts with item b
+// of the B·H·q_tiles items of ws_rows rows (block_order's order); then
+// its producer takes the next ticket of p.work_counter (zero at launch),
+// the item gridDim.x + ticket, and hands it to the consumers through a
+// ring of two shared slots (item_full, item_empty). Items so go out in
+// block_order's order as blocks free up, as the hardware's scheduler hands
+// out blocks: a fixed stride instead left some causal blocks twice the
+// work of others (+17–46 % at N ≥ 4k, H100 2026-12-05). The producer
+// counts K/V tiles across items, so that it copies the next item's first
+// tiles while the consumers finish the last one; the consumers ask L2
+// for the next item's Q rows before their epilogue (QRows::prefetch), and
+// load them after it. A block's start (barriers, the first copies' round
+// trip) and end are paid once per SM instead of once per item. The
+// three-consumer kernel takes one item per block: at its 160 registers a
+// thread, the item loop put 112–192 bytes of spills into the tile loop
+// (ptxas 12.4).
+//
+// Barriers: full_k/full_v per stage (a tile's bytes, one arrival: the
+// producer's expect_tx), empty_k/empty_v per stage (every consumer thread
+// arrives when its products are done reading the tile, the last tile of
+// an item too: an arrive releases only the arriving thread's own
+// accesses). Stage uses are counted across the block's items (g): use g
+// goes to stage g mod kWsStages, its round u = g / kWsStages, whose parity
+// is u & 1; the producer refills a stage for round u after the release of
+// round u − 1. The producer pads each item to whole rounds with uses that
+// copy nothing (the consumers wait for them and release them), so that
+// tile it of every item is in stage it mod kWsStages: a stage index the
+// compiler can see is warp-uniform, which keeps the descriptors out of
+// vector registers (see the consumers' loop).
 #pragma once
 #include "common.cuh"
 #include "sm90.cuh"
@@ -63,9 +82,11 @@ constexpr int kWsStages = 2;
 template <int DP> __host__ __device__ constexpr int ws_consumers() { return DP == 64 ? 3 : 2; }
 template <int NC> __host__ __device__ constexpr int ws_threads() { return 128 * (NC + 1); }
 template <int NC> __host__ __device__ constexpr int ws_rows() { return 64 * NC; }
-// ws_reads_q: the kernel converts the caller's float32 Q itself (the
-// two-consumer kernels; select.go repeats it: wgmmaWSReadsQ).
-template <int NC> __host__ __device__ constexpr bool ws_reads_q() { return NC == 2; }
+// ws_persistent: the grid is persistent, each block taking items in turn
+// (the two-consumer kernels), or one block per item (three consumers: at
+// their 160 registers a thread, the item loop put 112–192 bytes of spills
+// into the tile loop, ptxas 12.4). select.go repeats it (wgmmaWSPersistent).
+template <int NC> __host__ __device__ constexpr bool ws_persistent() { return NC == 2; }
 // Registers per thread after setmaxnreg: 24 × 128 + 240 × 256 or
 // 24 × 128 + 160 × 384, 64512 of the SM's 65536 (the block is alone on its
 // SM).
@@ -77,12 +98,15 @@ template <int NC> __host__ __device__ constexpr int ws_consumer_regs() { return 
 template <typename E, int DP> __host__ __device__ constexpr bool ws_built() {
   return sizeof(typename E::Storage) == 2 ? DP == 64 || DP == 128 : DP == 128;
 }
+// ws_ring_bytes: the persistent kernels' item ring, two slots of the next
+// item's index and their item_full and item_empty mbarriers.
+template <int NC> __host__ __device__ constexpr int ws_ring_bytes() { return ws_persistent<NC>() ? 6 * 8 : 0; }
 // ws_smem_bytes: up to 1024 bytes to align the tiles, Q (ws_rows rows),
-// kWsStages stages of a K and a Vᵀ tile of fwd_bk keys, 1 + 4·kWsStages
-// mbarriers. select.go repeats it (wgmmaWSSmem).
+// kWsStages stages of a K and a Vᵀ tile of fwd_bk keys, 4·kWsStages
+// mbarriers, the item ring. select.go repeats it (wgmmaWSSmem).
 template <typename E, int DP, int NC> __host__ __device__ constexpr int ws_smem_bytes() {
   return 1024 + ws_rows<NC>() * DP * static_cast<int>(sizeof(typename E::Storage)) +
-         2 * kWsStages * fwd_kv_bytes<E, DP>() + (1 + 4 * kWsStages) * 8;
+         2 * kWsStages * fwd_kv_bytes<E, DP>() + 4 * kWsStages * 8 + ws_ring_bytes<NC>();
 }
 
 #ifdef FLASH_EMU  // no register file to share out on the host
@@ -115,36 +139,45 @@ template <int N> __device__ __forceinline__ void fence_regs(float (&x)[N][4]) {
     }
 }
 
-// q_image converts rows r0 … r0 + ROWS − 1 of head bh of the caller's
-// float32 Q (p.q with its strides) into the block's Q tile at shared
-// address tile: ROWS / 64 images of 64 rows, each K-major with the
-// 128-byte swizzle as to_image_rows lays one out, zero past nq and past
-// dim. The 128 threads of the producer warpgroup (tid its thread) share
-// the work and each arrives on q_full when its stores are visible to
-// wgmma.
-template <typename E, int DP, int ROWS>
-__device__ __forceinline__ void q_image(uint32_t tile, const Params& p, long long bh, long long r0, uint32_t q_full,
-                                        int tid) {
-  constexpr int kVec = mma::StorageOf<E>::kVec, kRowChunks = DP / kVec;
-  constexpr int kTileBytes = kQTileRows * DP * static_cast<int>(sizeof(typename E::Storage));
-  const float* qh = head_of(static_cast<const float*>(p.q), bh, p.h, p.q_batch_stride, p.q_head_stride);
-  // 16-byte loads where every row of the head starts on a 16-byte boundary.
-  const bool vec = p.dim % 4 == 0 && p.q_row_stride % 4 == 0 && reinterpret_cast<uintptr_t>(qh) % 16 == 0;
-  unsigned char* const base = smem + (tile - smem_addr(smem));
-  // Each thread converts kPer chunks, kBatch at a time with all of a
-  // batch's loads issued before its first store: one chunk after another,
-  // each load waited for before the next issued, kept the consumers' first
-  // product waiting 16 DRAM round trips at DP = 128 (the block's whole
-  // prologue; +60–90 µs over the forward's 15 waves of blocks, H100
-  // 2026-12-05).
-  constexpr int kPer = ROWS * kRowChunks / 128, kBatch = kPer < 8 ? kPer : 8;
-  static_assert(kPer % kBatch == 0, "whole batches of chunks per thread");
-#pragma unroll 1
-  for (int b0 = 0; b0 < kPer; b0 += kBatch) {
-    float f[kBatch][kVec];
+// prefetch_l2 asks L2 for the line holding x (nothing on the host).
+__device__ __forceinline__ void prefetch_l2(const float* x) {
+#ifdef FLASH_EMU
+  (void)x;
+#else
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(x));
+#endif
+}
+
+// take_item returns the next ticket of the persistent grid's item counter.
+__device__ __forceinline__ long long take_item(void* counter) {
+#ifdef FLASH_EMU  // one host thread runs every fiber
+  int* c = static_cast<int*>(counter);
+  return (*c)++;
+#else
+  return atomicAdd(static_cast<int*>(counter), 1);
+#endif
+}
+
+// QRows holds a thread's share of a warpgroup's 64 rows of Q in float32:
+// kPer chunks of kVec elements (kPer · kVec = 32 at DP = 64, 64 at 128).
+template <typename E, int DP> struct QRows {
+  static constexpr int kVec = mma::StorageOf<E>::kVec, kRowChunks = DP / kVec;
+  static constexpr int kPer = kQTileRows * kRowChunks / 128;
+  float f[kPer][kVec];
+
+  // load issues every load of rows r0 … r0 + 63 of head bh of the
+  // caller's float32 Q (p.q with its strides), zero past nq and dim, as
+  // thread tid of the warpgroup: all of them in flight at once, so that
+  // the conversion costs one DRAM round trip, not one per chunk (one
+  // chunk after another, a first version cost 60–90 µs over the forward,
+  // H100 2026-12-05).
+  __device__ __forceinline__ void load(const Params& p, long long bh, long long r0, int tid) {
+    const float* qh = head_of(static_cast<const float*>(p.q), bh, p.h, p.q_batch_stride, p.q_head_stride);
+    // 16-byte loads where every row of the head starts on a 16-byte boundary.
+    const bool vec = p.dim % 4 == 0 && p.q_row_stride % 4 == 0 && reinterpret_cast<uintptr_t>(qh) % 16 == 0;
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int i = tid + (b0 + j) * 128, r = i / kRowChunks, c = i % kRowChunks;
+    for (int j = 0; j < kPer; ++j) {
+      const int i = tid + j * 128, r = i / kRowChunks, c = i % kRowChunks;
       const long long row = r0 + r, c0 = static_cast<long long>(c) * kVec;
       const float* src = qh + row * p.q_row_stride + c0;
       if (vec && row < p.nq && c0 + kVec <= p.dim) {
@@ -158,21 +191,67 @@ __device__ __forceinline__ void q_image(uint32_t tile, const Params& p, long lon
         for (int e = 0; e < kVec; ++e) f[j][e] = row < p.nq && c0 + e < p.dim ? src[e] : 0.f;
       }
     }
+  }
+  // prefetch asks L2 for the lines load will read (no registers held: at
+  // DP = 128 the float32 rows held through the epilogue spilled 644 bytes,
+  // ptxas 12.4, since every consumer thread lives within the launch's 168
+  // registers).
+  __device__ __forceinline__ static void prefetch(const Params& p, long long bh, long long r0, int tid) {
+    const float* qh = head_of(static_cast<const float*>(p.q), bh, p.h, p.q_batch_stride, p.q_head_stride);
+    constexpr int kLines = DP / 32;  // 128-byte lines of a row (up to DP columns)
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int i = tid + (b0 + j) * 128, r = i / kRowChunks, c = i % kRowChunks;
-      const int at = r / kQTileRows * kTileBytes + image_chunk(r % kQTileRows, c, kQTileRows) * 16;
-      *reinterpret_cast<uint4*>(base + at) = mma::StorageOf<E>::convert(f[j]);
+    for (int k = 0; k < kQTileRows * kLines / 128; ++k) {
+      const int line = tid + k * 128;
+      const long long row = r0 + line / kLines, c0 = line % kLines * 32;
+      if (row < p.nq && c0 < p.dim) prefetch_l2(qh + row * p.q_row_stride + c0);
     }
   }
-  fence_proxy_async();  // the generic stores, before wgmma reads them
-  mbar_arrive(q_full);
+  // store converts the rows into a 64-row Q tile at shared address tile,
+  // K-major with the 128-byte swizzle as to_image_rows lays one out. The
+  // caller orders the stores before wgmma reads the tile
+  // (fence_proxy_async, then a warpgroup barrier).
+  __device__ __forceinline__ void store(uint32_t tile, int tid) const {
+    unsigned char* const base = smem + (tile - smem_addr(smem));
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int i = tid + j * 128;
+      *reinterpret_cast<uint4*>(base + image_chunk(i / kRowChunks, i % kRowChunks, kQTileRows) * 16) =
+          mma::StorageOf<E>::convert(f[j]);
+    }
+  }
+};
+
+// WsItem is one item of the persistent grid: ws_rows query rows of one
+// head, and the key tiles they see.
+struct WsItem {
+  long long bh, q0;
+  SeqMask mk;
+  int n_tiles;
+};
+
+// ws_item locates item i of n_items (block_order's order over B·H heads of
+// q_tiles tiles each, longest first with a right bound) for blocks of ROWS
+// rows and key tiles of BK.
+template <int ROWS, int BK>
+__device__ __forceinline__ WsItem ws_item(const Params& p, long long i, long long n_items, long long q_tiles) {
+  WsItem w;
+  long long tile;
+  block_order(static_cast<unsigned>(i), static_cast<unsigned>(q_tiles), static_cast<unsigned>(n_items),
+              p.mask_right >= 0, w.bh, tile);
+  w.q0 = tile * ROWS;
+  w.mk = seq_mask(p, w.bh);
+  // The rows see keys 0 … key_hi of the last real row (plain problems:
+  // from key 0, bounds nondecreasing in the row).
+  const long long kv_end =
+      w.q0 < w.mk.lq ? w.mk.key_hi((w.q0 + ROWS < w.mk.lq ? w.q0 + ROWS : w.mk.lq) - 1) : 0;
+  w.n_tiles = static_cast<int>((kv_end + BK - 1) / BK);
+  return w;
 }
 
-// fwd_ws is the kernel's body (see the top of this file): p.q, p.k and p.v
-// are the images fwd_rowblock reads (Q padded to a multiple of ws_rows
-// rows), the grid B·H·q_tiles blocks of ws_rows rows, in block_order's
-// order.
+// fwd_ws is the kernel's body (see the top of this file): p.q is the
+// caller's float32 Q, p.k and p.v the images fwd_rowblock reads; the grid
+// is persistent: block b takes items b, b + gridDim.x, … of the B·H·q_tiles
+// items of ws_rows rows (wgmmaForward.launch: no more blocks than SMs).
 template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_ws(const Params& p) {
   static_assert(ws_built<E, DP>(), "the warp-specialized forward is not built for this operand type and DP");
   static_assert(NC == 2 || NC == 3, "two or three consumer warpgroups");
@@ -182,77 +261,95 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
   constexpr int BK = fwd_bk<E, DP>();
   constexpr int kRows = ws_rows<NC>(), kConsumerThreads = ws_threads<NC>() - 128;
   constexpr int kQBytes = kRows * DP * static_cast<int>(sizeof(S)), kKVBytes = fwd_kv_bytes<E, DP>();
+  constexpr int kWgQBytes = kQTileRows * DP * static_cast<int>(sizeof(S));
   constexpr int kNS = BK / 8, kNO = DP / 8;
   const float kInf = Math<float>::inf();
   const long long nq = p.nq, nk = p.nk;
-  // Longest blocks first (block_order): with a right bound (causal) the
-  // last rows see the most keys.
-  const long long q_tiles = (nq + kRows - 1) / kRows;
-  long long bh, tile;
-  block_order(blockIdx.x, static_cast<unsigned>(q_tiles), p.mask_right >= 0, bh, tile);
-  const long long q0 = tile * kRows;
-  const SeqMask mk = seq_mask(p, bh);
-  // The block's rows see keys 0 … key_hi of its last real row (plain
-  // problems: from key 0, bounds nondecreasing in the row).
-  const long long kv_end = q0 < mk.lq ? mk.key_hi((q0 + kRows < mk.lq ? q0 + kRows : mk.lq) - 1) : 0;
-  const int n_tiles = static_cast<int>((kv_end + BK - 1) / BK);
+  const long long q_tiles = (nq + kRows - 1) / kRows, n_items = p.b * p.h * q_tiles;
 
   const uint32_t sQ = (smem_addr(smem) + 1023u) & ~1023u;
   const uint32_t sK = sQ + kQBytes, sV = sK + kWsStages * kKVBytes, bars = sV + kWsStages * kKVBytes;
-  const uint32_t q_full = bars;
-  auto full_k = [&](int st) { return bars + 8 * (1 + st); };
-  auto full_v = [&](int st) { return bars + 8 * (1 + kWsStages + st); };
-  auto empty_k = [&](int st) { return bars + 8 * (1 + 2 * kWsStages + st); };
-  auto empty_v = [&](int st) { return bars + 8 * (1 + 3 * kWsStages + st); };
+  auto full_k = [&](int st) { return bars + 8 * st; };
+  auto full_v = [&](int st) { return bars + 8 * (kWsStages + st); };
+  auto empty_k = [&](int st) { return bars + 8 * (2 * kWsStages + st); };
+  auto empty_v = [&](int st) { return bars + 8 * (3 * kWsStages + st); };
+  // The item ring (persistent kernels): the producer writes the block's
+  // next item into slot j mod 2 after issuing item j's copies (item_full),
+  // the consumers read it when item j's products are done (item_empty).
+  auto item_full = [&](int slot) { return bars + 8 * (4 * kWsStages + slot); };
+  auto item_empty = [&](int slot) { return bars + 8 * (4 * kWsStages + 2 + slot); };
+  auto item_slot = [&](int slot) {
+    return reinterpret_cast<volatile long long*>(smem + (bars + 8 * (4 * kWsStages + 4 + slot) - smem_addr(smem)));
+  };
   if (threadIdx.x == 0) {
-    mbar_init(q_full, ws_reads_q<NC>() ? 128 : 1);
     for (int st = 0; st < kWsStages; ++st) {
       mbar_init(full_k(st), 1);
       mbar_init(full_v(st), 1);
       mbar_init(empty_k(st), kConsumerThreads);
       mbar_init(empty_v(st), kConsumerThreads);
     }
+    if constexpr (ws_persistent<NC>()) {
+      for (int slot = 0; slot < 2; ++slot) {
+        mbar_init(item_full(slot), 1);
+        mbar_init(item_empty(slot), kConsumerThreads);
+      }
+    }
     mbar_fence_init();
   }
   __syncthreads();
 
-  const int wg = threadIdx.x / 128;
+  // The warpgroup through lane 0, so that the compiler knows it
+  // warp-uniform and keeps the consumers' Q descriptors in uniform
+  // registers (ptxas 12.4: 917 → 887 instructions a tile at TF32 D = 128,
+  // with the stages below).
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
   if (wg == 0) {
-    // A block whose rows see no key loads nothing (no copy may still be
-    // landing when the block exits).
-    const S* kh = static_cast<const S*>(p.k) + bh * ((nk + BK - 1) / BK) * BK * DP;
-    const S* vh = static_cast<const S*>(p.v) + bh * ((nk + BK - 1) / BK) * BK * DP;
-    auto load = [&](int it) {
-      const int st = it % kWsStages;
-      const unsigned prev = ((it / kWsStages) & 1) ^ 1;  // parity of the stage's last release
-      const long long off = static_cast<long long>(it) * BK * DP;
-      if (it >= kWsStages) mbar_wait(empty_k(st), prev);
-      mbar_arrive_expect_tx(full_k(st), kKVBytes);
-      bulk_copy(sK + st * kKVBytes, kh + off, kKVBytes, full_k(st));
-      if (it >= kWsStages) mbar_wait(empty_v(st), prev);
-      mbar_arrive_expect_tx(full_v(st), kKVBytes);
-      bulk_copy(sV + st * kKVBytes, vh + off, kKVBytes, full_v(st));
-    };
-    if constexpr (ws_reads_q<NC>()) {
-      if (n_tiles > 0) {
-        // The first stages' copies go out first, and land while the
-        // warpgroup converts Q with the registers it has before giving
-        // them up.
-        if (threadIdx.x == 0)
-          for (int it = 0; it < kWsStages && it < n_tiles; ++it) load(it);
-        q_image<E, DP, kRows>(sQ, p, bh, q0, q_full, threadIdx.x);
-      }
-      setmaxnreg_dec<kWsProducerRegs>();
-      if (threadIdx.x == 0)
-        for (int it = kWsStages; it < n_tiles; ++it) load(it);
-    } else {
-      setmaxnreg_dec<kWsProducerRegs>();
-      if (threadIdx.x == 0 && n_tiles > 0) {
-        mbar_arrive_expect_tx(q_full, kQBytes);
-        // The Q image's rows are padded to a multiple of kRows (wgmmaForward.padded).
-        bulk_copy(sQ, head_of(static_cast<const S*>(p.q), bh, p.h, p.q_batch_stride, p.q_head_stride) + q0 * DP,
-                  kQBytes, q_full);
-        for (int it = 0; it < n_tiles; ++it) load(it);
+    setmaxnreg_dec<kWsProducerRegs>();
+    if (threadIdx.x == 0) {
+      // Stage uses are counted across the block's items (see the top of
+      // the file), so that the producer runs on into the next item while
+      // the consumers finish one.
+      int g = 0;
+      long long i = blockIdx.x;
+      for (int j = 0; i < n_items; ++j) {
+        const WsItem w = ws_item<kRows, BK>(p, i, n_items, q_tiles);
+        const S* kh = static_cast<const S*>(p.k) + w.bh * ((nk + BK - 1) / BK) * BK * DP;
+        const S* vh = static_cast<const S*>(p.v) + w.bh * ((nk + BK - 1) / BK) * BK * DP;
+        for (int it = 0; it < w.n_tiles; ++it, ++g) {
+          const int st = g % kWsStages;
+          const unsigned prev = ((g / kWsStages) & 1) ^ 1;  // parity of the stage's last release
+          const long long off = static_cast<long long>(it) * BK * DP;
+          if (g >= kWsStages) mbar_wait(empty_k(st), prev);
+          mbar_arrive_expect_tx(full_k(st), kKVBytes);
+          bulk_copy(sK + st * kKVBytes, kh + off, kKVBytes, full_k(st));
+          if (g >= kWsStages) mbar_wait(empty_v(st), prev);
+          mbar_arrive_expect_tx(full_v(st), kKVBytes);
+          bulk_copy(sV + st * kKVBytes, vh + off, kKVBytes, full_v(st));
+        }
+        if constexpr (!ws_persistent<NC>()) {
+          break;
+        } else {
+          // Stage uses without a copy up to a whole round of the stages
+          // (the full barriers' phases complete on the arrival alone), so
+          // that every item starts at stage 0 (see the consumers' loop).
+          for (; g % kWsStages != 0; ++g) {
+            const int st = g % kWsStages;
+            const unsigned prev = ((g / kWsStages) & 1) ^ 1;
+            if (g >= kWsStages) mbar_wait(empty_k(st), prev);
+            mbar_arrive(full_k(st));
+            if (g >= kWsStages) mbar_wait(empty_v(st), prev);
+            mbar_arrive(full_v(st));
+          }
+        }
+        // The block's next item: after the grid's first ones, the counter
+        // hands them out in order as blocks ask (the hardware's scheduler
+        // did so for one item a block; a fixed stride left causal blocks
+        // with twice the work of others).
+        i = gridDim.x + take_item(p.work_counter);
+        const int slot = j & 1;
+        if (j >= 2) mbar_wait(item_empty(slot), ((j >> 1) - 1) & 1);
+        *item_slot(slot) = i;
+        mbar_arrive(item_full(slot));  // releases the slot's write (n_items or more: the end)
       }
     }
     return;
@@ -261,31 +358,20 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
 
   const int cw = wg - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  auto row_of = [&](int r) { return q0 + cw * 64 + warp * 16 + g + 8 * r; };
-  long long vis[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    long long lo;
-    row_keys(mk, row_of(r), lo, vis[r]);
-  }
-  // Tiles below the fewer keys either row sees need no mask.
-  const int n_unmasked = static_cast<int>((vis[0] < vis[1] ? vis[0] : vis[1]) / BK);
+  const uint32_t sQw = sQ + cw * kWgQBytes;  // this warpgroup's rows of the Q tile
+  const uint64_t q_desc = desc_sw128(sQw);
   const float scale_log2 = static_cast<float>(p.scale) * 1.4426950408889634f;
-  float m[2] = {-kInf, -kInf}, l[2] = {0.f, 0.f};  // l: this thread's partial sums
   float acc[kNO][4];
-#pragma unroll
-  for (int n = 0; n < kNO; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
   float s[kNS][4];
   uint32_t pf[BK / E::kK][4];  // P of the last tile, the A operand of its P·V
-  const uint64_t q_desc = desc_sw128(sQ + cw * kQTileRows * DP * static_cast<uint32_t>(sizeof(S)));
 
   // qk issues S = Q·K_itᵀ for the tile in stage st.
   auto qk = [&](int st) {
     const uint64_t k_desc = desc_sw128(sK + st * kKVBytes);
 #pragma unroll
     for (int kc = 0; kc < DP / E::kK; ++kc)
-      Wgmma<E, BK>::ss(reinterpret_cast<float(&)[BK / 2]>(s), q_desc + (k_slice_offset(kc, kQTileRows) >> 4),
-                       k_desc + (k_slice_offset(kc, BK) >> 4), kc > 0);
+      Wgmma<E, BK>::ss(reinterpret_cast<float(&)[BK / 2]>(s), desc_advance(q_desc, k_slice_offset(kc, kQTileRows)),
+                       desc_advance(k_desc, k_slice_offset(kc, BK)), kc > 0);
     wgmma_commit();
   };
   // pv issues O += P·V for the tile in stage st.
@@ -293,129 +379,196 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
     const uint64_t v_desc = desc_sw128(sV + st * kKVBytes);
 #pragma unroll
     for (int kk = 0; kk < BK / E::kK; ++kk)
-      Wgmma<E, DP>::rs(reinterpret_cast<float(&)[DP / 2]>(acc), pf[kk], v_desc + (k_slice_offset(kk, DP) >> 4));
+      Wgmma<E, DP>::rs(reinterpret_cast<float(&)[DP / 2]>(acc), pf[kk], desc_advance(v_desc, k_slice_offset(kk, DP)));
     wgmma_commit();
-  };
-  // softmax turns the scores of tile it into probabilities in s (online, in
-  // log2 units, element e of n8 tile j being row e/2, key 8j + 2t + (e & 1)
-  // of the tile), updates m and l, and returns each row's factor for O.
-  // Unmasked tiles take the row's extremum of the raw scores and fold the
-  // scale into the exponential's argument, exp2(s·scale − m) in one FFMA:
-  // one multiplication less per score than scaling first, which counts
-  // where the softmax, not the tensor cores, bounds the loop (D = 64). The
-  // extremum is the minimum for a negative scale. Masked tiles scale
-  // first, so that a masked score is −inf whatever the scale's sign. The
-  // exponential flushes results below 2^−126 to zero (ex2_ftz).
-  auto softmax = [&](int it, float (&alpha)[2]) {
-    const long long k0 = static_cast<long long>(it) * BK;
-    with_mask(it >= n_unmasked, [&](auto kMasked) {
-      float mult = scale_log2;  // what multiplies s in the exponential
-      if constexpr (kMasked) {
-#pragma unroll
-        for (int j = 0; j < kNS; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            s[j][e] *= scale_log2;
-            if (k0 + j * 8 + 2 * t + (e & 1) >= vis[e / 2]) s[j][e] = -kInf;
-          }
-        mult = 1.f;
-      }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx;
-        if (kMasked || scale_log2 >= 0.f) {
-          mx = -kInf;
-#pragma unroll
-          for (int j = 0; j < kNS; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
-        } else {
-          mx = kInf;
-#pragma unroll
-          for (int j = 0; j < kNS; ++j) mx = fminf(mx, fminf(s[j][2 * r], s[j][2 * r + 1]));
-        }
-        mx *= mult;
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[r], mx);
-        // A row with no visible key so far keeps m = −inf; its reference is 0.
-        const float ref = m_new == -kInf ? 0.f : m_new;
-        alpha[r] = ex2_ftz(m[r] - ref);
-        m[r] = m_new;
-        float sum = 0.f;
-#pragma unroll
-        for (int j = 0; j < kNS; ++j) {
-          s[j][2 * r] = ex2_ftz(fmaf(s[j][2 * r], mult, -ref));
-          s[j][2 * r + 1] = ex2_ftz(fmaf(s[j][2 * r + 1], mult, -ref));
-          sum += s[j][2 * r] + s[j][2 * r + 1];
-        }
-        l[r] = l[r] * alpha[r] + sum;
-      }
-    });
   };
   auto pack_p = [&] {
 #pragma unroll
     for (int kk = 0; kk < BK / E::kK; ++kk) E::p_frag(pf[kk], s, kk);
   };
 
-  if (n_tiles > 0) {
-    mbar_wait(q_full, 0);
-    mbar_wait(full_k(0), 0);
-    wgmma_fence();
-    qk(0);
-    wgmma_wait<0>();
-    fence_regs(s);
-    mbar_arrive(empty_k(0));
-    float alpha[2];
-    softmax(0, alpha);  // alpha multiplies an O of zeros: nothing to rescale
-    pack_p();
-    for (int it = 1; it < n_tiles; ++it) {
-      const int st = it % kWsStages, pst = (it - 1) % kWsStages;
-      mbar_wait(full_k(st), (it / kWsStages) & 1);
-      mbar_wait(full_v(pst), ((it - 1) / kWsStages) & 1);
+  int gt = 0;  // the block's stage uses so far, as the producer counts them (g)
+  const int tid = threadIdx.x % 128;
+  QRows<E, DP> qr;  // the item's Q rows
+  long long i = blockIdx.x;
+  for (int j = 0; i < n_items; ++j) {
+    const WsItem w = ws_item<kRows, BK>(p, i, n_items, q_tiles);
+    const long long bh = w.bh, q0 = w.q0;
+    const int n_tiles = w.n_tiles;
+    auto row_of = [&](int r) { return q0 + cw * 64 + warp * 16 + g + 8 * r; };
+    long long vis[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      long long lo;
+      row_keys(w.mk, row_of(r), lo, vis[r]);
+    }
+    // Tiles below the fewer keys either row sees need no mask.
+    const int n_unmasked = static_cast<int>((vis[0] < vis[1] ? vis[0] : vis[1]) / BK);
+    float m[2] = {-kInf, -kInf}, l[2] = {0.f, 0.f};  // l: this thread's partial sums
+#pragma unroll
+    for (int n = 0; n < kNO; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+
+    // The warpgroup's Q rows: the last item's epilogue is done with the
+    // region (every thread past this barrier), then each thread's stores
+    // are made visible to wgmma and the barrier waits for all of them.
+    qr.load(p, bh, q0 + cw * 64, tid);
+    wg_bar(cw);
+    qr.store(sQw, tid);
+    fence_proxy_async();
+    wg_bar(cw);
+
+    // softmax turns the scores of tile it into probabilities in s (online,
+    // in log2 units, element e of n8 tile j being row e/2, key
+    // 8j + 2t + (e & 1) of the tile), updates m and l, and returns each
+    // row's factor for O. Unmasked tiles take the row's extremum of the raw
+    // scores and fold the scale into the exponential's argument,
+    // exp2(s·scale − m) in one FFMA: one multiplication less per score than
+    // scaling first, which counts where the softmax, not the tensor cores,
+    // bounds the loop (D = 64). The extremum is the minimum for a negative
+    // scale. Masked tiles scale first, so that a masked score is −inf
+    // whatever the scale's sign. The exponential flushes results below
+    // 2^−126 to zero (ex2_ftz).
+    auto softmax = [&](int it, float (&alpha)[2]) {
+      const long long k0 = static_cast<long long>(it) * BK;
+      with_mask(it >= n_unmasked, [&](auto kMasked) {
+        float mult = scale_log2;  // what multiplies s in the exponential
+        if constexpr (kMasked) {
+#pragma unroll
+          for (int j = 0; j < kNS; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              s[j][e] *= scale_log2;
+              if (k0 + j * 8 + 2 * t + (e & 1) >= vis[e / 2]) s[j][e] = -kInf;
+            }
+          mult = 1.f;
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float mx;
+          if (kMasked || scale_log2 >= 0.f) {
+            mx = -kInf;
+#pragma unroll
+            for (int j = 0; j < kNS; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+          } else {
+            mx = kInf;
+#pragma unroll
+            for (int j = 0; j < kNS; ++j) mx = fminf(mx, fminf(s[j][2 * r], s[j][2 * r + 1]));
+          }
+          mx *= mult;
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_new = fmaxf(m[r], mx);
+          // A row with no visible key so far keeps m = −inf; its reference is 0.
+          const float ref = m_new == -kInf ? 0.f : m_new;
+          alpha[r] = ex2_ftz(m[r] - ref);
+          m[r] = m_new;
+          float sum = 0.f;
+#pragma unroll
+          for (int j = 0; j < kNS; ++j) {
+            s[j][2 * r] = ex2_ftz(fmaf(s[j][2 * r], mult, -ref));
+            s[j][2 * r + 1] = ex2_ftz(fmaf(s[j][2 * r + 1], mult, -ref));
+            sum += s[j][2 * r] + s[j][2 * r + 1];
+          }
+          l[r] = l[r] * alpha[r] + sum;
+        }
+      });
+    };
+
+    // Every item starts at stage 0 (the producer pads items to whole rounds
+    // of the stages), so that a tile's stage is its index's, which the
+    // compiler knows warp-uniform: counted across items, the stage kept the
+    // K and Vᵀ descriptors in vector registers (+18 instructions a tile at
+    // TF32 D = 128, ptxas 12.4). u0 is the item's first round.
+    const int u0 = gt / kWsStages;
+    auto phase = [&](int it) { return static_cast<unsigned>(u0 + it / kWsStages) & 1; };
+    if (n_tiles > 0) {
+      mbar_wait(full_k(0), phase(0));
+      wgmma_fence();
+      qk(0);
+      wgmma_wait<0>();
+      fence_regs(s);
+      mbar_arrive(empty_k(0));
+      float alpha[2];
+      softmax(0, alpha);  // alpha multiplies an O of zeros: nothing to rescale
+      pack_p();
+      for (int it = 1; it < n_tiles; ++it) {
+        const int st = it % kWsStages, pst = (it - 1) % kWsStages;
+        mbar_wait(full_k(st), phase(it));
+        mbar_wait(full_v(pst), phase(it - 1));
+        fence_regs(acc);
+        wgmma_fence();
+        qk(st);
+        pv(pst);
+        wgmma_wait<1>();  // S of tile it; P·V of tile it − 1 still running
+        fence_regs(s);
+        mbar_arrive(empty_k(st));
+        softmax(it, alpha);
+        wgmma_wait<0>();
+        fence_regs(acc);
+        mbar_arrive(empty_v(pst));
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          if (alpha[r] != 1.f) {
+#pragma unroll
+            for (int n = 0; n < kNO; ++n) acc[n][2 * r] *= alpha[r], acc[n][2 * r + 1] *= alpha[r];
+          }
+        pack_p();
+      }
+      const int last = (n_tiles - 1) % kWsStages;
+      mbar_wait(full_v(last), phase(n_tiles - 1));
       fence_regs(acc);
       wgmma_fence();
-      qk(st);
-      pv(pst);
-      wgmma_wait<1>();  // S of tile it; P·V of tile it − 1 still running
-      fence_regs(s);
-      mbar_arrive(empty_k(st));
-      softmax(it, alpha);
+      pv(last);
       wgmma_wait<0>();
       fence_regs(acc);
-      mbar_arrive(empty_v(pst));
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        if (alpha[r] != 1.f) {
-#pragma unroll
-          for (int n = 0; n < kNO; ++n) acc[n][2 * r] *= alpha[r], acc[n][2 * r + 1] *= alpha[r];
-        }
-      pack_p();
+      mbar_arrive(empty_v(last));
     }
-    const int last = (n_tiles - 1) % kWsStages;
-    mbar_wait(full_v(last), ((n_tiles - 1) / kWsStages) & 1);
-    fence_regs(acc);
-    wgmma_fence();
-    pv(last);
-    wgmma_wait<0>();
-    fence_regs(acc);
-  }
+    if constexpr (ws_persistent<NC>()) {
+      // The producer's padding: each use waited for (so that no thread runs
+      // a whole round of phases ahead) and released.
+      int it = n_tiles;
+      for (; it % kWsStages != 0; ++it) {
+        const int st = it % kWsStages;
+        mbar_wait(full_k(st), phase(it));
+        mbar_wait(full_v(st), phase(it));
+        mbar_arrive(empty_k(st));
+        mbar_arrive(empty_v(st));
+      }
+      gt += it;
+    }
 
-  // Epilogue: O = acc / l and LSE; rows that see no key get O = 0 and
-  // LSE = +inf (finish_row's conventions).
-  float inv[2];
-  finish_wg_rows(p, bh, nq, row_of(0), vis, m, l, 1.f, t, inv);
-  // O = 0 exactly for a row without keys, whatever its zero probabilities
-  // met (0·NaN from a non-finite V is NaN).
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (vis[r] <= 0) {
-#pragma unroll
-      for (int n = 0; n < kNO; ++n) acc[n][2 * r] = acc[n][2 * r + 1] = 0.f;
+    // The next item, its Q rows on their way into L2 during the epilogue.
+    long long next = n_items;
+    if constexpr (ws_persistent<NC>()) {
+      const int slot = j & 1;
+      mbar_wait(item_full(slot), (j >> 1) & 1);
+      next = *item_slot(slot);
+      mbar_arrive(item_empty(slot));
+      if (next < n_items) {
+        const WsItem nw = ws_item<kRows, BK>(p, next, n_items, q_tiles);
+        QRows<E, DP>::prefetch(p, nw.bh, nw.q0 + cw * 64, tid);
+      }
     }
+
+    // Epilogue: O = acc / l and LSE; rows that see no key get O = 0 and
+    // LSE = +inf (finish_row's conventions).
+    float inv[2];
+    finish_wg_rows(p, bh, nq, row_of(0), vis, m, l, 1.f, t, inv);
+    // O = 0 exactly for a row without keys, whatever its zero probabilities
+    // met (0·NaN from a non-finite V is NaN).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (vis[r] <= 0) {
+#pragma unroll
+        for (int n = 0; n < kNO; ++n) acc[n][2 * r] = acc[n][2 * r + 1] = 0.f;
+      }
+    }
+    float* o = head_of(static_cast<float*>(p.o), bh, p.h, p.o_batch_stride, p.o_head_stride);
+    store_wg_rows<DP, kWgQBytes>(o, p.o_row_stride, q0 + cw * 64, nq, p.dim, sQw, acc, inv, cw,
+                                 rows_vec(o, p.o_row_stride, p.dim));
+    if constexpr (!ws_persistent<NC>()) break;
+    i = next;
   }
-  float* o = head_of(static_cast<float*>(p.o), bh, p.h, p.o_batch_stride, p.o_head_stride);
-  constexpr int kWgQBytes = kQTileRows * DP * static_cast<int>(sizeof(S));
-  store_wg_rows<DP, kWgQBytes>(o, p.o_row_stride, q0 + cw * 64, nq, p.dim, sQ + cw * kWgQBytes, acc, inv, cw,
-                               rows_vec(o, p.o_row_stride, p.dim));
 }
 
 }  // namespace sm90

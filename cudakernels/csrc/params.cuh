@@ -117,9 +117,12 @@ struct Params {
   const void* k_new;
   const void* v_new;
   const void* dest_rows;
+  // The persistent forward's item counter (fwd_wgmma_ws.cuh): an int,
+  // zero at launch, from which blocks take their items after the first.
+  void* work_counter;
 };
 
-static_assert(sizeof(Params) == 73 * 8, "Params: every field is 8 bytes; update params.go's kernelParams too");
+static_assert(sizeof(Params) == 74 * 8, "Params: every field is 8 bytes; update params.go's kernelParams too");
 static_assert(__builtin_offsetof(Params, q_batch_stride) == 15 * 8, "Params: pointers come first");
 static_assert(__builtin_offsetof(Params, b) == 39 * 8, "Params: strides before sizes");
 static_assert(__builtin_offsetof(Params, scale) == 45 * 8, "Params: scale ends the plain problem");

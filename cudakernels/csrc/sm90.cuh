@@ -46,6 +46,15 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
          (1ull << 62);
 }
 
+// desc_advance moves descriptor d's start address by bytes (a multiple of
+// 16 inside the panel's 256 KiB window) with a 32-bit add: the start field
+// cannot carry into the upper word, and a 64-bit add, which the compiler
+// must assume can, cost two vector instructions and a move to a uniform
+// register per wgmma where a descriptor is held across a loop.
+__device__ __forceinline__ uint64_t desc_advance(uint64_t d, uint32_t bytes) {
+  return (d & 0xffffffff00000000ull) | static_cast<uint32_t>(static_cast<uint32_t>(d) + (bytes >> 4));
+}
+
 // desc_mn_sw128 is the descriptor of an MN-major, 128-byte-swizzled
 // operand (wgmma's transpose bit set, 16-bit types only) at shared address
 // addr (1024-byte aligned): each K index a 128-byte row of 64 consecutive

@@ -206,13 +206,19 @@ __device__ __forceinline__ int offset_of(long long i, long long shift, long long
 // blocks each on 132 SMs, so that they share their pair's K and V (Q and
 // dO in dK/dV) in L2 as the pair-major order does.
 constexpr unsigned kOrderPairs = 4;
-__device__ __forceinline__ void block_order(unsigned b, unsigned tiles, bool descending, long long& pair,
-                                            long long& tile) {
-  const unsigned pairs = gridDim.x / tiles, per = kOrderPairs * tiles, group = b / per, r = b - group * per;
+// blocks is the number of blocks (or a persistent kernel's items) in all:
+// gridDim.x in the overload without it.
+__device__ __forceinline__ void block_order(unsigned b, unsigned tiles, unsigned blocks, bool descending,
+                                            long long& pair, long long& tile) {
+  const unsigned pairs = blocks / tiles, per = kOrderPairs * tiles, group = b / per, r = b - group * per;
   const unsigned in_group = pairs - group * kOrderPairs < kOrderPairs ? pairs - group * kOrderPairs : kOrderPairs;
   const unsigned i = r / in_group;
   pair = group * kOrderPairs + (r - i * in_group);
   tile = descending ? tiles - 1 - i : i;
+}
+__device__ __forceinline__ void block_order(unsigned b, unsigned tiles, bool descending, long long& pair,
+                                            long long& tile) {
+  block_order(b, tiles, gridDim.x, descending, pair, tile);
 }
 
 // zero_rows writes 0 into rows [row0, row_end) of y (row stride ld),

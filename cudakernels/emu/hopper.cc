@@ -16,8 +16,9 @@
 // Standard output: the blob after the run.
 //
 // The steps are the backend's. Forward (fwd_wgmma_gpu.go): Q imaged in
-// tiles of 64 rows, padded to the block's rows (but for the two-consumer
-// warp-specialized kernels, which read it as it is); K in tiles of the key
+// tiles of 64 rows, padded to the block's rows (but for the
+// warp-specialized kernels, which read it as it is, on a persistent grid
+// of kEmuSMs blocks); K in tiles of the key
 // step; V transposed (or as rows); the _len conversions where the call has
 // lengths; then the forward. Backward (backend_gpu.go's enqueueBackward,
 // bwd_wgmma_gpu.go): dO rounded in place with D = rowsum(dO∘O); row images
@@ -56,6 +57,9 @@ struct Scratch {
 };
 
 constexpr unsigned kConvertBlocks = 8, kConvertThreads = 256;
+// kEmuSMs is the multiprocessors of the emulated device: the blocks of a
+// persistent grid. Three, so that items of a head split unevenly.
+constexpr unsigned kEmuSMs = 3;
 
 // Images converts [heads, n, dim] float32 tensors of one role (queries: Q;
 // keys: K and V) into tile images at DP, as imaging.rows and
@@ -105,9 +109,9 @@ template <typename E, int DP, Kernel K> void forward(Params p, const Shape& sh) 
   Scratch q(bh * nqPad * DP * sizeof(S)), k(kvh * nkPad * DP * sizeof(S)), v(kvh * nkPad * DP * sizeof(S));
   const Images<E, DP> queries{bh, p.dim, p.h, static_cast<const int*>(p.q_lens)};
   const Images<E, DP> keys{kvh, p.dim, p.h / p.kv_group, static_cast<const int*>(p.k_lens)};
-  // The two-consumer warp-specialized kernels read the caller's Q
-  // (fwd_wgmma_ws.cuh's ws_reads_q); the others its image.
-  constexpr bool kQImage = !((K == kWS && ws_reads_q<ws_consumers<DP>()>()) || (K == kWS2 && ws_reads_q<2>()));
+  // The warp-specialized kernels read the caller's Q; the others its image.
+  constexpr bool kQImage = K != kWS && K != kWS2;
+  constexpr bool kPersistent = (K == kWS && ws_persistent<ws_consumers<DP>()>()) || (K == kWS2 && ws_persistent<2>());
   if (kQImage) queries.rows(p.q, q, p.nq, nqPad, kQTileRows, sh.rows);
   keys.rows(p.k, k, p.nk, nkPad, step, step);
   if (sh.vRows) {
@@ -120,7 +124,11 @@ template <typename E, int DP, Kernel K> void forward(Params p, const Shape& sh) 
   if (kQImage) p.q = q.as<S>(), p.q_batch_stride = p.h * nqPad * DP, p.q_head_stride = nqPad * DP, p.q_row_stride = DP;
   p.k = k.as<S>(), p.k_batch_stride = kvPerBatch * nkPad * DP, p.k_head_stride = nkPad * DP, p.k_row_stride = DP;
   p.v = v.as<S>(), p.v_batch_stride = p.k_batch_stride, p.v_head_stride = p.k_head_stride, p.v_row_stride = DP;
-  const unsigned grid = static_cast<unsigned>(bh * (nqPad / sh.rows));
+  unsigned grid = static_cast<unsigned>(bh * (nqPad / sh.rows));
+  // The persistent grid of a device with kEmuSMs multiprocessors
+  // (wgmmaForward.launch), so that blocks take several items.
+  int counter = 0;  // the item counter, zero at launch
+  if (kPersistent) grid = grid < kEmuSMs ? grid : kEmuSMs, p.work_counter = &counter;
   emu::launch(grid, sh.threads, sh.smem, [&] {
     if constexpr (K == kPlainRowBlock) fwd_rowblock<E, DP, false>(p);
     if constexpr (K == kVar) fwd_rowblock<E, DP, true>(p);
