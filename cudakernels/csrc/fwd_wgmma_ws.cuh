@@ -249,9 +249,11 @@ __device__ __forceinline__ WsItem ws_item(const Params& p, long long i, long lon
 }
 
 // fwd_ws is the kernel's body (see the top of this file): p.q is the
-// caller's float32 Q, p.k and p.v the images fwd_rowblock reads; the grid
-// is persistent: block b takes items b, b + gridDim.x, … of the B·H·q_tiles
-// items of ws_rows rows (wgmmaForward.launch: no more blocks than SMs).
+// caller's float32 Q, p.k and p.v the images fwd_rowblock reads. Block b
+// starts with item b of the B·H·q_tiles items of ws_rows rows; with two
+// consumers (ws_persistent: a grid of at most one block per SM,
+// wgmmaForward.launch) it then takes items from p.work_counter until they
+// run out, with three it stops there (a grid of one block per item).
 template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_ws(const Params& p) {
   static_assert(ws_built<E, DP>(), "the warp-specialized forward is not built for this operand type and DP");
   static_assert(NC == 2 || NC == 3, "two or three consumer warpgroups");
