@@ -11,6 +11,13 @@ backward 2.5× the forward).
 Both sides flush the L2 cache before each timed run (ours in KernelTime,
 triton.testing.do_bench on PyTorch's side) and report a median.
 
+Our kernels take and return float32 (Gorgonia's tensors) and their times
+include the conversions into bf16 operands; the bf16 peers are handed bf16
+tensors. The column "torch cuDNN bf16 from fp32" times cuDNN as a user
+with float32 tensors would call it: Q, K, V cast to bf16 and O back to
+float32 in the forward, dO cast to bf16 and dQ, dK, dV back to float32
+in the backward (autograd's casts), the work our times include.
+
 usage: python3 bench/gpu_side_by_side.py BENCH_BINARY [--short] [--out FILE]
 """
 import argparse
@@ -32,7 +39,12 @@ PEERS = [
     ("torch efficient fp32", torch.float32, SDPBackend.EFFICIENT_ATTENTION),
     ("torch flash (FA2) bf16", torch.bfloat16, SDPBackend.FLASH_ATTENTION),
     ("torch cuDNN bf16", torch.bfloat16, SDPBackend.CUDNN_ATTENTION),
+    ("torch cuDNN bf16 from fp32", torch.float32, SDPBackend.CUDNN_ATTENTION),
 ]
+
+# The peers that run in bf16 from float32 tensors (the last one above):
+# casts around the call, which autograd differentiates.
+FROM_FP32 = {"torch cuDNN bf16 from fp32"}
 
 
 def ours(binary, short):
@@ -46,14 +58,21 @@ def ours(binary, short):
     return got
 
 
-def peer(dtype, backend, d, n, causal):
-    """Forward and backward TFLOP/s of one SDPA backend, or None if it refuses."""
+def peer(dtype, backend, d, n, causal, cast=None):
+    """Forward and backward TFLOP/s of one SDPA backend, or None if it refuses.
+
+    With cast (a dtype), the tensors are of dtype and the call casts them to
+    cast and its output back."""
     b, h = 16384 // n, 2048 // d
     flops = 4 * b * h * n * n * d / (2 if causal else 1)
     q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
     try:
         with sdpa_kernel([backend]):
-            run = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            if cast is None:
+                run = lambda: sdpa(q, k, v, is_causal=causal)
+            else:
+                run = lambda: sdpa(q.to(cast), k.to(cast), v.to(cast), is_causal=causal).to(dtype)
             o = run()
             g = torch.randn_like(o)
             fwd = do_bench(run, warmup=25, rep=100, return_mode="median")
@@ -83,8 +102,8 @@ def main():
         row = [str(d), str(n), "yes" if causal else "no"]
         for prec, pas in OURS:
             row.append(cell(got.get((prec, pas, d, n, causal))))
-        for _, dtype, backend in PEERS:
-            r = peer(dtype, backend, d, n, causal)
+        for name, dtype, backend in PEERS:
+            r = peer(dtype, backend, d, n, causal, torch.bfloat16 if name in FROM_FP32 else None)
             row += [cell(r[0] if r else None), cell(r[1] if r else None)]
         rows.append(row)
         progress(row)
