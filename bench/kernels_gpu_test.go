@@ -36,6 +36,8 @@ func kernelShapes(short bool) []kernels.Params {
 
 var family = flag.String("family", "auto", "kernel family of the tensor-core kernels in BenchmarkKernelsGPU and BenchmarkVariantsGPU: auto, sm80 or sm90")
 
+var reps = flag.Int("reps", 3, "timed runs of each KernelTime in BenchmarkKernelsGPU and BenchmarkVariantsGPU, whose median each reports: more narrow an A/B's spread between rounds (devab.sh's REPS)")
+
 var deterministic = flag.Bool("deterministic", true, "BenchmarkKernelsGPU's backends: false lets the Hopper backward of plain 16-bit problems sum dQ by reductions in one kernel (cudakernels.WithDeterministic)")
 
 // tuneTableOptions returns WithTuneTable of the table in the file
@@ -59,7 +61,7 @@ func tuneTableOptions(b *testing.B) []cudakernels.Option {
 }
 
 // BenchmarkKernelsGPU times our CUDA kernels alone (cudakernels'
-// KernelTime: CUDA events, L2 flushed before each run, median of 3, the
+// KernelTime: CUDA events, L2 flushed before each run, median of -reps runs (3), the
 // conversion of the fp32 inputs to the operand type included) at
 // kernelShapes, forward and backward in every precision (TF32's backward
 // runs on tensor cores where the device's kernel family has one, else it is
@@ -88,7 +90,7 @@ func BenchmarkKernelsGPU(b *testing.B) {
 				b.Run(name, func(b *testing.B) {
 					var ms float64
 					for b.Loop() {
-						if ms, err = be.KernelTime(p, pass == "bwd", 3); err != nil {
+						if ms, err = be.KernelTime(p, pass == "bwd", *reps); err != nil {
 							b.Fatal(err)
 						}
 					}
@@ -184,7 +186,7 @@ func BenchmarkVariantsGPU(b *testing.B) {
 				b.Run(fmt.Sprintf("%v/%s/%s", prec, pass, v.name), func(b *testing.B) {
 					var ms float64
 					for b.Loop() {
-						if ms, err = be.KernelTime(v.p, pass == "bwd", 3); errors.Is(err, cudakernels.ErrUnsupported) {
+						if ms, err = be.KernelTime(v.p, pass == "bwd", *reps); errors.Is(err, cudakernels.ErrUnsupported) {
 							b.Skip(err)
 						} else if err != nil {
 							b.Fatal(err)
