@@ -35,16 +35,14 @@ LINE = re.compile(r"^BenchmarkKernelsGPU/(\w+)/(fwd|bwd)/D(\d+)_N(\d+)_causal=(t
 # Our columns: FP16 runs the same kernels as BF16 and is left out.
 OURS = [("fp32", "fwd"), ("fp32", "bwd"), ("tf32", "fwd"), ("tf32", "bwd"), ("bf16", "fwd"), ("bf16", "bwd")]
 
+# Each peer: its column name, its tensors' dtype, the SDPA backend, and the
+# dtype the call casts them to (and its output back from), or None.
 PEERS = [
-    ("torch efficient fp32", torch.float32, SDPBackend.EFFICIENT_ATTENTION),
-    ("torch flash (FA2) bf16", torch.bfloat16, SDPBackend.FLASH_ATTENTION),
-    ("torch cuDNN bf16", torch.bfloat16, SDPBackend.CUDNN_ATTENTION),
-    ("torch cuDNN bf16 from fp32", torch.float32, SDPBackend.CUDNN_ATTENTION),
+    ("torch efficient fp32", torch.float32, SDPBackend.EFFICIENT_ATTENTION, None),
+    ("torch flash (FA2) bf16", torch.bfloat16, SDPBackend.FLASH_ATTENTION, None),
+    ("torch cuDNN bf16", torch.bfloat16, SDPBackend.CUDNN_ATTENTION, None),
+    ("torch cuDNN bf16 from fp32", torch.float32, SDPBackend.CUDNN_ATTENTION, torch.bfloat16),
 ]
-
-# The peers that run in bf16 from float32 tensors (the last one above):
-# casts around the call, which autograd differentiates.
-FROM_FP32 = {"torch cuDNN bf16 from fp32"}
 
 
 def ours(binary, short):
@@ -95,15 +93,15 @@ def main():
     got = ours(args.binary, args.short)
     shapes = sorted({(d, n, c) for (_, _, d, n, c) in got})
     header = ["D", "N", "causal"] + [f"ours {prec} {pas}" for prec, pas in OURS]
-    for name, _, _ in PEERS:
+    for name, _, _, _ in PEERS:
         header += [f"{name} fwd", f"{name} bwd"]
     rows = []
     for d, n, causal in shapes:
         row = [str(d), str(n), "yes" if causal else "no"]
         for prec, pas in OURS:
             row.append(cell(got.get((prec, pas, d, n, causal))))
-        for name, dtype, backend in PEERS:
-            r = peer(dtype, backend, d, n, causal, torch.bfloat16 if name in FROM_FP32 else None)
+        for _, dtype, backend, cast in PEERS:
+            r = peer(dtype, backend, d, n, causal, cast)
             row += [cell(r[0] if r else None), cell(r[1] if r else None)]
         rows.append(row)
         progress(row)
