@@ -34,8 +34,31 @@ type wgmmaBackward struct {
 
 func loadWgmmaBackward(mod cu.Module, c choice, maxSmem int, reduceDQ bool) (*wgmmaBackward, error) {
 	b := &wgmmaBackward{c: c}
-	suffix := fmt.Sprintf("_wgmma_%v_d%d", c.prec, c.dp)
+	typ := wgmmaTypeName(c.prec)
+	suffix := fmt.Sprintf("_wgmma_%s_d%d", typ, c.dp)
 	var err error
+	if wgmmaPlainOnly(c.prec) {
+		// FP32's 3xTF32 kernels: the plain pair alone, no lengths, and the
+		// statistics in natural units (the kernels' scores are).
+		for _, f := range []struct {
+			fn         *cu.Function
+			name       string
+			smem       int
+			attributes bool
+		}{{&b.dkdv, "flash_bwd_dkdv" + suffix, c.smem, true}, {&b.dq, "flash_bwd_dq" + suffix, c.smemDQ, true},
+			{&b.toRows, "flash_to_image_rows_" + typ, 0, false}, {&b.toVt, "flash_to_image_vt_" + typ, 0, false},
+			{&b.stats, "flash_bwd_stats_sm90_natural", 0, false}} {
+			if f.attributes {
+				*f.fn, err = lookup(mod, f.name, f.smem, maxSmem)
+			} else {
+				*f.fn, err = function(mod, f.name)
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		return b, nil
+	}
 	if c.full {
 		kind := "_full"
 		if c.drop {
@@ -74,8 +97,8 @@ func loadWgmmaBackward(mod cu.Module, c choice, maxSmem int, reduceDQ bool) (*wg
 	for _, f := range []struct {
 		fn   *cu.Function
 		name string
-	}{{&b.toRows, "flash_to_image_rows_" + c.prec.String()}, {&b.toVt, "flash_to_image_vt_" + c.prec.String()},
-		{&b.toRowsLen, "flash_to_image_rows_len_" + c.prec.String()}, {&b.toVtLen, "flash_to_image_vt_len_" + c.prec.String()},
+	}{{&b.toRows, "flash_to_image_rows_" + typ}, {&b.toVt, "flash_to_image_vt_" + typ},
+		{&b.toRowsLen, "flash_to_image_rows_len_" + typ}, {&b.toVtLen, "flash_to_image_vt_len_" + typ},
 		{&b.stats, "flash_bwd_stats_sm90"}, {&b.statsVar, "flash_bwd_stats_sm90_var"}} {
 		if *f.fn, err = function(mod, f.name); err != nil {
 			return nil, err
@@ -107,8 +130,12 @@ func (b *wgmmaBackward) carve(p kernels.Params, base cu.DevicePtr, s *wgmmaBwdSc
 }
 
 // computes accepts every variant but dropout and the bias (the _var
-// kernels), or with c.full every one (the _full kernels).
+// kernels), or with c.full every one (the _full kernels), or for FP32's
+// 3xTF32 kernels plain problems alone (wgmmaPlainOnly).
 func (b *wgmmaBackward) computes(p kernels.Params) error {
+	if wgmmaPlainOnly(b.c.prec) {
+		return refusePlainOnly(p)
+	}
 	if b.c.full {
 		return refuseVariants(p, "the Hopper (wgmma) kernels", allVariants)
 	}
@@ -152,7 +179,7 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 			}
 		}
 	}
-	dp := int64(b.c.dp)
+	dp := wgmmaImageCols(b.c.prec, b.c.dp)
 	ops := callerOperands(p, buf)
 	ops.q, ops.k, ops.v, ops.dout = tensorAt{uint64(s.q), nqPad, dp}, tensorAt{uint64(s.k), nkPad, dp},
 		tensorAt{uint64(s.v), nkPad, dp}, tensorAt{uint64(s.dout), nqPad, dp}
@@ -170,6 +197,9 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 		return fmt.Errorf("cudakernels: internal error: the Hopper backward of dropout without a bias got a problem with a bias")
 	}
 	kind := wgmmaBackwardKernel(b.c, &kp, b.dkdvDQ != (cu.Function{}))
+	if wgmmaPlainOnly(b.c.prec) && kind != wgmmaFwdRowBlock {
+		return fmt.Errorf("cudakernels: internal error: the FP32 Hopper backward (plain problems only) got a problem of kernel %d", kind)
+	}
 	stats, dkdv, dq := b.statsVar, b.dkdvVar, b.dqVar // with c.full, the _full or _drop kernels
 	if kind == wgmmaFwdRowBlock || kind == wgmmaBwdFused {
 		stats, dkdv, dq = b.stats, b.dkdv, b.dq

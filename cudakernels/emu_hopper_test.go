@@ -28,7 +28,8 @@ type hopperLaunch struct {
 // (wgmmaForwardKernel), then, for a plain problem, the others that compute
 // it (the _var kernel, and the tuning table's _ws2 candidate where the
 // default has three consumers). None where the backend runs another family
-// (the mma.sync _full kernel).
+// (the mma.sync _full kernel, or for FP32 the CUDA cores: its 3xTF32
+// kernels compute plain problems alone, wgmmaPlainOnly).
 func hopperForwards(prec Precision, dp int, kp *kernelParams) []hopperLaunch {
 	if !wgmmaBuilt(prec, dp, false) {
 		return nil
@@ -37,10 +38,13 @@ func hopperForwards(prec Precision, dp int, kp *kernelParams) []hopperLaunch {
 	if full && !wgmmaBuilt(prec, dp, true) {
 		return nil
 	}
+	if wgmmaPlainOnly(prec) && (full || !isPlain(kp)) {
+		return nil
+	}
 	c := wgmmaForwardChoice(prec, dp, full, full && kp.Bias == 0 && wgmmaDropBuilt(prec, dp))
 	kind, shape := wgmmaForwardKernel(c, kp)
 	launches := []hopperLaunch{{kind, shape}}
-	if full || !isPlain(kp) {
+	if full || !isPlain(kp) || wgmmaPlainOnly(prec) {
 		return launches
 	}
 	if kind != wgmmaFwdVar {
@@ -67,7 +71,7 @@ type hopperBackward struct {
 // where the backend runs another family.
 func hopperBackwards(prec Precision, dp int, kp *kernelParams) []hopperBackward {
 	full := kp.Bias != 0 || kp.DropoutThreshold != 0
-	if !wgmmaBwdBuilt(prec, dp, full) {
+	if !wgmmaBwdBuilt(prec, dp, full) || (wgmmaPlainOnly(prec) && !isPlain(kp)) {
 		return nil
 	}
 	drop := full && kp.Bias == 0
@@ -83,7 +87,7 @@ func hopperBackwards(prec Precision, dp int, kp *kernelParams) []hopperBackward 
 	}
 	first := wgmmaBackwardKernel(c, kp, false)
 	bs := []hopperBackward{at(first)}
-	if first == wgmmaFwdRowBlock {
+	if first == wgmmaFwdRowBlock && !wgmmaPlainOnly(prec) {
 		bs = append(bs, at(wgmmaFwdVar))
 		if wgmmaBwdFusedBuilt(prec, dp) {
 			bs = append(bs, at(wgmmaBackwardKernel(c, kp, true)))
@@ -112,15 +116,16 @@ func hopperLongCases() []hostCase {
 // fwd_wgmma_ws.cuh, bwd_wgmma.cuh: wgmma, mbarriers, bulk copies, the
 // warp-specialized producer and consumers) on the host through
 // emu/hopper.cc, on the cases of TestMMAKernelsOnHost and longer ones in
-// BF16, FP16 and TF32, and holds them to the conformance suite's bounds:
+// BF16, FP16, TF32 and FP32 (3xTF32: its plain problems at DP = 64), and
+// holds them to the conformance suite's bounds:
 // every forward kernel that computes a case with O and the LSE, every
 // backward kernel with the gradients, on the O and LSE of the forward the
 // backend would launch. emu/sm90_emu.h says what the emulation checks and
 // what it cannot.
 func TestHopperKernelsOnHost(t *testing.T) {
 	bin := buildEmu(t, emuCompiler(t), "hopper")
-	types := map[Precision]int64{BF16: 0, FP16: 1, TF32: 2}
-	for _, prec := range []Precision{BF16, FP16, TF32} {
+	types := map[Precision]int64{BF16: 0, FP16: 1, TF32: 2, FP32: 3}
+	for _, prec := range []Precision{BF16, FP16, TF32, FP32} {
 		for i, c := range append(hostCases(), hopperLongCases()...) {
 			dp, err := paddedDim(c.p.D)
 			if err != nil {

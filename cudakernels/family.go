@@ -2,8 +2,8 @@ package cudakernels
 
 import "fmt"
 
-// Family selects the kernel family of the tensor-core forward (TF32, BF16
-// and FP16 precisions).
+// Family selects the kernel family of the tensor-core kernels (TF32, BF16
+// and FP16 precisions, and FP32 where FamilySM90 is named).
 type Family int
 
 const (
@@ -18,6 +18,9 @@ const (
 	// wgmma and bulk asynchronous copies), for compute capability 9.0
 	// only. Where it is not built (D ≤ 32; the TF32 forward above D = 128;
 	// every backward above D = 128) FamilySM80 or the CUDA cores serve.
+	// Named explicitly, it also takes FP32's plain problems at D ≤ 64 to
+	// the tensor cores by 3xTF32 (not yet run on a device; package doc,
+	// Precision modes); FamilyAuto keeps FP32 on the CUDA cores.
 	FamilySM90
 )
 

@@ -39,19 +39,27 @@ type wgmmaForward struct {
 func loadWgmmaForward(mod cu.Module, c choice, maxSmem, sms int) (*wgmmaForward, error) {
 	f := &wgmmaForward{c: c, plain: launchShape{c.rows, c.threads, c.smem}, sms: sms}
 	var err error
-	if f.toRows, err = function(mod, "flash_to_image_rows_"+c.prec.String()); err != nil {
+	typ := wgmmaTypeName(c.prec)
+	if f.toRows, err = function(mod, "flash_to_image_rows_"+typ); err != nil {
 		return nil, err
 	}
-	if f.toVt, err = function(mod, "flash_to_image_vt_"+c.prec.String()); err != nil {
+	if f.toVt, err = function(mod, "flash_to_image_vt_"+typ); err != nil {
 		return nil, err
 	}
-	if f.toRowsLen, err = function(mod, "flash_to_image_rows_len_"+c.prec.String()); err != nil {
+	name := fmt.Sprintf("flash_fwd_wgmma_%s_d%d", typ, c.dp)
+	if wgmmaPlainOnly(c.prec) {
+		// FP32's 3xTF32 kernel: plain problems alone, no lengths.
+		if f.fn, err = lookup(mod, name, c.smem, maxSmem); err != nil {
+			return nil, err
+		}
+		return f, nil
+	}
+	if f.toRowsLen, err = function(mod, "flash_to_image_rows_len_"+typ); err != nil {
 		return nil, err
 	}
-	if f.toVtLen, err = function(mod, "flash_to_image_vt_len_"+c.prec.String()); err != nil {
+	if f.toVtLen, err = function(mod, "flash_to_image_vt_len_"+typ); err != nil {
 		return nil, err
 	}
-	name := fmt.Sprintf("flash_fwd_wgmma_%v_d%d", c.prec, c.dp)
 	if c.full {
 		suffix := "_full"
 		if c.drop {
@@ -103,8 +111,12 @@ func (f *wgmmaForward) carve(p kernels.Params, base cu.DevicePtr, s *wgmmaFwdScr
 }
 
 // computes accepts every variant (the _full kernel), or every one but
-// dropout and the bias (the _var kernels).
+// dropout and the bias (the _var kernels), or for FP32's 3xTF32 kernel
+// plain problems alone (wgmmaPlainOnly).
 func (f *wgmmaForward) computes(p kernels.Params) error {
+	if wgmmaPlainOnly(f.c.prec) {
+		return refusePlainOnly(p)
+	}
 	if f.c.full {
 		return refuseVariants(p, "the Hopper (wgmma) kernels", allVariants)
 	}
@@ -128,6 +140,9 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 	fn := f.fnVar
 	if kind != wgmmaFwdVar {
 		fn = f.fn
+	}
+	if wgmmaPlainOnly(f.c.prec) && kind != wgmmaFwdRowBlock {
+		return fmt.Errorf("cudakernels: internal error: the FP32 Hopper forward (plain problems only) got a problem of kernel %d", kind)
 	}
 	rows := shape.rows
 	if full := probe.Bias != 0 || probe.DropoutThreshold != 0; full != f.c.full {
@@ -158,7 +173,7 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 	im := imaging{toRows: f.toRows, toVt: f.toVt, toRowsLen: f.toRowsLen, toVtLen: f.toVtLen, p: p, dp: f.c.dp,
 		elemSz: elemBytes(f.c.prec), stream: stream}
 	nqPad, nkPad := roundUp(int64(p.Nq), int64(rows)), roundUp(int64(p.Nk), int64(f.c.step))
-	dp := int64(f.c.dp)
+	dp := wgmmaImageCols(f.c.prec, f.c.dp)
 	q := tensorAt{uint64(s.q), nqPad, dp}
 	if kind.readsQ() {
 		q = dense(buf.q, p.Nq, p.D)

@@ -103,10 +103,13 @@ func loadRegistry(dev Capability, fam Family, prec Precision, tuned *TuneTable, 
 				// Plain attention, causal or not (a tuning table may tell
 				// them apart), with a bias (and maybe dropout), with
 				// dropout alone.
-				for _, extra := range []struct{ any, bias, causal bool }{{false, false, false}, {false, false, true}, {true, true, false}, {true, false, false}} {
+				// Plain problems (which FP32's Hopper kernels alone compute)
+				// and ones with other variants.
+				for _, extra := range []struct{ any, bias, causal, plain bool }{{false, false, false, true}, {false, false, true, true},
+					{false, false, false, false}, {true, true, false, false}, {true, false, false, false}} {
 					for _, nq := range lengths {
 						c, err := chooseTuned(dev, fam, tuned, request{prec: prec, f64: f64, d: dp, dir: dir, biasOrDropout: extra.any,
-							bias: extra.bias, causal: extra.causal, nq: nq})
+							bias: extra.bias, causal: extra.causal, nq: nq, plain: extra.plain})
 						if err != nil {
 							continue // calls with this head dimension get the error
 						}

@@ -128,7 +128,10 @@ func chunkParams(p kernels.Params, n int) kernels.Params {
 		p.Hkv = n / (p.H / p.Hkv)
 	}
 	p.B, p.H = 1, n
-	p.QLens, p.KLens, p.ALiBi = nil, nil, nil
+	// The lengths and slopes live on the device for the whole call
+	// (variantArgs); the chunk keeps empty ones where the call has them,
+	// so that kernel selection (requestFor's plain) still sees them.
+	p.QLens, p.KLens, p.ALiBi = emptyIfSet(p.QLens), emptyIfSet(p.KLens), emptyIfSet(p.ALiBi)
 	if p.Bias != nil {
 		// The bias lives on the device for the whole call (variantArgs);
 		// the chunk keeps one of no data, so that kernel selection
@@ -136,6 +139,14 @@ func chunkParams(p kernels.Params, n int) kernels.Params {
 		p.Bias = &kernels.Bias{Bb: 1, Hb: 1}
 	}
 	return p
+}
+
+// emptyIfSet returns nil for nil, else an empty slice that is not nil.
+func emptyIfSet[T any](s []T) []T {
+	if s == nil {
+		return nil
+	}
+	return []T{}
 }
 
 // groupHeads rounds a chunk's pairs hc to whole key-head groups of p (a

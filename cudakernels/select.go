@@ -74,13 +74,19 @@ type request struct {
 	// tuning table looks at (chooseTuned).
 	causal bool
 	nq     int
+	// plain: the plain kernels compute the problem (plainParams, no bias
+	// or dropout): FP32's Hopper kernels compute only those
+	// (wgmmaPlainOnly).
+	plain bool
 }
 
 // requestFor is the request of a call on elements of elem bytes for
 // problem p in direction dir, on a backend of precision prec.
 func requestFor(prec Precision, elem int, p kernels.Params, dir direction) request {
-	return request{prec: prec, f64: elem == 8, d: p.D, dir: dir, biasOrDropout: p.Bias != nil || p.Dropout.On(),
+	r := request{prec: prec, f64: elem == 8, d: p.D, dir: dir, biasOrDropout: p.Bias != nil || p.Dropout.On(),
 		bias: p.Bias != nil, causal: p.Causal, nq: p.Nq}
+	r.plain = !r.biasOrDropout && plainParams(p)
+	return r
 }
 
 // choice is a kernel family with its launch shape. It is comparable, and the
@@ -166,7 +172,12 @@ func checkDevice(c Capability, fam Family) error {
 // of a backend of family fam, or an error wrapping ErrUnsupported (and
 // kernels.ErrInvalidParams for a head dimension above 256).
 //
-//   - float64 calls, and FP32: CUDA cores.
+//   - float64 calls: CUDA cores. FP32: CUDA cores, but for a backend of
+//     FamilySM90 on Hopper the 3xTF32 kernels (csrc's mma::TF32x3) for
+//     plain problems where built (wgmmaBuilt, dp = 64), both directions
+//     alike, so that the backward recomputes the forward's scores.
+//     FamilyAuto keeps FP32 on the CUDA cores until the 3xTF32 kernels
+//     have passed the FP32 suite on a device.
 //   - TF32, BF16, FP16 forward: wgmma where the device is Hopper, fam is not
 //     FamilySM80 and it is built (wgmmaBuilt; with a bias or dropout the
 //     _full kernel, at fewer head dimensions, or for dropout without a bias
@@ -183,6 +194,9 @@ func choose(c Capability, fam Family, r request) (choice, error) {
 		return choice{}, err
 	}
 	if r.f64 || r.prec == FP32 {
+		if split, ok := fp32TensorCoreChoice(c, fam, r, dp); ok {
+			return split, nil
+		}
 		return simtChoice(r.dir, r.f64, dp, FP32, c.MaxSmem), nil
 	}
 	useHopper := c.hopper() && fam != FamilySM80
@@ -208,6 +222,27 @@ func choose(c Capability, fam Family, r request) (choice, error) {
 		}
 	}
 	return simtChoice(backwardDir, false, dp, r.prec, c.MaxSmem), nil
+}
+
+// fp32TensorCoreChoice returns the 3xTF32 Hopper kernels of an FP32 call
+// (not float64) of a FamilySM90 backend on a Hopper device, where the
+// problem is plain, they are built for dp and fit the device's shared
+// memory: both directions or neither, since a backward on the CUDA cores
+// after a 3xTF32 forward would take P = exp(S − LSE) from scores other
+// than those the LSE came from (NOTES, "FP32 on tensor cores").
+func fp32TensorCoreChoice(c Capability, fam Family, r request, dp int) (choice, bool) {
+	if r.f64 || r.prec != FP32 || fam != FamilySM90 || !c.hopper() || !r.plain || !wgmmaBuilt(FP32, dp, false) ||
+		!wgmmaBwdBuilt(FP32, dp, false) {
+		return choice{}, false
+	}
+	fwd, bwd := wgmmaForwardChoice(FP32, dp, false, false), wgmmaBackwardChoice(FP32, dp, false, false)
+	if max(fwd.smem, bwd.smem, bwd.smemDQ) > c.MaxSmem {
+		return choice{}, false
+	}
+	if r.dir == backwardDir {
+		return bwd, true
+	}
+	return fwd, true
 }
 
 // simtChoice is the CUDA-core kernel of one direction; rounding names the

@@ -91,6 +91,88 @@ func TestChoose(t *testing.T) {
 	}
 }
 
+// TestChooseFP32TensorCores pins where FP32 leaves the CUDA cores: a
+// FamilySM90 backend on Hopper, a plain problem at a head dimension the
+// 3xTF32 kernels are built for (dp = 64), both directions together.
+func TestChooseFP32TensorCores(t *testing.T) {
+	cases := []struct {
+		name   string
+		dev    Capability
+		fam    Family
+		d      int
+		plain  bool
+		f64    bool
+		tensor bool
+	}{
+		{"sm90 plain D64", h200, FamilySM90, 64, true, false, true},
+		{"sm90 plain D40 padded", h200, FamilySM90, 40, true, false, true},
+		{"sm90 plain D32 not built", h200, FamilySM90, 32, true, false, false},
+		{"sm90 plain D128 not built", h200, FamilySM90, 128, true, false, false},
+		{"sm90 with a variant", h200, FamilySM90, 64, false, false, false},
+		{"sm90 float64", h200, FamilySM90, 64, true, true, false},
+		{"auto stays on CUDA cores", h200, FamilyAuto, 64, true, false, false},
+		{"sm80 family", h200, FamilySM80, 64, true, false, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, dir := range []direction{forwardDir, backwardDir} {
+				c, err := choose(tc.dev, tc.fam, request{prec: FP32, f64: tc.f64, d: tc.d, dir: dir, plain: tc.plain})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := c.kind == kindWGMMA; got != tc.tensor {
+					t.Fatalf("%v: kind %v, want tensor cores %v", dir, c.kind, tc.tensor)
+				}
+				if !tc.tensor {
+					continue
+				}
+				step, smem, smemDQ := 64, 197672, 0 // fwd_smem_bytes<TF32x3, 64>
+				if dir == backwardDir {
+					step, smem, smemDQ = 32, 230968, 230440 // bwd_dkdv_smem_bytes, bwd_dq_smem_bytes
+				}
+				got := [...]int{c.dp, c.rows, c.step, c.threads, c.smem, c.smemDQ}
+				if want := [...]int{64, 128, step, 256, smem, smemDQ}; got != want || c.prec != FP32 || c.rounded {
+					t.Errorf("%v: dp, rows, step, threads, smem, smemDQ = %v, want %v (prec %v, rounded %v)", dir, got, want, c.prec, c.rounded)
+				}
+			}
+		})
+	}
+	// A device whose blocks cannot have the 3xTF32 backward's shared
+	// memory keeps both directions on the CUDA cores.
+	small := h200
+	small.MaxSmem = 220000
+	for _, dir := range []direction{forwardDir, backwardDir} {
+		if c, err := choose(small, FamilySM90, request{prec: FP32, d: 64, dir: dir, plain: true}); err != nil || c.kind != kindSIMT {
+			t.Errorf("%v with %d bytes of shared memory: %v, %v; want the CUDA cores", dir, small.MaxSmem, c.kind, err)
+		}
+	}
+}
+
+// TestPlainParamsAgrees holds plainParams, which kernel selection asks,
+// to isPlain, which the launches ask, on the host tests' problems and a
+// few more: they must pick the same kernels.
+func TestPlainParamsAgrees(t *testing.T) {
+	cases := append(hostCases(), hopperLongCases()...)
+	rightOnly := kernels.Params{B: 1, H: 2, Nq: 50, Nk: 60, D: 16, Scale: 0.25, Window: kernels.Window{On: true, Left: -1, Right: 3}}
+	leftOnly := rightOnly
+	leftOnly.Window = kernels.Window{On: true, Left: 4, Right: -1}
+	cases = append(cases, hostCase{p: rightOnly}, hostCase{p: leftOnly})
+	plains := 0
+	for i, c := range cases {
+		hp := newHostProblem(c, uint64(i), false)
+		kp := newParams(hp.p, hp.ops)
+		if got, want := plainParams(c.p), isPlain(&kp); got != want {
+			t.Errorf("%s: plainParams %v, isPlain %v", caseName(c.p), got, want)
+		}
+		if isPlain(&kp) {
+			plains++
+		}
+	}
+	if plains == 0 || plains == len(cases) {
+		t.Fatalf("%d of %d cases plain: the test tells nothing", plains, len(cases))
+	}
+}
+
 // TestChooseInvariants sweeps every device, family, precision, element type,
 // head dimension and direction for what must hold everywhere.
 func TestChooseInvariants(t *testing.T) {
@@ -102,31 +184,39 @@ func TestChooseInvariants(t *testing.T) {
 			for _, prec := range []Precision{FP32, TF32, BF16, FP16} {
 				for _, f64 := range []bool{false, true} {
 					for _, d := range []int{1, 8, 32, 33, 64, 96, 128, 200, 256} {
-						name := fmt.Sprintf("%d.%d/%v/%v/f64=%v/D%d", dev.Major, dev.Minor, fam, prec, f64, d)
-						cf, errF := choose(dev, fam, request{prec: prec, f64: f64, d: d, dir: forwardDir})
-						cb, errB := choose(dev, fam, request{prec: prec, f64: f64, d: d, dir: backwardDir})
-						if (errF != nil) != (errB != nil) {
-							t.Errorf("%s: forward error %v, backward error %v", name, errF, errB)
-						}
-						if errF != nil {
-							continue
-						}
-						for _, c := range []choice{cf, cb} {
-							switch {
-							case c.dp < d || c.dp != cf.dp:
-								t.Errorf("%s %v: dp %d", name, c.dir, c.dp)
-							case (f64 || prec == FP32) && (c.kind != kindSIMT || c.rounded):
-								t.Errorf("%s %v: %v rounded=%v, want plain CUDA cores", name, c.dir, c.kind, c.rounded)
-							case c.kind == kindWGMMA && (!dev.hopper() || fam == FamilySM80):
-								t.Errorf("%s %v: wgmma on this device or family", name, c.dir)
-							case c.kind != kindSIMT && max(c.smem, c.smemDQ) > dev.MaxSmem:
-								t.Errorf("%s %v: %d bytes of shared memory", name, c.dir, c.smem)
-							case c.kind == kindWGMMA && c.dir == forwardDir && wgmmaWSBuilt(c.prec, c.dp) &&
-								max(wgmmaWSSmem(c.prec, c.dp, 2), wgmmaWSSmem(c.prec, c.dp, 3)) > dev.MaxSmem:
-								t.Errorf("%s: the warp-specialized forward takes %d bytes of shared memory", name,
-									max(wgmmaWSSmem(c.prec, c.dp, 2), wgmmaWSSmem(c.prec, c.dp, 3)))
-							case c.rounded && c.prec != prec:
-								t.Errorf("%s: rounds to %v", name, c.prec)
+						for _, plain := range []bool{false, true} {
+							name := fmt.Sprintf("%d.%d/%v/%v/f64=%v/D%d/plain=%v", dev.Major, dev.Minor, fam, prec, f64, d, plain)
+							cf, errF := choose(dev, fam, request{prec: prec, f64: f64, d: d, dir: forwardDir, plain: plain})
+							cb, errB := choose(dev, fam, request{prec: prec, f64: f64, d: d, dir: backwardDir, plain: plain})
+							if (errF != nil) != (errB != nil) {
+								t.Errorf("%s: forward error %v, backward error %v", name, errF, errB)
+							}
+							if errF != nil {
+								continue
+							}
+							for _, c := range []choice{cf, cb} {
+								switch {
+								case c.dp < d || c.dp != cf.dp:
+									t.Errorf("%s %v: dp %d", name, c.dir, c.dp)
+								case prec == FP32 && c.kind != cf.kind:
+									t.Errorf("%s: FP32 forward on %v, backward on %v", name, cf.kind, c.kind)
+								case f64 && (c.kind != kindSIMT || c.rounded):
+									t.Errorf("%s %v: %v rounded=%v, want plain CUDA cores", name, c.dir, c.kind, c.rounded)
+								case prec == FP32 && c.rounded:
+									t.Errorf("%s %v: FP32 rounded", name, c.dir)
+								case prec == FP32 && c.kind != kindSIMT && (c.kind != kindWGMMA || fam != FamilySM90 || !plain):
+									t.Errorf("%s %v: FP32 on %v, want the CUDA cores but for FamilySM90's plain problems", name, c.dir, c.kind)
+								case c.kind == kindWGMMA && (!dev.hopper() || fam == FamilySM80):
+									t.Errorf("%s %v: wgmma on this device or family", name, c.dir)
+								case c.kind != kindSIMT && max(c.smem, c.smemDQ) > dev.MaxSmem:
+									t.Errorf("%s %v: %d bytes of shared memory", name, c.dir, c.smem)
+								case c.kind == kindWGMMA && c.dir == forwardDir && wgmmaWSBuilt(c.prec, c.dp) &&
+									max(wgmmaWSSmem(c.prec, c.dp, 2), wgmmaWSSmem(c.prec, c.dp, 3)) > dev.MaxSmem:
+									t.Errorf("%s: the warp-specialized forward takes %d bytes of shared memory", name,
+										max(wgmmaWSSmem(c.prec, c.dp, 2), wgmmaWSSmem(c.prec, c.dp, 3)))
+								case c.rounded && c.prec != prec:
+									t.Errorf("%s: rounds to %v", name, c.prec)
+								}
 							}
 						}
 					}

@@ -79,13 +79,44 @@ func mmaFwdRows(dp int, full bool) int {
 	return 128
 }
 
-// elemBytes is the size of one converted operand element in precision prec.
+// elemBytes is the size of one converted operand element in precision
+// prec: 2 for BF16 and FP16, 4 for TF32, and 8 for FP32 on the Hopper
+// tensor cores, whose images hold every element as two tf32 values, hi
+// and lo (mma::TF32x3, 3xTF32).
 func elemBytes(prec Precision) int {
-	if prec == TF32 {
+	switch prec {
+	case TF32:
 		return 4
+	case FP32:
+		return 8
 	}
 	return 2
 }
+
+// wgmmaTypeName is the name csrc/hopper.cu gives prec's Hopper kernels and
+// conversions: the precision's, but tf32x3 for FP32 (3xTF32).
+func wgmmaTypeName(prec Precision) string {
+	if prec == FP32 {
+		return "tf32x3"
+	}
+	return prec.String()
+}
+
+// wgmmaImageCols is the columns of prec's tile images at padded head
+// dimension dp, in storage elements: dp, or 2·dp for FP32, whose images
+// hold the tf32 hi values and then the lo ones (mma::TF32x3).
+func wgmmaImageCols(prec Precision, dp int) int64 {
+	if prec == FP32 {
+		return 2 * int64(dp)
+	}
+	return int64(dp)
+}
+
+// wgmmaPlainOnly reports whether prec's Hopper kernels compute plain
+// problems only (isPlain, without a bias or dropout): FP32's 3xTF32
+// kernels, built at dp = 64; every other problem of FP32 runs on the CUDA
+// cores.
+func wgmmaPlainOnly(prec Precision) bool { return prec == FP32 }
 
 // mmaFwdBK is fwd_bk: key tiles of 64, 32 for TF32 above dp = 64.
 func mmaFwdBK(prec Precision, dp int) int {
@@ -165,9 +196,12 @@ const (
 // wgmmaBuilt reports whether csrc/hopper.cu instantiates the forward for
 // precision prec and padded head dimension dp; full asks for the _full
 // kernel (a bias or dropout), which exists where its bias tiles fit: 16-bit
-// operands up to dp = 128, TF32 at 64.
+// operands up to dp = 128, TF32 at 64. FP32's (3xTF32, wgmmaPlainOnly):
+// the plain kernel at 64.
 func wgmmaBuilt(prec Precision, dp int, full bool) bool {
 	switch {
+	case prec == FP32:
+		return !full && dp == 64
 	case full && (prec == BF16 || prec == FP16):
 		return dp == 64 || dp == 128
 	case full && prec == TF32:
@@ -180,10 +214,11 @@ func wgmmaBuilt(prec Precision, dp int, full bool) bool {
 	return false
 }
 
-// wgmmaFwdBK is fwd_bk: 64 keys for 32-bit operands, dp = 256 or a kernel
-// with bias tiles (the _full one), else 128.
+// wgmmaFwdBK is fwd_bk: 64 keys for 32-bit operands (TF32, and FP32's
+// tf32 pairs), dp = 256 or a kernel with bias tiles (the _full one), else
+// 128.
 func wgmmaFwdBK(prec Precision, dp int, biasTiles bool) int {
-	if elemBytes(prec) == 4 || dp > 128 || biasTiles {
+	if elemBytes(prec) >= 4 || dp > 128 || biasTiles {
 		return 64
 	}
 	return 128
@@ -381,8 +416,11 @@ const (
 // streamed operands still fit shared memory; full asks for the _full
 // kernels (a bias or dropout), built for 16-bit operands only, where their
 // bias tiles fit beside the rest (and dBias's stages of four operands).
+// FP32's (3xTF32, wgmmaPlainOnly): the plain pair at 64.
 func wgmmaBwdBuilt(prec Precision, dp int, full bool) bool {
 	switch {
+	case prec == FP32:
+		return !full && dp == 64
 	case full:
 		return (prec == BF16 || prec == FP16) && (dp == 64 || dp == 128)
 	case prec == BF16 || prec == FP16 || prec == TF32:
@@ -393,21 +431,22 @@ func wgmmaBwdBuilt(prec Precision, dp int, full bool) bool {
 
 // wgmmaBwdShape is bwd_step and bwd_tstages: steps of 64 rows and no
 // transposed stage for 16-bit operands (wgmmaBwdTImages); for TF32 above
-// 64 columns, steps of 32 rows and one stage of Qᵀ and dOᵀ, else 64 and two.
+// 64 columns and for FP32's tf32 pairs (bwd_wide: 8 bytes an element),
+// steps of 32 rows and one stage of Qᵀ and dOᵀ, else 64 and two.
 func wgmmaBwdShape(prec Precision, dp int) (step, tstages int) {
 	switch {
 	case !wgmmaBwdTImages(prec):
 		return 64, 0
-	case dp > 64:
+	case dp > 64 || prec == FP32:
 		return 32, 1
 	}
 	return 64, 2
 }
 
 // wgmmaBwdTImages is bwd_t_images: the Hopper backward reads transposed
-// images of Q, K and dO for TF32 only; 16-bit operands read the row images
-// MN-major.
-func wgmmaBwdTImages(prec Precision) bool { return elemBytes(prec) == 4 }
+// images of Q, K and dO for TF32 and FP32's tf32 pairs only; 16-bit
+// operands read the row images MN-major.
+func wgmmaBwdTImages(prec Precision) bool { return elemBytes(prec) >= 4 }
 
 // wgmmaDbiasSmem is bwd_dbias_smem_bytes: alignment slack, two stages of
 // Q and dO (wgmmaBwdBlock rows) and K and V (wgmmaBwdTile rows), the

@@ -74,6 +74,16 @@ func refuseVariants(p kernels.Params, kernelsName string, computed variantSet) e
 	return fmt.Errorf("%w: %s: not yet in %s; %s", ErrUnsupported, strings.Join(used, ", "), kernelsName, where)
 }
 
+// refusePlainOnly is refuseVariants for kernels that compute plain
+// problems alone (plainParams: the causal mask and a window's right bound
+// included), such as FP32's 3xTF32 Hopper kernels.
+func refusePlainOnly(p kernels.Params) error {
+	if plainParams(p) && p.Bias == nil && !p.Dropout.On() && p.Pages == nil {
+		return nil
+	}
+	return refuseVariants(p, "FP32's Hopper (3xTF32) kernels", 0)
+}
+
 // pickVariant returns plain for a problem the plain kernels compute (the
 // causal mask and a window's right bound included), else withVariants. It
 // reads the kernels' argument, not the chunk's kernels.Params, which no
@@ -84,6 +94,16 @@ func pickVariant[F any](kp *kernelParams, plain, withVariants F) F {
 		return plain
 	}
 	return withVariants
+}
+
+// plainParams is isPlain for the problem itself: the test kernel
+// selection makes before a launch's argument exists (request.plain). It
+// must agree with isPlain on every problem (TestPlainParamsAgrees); a
+// chunk's Params keep markers of the call's lengths and slopes for it
+// (chunkParams).
+func plainParams(p kernels.Params) bool {
+	return p.KVHeads() == p.H && !(p.Window.On && p.Window.Left >= 0) && p.QLens == nil && p.KLens == nil &&
+		p.Softcap == 0 && p.ALiBi == nil
 }
 
 // isPlain reports whether the plain kernels compute kp's problem.

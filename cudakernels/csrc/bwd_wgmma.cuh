@@ -107,6 +107,17 @@
 //                  atomics: deterministic). Each pair's four tiles are one
 //                  stage of two, refilled early as in dq_rowblock; the
 //                  slice's bias tile is copied once.
+//
+// FP32 on tensor cores (E = mma::TF32x3, 3xTF32; the plain pair at DP =
+// 64): bwd_wide's shape (steps of 32 rows, one transposed stage; every
+// image twice as wide, hi and lo parts), the statistics in natural units
+// (prep_stats' kNatural, as the forward's scores), Sᵀ = K·Qᵀ and S = Q·Kᵀ
+// by split_scores in the order of the forward's products, so that P =
+// exp(S − LSE) meets the very scores the LSE came from (two score errors
+// that do not cancel made dV miss the FP32 bound when a CUDA-core backward
+// followed a 3xTF32 forward: NOTES), P and dS split in registers, and
+// dV, dK and dQ summed step by step apart before they join their
+// accumulators (step_product).
 #pragma once
 #include "common.cuh"
 #include "sm90.cuh"
@@ -126,7 +137,7 @@ constexpr int kBwdBlock = kBwdTile * kBwdWarpgroups;  // keys per dK/dV block, q
 // for operand type E and DP (see above). select.go repeats them
 // (wgmmaBwdShape).
 template <typename E, int DP> __host__ __device__ constexpr bool bwd_wide() {
-  return sizeof(typename E::Storage) == 4 && DP > 64;
+  return (sizeof(typename E::Storage) == 4 && DP > 64) || E::kParts > 1;
 }
 template <typename E, int DP> __host__ __device__ constexpr int bwd_step() { return bwd_wide<E, DP>() ? 32 : 64; }
 // bwd_t_images reports whether the products that sum over rows (dV, dK,
@@ -144,9 +155,10 @@ template <typename E> __host__ __device__ constexpr int bwd_dq_ops() { return bw
 // bwd_early_refill: the stages of step it − 1 are refilled while step it's
 // first products run (see above), in both kernels.
 template <typename E, int DP> __host__ __device__ constexpr bool bwd_early_refill() { return !bwd_wide<E, DP>(); }
-// bwd_rows_bytes is the size of ROWS rows of an image of E at DP columns.
+// bwd_rows_bytes is the size of ROWS rows of an image of E at DP columns
+// (both parts of a split type).
 template <typename E, int DP, int ROWS> __host__ __device__ constexpr int bwd_rows_bytes() {
-  return ROWS * DP * static_cast<int>(sizeof(typename E::Storage));
+  return ROWS * DP * E::kParts * static_cast<int>(sizeof(typename E::Storage));
 }
 // Shared memory of dkdv_colblock: alignment slack, K and V, two stages of
 // Q and dO steps, bwd_tstages of Qᵀ and dOᵀ, two stages of the steps' LSE
@@ -211,8 +223,10 @@ struct DqBiasSwizzle {
 // that padding rows get P = 0 and dS = 0 whatever their inputs; grid-stride.
 // kVar (the _var kernels' statistics) stops at lq rounded up to kBwdPad:
 // the _var kernels read no row past it (a dQ block of padding rows loads
-// nothing, and dK/dV blocks step over real rows only).
-template <bool kVar>
+// nothing, and dK/dV blocks step over real rows only). kNatural (the
+// split type's kernels, which take scores in natural units) writes the LSE
+// as it is, not in log2 units.
+template <bool kVar, bool kNatural = false>
 __device__ void prep_stats(const Params& p) {
   const float* __restrict__ lse = static_cast<const float*>(p.lse);
   const float* __restrict__ delta = static_cast<const float*>(p.delta);
@@ -226,7 +240,7 @@ __device__ void prep_stats(const Params& p) {
       if (r >= (lq + kBwdPad - 1) / kBwdPad * kBwdPad) continue;
     }
     const bool real = r < lq;
-    lse2[i] = real ? lse[bh * nq + r] * kLog2e : Math<float>::inf();
+    lse2[i] = real ? (kNatural ? lse[bh * nq + r] : lse[bh * nq + r] * kLog2e) : Math<float>::inf();
     dpad[i] = real ? delta[bh * nq + r] : 0.f;
   }
 }
@@ -259,25 +273,34 @@ __device__ __forceinline__ void store_warp_rows(float* y, const float (&c)[DP / 
 }
 
 // gemm_ss sets c = A·Bᵀ over DP: A a 64-row K-major image at a, B a
-// STEP-row one at b (both shared addresses).
+// STEP-row one at b (both shared addresses); a split type's three
+// products by split_ss.
 template <typename E, int DP, int STEP>
 __device__ __forceinline__ void gemm_ss(float (&c)[STEP / 8][4], uint32_t a, uint32_t b) {
   const uint64_t da = desc_sw128(a), db = desc_sw128(b);
+  if constexpr (E::kParts > 1) {
+    split_ss<E, STEP, DP / E::kK, false>(reinterpret_cast<float(&)[STEP / 2]>(c), da, kBwdTile, db, STEP);
+  } else {
 #pragma unroll
-  for (int kc = 0; kc < DP / E::kK; ++kc)
-    Wgmma<E, STEP>::ss(reinterpret_cast<float(&)[STEP / 2]>(c), da + (k_slice_offset(kc, kBwdTile) >> 4),
-                       db + (k_slice_offset(kc, STEP) >> 4), kc > 0);
+    for (int kc = 0; kc < DP / E::kK; ++kc)
+      Wgmma<E, STEP>::ss(reinterpret_cast<float(&)[STEP / 2]>(c), da + (k_slice_offset(kc, kBwdTile) >> 4),
+                         db + (k_slice_offset(kc, STEP) >> 4), kc > 0);
+  }
 }
 
 // gemm_rs adds A·B to c: A the STEP-column operand in registers (its
 // columns are rows of B), B either the STEP-row image at rows, read
 // MN-major (16-bit operands: k-slice kk is 16 rows, two 8-row groups of
 // 128 bytes, into each of its panels of 64 columns, STEP rows apart), or,
-// where bwd_t_images, the transposed [DP, STEP] image at transposed.
+// where bwd_t_images, the transposed [DP, STEP] image at transposed
+// ([DP, 2·STEP] for a split type, whose A fragments are the hi ones and
+// then the lo ones: split_rs).
 template <typename E, int DP, int STEP>
-__device__ __forceinline__ void gemm_rs(float (&c)[DP / 8][4], const uint32_t (&a)[STEP / E::kK][4], uint32_t rows,
-                                        uint32_t transposed) {
-  if constexpr (bwd_t_images<E>()) {
+__device__ __forceinline__ void gemm_rs(float (&c)[DP / 8][4], const uint32_t (&a)[mma::frag_count<E, STEP>()][4],
+                                        uint32_t rows, uint32_t transposed) {
+  if constexpr (E::kParts > 1) {
+    split_rs<E, DP, STEP / E::kK>(reinterpret_cast<float(&)[DP / 2]>(c), a, desc_sw128(transposed), DP);
+  } else if constexpr (bwd_t_images<E>()) {
     const uint64_t db = desc_sw128(transposed);
 #pragma unroll
     for (int kk = 0; kk < STEP / E::kK; ++kk)
@@ -294,22 +317,38 @@ __device__ __forceinline__ void gemm_rs(float (&c)[DP / 8][4], const uint32_t (&
 // two_products issues c1 = A1·B1ᵀ and c2 = A2·B2ᵀ (gemm_ss) as two wgmma
 // groups, calls meanwhile() while they run and waits for the first: the
 // caller works on c1 while c2 computes, then waits for it with wgmma_wait.
-template <typename E, int DP, int STEP, typename F>
+// kALoFirst: gemm_ss's order of c1's products.
+// For a split type c1 is the scores (split_scores, kALoFirst its order),
+// its small products folded in once it has landed.
+template <typename E, int DP, int STEP, bool kALoFirst, typename F>
 __device__ __forceinline__ void two_products(float (&c1)[STEP / 8][4], float (&c2)[STEP / 8][4], uint32_t a1,
                                              uint32_t b1, uint32_t a2, uint32_t b2, F&& meanwhile) {
   wgmma_fence();
-  gemm_ss<E, DP, STEP>(c1, a1, b1);
-  wgmma_commit();
-  gemm_ss<E, DP, STEP>(c2, a2, b2);
-  wgmma_commit();
-  meanwhile();
-  wgmma_wait<1>();
+  if constexpr (E::kParts > 1) {
+    float small[STEP / 8][4];
+    split_scores<E, STEP, DP / E::kK, kALoFirst>(reinterpret_cast<float(&)[STEP / 2]>(c1),
+                                                 reinterpret_cast<float(&)[STEP / 2]>(small), desc_sw128(a1),
+                                                 kBwdTile, desc_sw128(b1), STEP);
+    wgmma_commit();
+    gemm_ss<E, DP, STEP>(c2, a2, b2);
+    wgmma_commit();
+    meanwhile();
+    wgmma_wait<1>();
+    add_small(c1, small);
+  } else {
+    gemm_ss<E, DP, STEP>(c1, a1, b1);
+    wgmma_commit();
+    gemm_ss<E, DP, STEP>(c2, a2, b2);
+    wgmma_commit();
+    meanwhile();
+    wgmma_wait<1>();
+  }
 }
 
 template <typename E, int N>
-__device__ __forceinline__ void to_frags(uint32_t (&a)[N * 8 / E::kK][4], const float (&s)[N][4]) {
+__device__ __forceinline__ void to_frags(uint32_t (&a)[mma::frag_count<E, N * 8>()][4], const float (&s)[N][4]) {
 #pragma unroll
-  for (int kk = 0; kk < N * 8 / E::kK; ++kk) E::p_frag(a[kk], s, kk);
+  for (int kk = 0; kk < N * 8 / E::kK; ++kk) mma::put_frag<E>(a, s, kk);
 }
 
 // copy_rows starts the bulk copies of rows [r0, r0 + ROWS) of head bh of a
@@ -320,14 +359,15 @@ __device__ __forceinline__ void to_frags(uint32_t (&a)[N * 8 / E::kK][4], const 
 template <typename E, int DP, int ROWS>
 __device__ __forceinline__ void copy_rows(uint32_t dst, const typename E::Storage* img, long long bh,
                                           long long rows_pad, long long r0, uint32_t bar) {
-  const unsigned char* src = reinterpret_cast<const unsigned char*>(img + (bh * rows_pad + r0) * DP);
+  constexpr int kW = DP * E::kParts;  // image columns
+  const unsigned char* src = reinterpret_cast<const unsigned char*>(img + (bh * rows_pad + r0) * kW);
   if constexpr (ROWS % kBwdTile == 0) {
     bulk_copy(dst, src, bwd_rows_bytes<E, DP, ROWS>(), bar);
   } else {
     static_assert(kBwdTile % ROWS == 0, "a partial step stays inside one tile");
-    constexpr int kPanels = DP * static_cast<int>(sizeof(typename E::Storage)) / 128;
+    constexpr int kPanels = kW * static_cast<int>(sizeof(typename E::Storage)) / 128;
     const int within = static_cast<int>(r0 % kBwdTile);
-    src -= within * DP * static_cast<long long>(sizeof(typename E::Storage));  // the tile's start
+    src -= within * kW * static_cast<long long>(sizeof(typename E::Storage));  // the tile's start
 #pragma unroll
     for (int p = 0; p < kPanels; ++p)
       bulk_copy(dst + p * ROWS * 128, src + (p * kBwdTile + within) * 128, ROWS * 128, bar);
@@ -337,15 +377,24 @@ __device__ __forceinline__ void copy_rows(uint32_t dst, const typename E::Storag
 // copy_transposed starts the bulk copy of columns [r0, r0 + ROWS) of head
 // bh of a transposed image (one [DP, kBwdTile] image per tile of rows) into
 // a [DP, ROWS] image at dst. ROWS columns are whole 128-byte panels,
-// which lie one after the other.
+// which lie one after the other. A split type's tile is [DP, 2·kBwdTile],
+// the hi panels and then the lo ones, and so is the copy: [DP, 2·ROWS].
 template <typename E, int DP, int ROWS>
 __device__ __forceinline__ void copy_transposed(uint32_t dst, const typename E::Storage* img, long long bh,
                                                 long long rows_pad, long long r0, uint32_t bar) {
   constexpr int kEs = static_cast<int>(sizeof(typename E::Storage));
   static_assert(ROWS * kEs % 128 == 0, "whole panels");
   const long long tile0 = r0 / kBwdTile * kBwdTile;
-  const unsigned char* src = reinterpret_cast<const unsigned char*>(img + (bh * rows_pad + tile0) * DP);
-  bulk_copy(dst, src + (r0 - tile0) * kEs / 128 * DP * 128, bwd_rows_bytes<E, DP, ROWS>(), bar);
+  const unsigned char* src = reinterpret_cast<const unsigned char*>(img + (bh * rows_pad + tile0) * DP * E::kParts);
+  if constexpr (E::kParts == 1) {
+    bulk_copy(dst, src + (r0 - tile0) * kEs / 128 * DP * 128, bwd_rows_bytes<E, DP, ROWS>(), bar);
+  } else {
+    constexpr int kPartBytes = bwd_rows_bytes<E, DP, ROWS>() / E::kParts;
+#pragma unroll
+    for (int part = 0; part < E::kParts; ++part)
+      bulk_copy(dst + part * kPartBytes, src + ((r0 - tile0) + part * kBwdTile) * kEs / 128 * DP * 128, kPartBytes,
+                bar);
+  }
 }
 
 // store_ds_tile writes a warp's dSᵀ fragments (df: A fragments of keys
@@ -425,6 +474,36 @@ __device__ __forceinline__ void reduce_dq(const Params& p, uint32_t ds_tile, uin
   }
 }
 
+// step_product adds the product gemm_rs issues (issue(c) with c its
+// accumulator) to acc and waits for it. A split type's product goes into
+// a zeroed accumulator of its own that is added to acc in float32 once it
+// lands, so that each step's sum is a short one: the tensor cores' sums
+// truncate, and a gradient summed over thousands of rows in one
+// accumulator would lose float32's accuracy, as the forward's O did
+// (fwd_wgmma.cuh). Other types accumulate in acc and wait for all but
+// kPending groups, as the caller's pipeline wants.
+template <typename E, int DP, int kPending, typename F>
+__device__ __forceinline__ void step_product(float (&acc)[DP / 8][4], F&& issue) {
+  if constexpr (E::kParts > 1) {
+    float part[DP / 8][4];
+#pragma unroll
+    for (int n = 0; n < DP / 8; ++n) part[n][0] = part[n][1] = part[n][2] = part[n][3] = 0.f;
+    wgmma_fence();
+    issue(part);
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int n = 0; n < DP / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[n][e] += part[n][e];
+  } else {
+    wgmma_fence();
+    issue(acc);
+    wgmma_commit();
+    wgmma_wait<kPending>();
+  }
+}
+
 // dkdv_body is dkdv_colblock for key head kvh of mask mk (the mask of its
 // group's batch entry).
 template <typename E, int DP, bool kVar, bool kFull, bool kBias, bool kDQ = false>
@@ -432,6 +511,7 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
   static_assert(kVar || !kFull, "the _full kernels compute the _var variants too");
   static_assert(!kDQ || (!kVar && bwd_dq_fused<E, DP>()), "the fused dQ is built for plain 16-bit problems");
   static_assert(kFull || !kBias, "the bias tile belongs to the _full kernel");
+  static_assert(E::kParts == 1 || !kVar, "the split type computes plain problems");
   using S = typename E::Storage;
   const long long nq = p.nq, nk = p.nk;
   const S* __restrict__ q = static_cast<const S*>(p.q);
@@ -560,7 +640,7 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
     if (has_bias) load_bias(0);
   }
 
-  const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
+  const float scale_log2 = score_unit<E::kExact>(p.scale);  // the split type: natural units
   const float scale = static_cast<float>(p.scale);
   float acc_dk[kND][4], acc_dv[kND][4];
 #pragma unroll
@@ -612,7 +692,7 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
     // while the second computes. Element e of tile j is key key0 + 8·(e/2),
     // query q0 + 8j + 2t + e%2.
     float s[kNS][4], dp[kNS][4];
-    two_products<E, DP, STEP>(s, dp, sK + wg * kWgBytes, st, sV + wg * kWgBytes, st + kStep, [&] {
+    two_products<E, DP, STEP, false>(s, dp, sK + wg * kWgBytes, st, sV + wg * kWgBytes, st + kStep, [&] {
       if constexpr (bwd_early_refill<E, DP>()) {
         static_assert(TST == 2 || TST == 0, "the early refill needs two transposed stages or none");
         if (threadIdx.x == 0 && i > 0 && i + 1 < n_steps) {
@@ -628,7 +708,7 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
     // at least k_last (plain: every row's first key is 0).
     const long long q_last = (q0 + STEP < nq ? q0 + STEP : nq) - 1;
     const bool masked = !(k_last < mk.key_hi(q0) && (!kVar || mk.key_lo(q_last) <= k0));
-    uint32_t pf[STEP / E::kK][4];
+    uint32_t pf[mma::frag_count<E, STEP>()][4];
     AlibiRow<1> ar[2];  // each key's ALiBi bias over the step (a − j of query q0 + 2t: column offset 0)
     if constexpr (!kVar) {
       with_mask(masked, [&](auto kMasked) {
@@ -663,23 +743,21 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
       }
     }
     if constexpr (TST > 0) mbar_wait(tfull(ts), (i / kTS) & 1);
-    wgmma_fence();
-    gemm_rs<E, DP, STEP>(acc_dv, pf, st + kStep, tst + kStep);  // dV += Pᵀ·dO (kFull: (Pᵀ∘Z)·dO)
-    wgmma_commit();
-    wgmma_wait<1>();  // dPᵀ has landed
+    // dV += Pᵀ·dO (kFull: (Pᵀ∘Z)·dO); after it dPᵀ has landed.
+    step_product<E, DP, 1>(acc_dv, [&](auto& c) { gemm_rs<E, DP, STEP>(c, pf, st + kStep, tst + kStep); });
     if constexpr (kFull) {
       if (ex.drop.on()) drop_by_bits(dp, zbits, ex.drop_scale());
     }
     ds_by_col(dp, s, dt, t);  // with kMod, s holds Pᵀ·dsoft: dSᵀ·dsoft
     if constexpr (kFull) zero_unseen(dp, q0, t, qlo, qhi);
-    uint32_t df[STEP / E::kK][4];
+    uint32_t df[mma::frag_count<E, STEP>()][4];
     to_frags<E>(df, dp);
     [[maybe_unused]] const uint32_t ds_tile = sDS + (i & 1) * kDsBytes;
     if constexpr (kDQ) store_ds_tile(ds_tile, df, wg * kBwdTile + warp * 16 + g, t);
-    wgmma_fence();
-    gemm_rs<E, DP, STEP>(acc_dk, df, st, tst);  // dK += dSᵀ·Q
-    wgmma_commit();
     if constexpr (kDQ) {
+      wgmma_fence();
+      gemm_rs<E, DP, STEP>(acc_dk, df, st, tst);  // dK += dSᵀ·Q
+      wgmma_commit();
       // dQ's part of the block's keys: both warpgroups' dSᵀ must be in the
       // tile. The tiles alternate by step: a warpgroup overwrites this one
       // at step i + 2, after the barrier of step i + 1, which the other
@@ -687,7 +765,7 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
       __syncthreads();
       reduce_dq<E, DP>(p, ds_tile, sK, kvh, q0, wg, warp, g, t);
     } else {
-      wgmma_wait<0>();
+      step_product<E, DP, 0>(acc_dk, [&](auto& c) { gemm_rs<E, DP, STEP>(c, df, st, tst); });  // dK += dSᵀ·Q
     }
 
     // Every thread arrives (an arrive releases only its own reads); once
@@ -768,6 +846,7 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
                                         const Mods& md) {
   static_assert(kVar || !kFull, "the _full kernels compute the _var variants too");
   static_assert(kFull || !kBias, "the bias tiles belong to the _full kernel");
+  static_assert(E::kParts == 1 || !kVar, "the split type computes plain problems");
   using S = typename E::Storage;
   const long long nq = p.nq, nk = p.nk;
   const S* __restrict__ q = static_cast<const S*>(p.q);
@@ -864,7 +943,7 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
     for (int s = 0; s < 2 && s < n_it; ++s) load_step(s, s);
   }
 
-  const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
+  const float scale_log2 = score_unit<E::kExact>(p.scale);  // the split type: natural units
   const float scale = static_cast<float>(p.scale);
   float acc[kND][4];
 #pragma unroll
@@ -910,7 +989,7 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
     // key k0 + 8j + 2t + e%2. Keys outside a row's range (past nk too:
     // those were zero-filled) are masked where a step reaches them.
     float s[kNS][4], dp[kNS][4];
-    two_products<E, DP, STEP>(s, dp, sQ + wg * kWgBytes, st, sdO + wg * kWgBytes, st + kStep, [&] {
+    two_products<E, DP, STEP, true>(s, dp, sQ + wg * kWgBytes, st, sdO + wg * kWgBytes, st + kStep, [&] {
       if constexpr (bwd_early_refill<E, DP>()) {
         if (threadIdx.x == 0 && it > 0 && it + 1 < n_it) {
           mbar_wait(empty((it - 1) & 1), ((it - 1) >> 1) & 1);  // every thread is done with step it − 1
@@ -919,7 +998,7 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
       }
     });
     if constexpr (!kVar) {
-      probs_by_row(s, scale_log2, l2, k0 + STEP > vis_min, k0, t, vis);
+      probs_by_row<kNS, E::kExact>(s, scale_log2, l2, k0 + STEP > vis_min, k0, t, vis);
     } else {
       const bool masked = !(lo_max <= k0 && k0 + STEP <= vis_min);
       // Each row's ALiBi bias over the step (a − k0 − 2t: column offset 0);
@@ -946,12 +1025,9 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
     }
     ds_by_row(dp, s, dr);  // with kMod, s holds P·dsoft: dS·dsoft
     if constexpr (kFull) zero_unseen(dp, k0, t, lo32, hi32);
-    uint32_t df[STEP / E::kK][4];
+    uint32_t df[mma::frag_count<E, STEP>()][4];
     to_frags<E>(df, dp);
-    wgmma_fence();
-    gemm_rs<E, DP, STEP>(acc, df, st, st + 2 * kStep);  // dQ += dS·K
-    wgmma_commit();
-    wgmma_wait<0>();
+    step_product<E, DP, 0>(acc, [&](auto& c) { gemm_rs<E, DP, STEP>(c, df, st, st + 2 * kStep); });  // dQ += dS·K
 
     mbar_arrive(empty(stage));  // every thread: an arrive releases only its own reads
     if constexpr (!bwd_early_refill<E, DP>()) {
@@ -1123,7 +1199,7 @@ __device__ void dbias_tile(const Params& p) {
 
     float s[kNS][4], dp[kNS][4];
     const uint32_t st = sQ(stage);
-    two_products<E, DP, BK>(s, dp, st + wg * kWgBytes, st + 2 * kQBytes, st + kQBytes + wg * kWgBytes,
+    two_products<E, DP, BK, true>(s, dp, st + wg * kWgBytes, st + 2 * kQBytes, st + kQBytes + wg * kWgBytes,
                             st + 2 * kQBytes + kKBytes, [&] {
                               if (threadIdx.x == 0 && i > 0 && nb < bs.b_hi) {
                                 mbar_wait(empty((i - 1) & 1), ((i - 1) >> 1) & 1);  // every thread is done with pair i − 1

@@ -91,6 +91,23 @@ __device__ __forceinline__ float ex2_ftz(float x) {
   return y;
 }
 
+// score_exp is the exponential the tensor-core kernels take of a score
+// less a reference: ex2_ftz in log2 units, or with kExact (the FP32
+// precision's split type, mma::TF32x3) expf in natural units, as the
+// CUDA-core float32 kernels and the naive computation the suite compares
+// with. score_unit is the factor that brings a scaled score into those
+// units.
+template <bool kExact> __device__ __forceinline__ float score_exp(float x) {
+  if constexpr (kExact) {
+    return expf(x);
+  } else {
+    return ex2_ftz(x);
+  }
+}
+template <bool kExact> __device__ __forceinline__ float score_unit(double scale) {
+  return kExact ? static_cast<float>(scale) : static_cast<float>(scale) * 1.4426950408889634f;
+}
+
 // The helpers below work on score-like accumulators in the C layout of an
 // m16n8 tile (mma.cuh), NS n8 tiles per warp: element e of tile j belongs to
 // row e/2 of the thread's two (g and g+8) and column 8j + 2t + e%2.
@@ -120,7 +137,9 @@ __device__ __forceinline__ void with_mask(bool masked, F&& body) {
 // probs_by_row turns scores s into P = exp2(scale_log2·s − lse2[row]), with
 // the LSE in log2 units, and 0 for the columns k0 + … at or past vis[row]
 // where masked (columns are keys starting at k0).
-template <int NS>
+// kExact: natural units and expf (score_exp), scale_log2 and lse2 then
+// natural too.
+template <int NS, bool kExact = false>
 __device__ __forceinline__ void probs_by_row(float (&s)[NS][4], float scale_log2, const float (&lse2)[2], bool masked,
                                              long long k0, int t, const long long (&vis)[2]) {
   with_mask(masked, [&](auto kMasked) {
@@ -128,7 +147,7 @@ __device__ __forceinline__ void probs_by_row(float (&s)[NS][4], float scale_log2
     for (int j = 0; j < NS; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float p = ex2_ftz(s[j][e] * scale_log2 - lse2[e >> 1]);
+        float p = score_exp<kExact>(s[j][e] * scale_log2 - lse2[e >> 1]);
         if (kMasked && k0 + 8 * j + 2 * t + (e & 1) >= vis[e >> 1]) p = 0.f;
         s[j][e] = p;
       }
@@ -159,12 +178,12 @@ __device__ __forceinline__ void ds_by_col(float (&dp)[NS][4], const float (&p)[N
 // here in float32 rather than to P before P·V, where TF32, BF16 and FP16
 // would round it with P and so scale every output by the same rounding
 // error) and, from lane t = 0, LSE = m + log l in natural units
-// (m in log2 units). Only the mask decides that a row has no key (any_key
+// (m in log2 units; kNatural: m in natural units, l a sum of exp). Only the mask decides that a row has no key (any_key
 // false: O = 0 exactly, whatever acc holds: its zero probabilities met a
 // tile's infinite value, LSE = +inf). Every other row follows IEEE arithmetic as the
 // naive softmax does: NaN scores make l NaN, and all scores −inf leave
 // l = 0, so O = 0·(1/0) = NaN and LSE = −inf.
-template <int NO>
+template <int NO, bool kNatural = false>
 __device__ __forceinline__ void finish_row(const Params& p, long long bh, long long row, bool any_key,
                                            const float (&acc)[NO][4], int half, float m, float l,
                                            float o_scale = 1.f) {
@@ -185,7 +204,11 @@ __device__ __forceinline__ void finish_row(const Params& p, long long bh, long l
     if (col < dim) orow[col] = any_key ? acc[n][2 * half] * inv : 0.f;
     if (col + 1 < dim) orow[col + 1] = any_key ? acc[n][2 * half + 1] * inv : 0.f;
   }
-  if (t == 0) lse[bh * nq + row] = any_key ? lse_log2(m, l) : Math<float>::inf();
+  if constexpr (kNatural) {
+    if (t == 0) lse[bh * nq + row] = any_key ? (m == Math<float>::inf() ? m : m + logf(l)) : Math<float>::inf();
+  } else {
+    if (t == 0) lse[bh * nq + row] = any_key ? lse_log2(m, l) : Math<float>::inf();
+  }
 }
 
 // require_launch traps when the host launched a kernel with another block size

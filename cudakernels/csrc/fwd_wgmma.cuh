@@ -31,6 +31,15 @@
 // of them walks no tile). Score modifiers: the score goes through the
 // softcap and ALiBi (modified, in the log2 units the online softmax works
 // in) before the mask.
+//
+// FP32 on tensor cores (E = mma::TF32x3, 3xTF32; plain problems at DP =
+// 64, flash_fwd_wgmma_tf32x3_d64): the images hold each tile's tf32 hi
+// values and then its lo values, twice the columns along K. S takes
+// split_scores's products (Q_lo·K_hi, Q_hi·K_lo, Q_hi·K_hi, the small ones
+// summed apart and added where finite), the softmax works in natural units
+// with expf as the CUDA-core FP32 kernels do (score_exp, score_unit), P is
+// split in registers (mma::put_frag) and each tile's P·V is summed on its
+// own before it joins O, since the tensor cores' sums truncate.
 #pragma once
 #include "common.cuh"
 #include "sm90.cuh"
@@ -52,12 +61,13 @@ constexpr int kQTileRows = 64;              // rows of a Q tile image: one warpg
 template <typename E, int DP, bool kBias = false> __host__ __device__ constexpr int fwd_bk() {
   return sizeof(typename E::Storage) == 4 || DP > 128 || kBias ? 64 : 128;
 }
+// Image sizes count both parts of a split type (mma::TF32x3).
 template <typename E, int DP> __host__ __device__ constexpr int fwd_q_bytes() {
-  return kFwdRows * DP * static_cast<int>(sizeof(typename E::Storage));
+  return kFwdRows * DP * E::kParts * static_cast<int>(sizeof(typename E::Storage));
 }
 // A K tile and a Vᵀ tile have the same size.
 template <typename E, int DP, bool kBias = false> __host__ __device__ constexpr int fwd_kv_bytes() {
-  return fwd_bk<E, DP, kBias>() * DP * static_cast<int>(sizeof(typename E::Storage));
+  return fwd_bk<E, DP, kBias>() * DP * E::kParts * static_cast<int>(sizeof(typename E::Storage));
 }
 // fwd_bias_ld is the row stride, in floats, of the _full kernel's bias
 // tiles [kFwdRows, fwd_bk]: ≡ 8 words (mod 32), so that the 8-byte reads of
@@ -88,7 +98,10 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
                                          const Mods& md) {
   static_assert(kVar || !kFull, "the _full kernel computes the _var variants too");
   static_assert(kFull || !kBias, "the bias tiles belong to the _full kernel");
+  static_assert(E::kParts == 1 || !kVar, "the split type computes plain problems");
   using S = typename E::Storage;
+  constexpr bool kSplit = E::kParts > 1;
+  constexpr int kW = DP * E::kParts;  // image columns
   const long long nq = p.nq, nk = p.nk;
   const S* __restrict__ q = static_cast<const S*>(p.q);
   const S* __restrict__ k = static_cast<const S*>(p.k);
@@ -152,12 +165,12 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
   // Grouped-query attention: the K and Vᵀ images hold one head per key
   // head, which every query head of its group reads.
   const long long kvh = kVar ? kv_pair(p, bh) : bh;
-  const typename E::Storage* kh = k + kvh * k_tiles * BK * DP;
-  const typename E::Storage* vh = vt + kvh * k_tiles * BK * DP;
+  const typename E::Storage* kh = k + kvh * k_tiles * BK * kW;
+  const typename E::Storage* vh = vt + kvh * k_tiles * BK * kW;
   auto load_kv = [&](int stage, int tile) {
     mbar_arrive_expect_tx(full(stage), 2 * kKVBytes);
-    bulk_copy(sK + stage * kKVBytes, kh + static_cast<long long>(tile) * BK * DP, kKVBytes, full(stage));
-    bulk_copy(sV + stage * kKVBytes, vh + static_cast<long long>(tile) * BK * DP, kKVBytes, full(stage));
+    bulk_copy(sK + stage * kKVBytes, kh + static_cast<long long>(tile) * BK * kW, kKVBytes, full(stage));
+    bulk_copy(sV + stage * kKVBytes, vh + static_cast<long long>(tile) * BK * kW, kKVBytes, full(stage));
   };
   // kBias: the bias tile of key tile t0 + i goes into buffer i % 2; the
   // first comes with Q.
@@ -173,7 +186,7 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
   }
   if (threadIdx.x == 0) {
     mbar_arrive_expect_tx(q_full, kQBytes);
-    bulk_copy(sQ, q + (kVar ? blk : blockIdx.x) * static_cast<long long>(kFwdRows) * DP, kQBytes, q_full);
+    bulk_copy(sQ, q + (kVar ? blk : blockIdx.x) * static_cast<long long>(kFwdRows) * kW, kQBytes, q_full);
     for (int s = 0; s < 2 && s < n_tiles; ++s) load_kv(s, t0 + s);
   }
 
@@ -194,12 +207,13 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
   const int lo32[2] = {static_cast<int>(lo[0]), static_cast<int>(lo[1])};
   const int hi32[2] = {static_cast<int>(vis[0]), static_cast<int>(vis[1])};
 
-  const float scale_log2 = static_cast<float>(p.scale) * 1.4426950408889634f;
+  // The scores' unit: log2, or for the split type natural (score_unit).
+  const float scale_log2 = score_unit<E::kExact>(p.scale);
   float m[2] = {-kInf, -kInf}, l[2] = {0.f, 0.f};  // l: this thread's partial sums
   float acc[kNO][4];
 #pragma unroll
   for (int n = 0; n < kNO; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-  const uint64_t q_desc = desc_sw128(sQ + wg * kQTileRows * DP * static_cast<uint32_t>(sizeof(typename E::Storage)));
+  const uint64_t q_desc = desc_sw128(sQ + wg * kQTileRows * kW * static_cast<uint32_t>(sizeof(typename E::Storage)));
   mbar_wait(q_full, 0);
 
   for (int it = 0; it < n_tiles; ++it) {
@@ -221,12 +235,21 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
     float s[kNS][4];
     const uint64_t k_desc = desc_sw128(sK + stage * kKVBytes);
     wgmma_fence();
+    if constexpr (kSplit) {
+      float small[kNS][4];
+      split_scores<E, BK, DP / E::kK, true>(reinterpret_cast<float(&)[BK / 2]>(s),
+                                            reinterpret_cast<float(&)[BK / 2]>(small), q_desc, kQTileRows, k_desc, BK);
+      wgmma_commit();
+      wgmma_wait<0>();
+      add_small(s, small);
+    } else {
 #pragma unroll
-    for (int kc = 0; kc < DP / E::kK; ++kc)
-      Wgmma<E, BK>::ss(reinterpret_cast<float(&)[BK / 2]>(s), desc_advance(q_desc, k_slice_offset(kc, kQTileRows)),
-                       desc_advance(k_desc, k_slice_offset(kc, BK)), kc > 0);
-    wgmma_commit();
-    wgmma_wait<0>();
+      for (int kc = 0; kc < DP / E::kK; ++kc)
+        Wgmma<E, BK>::ss(reinterpret_cast<float(&)[BK / 2]>(s), desc_advance(q_desc, k_slice_offset(kc, kQTileRows)),
+                         desc_advance(k_desc, k_slice_offset(kc, BK)), kc > 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+    }
 
     // Online softmax in log2 units, as in fwd_mma.cuh: element e of tile j
     // is row e/2, key k0 + 8j + 2t + (e & 1).
@@ -292,7 +315,7 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
       const float m_new = fmaxf(m[r], mx);
       // A row with no visible key so far keeps m = −inf; its reference is 0.
       ref[r] = m_new == -kInf ? 0.f : m_new;
-      const float alpha = ex2_ftz(m[r] - ref[r]);
+      const float alpha = score_exp<E::kExact>(m[r] - ref[r]);
       m[r] = m_new;
       if (alpha != 1.f) {
         l[r] *= alpha;
@@ -304,7 +327,7 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
     for (int j = 0; j < kNS; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        s[j][e] = ex2_ftz(s[j][e] - ref[e / 2]);
+        s[j][e] = score_exp<E::kExact>(s[j][e] - ref[e / 2]);
         l[e / 2] += s[j][e];
       }
     if constexpr (kFull) {
@@ -315,16 +338,38 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
     }
 
     // O += P·V: P from the score registers, E::kK keys per wgmma.
-    uint32_t p[BK / E::kK][4];
+    if constexpr (kSplit) {
+      // The tile's P·V summed on its own and then added to O in float32:
+      // the tensor cores' sums truncate, and O summed over thousands of
+      // keys in one accumulator erred 2–4× the naive float32 computation's
+      // error on the H200 (NOTES, "FP32 on tensor cores").
+      uint32_t p[mma::frag_count<E, BK>()][4];
 #pragma unroll
-    for (int kk = 0; kk < BK / E::kK; ++kk) E::p_frag(p[kk], s, kk);
-    const uint64_t v_desc = desc_sw128(sV + stage * kKVBytes);
-    wgmma_fence();
+      for (int kk = 0; kk < BK / E::kK; ++kk) mma::put_frag<E>(p, s, kk);
+      const uint64_t v_desc = desc_sw128(sV + stage * kKVBytes);
+      float part[kNO][4];
 #pragma unroll
-    for (int kk = 0; kk < BK / E::kK; ++kk)
-      Wgmma<E, DP>::rs(reinterpret_cast<float(&)[DP / 2]>(acc), p[kk], desc_advance(v_desc, k_slice_offset(kk, DP)));
-    wgmma_commit();
-    wgmma_wait<0>();
+      for (int n = 0; n < kNO; ++n) part[n][0] = part[n][1] = part[n][2] = part[n][3] = 0.f;
+      wgmma_fence();
+      split_rs<E, DP, BK / E::kK>(reinterpret_cast<float(&)[DP / 2]>(part), p, v_desc, DP);
+      wgmma_commit();
+      wgmma_wait<0>();
+#pragma unroll
+      for (int n = 0; n < kNO; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[n][e] += part[n][e];
+    } else {
+      uint32_t p[BK / E::kK][4];
+#pragma unroll
+      for (int kk = 0; kk < BK / E::kK; ++kk) E::p_frag(p[kk], s, kk);
+      const uint64_t v_desc = desc_sw128(sV + stage * kKVBytes);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BK / E::kK; ++kk)
+        Wgmma<E, DP>::rs(reinterpret_cast<float(&)[DP / 2]>(acc), p[kk], desc_advance(v_desc, k_slice_offset(kk, DP)));
+      wgmma_commit();
+      wgmma_wait<0>();
+    }
 
     // This thread is done with the stage; once all are, tile it + 2 goes
     // there.
@@ -340,7 +385,7 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
   // O = 0 and LSE = +inf.
   if constexpr (!kVar) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) finish_row(p, bh, row_of(r), vis[r] > 0, acc, r, m[r], l[r]);
+    for (int r = 0; r < 2; ++r) finish_row<kNO, E::kExact>(p, bh, row_of(r), vis[r] > 0, acc, r, m[r], l[r]);
   } else {
     // As finish_row, with O stored through the warpgroup's Q tile
     // (store_wg_rows), which its last S = Q·Kᵀ is done reading.

@@ -56,6 +56,14 @@ FLASH_FWD_WGMMA(fp16, FP16, 256)
 FLASH_FWD_WGMMA(tf32, TF32, 64)
 FLASH_FWD_WGMMA_WS(tf32, TF32, 128)
 
+// The FP32 precision on tf32 tensor cores (mma::TF32x3, 3xTF32): plain
+// problems at DP = 64, on images of hi and lo parts (the tf32x3
+// conversions below); the row-block kernel's shape.
+extern "C" __global__ void __launch_bounds__(flash::sm90::kFwdThreads, 1)
+    flash_fwd_wgmma_tf32x3_d64(const __grid_constant__ flash::Params p) {
+  flash::sm90::fwd_rowblock<flash::mma::TF32x3, 64, false>(p);
+}
+
 // _full adds the bias and dropout to _var's variants (fwd_body's kFull),
 // where its two bias tiles fit beside the others: 16-bit operands up to
 // DP = 128, TF32 at 64 (select.go's wgmmaFullBuilt); the rest go to the
@@ -92,7 +100,7 @@ FLASH_FWD_WGMMA_DROP(fp16, FP16, 128)
 // _len pair serves calls with per-sequence lengths (sm90.cuh's SeqRows: the
 // int lengths at lens, head bh in batch entry (first + bh) / per, rows
 // written up to the length rounded up to unit); any grid, 256 threads.
-#define FLASH_TO_IMAGE(NAME, E)                                                                                \
+#define FLASH_TO_IMAGE_PLAIN(NAME, E)                                                                          \
   extern "C" __global__ void flash_to_image_rows_##NAME(const float* x, uint4* y, long long bhs, long long n,  \
                                                         long long n_pad, long long dim, long long dp,          \
                                                         long long rows) {                                      \
@@ -104,7 +112,9 @@ FLASH_FWD_WGMMA_DROP(fp16, FP16, 128)
       long long bk) {                                                                                          \
     flash::sm90::to_image_vt<flash::mma::E>(x, y, bhs, nk, nk_pad, dim, static_cast<int>(dp),                  \
                                             static_cast<int>(bk));                                             \
-  }                                                                                                            \
+  }
+#define FLASH_TO_IMAGE(NAME, E)                                                                                \
+  FLASH_TO_IMAGE_PLAIN(NAME, E)                                                                                \
   extern "C" __global__ void __launch_bounds__(256) flash_to_image_rows_len_##NAME(                            \
       const float* x, uint4* y, long long bhs, long long n, long long n_pad, long long dim, long long dp,      \
       long long rows, const int* lens, long long first, long long per, long long unit) {                       \
@@ -123,6 +133,8 @@ FLASH_FWD_WGMMA_DROP(fp16, FP16, 128)
 FLASH_TO_IMAGE(bf16, BF16)
 FLASH_TO_IMAGE(fp16, FP16)
 FLASH_TO_IMAGE(tf32, TF32)
+// The split type's images (hi and lo parts): plain problems only.
+FLASH_TO_IMAGE_PLAIN(tf32x3, TF32x3)
 
 // The backward (bwd_wgmma.cuh), plain and _var like the forward:
 // kBwdThreads threads and kBwdBlock keys of one key head (dkdv, which sums
@@ -164,6 +176,11 @@ FLASH_BWD_WGMMA_FUSED(fp16, FP16, 64)
 FLASH_BWD_WGMMA_FUSED(fp16, FP16, 128)
 FLASH_BWD_WGMMA(tf32, TF32, 64)
 FLASH_BWD_WGMMA(tf32, TF32, 128)
+// The FP32 precision on tf32 tensor cores (3xTF32), plain problems at DP =
+// 64: bwd_wgmma.cuh's wide shape (steps of 32 rows, one transposed stage),
+// with S recomputed by the forward's sequence of products and the
+// statistics in natural units (flash_bwd_stats_sm90_natural).
+FLASH_BWD_WGMMA_KERNELS(tf32x3, TF32x3, 64, , false, false, false)
 
 // _full adds the bias and dropout (the _full kernels' bias tiles fit
 // beside the others for 16-bit operands up to DP = 128: select.go's
@@ -193,4 +210,8 @@ extern "C" __global__ void flash_bwd_stats_sm90(const __grid_constant__ flash::P
 }
 extern "C" __global__ void flash_bwd_stats_sm90_var(const __grid_constant__ flash::Params p) {
   flash::sm90::prep_stats<true>(p);
+}
+// The LSE in natural units, for the tf32x3 kernels.
+extern "C" __global__ void flash_bwd_stats_sm90_natural(const __grid_constant__ flash::Params p) {
+  flash::sm90::prep_stats<false, true>(p);
 }

@@ -52,6 +52,8 @@ template <bool kBF16> struct Half16 {
   using Storage = uint16_t;
   static constexpr int kK = 16;               // k of one mma
   static constexpr bool kVTransposed = false;  // V tiles as [key, d]
+  static constexpr int kParts = 1;             // an operand is one value (TF32x3: two)
+  static constexpr bool kExact = false;        // the exponentials are approximate (TF32x3: exact)
   template <int NS>
   static __device__ __forceinline__ void p_frag(uint32_t (&a)[4], const float (&s)[NS][4], int c) {
     p_frag16<Half16>(a, s, c);
@@ -94,6 +96,8 @@ struct TF32 {
   // V tiles as [d, key] with keys permuted (vt_position), so that ldmatrix
   // without .trans reads B fragments (it cannot transpose 32-bit elements).
   static constexpr bool kVTransposed = true;
+  static constexpr int kParts = 1;
+  static constexpr bool kExact = false;
   static __device__ __forceinline__ uint32_t cvt(float x) {
     uint32_t r;
 #ifdef FLASH_EMU
@@ -121,6 +125,58 @@ struct TF32 {
   }
 };
 
+// TF32x3 is float32 on tf32 tensor cores (3xTF32): an operand x is held
+// as hi = tf32(x) and lo = tf32(x − hi), and a product a·b is taken as
+// a_lo·b_hi + a_hi·b_lo + a_hi·b_hi; the dropped lo·lo term and the
+// split's residue are about 2⁻²² of the product, below float32's own
+// rounding of the sums. kParts = 2: a K-major image of a [rows, DP] tile
+// holds the hi values in columns 0 … DP−1 and the lo values in columns
+// DP … 2DP−1 (a tile twice as wide along K), and an array of A fragments
+// holds the hi fragments and then the lo ones (p_frag_split). kExact: the
+// kernels take scores in natural units with expf, as the CUDA-core FP32
+// kernels and the suite's naive float32 computation do (not ex2.approx in
+// log2 units), since this is the FP32 precision.
+struct TF32x3 : TF32 {
+  static constexpr int kParts = 2;
+  static constexpr bool kExact = true;
+  // lo is x − hi rounded to tf32: x − hi is exact in float32 (hi holds x's
+  // leading 11 bits), and its own leading 11 bits are what the tensor core
+  // reads. For an infinite or NaN x it is 0, not ∞ − ∞: hi alone carries
+  // the value, so that an infinite operand gives the products the naive
+  // computation gets (±∞, or NaN where it meets a 0), not NaN everywhere.
+  static __device__ __forceinline__ uint32_t lo(float x, uint32_t hi) {
+    const float r = x - __uint_as_float(hi);
+    return cvt(fabsf(r) <= 3.40282347e+38f ? r : 0.f);  // false for ±∞ and NaN
+  }
+  // The hi and lo A fragments of P for keys 8c … 8c+7 (TF32::p_frag's order).
+  template <int NS>
+  static __device__ __forceinline__ void p_frag_split(uint32_t (&hi)[4], uint32_t (&lo)[4], const float (&s)[NS][4],
+                                                      int c) {
+    constexpr int kOrder[4] = {0, 2, 1, 3};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float x = s[c][kOrder[i]];
+      hi[i] = cvt(x);
+      lo[i] = TF32x3::lo(x, hi[i]);
+    }
+  }
+};
+
+// frag_count is the A fragments of a product over COLS columns of scores
+// for E: COLS / E::kK, and as many again for the lo parts of a split type.
+template <typename E, int COLS> __host__ __device__ constexpr int frag_count() { return COLS / E::kK * E::kParts; }
+
+// put_frag writes the A fragment(s) of score columns 8·(E::kK/8)·c …: a[c],
+// and for a split type its lo part a[c + NF/2].
+template <typename E, int NS, int NF>
+__device__ __forceinline__ void put_frag(uint32_t (&a)[NF][4], const float (&s)[NS][4], int c) {
+  if constexpr (E::kParts == 1) {
+    E::p_frag(a[c], s, c);
+  } else {
+    E::p_frag_split(a[c], a[c + NF / 2], s, c);
+  }
+}
+
 // StorageOf converts 16 bytes' worth of fp32 values (8 for 16-bit types, 4
 // for TF32) into one uint4 of E's storage type.
 template <typename E> struct StorageOf {
@@ -135,6 +191,30 @@ template <> struct StorageOf<TF32> {
     return make_uint4(TF32::cvt(f[0]), TF32::cvt(f[1]), TF32::cvt(f[2]), TF32::cvt(f[3]));
   }
 };
+// The split type's part 0 is the hi values, part 1 the lo ones.
+template <> struct StorageOf<TF32x3> {
+  static constexpr int kVec = 4;
+  static __device__ __forceinline__ uint4 convert(const float (&f)[4], int part) {
+    uint32_t y[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const uint32_t hi = TF32::cvt(f[e]);
+      y[e] = part == 0 ? hi : TF32x3::lo(f[e], hi);
+    }
+    return make_uint4(y[0], y[1], y[2], y[3]);
+  }
+};
+
+// image_value converts 16 bytes' worth of fp32 values into part `part` of
+// E's image (every type but a split one has part 0 alone).
+template <typename E, int kVec>
+__device__ __forceinline__ uint4 image_value(const float (&f)[kVec], int part) {
+  if constexpr (E::kParts == 1) {
+    return StorageOf<E>::convert(f);
+  } else {
+    return StorageOf<E>::convert(f, part);
+  }
+}
 
 // load_chunk reads the kVec fp32 elements src[0 … kVec) of a row, zero
 // where the row is absent (!row_ok) or past dim (columns c0 + e ≥ dim),

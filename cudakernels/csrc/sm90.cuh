@@ -246,6 +246,8 @@ template <typename E, int N> struct Wgmma;
 FLASH_WGMMA_ALL_N(BF16, "k16", ".f32.bf16.bf16", ", 0, 0", ", 0")
 FLASH_WGMMA_ALL_N(FP16, "k16", ".f32.f16.f16", ", 0, 0", ", 0")
 FLASH_WGMMA_ALL_N(TF32, "k8", ".f32.tf32.tf32", "", "")
+// The split type's products are tf32 products (split_ss, split_rs).
+template <int N> struct Wgmma<mma::TF32x3, N> : Wgmma<mma::TF32, N> {};
 
 // WgmmaMN<E, N>::ss issues d (+)= A·B of shape m64nNk16 with A (64 × 16)
 // and B (N × 16) both MN-major in shared memory (desc_mn_sw128), for the
@@ -286,6 +288,79 @@ FLASH_WGMMA_RS_MN(FP16, 64, 32, ".f32.f16.f16", "{%32, %33, %34, %35}, %36", "%3
 FLASH_WGMMA_RS_MN(FP16, 128, 64, ".f32.f16.f16", "{%64, %65, %66, %67}, %68", "%69")
 #endif  // FLASH_EMU
 
+// split_ss sets d = A·Bᵀ over KC k-slices for a split operand type
+// (E::kParts 2: each image KC slices of hi values, then KC of lo ones),
+// A and B K-major at descriptors a and b of a_rows and b_rows rows: the
+// small products over every k-slice first, while the accumulator is still
+// small, then the big one. kALoFirst orders the small ones: A_lo·B_hi
+// then A_hi·B_lo, or the other way round.
+template <typename E, int N, int KC, bool kALoFirst>
+__device__ __forceinline__ void split_ss(float (&d)[N / 2], uint64_t a, int a_rows, uint64_t b, int b_rows) {
+  static_assert(E::kParts == 2, "a split operand type");
+  auto slice = [&](uint64_t desc, int kc, int rows) { return desc_advance(desc, k_slice_offset(kc, rows)); };
+  constexpr int kA1 = kALoFirst ? KC : 0, kB1 = kALoFirst ? 0 : KC;  // the first small product's parts
+#pragma unroll
+  for (int kc = 0; kc < KC; ++kc) Wgmma<E, N>::ss(d, slice(a, kc + kA1, a_rows), slice(b, kc + kB1, b_rows), kc > 0);
+#pragma unroll
+  for (int kc = 0; kc < KC; ++kc) Wgmma<E, N>::ss(d, slice(a, kc + KC - kA1, a_rows), slice(b, kc + KC - kB1, b_rows), 1);
+#pragma unroll
+  for (int kc = 0; kc < KC; ++kc) Wgmma<E, N>::ss(d, slice(a, kc, a_rows), slice(b, kc, b_rows), 1);
+}
+
+// split_scores is split_ss for the scores S = Q·Kᵀ (or Sᵀ = K·Qᵀ): the
+// big products into d and the small ones into small, which add_small
+// folds into d once both have landed. Apart because an infinite operand's
+// small products are no guide to its score: with hi = ±∞ and lo = 0
+// (mma::TF32x3::lo), lo·∞ is NaN or an infinity of either sign, where the
+// naive score is the big product's ±∞, whose exponential a softmax turns
+// into P = 0; add_small drops a non-finite small sum. kALoFirst orders the
+// small ones as split_ss does: every element of d and small is a sum of
+// the same products in the same order whichever operand is A, so the
+// backward's Sᵀ = K·Qᵀ (kALoFirst false) repeats the forward's S = Q·Kᵀ
+// (true) bit for bit if the tensor cores' sums depend only on the
+// products and their order (TestTF32ProductsIgnoreOperandOrder, the
+// probe, checks that on the device).
+template <typename E, int N, int KC, bool kALoFirst>
+__device__ __forceinline__ void split_scores(float (&d)[N / 2], float (&small)[N / 2], uint64_t a, int a_rows,
+                                             uint64_t b, int b_rows) {
+  static_assert(E::kParts == 2, "a split operand type");
+  auto slice = [&](uint64_t desc, int kc, int rows) { return desc_advance(desc, k_slice_offset(kc, rows)); };
+  constexpr int kA1 = kALoFirst ? KC : 0, kB1 = kALoFirst ? 0 : KC;  // the first small product's parts
+#pragma unroll
+  for (int kc = 0; kc < KC; ++kc)
+    Wgmma<E, N>::ss(small, slice(a, kc + kA1, a_rows), slice(b, kc + kB1, b_rows), kc > 0);
+#pragma unroll
+  for (int kc = 0; kc < KC; ++kc)
+    Wgmma<E, N>::ss(small, slice(a, kc + KC - kA1, a_rows), slice(b, kc + KC - kB1, b_rows), 1);
+#pragma unroll
+  for (int kc = 0; kc < KC; ++kc) Wgmma<E, N>::ss(d, slice(a, kc, a_rows), slice(b, kc, b_rows), kc > 0);
+}
+
+// add_small adds split_scores's small sums to the big ones, each where it
+// is finite.
+template <int NS> __device__ __forceinline__ void add_small(float (&d)[NS][4], const float (&small)[NS][4]) {
+#pragma unroll
+  for (int j = 0; j < NS; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (fabsf(small[j][e]) <= 3.40282347e+38f) d[j][e] += small[j][e];  // false for ±∞ and NaN
+}
+
+// split_rs adds A·B to d for a split operand type: A in registers, KC hi
+// fragments then KC lo ones (mma::put_frag), B K-major at descriptor b of
+// b_rows rows (KC hi slices, then KC lo): A_lo·B_hi, A_hi·B_lo, A_hi·B_hi.
+template <typename E, int N, int KC>
+__device__ __forceinline__ void split_rs(float (&d)[N / 2], const uint32_t (&a)[2 * KC][4], uint64_t b, int b_rows) {
+  static_assert(E::kParts == 2, "a split operand type");
+  auto slice = [&](int kc) { return desc_advance(b, k_slice_offset(kc, b_rows)); };
+#pragma unroll
+  for (int kc = 0; kc < KC; ++kc) Wgmma<E, N>::rs(d, a[KC + kc], slice(kc));
+#pragma unroll
+  for (int kc = 0; kc < KC; ++kc) Wgmma<E, N>::rs(d, a[kc], slice(KC + kc));
+#pragma unroll
+  for (int kc = 0; kc < KC; ++kc) Wgmma<E, N>::rs(d, a[kc], slice(kc));
+}
+
 // Keys of TF32's Vᵀ images are permuted in groups of 8 (vt_position);
 // key_at_column inverts that: the key stored at column c.
 template <typename E> __device__ __forceinline__ int key_at_column(int c) {
@@ -298,14 +373,15 @@ template <typename E> __device__ __forceinline__ int key_at_column(int c) {
 }
 
 // to_image_rows writes x [bhs, n, dim] fp32 as images of tiles of `rows`
-// rows: y is [bhs, n_pad, dp] in E's storage type, n_pad a multiple of rows,
-// zero past n and past dim. One thread per 16-byte output chunk, written in
-// order; grid-stride, any grid.
+// rows: y is [bhs, n_pad, dp·E::kParts] in E's storage type, n_pad a
+// multiple of rows, zero past n and past dim (a split type: the hi values
+// in columns below dp, the lo ones above). One thread per 16-byte output
+// chunk, written in order; grid-stride, any grid.
 template <typename E>
 __device__ void to_image_rows(const float* __restrict__ x, uint4* __restrict__ y, long long bhs, long long n,
                               long long n_pad, long long dim, int dp, int rows) {
   constexpr int kVec = mma::StorageOf<E>::kVec;
-  const int row_chunks = dp / kVec;
+  const int row_chunks = dp * E::kParts / kVec;
   const long long tile_chunks = static_cast<long long>(rows) * row_chunks, head_chunks = n_pad * row_chunks;
   const long long total = bhs * head_chunks, stride = static_cast<long long>(gridDim.x) * blockDim.x;
   for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
@@ -313,10 +389,13 @@ __device__ void to_image_rows(const float* __restrict__ x, uint4* __restrict__ y
     const int w = static_cast<int>(u % tile_chunks);  // = (panel·rows + r)·8 + physical chunk
     const int r = (w / 8) % rows, panel = w / 8 / rows;
     const long long row = u / tile_chunks * rows + r;
-    const long long c0 = static_cast<long long>(panel * 8 + ((w % 8) ^ (r % 8))) * kVec;
+    const long long c = static_cast<long long>(panel * 8 + ((w % 8) ^ (r % 8))) * kVec;  // image column
+    int part = 0;  // constant for the unsplit types, whose code stays as it was
+    long long c0 = c;
+    if constexpr (E::kParts > 1) part = static_cast<int>(c / dp), c0 = c - static_cast<long long>(part) * dp;
     float f[kVec];
     mma::load_chunk(f, x + (bh * n + row) * dim + c0, row < n, c0, dim);
-    y[i] = mma::StorageOf<E>::convert(f);
+    y[i] = mma::image_value<E>(f, part);
   }
 }
 
@@ -351,6 +430,7 @@ struct SeqRows {
 template <typename E>
 __device__ void to_image_rows_len(const float* __restrict__ x, uint4* __restrict__ y, long long bhs, long long n,
                                   long long n_pad, long long dim, int dp, int rows, const SeqRows& sr) {
+  static_assert(E::kParts == 1, "no split type serves calls with lengths");
   constexpr int kVec = mma::StorageOf<E>::kVec;
   const int row_chunks = dp / kVec, tile_chunks = rows * row_chunks;
   const long long tiles = n_pad / rows, total = bhs * tiles;
@@ -374,7 +454,8 @@ __device__ void to_image_rows_len(const float* __restrict__ x, uint4* __restrict
 
 // to_image_vt writes x [bhs, nk, dim] fp32 (V in the forward; Q, K and dO
 // in the backward) transposed, as one [dp, bk] image (row d, column key)
-// per tile of bk keys: y holds nk_pad / bk tiles
+// per tile of bk keys ([dp, 2·bk] for a split type: the hi values of the
+// tile's keys, then their lo values): y holds nk_pad / bk tiles
 // per head (nk_pad a multiple of bk, and bk of 64), zero past nk and dim.
 // Blocks of 256 threads (any grid) take 64 keys × 64 columns through shared
 // memory, so that reads of V and writes of y are both coalesced, with 16
@@ -387,6 +468,7 @@ __device__ void to_image_rows_len(const float* __restrict__ x, uint4* __restrict
 template <typename E, bool kLens = false>
 __device__ void to_image_vt(const float* __restrict__ x, uint4* __restrict__ y, long long bhs, long long nk,
                             long long nk_pad, long long dim, int dp, int bk, const SeqRows& sr = SeqRows{}) {
+  static_assert(E::kParts == 1 || !kLens, "no split type serves calls with lengths");
   constexpr int kVec = mma::StorageOf<E>::kVec;
   constexpr int kRowChunks = 64 / kVec;  // output chunks per d in 64 keys
   constexpr int kCols = 64;              // columns (d) per block
@@ -418,14 +500,16 @@ __device__ void to_image_vt(const float* __restrict__ x, uint4* __restrict__ y, 
 #pragma unroll
       for (int h = 0; h < kCols / 32; ++h) tile[ty + 8 * k][32 * h + tx] = v[k][h];
     __syncthreads();
-    uint4* img = y + (bh * (nk_pad / bk) + j0 / bk) * (static_cast<long long>(dp) * bk / kVec);
-    for (int c = threadIdx.x; c < kCols * kRowChunks; c += blockDim.x) {
-      const int r = c / kRowChunks, col = c % kRowChunks * kVec;  // d = d0 + r; columns col … of these 64 keys
+    uint4* img = y + (bh * (nk_pad / bk) + j0 / bk) * (static_cast<long long>(dp) * bk * E::kParts / kVec);
+    for (int c = threadIdx.x; c < kCols * kRowChunks * E::kParts; c += blockDim.x) {
+      int part = 0, w = c;
+      if constexpr (E::kParts > 1) part = c / (kCols * kRowChunks), w = c % (kCols * kRowChunks);
+      const int r = w / kRowChunks, col = w % kRowChunks * kVec;  // d = d0 + r; columns col … of these 64 keys
       float f[kVec];
 #pragma unroll
       for (int e = 0; e < kVec; ++e) f[e] = tile[key_at_column<E>(col + e)][r];
-      img[image_chunk(static_cast<int>(d0) + r, static_cast<int>(j0 % bk + col) / kVec, dp)] =
-          mma::StorageOf<E>::convert(f);
+      img[image_chunk(static_cast<int>(d0) + r, (static_cast<int>(j0 % bk + col) + part * bk) / kVec, dp)] =
+          mma::image_value<E>(f, part);
     }
     __syncthreads();
   }

@@ -414,7 +414,10 @@ __device__ __forceinline__ uint32_t keep_bits_dkdv(const Extras& ex, long long q
 // keys at a time, so that dsoft lives for one fragment only (Pᵀ and
 // Pᵀ·dsoft at once would cost 32 registers more). lt[c] is the LSE of the
 // step's query c in log2 units: a pointer to them (Hopper: prep_stats
-// writes them so), or Log2Lse over the natural ones (mma.sync).
+// writes them so), or Log2Lse over the natural ones (mma.sync). For the
+// split type (E::kExact) scale_log2 and lt are in natural units and the
+// exponential is expf (score_exp), and pf holds the hi fragments and then
+// the lo ones (mma::put_frag).
 //
 // kFull (the mma.sync _full dK/dV kernel) adds the bias to each score
 // before the exponential, from sb, the step's bias tile in shared memory
@@ -429,7 +432,8 @@ __device__ __forceinline__ uint32_t keep_bits_dkdv(const Extras& ex, long long q
 // to dV in float32 as the forward does to O) while s keeps Pᵀ(·dsoft).
 template <typename E, bool kVar, bool kMod, bool kMasked, bool kCap, int NS, typename Lse, bool kFull = false,
           int kLd = 0>
-__device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[NS * 8 / E::kK][4], float scale_log2,
+__device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[mma::frag_count<E, NS * 8>()][4],
+                                           float scale_log2,
                                            Lse lt, int q0, int t, const int (&qlo)[2], const int (&qhi)[2],
                                            const Mods& md, const AlibiRow<1> (&ar)[2], const float* sb = nullptr,
                                            bool drop_on = false, uint32_t zbits = 0u, int sb_h1 = 8) {
@@ -449,7 +453,7 @@ __device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[NS 
         if constexpr (kFull) {
           if (sb != nullptr) x = fmaf(sb[(8 * j + (e & 1)) * kLd + (h ? sb_h1 : 0)], kLog2e, x);
         }
-        float p = ex2_ftz(x - lt[col]);
+        float p = score_exp<E::kExact>(x - lt[col]);
         if constexpr (kVar) {
           if (!seen) p = 0.f, dsoft[c][e] = 0.f;
         } else {
@@ -461,7 +465,7 @@ __device__ __forceinline__ void probs_dkdv(float (&s)[NS][4], uint32_t (&pf)[NS 
           if (drop_on && !((zbits >> (4 * j + e)) & 1u)) s[j][e] = 0.f;
         }
       }
-    E::p_frag(pf[kk], s, kk);
+    mma::put_frag<E>(pf, s, kk);
     if constexpr (kFull) {
 #pragma unroll
       for (int c = 0; c < kT; ++c)

@@ -6,7 +6,7 @@
 //
 // Standard input: eight int64 words, then the kernels' Params with every
 // pointer an offset into the blob plus one, then the blob. The words: the
-// operand type (0 BF16, 1 FP16, 2 TF32), the kernel (Kernel below), the
+// operand type (0 BF16, 1 FP16, 2 TF32, 3 TF32x3: the FP32 precision), the kernel (Kernel below), the
 // padded head dimension DP, the blob's size in bytes, three words of the Go
 // side's launch shape, which the kernels check, and flags (bit 0: the
 // forward images V as rows, not transposed; bit 1: a backward). Forward:
@@ -21,14 +21,16 @@
 // of kEmuSMs blocks); K in tiles of the key
 // step; V transposed (or as rows); the _len conversions where the call has
 // lengths; then the forward. Backward (backend_gpu.go's enqueueBackward,
-// bwd_wgmma_gpu.go): dO rounded in place with D = rowsum(dO∘O); row images
-// of Q, dO, K and V (and for TF32 transposed ones of Q, dO and K), in
-// tiles of 64 rows padded to 128; the statistics; the dK/dV and dQ
+// bwd_wgmma_gpu.go): dO rounded in place with D = rowsum(dO∘O) (TF32x3:
+// D by the CUDA-core dot_do_o, dO as it is); row images of Q, dO, K and V
+// (and for TF32 and TF32x3 transposed ones of Q, dO and K), in tiles of
+// 64 rows padded to 128; the statistics (TF32x3: in natural units); the dK/dV and dQ
 // kernels (or the fused one into a zeroed dQ); the dBias kernel where
 // Params asks for dBias.
 #include <cstdint>
 #include <vector>
 
+#include "../csrc/bwd_simt.cuh"
 #include "../csrc/bwd_wgmma.cuh"
 #include "../csrc/fwd_wgmma.cuh"
 #include "../csrc/fwd_wgmma_ws.cuh"
@@ -73,9 +75,12 @@ template <typename E, int DP> struct Images {
     const float* src = static_cast<const float*>(x);
     uint4* dst = y.as<uint4>();
     if (lens != nullptr) {
-      const SeqRows sr{lens, 0, per, unit};
-      emu::launch(kConvertBlocks, kConvertThreads, 0,
-                  [&] { to_image_rows_len<E>(src, dst, heads, n, nPad, dim, DP, tile, sr); });
+      if constexpr (E::kParts > 1) Request::fail("lengths with the split type (plain problems only)");
+      else {
+        const SeqRows sr{lens, 0, per, unit};
+        emu::launch(kConvertBlocks, kConvertThreads, 0,
+                    [&] { to_image_rows_len<E>(src, dst, heads, n, nPad, dim, DP, tile, sr); });
+      }
     } else {
       emu::launch(kConvertBlocks, kConvertThreads, 0, [&] { to_image_rows<E>(src, dst, heads, n, nPad, dim, DP, tile); });
     }
@@ -85,8 +90,11 @@ template <typename E, int DP> struct Images {
     const float* src = static_cast<const float*>(x);
     uint4* dst = y.as<uint4>();
     if (lens != nullptr) {
-      const SeqRows sr{lens, 0, per, unit};
-      emu::launch(kConvertBlocks, 256, 0, [&] { to_image_vt<E, true>(src, dst, heads, n, nPad, dim, DP, tile, sr); });
+      if constexpr (E::kParts > 1) Request::fail("lengths with the split type (plain problems only)");
+      else {
+        const SeqRows sr{lens, 0, per, unit};
+        emu::launch(kConvertBlocks, 256, 0, [&] { to_image_vt<E, true>(src, dst, heads, n, nPad, dim, DP, tile, sr); });
+      }
     } else {
       emu::launch(kConvertBlocks, 256, 0, [&] { to_image_vt<E>(src, dst, heads, n, nPad, dim, DP, tile); });
     }
@@ -104,9 +112,10 @@ struct Shape {
 template <typename E, int DP, Kernel K> void forward(Params p, const Shape& sh) {
   using S = typename E::Storage;
   constexpr int step = fwd_bk<E, DP, K == kFull>();
+  constexpr long long kW = DP * E::kParts;  // image columns: a split type's hi and lo parts
   const long long bh = p.b * p.h, kvh = bh / p.kv_group;
   const long long nqPad = roundUp(p.nq, sh.rows), nkPad = roundUp(p.nk, step);
-  Scratch q(bh * nqPad * DP * sizeof(S)), k(kvh * nkPad * DP * sizeof(S)), v(kvh * nkPad * DP * sizeof(S));
+  Scratch q(bh * nqPad * kW * sizeof(S)), k(kvh * nkPad * kW * sizeof(S)), v(kvh * nkPad * kW * sizeof(S));
   const Images<E, DP> queries{bh, p.dim, p.h, static_cast<const int*>(p.q_lens)};
   const Images<E, DP> keys{kvh, p.dim, p.h / p.kv_group, static_cast<const int*>(p.k_lens)};
   // The warp-specialized kernels read the caller's Q; the others its image.
@@ -121,9 +130,9 @@ template <typename E, int DP, Kernel K> void forward(Params p, const Shape& sh) 
   }
   // The images' strides, as params.go's tensorAt gives them.
   const long long kvPerBatch = p.h / p.kv_group;
-  if (kQImage) p.q = q.as<S>(), p.q_batch_stride = p.h * nqPad * DP, p.q_head_stride = nqPad * DP, p.q_row_stride = DP;
-  p.k = k.as<S>(), p.k_batch_stride = kvPerBatch * nkPad * DP, p.k_head_stride = nkPad * DP, p.k_row_stride = DP;
-  p.v = v.as<S>(), p.v_batch_stride = p.k_batch_stride, p.v_head_stride = p.k_head_stride, p.v_row_stride = DP;
+  if (kQImage) p.q = q.as<S>(), p.q_batch_stride = p.h * nqPad * kW, p.q_head_stride = nqPad * kW, p.q_row_stride = kW;
+  p.k = k.as<S>(), p.k_batch_stride = kvPerBatch * nkPad * kW, p.k_head_stride = nkPad * kW, p.k_row_stride = kW;
+  p.v = v.as<S>(), p.v_batch_stride = p.k_batch_stride, p.v_head_stride = p.k_head_stride, p.v_row_stride = kW;
   unsigned grid = static_cast<unsigned>(bh * (nqPad / sh.rows));
   // The persistent grid of a device with kEmuSMs multiprocessors
   // (wgmmaForward.launch), so that blocks take several items.
@@ -148,9 +157,15 @@ template <typename E, typename R, int DP, Kernel K> void backward(Params p, cons
   const long long bh = p.b * p.h, kvh = bh / p.kv_group;
   std::vector<float> delta(bh * p.nq);
   p.delta = delta.data();
-  emu::launch(static_cast<unsigned>((bh * p.nq + 7) / 8), 256, 0, [&] { flash::mma::dot_do_o_round<R>(p); });
+  constexpr bool kSplit = E::kParts > 1;
+  if constexpr (kSplit) {  // the FP32 precision: dO as it is, D by the float32 CUDA-core pass
+    emu::launch(static_cast<unsigned>((bh * p.nq + 255) / 256), 256, 0, [&] { flash::simt::dot_do_o<float>(p); });
+  } else {
+    emu::launch(static_cast<unsigned>((bh * p.nq + 7) / 8), 256, 0, [&] { flash::mma::dot_do_o_round<R>(p); });
+  }
+  constexpr long long kW = DP * E::kParts;  // image columns
   const long long nqPad = roundUp(p.nq, kBwdPad), nkPad = roundUp(p.nk, kBwdPad);
-  const size_t qBytes = bh * nqPad * DP * sizeof(S), kBytes = kvh * nkPad * DP * sizeof(S);
+  const size_t qBytes = bh * nqPad * kW * sizeof(S), kBytes = kvh * nkPad * kW * sizeof(S);
   constexpr bool kTImages = bwd_t_images<E>();
   Scratch q(qBytes), dout(qBytes), k(kBytes), v(kBytes);
   Scratch qT(kTImages ? qBytes : 0), doutT(kTImages ? qBytes : 0), kT(kTImages ? kBytes : 0);
@@ -169,16 +184,16 @@ template <typename E, typename R, int DP, Kernel K> void backward(Params p, cons
     keys.transposed(p.k, kT, p.nk, nkPad, kBwdTile, kBwdPad);
   }
   const long long kvPerBatch = p.h / p.kv_group;
-  p.q = q.as<S>(), p.q_batch_stride = p.h * nqPad * DP, p.q_head_stride = nqPad * DP, p.q_row_stride = DP;
+  p.q = q.as<S>(), p.q_batch_stride = p.h * nqPad * kW, p.q_head_stride = nqPad * kW, p.q_row_stride = kW;
   p.dout = dout.as<S>(), p.dout_batch_stride = p.q_batch_stride, p.dout_head_stride = p.q_head_stride;
-  p.dout_row_stride = DP;
-  p.k = k.as<S>(), p.k_batch_stride = kvPerBatch * nkPad * DP, p.k_head_stride = nkPad * DP, p.k_row_stride = DP;
-  p.v = v.as<S>(), p.v_batch_stride = p.k_batch_stride, p.v_head_stride = p.k_head_stride, p.v_row_stride = DP;
+  p.dout_row_stride = kW;
+  p.k = k.as<S>(), p.k_batch_stride = kvPerBatch * nkPad * kW, p.k_head_stride = nkPad * kW, p.k_row_stride = kW;
+  p.v = v.as<S>(), p.v_batch_stride = p.k_batch_stride, p.v_head_stride = p.k_head_stride, p.v_row_stride = kW;
   p.q_t = kTImages ? qT.as<S>() : nullptr, p.dout_t = kTImages ? doutT.as<S>() : nullptr;
   p.k_t = kTImages ? kT.as<S>() : nullptr;
   p.lse_log2 = lse2.as<float>(), p.delta_pad = dpad.as<float>();
   constexpr bool kVarStats = K != kPlainRowBlock && K != kFused;
-  emu::launch(8, 256, 0, [&] { prep_stats<kVarStats>(p); });
+  emu::launch(8, 256, 0, [&] { prep_stats<kVarStats, kSplit>(p); });
   const unsigned gridK = static_cast<unsigned>(kvh * ((p.nk + kBwdBlock - 1) / kBwdBlock));
   const unsigned gridQ = static_cast<unsigned>(bh * ((p.nq + kBwdBlock - 1) / kBwdBlock));
   if constexpr (K == kFused) {
@@ -202,6 +217,7 @@ template <typename E, typename R, int DP, Kernel K> void backward(Params p, cons
 // built lists what hopper.cu instantiates; anything else is a bad request.
 template <typename E, int DP, Kernel K> constexpr bool built() {
   constexpr bool half = sizeof(typename E::Storage) == 2;
+  if constexpr (E::kParts > 1) return K == kPlainRowBlock && DP == 64;  // the split type: plain problems at 64
   switch (K) {
     case kPlainRowBlock: return !ws_built<E, DP>();
     case kVar: return true;
@@ -217,6 +233,7 @@ template <typename E, int DP, Kernel K> constexpr bool built() {
 // bwdBuilt lists the backward kernels hopper.cu instantiates.
 template <typename E, int DP, Kernel K> constexpr bool bwdBuilt() {
   constexpr bool half = sizeof(typename E::Storage) == 2;
+  if constexpr (E::kParts > 1) return K == kPlainRowBlock && DP == 64;
   switch (K) {
     case kPlainRowBlock:
     case kVar: return DP <= 128;
@@ -284,7 +301,7 @@ int main() {
   const Run r{req.p, (h[7] & 2) != 0, Shape{word(4), word(5), static_cast<int>(h[6]), (h[7] & 1) != 0},
               BwdShape{word(4), word(5), word(6)}, biasSlices(req.p)};
   const unsigned most = sizeof flash::smem;
-  if (type < 0 || type > 2 || kernel < 0 || kernel > kFused || (dp != 64 && dp != 128 && dp != 256) ||
+  if (type < 0 || type > 3 || kernel < 0 || kernel > kFused || (dp != 64 && dp != 128 && dp != 256) ||
       h[4] < 0 || h[5] < 0 || h[6] < 0 || word(4) > most || word(5) > most || word(6) > most ||
       (!r.backward && (r.fwd.rows <= 0 || r.fwd.rows % kQTileRows != 0)))
     Request::fail("header");
@@ -292,7 +309,8 @@ int main() {
   switch (type) {
     case 0: byDim<flash::mma::BF16, flash::mma::RoundBF16>(d, k, r); break;
     case 1: byDim<flash::mma::FP16, flash::mma::RoundFP16>(d, k, r); break;
-    default: byDim<flash::mma::TF32, flash::mma::TF32>(d, k, r); break;
+    case 2: byDim<flash::mma::TF32, flash::mma::TF32>(d, k, r); break;
+    default: byDim<flash::mma::TF32x3, flash::mma::TF32>(d, k, r); break;  // R unused: dO is not rounded
   }
   req.reply();
   return 0;
