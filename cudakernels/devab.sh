@@ -11,6 +11,8 @@
 # runs behind each median, 3 by default; both binaries must be of
 # revisions that have the flag, 2026-12-05 on): with the default,
 # unchanged kernels moved by up to 1.3 % between two rounds (H100).
+# FAMILY, when set, passes -family FAMILY to both (sm90: FP32's plain rows
+# at D ≤ 64 on the 3xTF32 kernels in the binaries that have them).
 set -uo pipefail
 out="${1:?usage: devab.sh OUTDIR}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -24,7 +26,7 @@ for r in $(seq "${ROUNDS:-3}"); do
 		bin=$bins/bench.test
 		[[ $side == old ]] && bin=$bins/bench-old.test
 		(cd "$root/bench" && "$bin" -test.run '^$' -test.bench "${BENCH:-KernelsGPU/(bf16|fp16)/}" -test.benchtime 1x \
-			${REPS:+-reps "$REPS"}) \
+			${REPS:+-reps "$REPS"} ${FAMILY:+-family "$FAMILY"}) \
 			>"$out/$side-$r.txt" 2>&1
 		echo "$side-$r exit $? at ${SECONDS}s"
 	done

@@ -319,7 +319,8 @@ __device__ __forceinline__ void split_ss(float (&d)[N / 2], uint64_t a, int a_ro
 // backward's Sᵀ = K·Qᵀ (kALoFirst false) repeats the forward's S = Q·Kᵀ
 // (true) bit for bit if the tensor cores' sums depend only on the
 // products and their order (TestTF32ProductsIgnoreOperandOrder, the
-// probe, checks that on the device).
+// probe, checks that for tf32 wgmmas on the device: it passed on an H100,
+// 2026-12-05).
 template <typename E, int N, int KC, bool kALoFirst>
 __device__ __forceinline__ void split_scores(float (&d)[N / 2], float (&small)[N / 2], uint64_t a, int a_rows,
                                              uint64_t b, int b_rows) {
