@@ -317,8 +317,7 @@ __device__ __forceinline__ void gemm_rs(float (&c)[DP / 8][4], const uint32_t (&
 // two_products issues c1 = A1·B1ᵀ and c2 = A2·B2ᵀ (gemm_ss) as two wgmma
 // groups, calls meanwhile() while they run and waits for the first: the
 // caller works on c1 while c2 computes, then waits for it with wgmma_wait.
-// kALoFirst: gemm_ss's order of c1's products.
-// For a split type c1 is the scores (split_scores, kALoFirst its order),
+// For a split type c1 is the scores (split_scores, kALoFirst: A is Q),
 // its small products folded in once it has landed.
 template <typename E, int DP, int STEP, bool kALoFirst, typename F>
 __device__ __forceinline__ void two_products(float (&c1)[STEP / 8][4], float (&c2)[STEP / 8][4], uint32_t a1,

@@ -288,42 +288,17 @@ FLASH_WGMMA_RS_MN(FP16, 64, 32, ".f32.f16.f16", "{%32, %33, %34, %35}, %36", "%3
 FLASH_WGMMA_RS_MN(FP16, 128, 64, ".f32.f16.f16", "{%64, %65, %66, %67}, %68", "%69")
 #endif  // FLASH_EMU
 
-// split_ss sets d = A·Bᵀ over KC k-slices for a split operand type
+// split_products issues A·Bᵀ over KC k-slices for a split operand type
 // (E::kParts 2: each image KC slices of hi values, then KC of lo ones),
 // A and B K-major at descriptors a and b of a_rows and b_rows rows: the
-// small products over every k-slice first, while the accumulator is still
-// small, then the big one. kALoFirst orders the small ones: A_lo·B_hi
-// then A_hi·B_lo, or the other way round.
-template <typename E, int N, int KC, bool kALoFirst>
-__device__ __forceinline__ void split_ss(float (&d)[N / 2], uint64_t a, int a_rows, uint64_t b, int b_rows) {
-  static_assert(E::kParts == 2, "a split operand type");
-  auto slice = [&](uint64_t desc, int kc, int rows) { return desc_advance(desc, k_slice_offset(kc, rows)); };
-  constexpr int kA1 = kALoFirst ? KC : 0, kB1 = kALoFirst ? 0 : KC;  // the first small product's parts
-#pragma unroll
-  for (int kc = 0; kc < KC; ++kc) Wgmma<E, N>::ss(d, slice(a, kc + kA1, a_rows), slice(b, kc + kB1, b_rows), kc > 0);
-#pragma unroll
-  for (int kc = 0; kc < KC; ++kc) Wgmma<E, N>::ss(d, slice(a, kc + KC - kA1, a_rows), slice(b, kc + KC - kB1, b_rows), 1);
-#pragma unroll
-  for (int kc = 0; kc < KC; ++kc) Wgmma<E, N>::ss(d, slice(a, kc, a_rows), slice(b, kc, b_rows), 1);
-}
-
-// split_scores is split_ss for the scores S = Q·Kᵀ (or Sᵀ = K·Qᵀ): the
-// big products into d and the small ones into small, which add_small
-// folds into d once both have landed. Apart because an infinite operand's
-// small products are no guide to its score: with hi = ±∞ and lo = 0
-// (mma::TF32x3::lo), lo·∞ is NaN or an infinity of either sign, where the
-// naive score is the big product's ±∞, whose exponential a softmax turns
-// into P = 0; add_small drops a non-finite small sum. kALoFirst orders the
-// small ones as split_ss does: every element of d and small is a sum of
-// the same products in the same order whichever operand is A, so the
-// backward's Sᵀ = K·Qᵀ (kALoFirst false) repeats the forward's S = Q·Kᵀ
-// (true) bit for bit if the tensor cores' sums depend only on the
-// products and their order (TestTF32ProductsIgnoreOperandOrder, the
-// probe, checks that for tf32 wgmmas on the device: it passed on an H100,
-// 2026-12-05).
-template <typename E, int N, int KC, bool kALoFirst>
-__device__ __forceinline__ void split_scores(float (&d)[N / 2], float (&small)[N / 2], uint64_t a, int a_rows,
-                                             uint64_t b, int b_rows) {
+// small products over every k-slice first, into small (the first one
+// overwriting it), then the big one into big, which kApart starts afresh
+// and otherwise adds to (big and small then the same accumulator).
+// kALoFirst orders the small ones: A_lo·B_hi then A_hi·B_lo, or the other
+// way round.
+template <typename E, int N, int KC, bool kALoFirst, bool kApart>
+__device__ __forceinline__ void split_products(float (&big)[N / 2], float (&small)[N / 2], uint64_t a, int a_rows,
+                                               uint64_t b, int b_rows) {
   static_assert(E::kParts == 2, "a split operand type");
   auto slice = [&](uint64_t desc, int kc, int rows) { return desc_advance(desc, k_slice_offset(kc, rows)); };
   constexpr int kA1 = kALoFirst ? KC : 0, kB1 = kALoFirst ? 0 : KC;  // the first small product's parts
@@ -334,7 +309,33 @@ __device__ __forceinline__ void split_scores(float (&d)[N / 2], float (&small)[N
   for (int kc = 0; kc < KC; ++kc)
     Wgmma<E, N>::ss(small, slice(a, kc + KC - kA1, a_rows), slice(b, kc + KC - kB1, b_rows), 1);
 #pragma unroll
-  for (int kc = 0; kc < KC; ++kc) Wgmma<E, N>::ss(d, slice(a, kc, a_rows), slice(b, kc, b_rows), kc > 0);
+  for (int kc = 0; kc < KC; ++kc) Wgmma<E, N>::ss(big, slice(a, kc, a_rows), slice(b, kc, b_rows), !kApart || kc > 0);
+}
+
+// split_ss sets d = A·Bᵀ (split_products into one accumulator, small
+// products first, while it is still small).
+template <typename E, int N, int KC, bool kALoFirst>
+__device__ __forceinline__ void split_ss(float (&d)[N / 2], uint64_t a, int a_rows, uint64_t b, int b_rows) {
+  split_products<E, N, KC, kALoFirst, false>(d, d, a, a_rows, b, b_rows);
+}
+
+// split_scores is split_products for the scores S = Q·Kᵀ (or Sᵀ = K·Qᵀ):
+// the big products into d and the small ones into small, which add_small
+// folds into d once both have landed. Apart because an infinite operand's
+// small products are no guide to its score: with hi = ±∞ and lo = 0
+// (mma::TF32x3::lo), lo·∞ is NaN or an infinity of either sign, where the
+// naive score is the big product's ±∞, whose exponential a softmax turns
+// into P = 0; add_small drops a non-finite small sum. Every element of d
+// and small is a sum of the same products in the same order whichever
+// operand is A (kALoFirst: A is Q), so the backward's Sᵀ = K·Qᵀ repeats
+// the forward's S = Q·Kᵀ bit for bit if the tensor cores' sums depend
+// only on the products and their order (TestTF32ProductsIgnoreOperandOrder,
+// the probe, checks that for tf32 wgmmas on the device: it passed on an
+// H100, 2026-12-05).
+template <typename E, int N, int KC, bool kALoFirst>
+__device__ __forceinline__ void split_scores(float (&d)[N / 2], float (&small)[N / 2], uint64_t a, int a_rows,
+                                             uint64_t b, int b_rows) {
+  split_products<E, N, KC, kALoFirst, true>(d, small, a, a_rows, b, b_rows);
 }
 
 // add_small adds split_scores's small sums to the big ones, each where it
