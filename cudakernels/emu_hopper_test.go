@@ -42,7 +42,7 @@ func hopperForwards(prec Precision, dp int, kp *kernelParams) []hopperLaunch {
 		return nil
 	}
 	c := wgmmaForwardChoice(prec, dp, full, full && kp.Bias == 0 && wgmmaDropBuilt(prec, dp))
-	kind, shape := wgmmaForwardKernel(c, kp)
+	kind, shape := wgmmaForwardKernel(c, isPlain(kp))
 	launches := []hopperLaunch{{kind, shape}}
 	if full || !isPlain(kp) || wgmmaPlainOnly(prec) {
 		return launches
@@ -52,7 +52,7 @@ func hopperForwards(prec Precision, dp int, kp *kernelParams) []hopperLaunch {
 	}
 	if kind == wgmmaFwdWS && wgmmaWS2Built(prec, dp) {
 		c.plain = plainWS2
-		k2, s2 := wgmmaForwardKernel(c, kp)
+		k2, s2 := wgmmaForwardKernel(c, isPlain(kp))
 		launches = append(launches, hopperLaunch{k2, s2})
 	}
 	return launches

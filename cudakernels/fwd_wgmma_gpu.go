@@ -89,7 +89,6 @@ func loadWgmmaForward(mod cu.Module, c choice, maxSmem, sms int) (*wgmmaForward,
 	return f, nil
 }
 
-// wgmmaFwdScratch is where the images go.
 // wgmmaFwdScratch is where the images go, and the persistent kernels'
 // item counter.
 type wgmmaFwdScratch struct{ q, k, vt, counter cu.DevicePtr }
@@ -103,10 +102,17 @@ func (f *wgmmaForward) padded(p kernels.Params) (nq, nk int64) {
 	return nq, roundUp(int64(p.Nk), int64(f.c.step))
 }
 
+// carve lays out the scratch of p: no Q image where the kernel p gets
+// reads the caller's Q itself (wgmmaFwdKernel.readsQ; plainParams decides
+// as launch's isPlain does, TestPlainParamsAgrees).
 func (f *wgmmaForward) carve(p kernels.Params, base cu.DevicePtr, s *wgmmaFwdScratch) int64 {
 	bh, bkv, row := int64(p.B)*int64(p.H), int64(p.B)*int64(p.KVHeads()), int64(f.c.dp)*int64(elemBytes(f.c.prec))
 	nq, nk := f.padded(p)
-	return carve(base, part{&s.q, bh * nq * row}, part{&s.k, bkv * nk * row}, part{&s.vt, bkv * nk * row},
+	qBytes := bh * nq * row
+	if kind, _ := wgmmaForwardKernel(f.c, plainParams(p)); kind.readsQ() {
+		qBytes = 0
+	}
+	return carve(base, part{&s.q, qBytes}, part{&s.k, bkv * nk * row}, part{&s.vt, bkv * nk * row},
 		part{&s.counter, 4})
 }
 
@@ -136,7 +142,13 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 	// What the kernel choice reads of the argument does not depend on
 	// where the images go.
 	probe := newParams(p, operands{vars: buf.vars})
-	kind, shape := wgmmaForwardKernel(f.c, &probe)
+	kind, shape := wgmmaForwardKernel(f.c, isPlain(&probe))
+	if sized, _ := wgmmaForwardKernel(f.c, plainParams(p)); sized.readsQ() != kind.readsQ() {
+		// carve left out the Q image, or sized it for nothing: a kernel
+		// that images Q into a region of 0 bytes would write past it.
+		return fmt.Errorf("cudakernels: internal error: the Hopper forward's scratch was laid out for kernel %d, the launch takes %d",
+			sized, kind)
+	}
 	fn := f.fnVar
 	if kind != wgmmaFwdVar {
 		fn = f.fn

@@ -355,16 +355,18 @@ func wgmmaPlainForward(c choice) (wgmmaFwdKernel, launchShape) {
 }
 
 // wgmmaForwardKernel returns the kernel and launch shape choice c launches
-// for a problem with parameters kp: the _full or _drop kernel of a choice
-// for a bias or dropout, the plain kernel where isPlain, else _var.
-func wgmmaForwardKernel(c choice, kp *kernelParams) (wgmmaFwdKernel, launchShape) {
+// for a problem that is plain or not (isPlain of the launch's argument, or
+// plainParams of the problem before the argument exists; the two agree):
+// the _full or _drop kernel of a choice for a bias or dropout, the plain
+// kernel for a plain problem, else _var.
+func wgmmaForwardKernel(c choice, plain bool) (wgmmaFwdKernel, launchShape) {
 	rowBlock := launchShape{c.rows, c.threads, c.smem}
 	switch {
 	case c.full && c.drop:
 		return wgmmaFwdDrop, rowBlock
 	case c.full:
 		return wgmmaFwdFull, rowBlock
-	case isPlain(kp):
+	case plain:
 		return wgmmaPlainForward(c)
 	}
 	return wgmmaFwdVar, rowBlock
