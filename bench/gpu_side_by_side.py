@@ -18,7 +18,10 @@ with float32 tensors would call it: Q, K, V cast to bf16 and O back to
 float32 in the forward, dO cast to bf16 and dQ, dK, dV back to float32
 in the backward (autograd's casts), the work our times include.
 
-usage: python3 bench/gpu_side_by_side.py BENCH_BINARY [--short] [--out FILE]
+--family passes -family to our benchmark: sm90 runs FP32's plain rows at
+D ≤ 64 on the 3xTF32 kernels (FamilyAuto keeps FP32 on the CUDA cores).
+
+usage: python3 bench/gpu_side_by_side.py BENCH_BINARY [--short] [--family F] [--out FILE]
 """
 import argparse
 import re
@@ -45,10 +48,10 @@ PEERS = [
 ]
 
 
-def ours(binary, short):
+def ours(binary, short, family=None):
     """Runs our benchmark; returns {(prec, pass, d, n, causal): TFLOP/s}."""
     got = {}
-    for line in benchmark_lines(binary, "KernelsGPU", short):
+    for line in benchmark_lines(binary, "KernelsGPU", short, ("-family", family) if family else ()):
         m = LINE.match(line)
         if m:
             prec, pas, d, n, causal, tflops = m.groups()
@@ -87,10 +90,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("binary", help="flashgpu-tagged test binary of package bench")
     ap.add_argument("--short", action="store_true", help="N = 2048 and 8192 only")
+    ap.add_argument("--family", help="our kernel family (-family of the benchmark): auto, sm80 or sm90")
     ap.add_argument("--out", help="also write the table to this file")
     args = ap.parse_args()
 
-    got = ours(args.binary, args.short)
+    got = ours(args.binary, args.short, args.family)
     shapes = sorted({(d, n, c) for (_, _, d, n, c) in got})
     header = ["D", "N", "causal"] + [f"ours {prec} {pas}" for prec, pas in OURS]
     for name, _, _, _ in PEERS:
