@@ -18,8 +18,9 @@ with float32 tensors would call it: Q, K, V cast to bf16 and O back to
 float32 in the forward, dO cast to bf16 and dQ, dK, dV back to float32
 in the backward (autograd's casts), the work our times include.
 
---family passes -family to our benchmark: sm90 runs FP32's plain rows at
-D ≤ 64 on the 3xTF32 kernels (FamilyAuto keeps FP32 on the CUDA cores).
+--family passes -family to our benchmark: sm80 keeps FP32 on the CUDA
+cores, where auto and sm90 run its plain rows at D ≤ 64 on the 3xTF32
+kernels (binaries of 2026-12-05 on; before, only sm90 did).
 
 usage: python3 bench/gpu_side_by_side.py BENCH_BINARY [--short] [--family F] [--out FILE]
 """

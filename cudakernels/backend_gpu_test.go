@@ -59,20 +59,23 @@ func newTestBackend(t testing.TB, opts ...Option) *Backend {
 var gpuVariants = conformance.WithVariants(conformance.GQA, conformance.Window, conformance.Softcap, conformance.ALiBi,
 	conformance.Lengths, conformance.Dropout, conformance.LSEGradient, conformance.Bias, conformance.Paged)
 
-// TestConformanceFP32 runs the suite on the CUDA-core kernels, which claim
-// every variant and, their products running only over the pairs the masks
-// leave, need no MaskedNaNMayPropagate exception.
+// TestConformanceFP32 runs the suite on the default FP32 backend: the
+// CUDA-core kernels, which claim every variant and, their products running
+// only over the pairs the masks leave, need no MaskedNaNMayPropagate
+// exception, and on Hopper the 3xTF32 kernels for plain problems at D ≤
+// 64, which need none either (passed on an H100, 2026-12-05).
 func TestConformanceFP32(t *testing.T) {
 	conformance.Run(t, newTestBackend(t), FP32, gpuVariants)
 }
 
-// TestConformanceFP32TensorCores runs the FP32 suite on a FamilySM90
-// backend (Hopper only): plain problems at D ≤ 64 on the 3xTF32 kernels
-// (the forward's and the backward's scores must be the same bits, or dV
-// misses the bound: NOTES, "FP32 on tensor cores"), the rest on the CUDA
-// cores.
-func TestConformanceFP32TensorCores(t *testing.T) {
-	conformance.Run(t, newTestBackend(t, WithFamily(FamilySM90)), FP32, gpuVariants)
+// TestConformanceFP32CUDACores runs the FP32 suite on a FamilySM80
+// backend, which keeps FP32 on the CUDA cores everywhere; the default
+// backend of TestConformanceFP32 takes plain problems at D ≤ 64 to the
+// 3xTF32 kernels on Hopper (the forward's and the backward's scores must
+// be the same bits, or dV misses the bound: NOTES, "FP32 on tensor
+// cores").
+func TestConformanceFP32CUDACores(t *testing.T) {
+	conformance.Run(t, newTestBackend(t, WithFamily(FamilySM80)), FP32, gpuVariants)
 }
 
 func randn[T kernels.Float](rng *rand.Rand, n int) []T {
@@ -177,16 +180,16 @@ func runKernelSet(t *testing.T, name string, prec Precision, set kernelSet, fn f
 }
 
 // forEachKernelSet runs fn as a subtest for every precision and, for the
-// tensor-core precisions, every kernel set ("fp32", "fp32-sm90", "bf16-sm80",
+// tensor-core precisions, every kernel set ("fp32", "fp32-sm80", "bf16-sm80",
 // "bf16-sm90", "bf16-sm90-rowblock", "bf16-sm90-ws2", …), with the options that open that
 // backend.
 func forEachKernelSet(t *testing.T, fn func(t *testing.T, prec Precision, opts ...Option)) {
 	for _, prec := range []Precision{FP32, TF32, BF16, FP16} {
 		if prec == FP32 {
-			// The CUDA cores, and on Hopper FamilySM90's 3xTF32 kernels
-			// for plain problems at D ≤ 64.
+			// The default (on Hopper the 3xTF32 kernels for plain
+			// problems at D ≤ 64), and the CUDA cores alone (FamilySM80).
 			t.Run(prec.String(), func(t *testing.T) { fn(t, prec, WithPrecision(prec)) })
-			t.Run(prec.String()+"-sm90", func(t *testing.T) { fn(t, prec, WithPrecision(prec), WithFamily(FamilySM90)) })
+			t.Run(prec.String()+"-sm80", func(t *testing.T) { fn(t, prec, WithPrecision(prec), WithFamily(FamilySM80)) })
 			continue
 		}
 		for _, set := range testKernelSets {

@@ -11,8 +11,10 @@
 # runs behind each median, 3 by default; both binaries must be of
 # revisions that have the flag, 2026-12-05 on): with the default,
 # unchanged kernels moved by up to 1.3 % between two rounds (H100).
-# FAMILY, when set, passes -family FAMILY to both (sm90: FP32's plain rows
-# at D ≤ 64 on the 3xTF32 kernels in the binaries that have them).
+# FAMILY, when set, passes -family FAMILY to both (sm80 keeps FP32 on the
+# CUDA cores; sm90 and, from 2026-12-05 on, auto run FP32's plain rows at
+# D ≤ 64 on the 3xTF32 kernels; before, FP32 was on the CUDA cores in
+# every family).
 set -uo pipefail
 out="${1:?usage: devab.sh OUTDIR}"
 root="$(cd "$(dirname "$0")/.." && pwd)"

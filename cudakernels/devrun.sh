@@ -11,10 +11,10 @@
 #     the tests whose verdict decides what to do next, printed before the
 #     long batch starts, so that a call cut short still reports them.
 #     Default: the orientation probe, the fused backward against the two
-#     kernels, TestHeadDims, and the FP32 suite's golden cases on the
-#     3xTF32 kernels.
+#     kernels, TestHeadDims, and the FP32 suite's golden cases (the
+#     default backend: on Hopper the 3xTF32 kernels for plain D ≤ 64).
 #  1. In parallel, one process each: TestConformanceFP32, its run on the
-#     3xTF32 kernels (TestConformanceFP32TensorCores), and
+#     CUDA cores alone (TestConformanceFP32CUDACores), and
 #     TestConformance{TF32,BF16,FP16}, each running every kernel set (sm80,
 #     sm90, sm90-rowblock, sm90-ws2) in turn, the BF16 and FP16 sm90 suites
 #     again on the fused backward (FLASHATTN_DETERMINISTIC=0), the rest of
@@ -75,7 +75,7 @@ part="${PART:-all}"
 in_part() { [[ "$part" == all || "$part" == "$1" ]]; }
 precision_part() { case $1 in TF32) echo 1 ;; BF16) echo 2 ;; *) echo 3 ;; esac; }
 
-quick="${QUICK-TestTF32ProductsIgnoreOperandOrder|TestFusedBackwardMatchesTwoKernels|TestHeadDims|TestConformanceFP32TensorCores/golden}"
+quick="${QUICK-TestTF32ProductsIgnoreOperandOrder|TestFusedBackwardMatchesTwoKernels|TestHeadDims|TestConformanceFP32$/golden}"
 in_part 1 || quick=
 if [[ -n "$quick" ]]; then
 	start=$SECONDS
@@ -88,8 +88,8 @@ fi
 if in_part 1; then
 	run conformance-FP32 "$root/cudakernels" "$limit" "$bins/cudakernels.test" -test.v "${short[@]}" \
 		-test.run 'TestConformanceFP32$' &
-	run conformance-FP32-sm90 "$root/cudakernels" "$limit" "$bins/cudakernels.test" -test.v "${short[@]}" \
-		-test.run 'TestConformanceFP32TensorCores$' &
+	run conformance-FP32-cores "$root/cudakernels" "$limit" "$bins/cudakernels.test" -test.v "${short[@]}" \
+		-test.run 'TestConformanceFP32CUDACores$' &
 fi
 # One process per tensor-core precision, its kernel sets (testKernelSets)
 # in turn, sharing their references. TF32 has no two-consumer kernel (its
@@ -109,10 +109,10 @@ for prec in BF16 FP16; do
 		-test.v "${short[@]}" -test.run "TestConformance$prec\$/^sm90\$" &
 done
 in_part 1 && run cudakernels-other "$root/cudakernels" "$limit" "$bins/cudakernels.test" -test.v "${short[@]}" \
-	-test.skip "TestConformance(FP32|FP32TensorCores|TF32|BF16|FP16)\$|TestDeviceMemoryStable|KernelsOnHost${quick:+|$quick}" &
+	-test.skip "TestConformance(FP32|FP32CUDACores|TF32|BF16|FP16)\$|TestDeviceMemoryStable|KernelsOnHost${quick:+|$quick}" &
 in_part 1 && run op-gpu "$root/op" "$limit" "$bins/op.test" -test.v "${short[@]}" -test.run GPU \
 	-test.skip TestGPUTrainingLeavesNoMemory &
-sanitize="${SANITIZE_RUN:-TestConformanceBF16/sm(80|90)$/(golden|rows-without-keys)|TestConformanceFP32TensorCores/(golden|non-finite)|TestHeadDims/(fp32|tf32|bf16)/B1H2_Nq70_Nk255_D(96|256)|TestFusedBackwardMatchesTwoKernels}"
+sanitize="${SANITIZE_RUN:-TestConformanceBF16/sm(80|90)$/(golden|rows-without-keys)|TestConformanceFP32$/(golden|non-finite)|TestHeadDims/(fp32|tf32|bf16)/B1H2_Nq70_Nk255_D(96|256)|TestFusedBackwardMatchesTwoKernels}"
 for tool in memcheck racecheck; do
 	in_part 1 || continue
 	run "sanitize-$tool" "$root/cudakernels" "$limit" compute-sanitizer --tool "$tool" --error-exitcode 1 \

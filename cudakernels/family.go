@@ -3,7 +3,7 @@ package cudakernels
 import "fmt"
 
 // Family selects the kernel family of the tensor-core kernels (TF32, BF16
-// and FP16 precisions, and FP32 where FamilySM90 is named).
+// and FP16 precisions, and FP32's 3xTF32 kernels on Hopper).
 type Family int
 
 const (
@@ -12,15 +12,15 @@ const (
 	// dimension, FamilySM80 everywhere else.
 	FamilyAuto Family = iota
 	// FamilySM80 is the mma.sync family (csrc/fwd_mma.cuh, bwd_mma.cuh),
-	// for compute capability 8.0 and newer.
+	// for compute capability 8.0 and newer. It keeps FP32 on the CUDA
+	// cores everywhere.
 	FamilySM80
 	// FamilySM90 is the Hopper family (csrc/fwd_wgmma.cuh, bwd_wgmma.cuh:
 	// wgmma and bulk asynchronous copies), for compute capability 9.0
 	// only. Where it is not built (D ≤ 32; the TF32 forward above D = 128;
 	// every backward above D = 128) FamilySM80 or the CUDA cores serve.
-	// Named explicitly, it also takes FP32's plain problems at D ≤ 64 to
-	// the tensor cores by 3xTF32 (not yet run on a device; package doc,
-	// Precision modes); FamilyAuto keeps FP32 on the CUDA cores.
+	// FP32's plain problems at D ≤ 64 run on its 3xTF32 kernels (with
+	// FamilyAuto too; package doc, Precision modes).
 	FamilySM90
 )
 

@@ -172,12 +172,10 @@ func checkDevice(c Capability, fam Family) error {
 // of a backend of family fam, or an error wrapping ErrUnsupported (and
 // kernels.ErrInvalidParams for a head dimension above 256).
 //
-//   - float64 calls: CUDA cores. FP32: CUDA cores, but for a backend of
-//     FamilySM90 on Hopper the 3xTF32 kernels (csrc's mma::TF32x3) for
-//     plain problems where built (wgmmaBuilt, dp = 64), both directions
-//     alike, so that the backward recomputes the forward's scores.
-//     FamilyAuto keeps FP32 on the CUDA cores until the 3xTF32 kernels
-//     have passed the FP32 suite on a device.
+//   - float64 calls: CUDA cores. FP32: on Hopper (fam not FamilySM80) the
+//     3xTF32 kernels (csrc's mma::TF32x3) for plain problems where built
+//     (wgmmaBuilt, dp = 64), both directions alike, so that the backward
+//     recomputes the forward's scores; the CUDA cores elsewhere.
 //   - TF32, BF16, FP16 forward: wgmma where the device is Hopper, fam is not
 //     FamilySM80 and it is built (wgmmaBuilt; with a bias or dropout the
 //     _full kernel, at fewer head dimensions, or for dropout without a bias
@@ -225,13 +223,15 @@ func choose(c Capability, fam Family, r request) (choice, error) {
 }
 
 // fp32TensorCoreChoice returns the 3xTF32 Hopper kernels of an FP32 call
-// (not float64) of a FamilySM90 backend on a Hopper device, where the
+// (not float64) on a Hopper device of a backend not held to FamilySM80
+// (FamilyAuto since 2026-12-05, when they passed the FP32 suite on an
+// H100 at 2.4–6.4× the CUDA-core kernels' speed), where the
 // problem is plain, they are built for dp and fit the device's shared
 // memory: both directions or neither, since a backward on the CUDA cores
 // after a 3xTF32 forward would take P = exp(S − LSE) from scores other
 // than those the LSE came from (NOTES, "FP32 on tensor cores").
 func fp32TensorCoreChoice(c Capability, fam Family, r request, dp int) (choice, bool) {
-	if r.f64 || r.prec != FP32 || fam != FamilySM90 || !c.hopper() || !r.plain || !wgmmaBuilt(FP32, dp, false) ||
+	if r.f64 || r.prec != FP32 || fam == FamilySM80 || !c.hopper() || !r.plain || !wgmmaBuilt(FP32, dp, false) ||
 		!wgmmaBwdBuilt(FP32, dp, false) {
 		return choice{}, false
 	}

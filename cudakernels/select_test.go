@@ -92,8 +92,9 @@ func TestChoose(t *testing.T) {
 }
 
 // TestChooseFP32TensorCores pins where FP32 leaves the CUDA cores: a
-// FamilySM90 backend on Hopper, a plain problem at a head dimension the
-// 3xTF32 kernels are built for (dp = 64), both directions together.
+// backend on Hopper not held to FamilySM80, a plain problem at a head
+// dimension the 3xTF32 kernels are built for (dp = 64), both directions
+// together.
 func TestChooseFP32TensorCores(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -110,8 +111,10 @@ func TestChooseFP32TensorCores(t *testing.T) {
 		{"sm90 plain D128 not built", h200, FamilySM90, 128, true, false, false},
 		{"sm90 with a variant", h200, FamilySM90, 64, false, false, false},
 		{"sm90 float64", h200, FamilySM90, 64, true, true, false},
-		{"auto stays on CUDA cores", h200, FamilyAuto, 64, true, false, false},
-		{"sm80 family", h200, FamilySM80, 64, true, false, false},
+		{"auto on tensor cores", h200, FamilyAuto, 64, true, false, true},
+		{"auto with a variant", h200, FamilyAuto, 64, false, false, false},
+		{"sm80 family keeps CUDA cores", h200, FamilySM80, 64, true, false, false},
+		{"a100 has no wgmma", a100, FamilyAuto, 64, true, false, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -204,8 +207,8 @@ func TestChooseInvariants(t *testing.T) {
 									t.Errorf("%s %v: %v rounded=%v, want plain CUDA cores", name, c.dir, c.kind, c.rounded)
 								case prec == FP32 && c.rounded:
 									t.Errorf("%s %v: FP32 rounded", name, c.dir)
-								case prec == FP32 && c.kind != kindSIMT && (c.kind != kindWGMMA || fam != FamilySM90 || !plain):
-									t.Errorf("%s %v: FP32 on %v, want the CUDA cores but for FamilySM90's plain problems", name, c.dir, c.kind)
+								case prec == FP32 && c.kind != kindSIMT && (c.kind != kindWGMMA || fam == FamilySM80 || !plain):
+									t.Errorf("%s %v: FP32 on %v, want the CUDA cores but for plain problems on Hopper's tensor cores", name, c.dir, c.kind)
 								case c.kind == kindWGMMA && (!dev.hopper() || fam == FamilySM80):
 									t.Errorf("%s %v: wgmma on this device or family", name, c.dir)
 								case c.kind != kindSIMT && max(c.smem, c.smemDQ) > dev.MaxSmem:
