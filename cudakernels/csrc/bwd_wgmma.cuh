@@ -117,7 +117,7 @@
 // that do not cancel made dV miss the FP32 bound when a CUDA-core backward
 // followed a 3xTF32 forward: NOTES), P and dS split in registers, and
 // dV, dK and dQ summed step by step apart before they join their
-// accumulators (step_product).
+// accumulators (sm90.cuh's step_product).
 #pragma once
 #include "common.cuh"
 #include "sm90.cuh"
@@ -299,7 +299,7 @@ template <typename E, int DP, int STEP>
 __device__ __forceinline__ void gemm_rs(float (&c)[DP / 8][4], const uint32_t (&a)[mma::frag_count<E, STEP>()][4],
                                         uint32_t rows, uint32_t transposed) {
   if constexpr (E::kParts > 1) {
-    split_rs<E, DP, STEP / E::kK>(reinterpret_cast<float(&)[DP / 2]>(c), a, desc_sw128(transposed), DP);
+    rs_product<E, DP, STEP / E::kK>(reinterpret_cast<float(&)[DP / 2]>(c), a, desc_sw128(transposed), DP);
   } else if constexpr (bwd_t_images<E>()) {
     const uint64_t db = desc_sw128(transposed);
 #pragma unroll
@@ -322,26 +322,21 @@ __device__ __forceinline__ void gemm_rs(float (&c)[DP / 8][4], const uint32_t (&
 template <typename E, int DP, int STEP, bool kALoFirst, typename F>
 __device__ __forceinline__ void two_products(float (&c1)[STEP / 8][4], float (&c2)[STEP / 8][4], uint32_t a1,
                                              uint32_t b1, uint32_t a2, uint32_t b2, F&& meanwhile) {
+  [[maybe_unused]] float small[STEP / 8][4];
   wgmma_fence();
   if constexpr (E::kParts > 1) {
-    float small[STEP / 8][4];
     split_scores<E, STEP, DP / E::kK, kALoFirst>(reinterpret_cast<float(&)[STEP / 2]>(c1),
                                                  reinterpret_cast<float(&)[STEP / 2]>(small), desc_sw128(a1),
                                                  kBwdTile, desc_sw128(b1), STEP);
-    wgmma_commit();
-    gemm_ss<E, DP, STEP>(c2, a2, b2);
-    wgmma_commit();
-    meanwhile();
-    wgmma_wait<1>();
-    add_small(c1, small);
   } else {
     gemm_ss<E, DP, STEP>(c1, a1, b1);
-    wgmma_commit();
-    gemm_ss<E, DP, STEP>(c2, a2, b2);
-    wgmma_commit();
-    meanwhile();
-    wgmma_wait<1>();
   }
+  wgmma_commit();
+  gemm_ss<E, DP, STEP>(c2, a2, b2);
+  wgmma_commit();
+  meanwhile();
+  wgmma_wait<1>();
+  if constexpr (E::kParts > 1) add_small(c1, small);
 }
 
 template <typename E, int N>
@@ -470,36 +465,6 @@ __device__ __forceinline__ void reduce_dq(const Params& p, uint32_t ds_tile, uin
         if (col + 1 < p.dim) atomicAdd(dr + col + 1, y);
       }
     }
-  }
-}
-
-// step_product adds the product gemm_rs issues (issue(c) with c its
-// accumulator) to acc and waits for it. A split type's product goes into
-// a zeroed accumulator of its own that is added to acc in float32 once it
-// lands, so that each step's sum is a short one: the tensor cores' sums
-// truncate, and a gradient summed over thousands of rows in one
-// accumulator would lose float32's accuracy, as the forward's O did
-// (fwd_wgmma.cuh). Other types accumulate in acc and wait for all but
-// kPending groups, as the caller's pipeline wants.
-template <typename E, int DP, int kPending, typename F>
-__device__ __forceinline__ void step_product(float (&acc)[DP / 8][4], F&& issue) {
-  if constexpr (E::kParts > 1) {
-    float part[DP / 8][4];
-#pragma unroll
-    for (int n = 0; n < DP / 8; ++n) part[n][0] = part[n][1] = part[n][2] = part[n][3] = 0.f;
-    wgmma_fence();
-    issue(part);
-    wgmma_commit();
-    wgmma_wait<0>();
-#pragma unroll
-    for (int n = 0; n < DP / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[n][e] += part[n][e];
-  } else {
-    wgmma_fence();
-    issue(acc);
-    wgmma_commit();
-    wgmma_wait<kPending>();
   }
 }
 

@@ -57,6 +57,10 @@ template <> struct Math<double> {
 template <typename T> __device__ __forceinline__ T lse_log2(T m, T l) {
   return m == Math<T>::inf() ? m : (m + Math<T>::log2(l)) * T(0.6931471805599453);
 }
+// lse_natural is lse_log2 for m in natural units and l = Σ exp(s − m).
+template <typename T> __device__ __forceinline__ T lse_natural(T m, T l) {
+  return m == Math<T>::inf() ? m : m + Math<T>::log(l);
+}
 
 // group8_max and group8_sum reduce over the 8 consecutive lanes that share one
 // tile row. The xor butterfly leaves the same bits in all 8 lanes (each step
@@ -178,7 +182,7 @@ __device__ __forceinline__ void ds_by_col(float (&dp)[NS][4], const float (&p)[N
 // here in float32 rather than to P before P·V, where TF32, BF16 and FP16
 // would round it with P and so scale every output by the same rounding
 // error) and, from lane t = 0, LSE = m + log l in natural units
-// (m in log2 units; kNatural: m in natural units, l a sum of exp). Only the mask decides that a row has no key (any_key
+// (m in log2 units; kNatural: m in natural units, l a sum of exp; lse_natural). Only the mask decides that a row has no key (any_key
 // false: O = 0 exactly, whatever acc holds: its zero probabilities met a
 // tile's infinite value, LSE = +inf). Every other row follows IEEE arithmetic as the
 // naive softmax does: NaN scores make l NaN, and all scores −inf leave
@@ -204,11 +208,7 @@ __device__ __forceinline__ void finish_row(const Params& p, long long bh, long l
     if (col < dim) orow[col] = any_key ? acc[n][2 * half] * inv : 0.f;
     if (col + 1 < dim) orow[col + 1] = any_key ? acc[n][2 * half + 1] * inv : 0.f;
   }
-  if constexpr (kNatural) {
-    if (t == 0) lse[bh * nq + row] = any_key ? (m == Math<float>::inf() ? m : m + logf(l)) : Math<float>::inf();
-  } else {
-    if (t == 0) lse[bh * nq + row] = any_key ? lse_log2(m, l) : Math<float>::inf();
-  }
+  if (t == 0) lse[bh * nq + row] = any_key ? (kNatural ? lse_natural(m, l) : lse_log2(m, l)) : Math<float>::inf();
 }
 
 // require_launch traps when the host launched a kernel with another block size

@@ -233,23 +233,21 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
 
     // S = Q·Kᵀ: 64 rows × BK keys per warpgroup.
     float s[kNS][4];
+    [[maybe_unused]] float small[kNS][4];
     const uint64_t k_desc = desc_sw128(sK + stage * kKVBytes);
     wgmma_fence();
     if constexpr (kSplit) {
-      float small[kNS][4];
       split_scores<E, BK, DP / E::kK, true>(reinterpret_cast<float(&)[BK / 2]>(s),
                                             reinterpret_cast<float(&)[BK / 2]>(small), q_desc, kQTileRows, k_desc, BK);
-      wgmma_commit();
-      wgmma_wait<0>();
-      add_small(s, small);
     } else {
 #pragma unroll
       for (int kc = 0; kc < DP / E::kK; ++kc)
         Wgmma<E, BK>::ss(reinterpret_cast<float(&)[BK / 2]>(s), desc_advance(q_desc, k_slice_offset(kc, kQTileRows)),
                          desc_advance(k_desc, k_slice_offset(kc, BK)), kc > 0);
-      wgmma_commit();
-      wgmma_wait<0>();
     }
+    wgmma_commit();
+    wgmma_wait<0>();
+    if constexpr (kSplit) add_small(s, small);
 
     // Online softmax in log2 units, as in fwd_mma.cuh: element e of tile j
     // is row e/2, key k0 + 8j + 2t + (e & 1).
@@ -337,39 +335,15 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
       }
     }
 
-    // O += P·V: P from the score registers, E::kK keys per wgmma.
-    if constexpr (kSplit) {
-      // The tile's P·V summed on its own and then added to O in float32:
-      // the tensor cores' sums truncate, and O summed over thousands of
-      // keys in one accumulator erred 2–4× the naive float32 computation's
-      // error on the H200 (NOTES, "FP32 on tensor cores").
-      uint32_t p[mma::frag_count<E, BK>()][4];
+    // O += P·V: P from the score registers, E::kK keys per wgmma (the
+    // split type's tile summed apart: step_product).
+    uint32_t p[mma::frag_count<E, BK>()][4];
 #pragma unroll
-      for (int kk = 0; kk < BK / E::kK; ++kk) mma::put_frag<E>(p, s, kk);
-      const uint64_t v_desc = desc_sw128(sV + stage * kKVBytes);
-      float part[kNO][4];
-#pragma unroll
-      for (int n = 0; n < kNO; ++n) part[n][0] = part[n][1] = part[n][2] = part[n][3] = 0.f;
-      wgmma_fence();
-      split_rs<E, DP, BK / E::kK>(reinterpret_cast<float(&)[DP / 2]>(part), p, v_desc, DP);
-      wgmma_commit();
-      wgmma_wait<0>();
-#pragma unroll
-      for (int n = 0; n < kNO; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[n][e] += part[n][e];
-    } else {
-      uint32_t p[BK / E::kK][4];
-#pragma unroll
-      for (int kk = 0; kk < BK / E::kK; ++kk) E::p_frag(p[kk], s, kk);
-      const uint64_t v_desc = desc_sw128(sV + stage * kKVBytes);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BK / E::kK; ++kk)
-        Wgmma<E, DP>::rs(reinterpret_cast<float(&)[DP / 2]>(acc), p[kk], desc_advance(v_desc, k_slice_offset(kk, DP)));
-      wgmma_commit();
-      wgmma_wait<0>();
-    }
+    for (int kk = 0; kk < BK / E::kK; ++kk) mma::put_frag<E>(p, s, kk);
+    const uint64_t v_desc = desc_sw128(sV + stage * kKVBytes);
+    step_product<E, DP, 0>(acc, [&](auto& c) {
+      rs_product<E, DP, BK / E::kK>(reinterpret_cast<float(&)[DP / 2]>(c), p, v_desc, DP);
+    });
 
     // This thread is done with the stage; once all are, tile it + 2 goes
     // there.

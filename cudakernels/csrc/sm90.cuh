@@ -363,6 +363,52 @@ __device__ __forceinline__ void split_rs(float (&d)[N / 2], const uint32_t (&a)[
   for (int kc = 0; kc < KC; ++kc) Wgmma<E, N>::rs(d, a[kc], slice(kc));
 }
 
+// rs_product adds A·B to d over KK k-slices: A in registers (frag_count
+// fragments: a split type's hi ones, then its lo ones), B K-major at
+// descriptor b of b_rows rows (for a split type its hi slices, then its
+// lo ones: split_rs).
+template <typename E, int N, int KK>
+__device__ __forceinline__ void rs_product(float (&d)[N / 2], const uint32_t (&a)[KK * E::kParts][4], uint64_t b,
+                                           int b_rows) {
+  if constexpr (E::kParts > 1) {
+    split_rs<E, N, KK>(d, a, b, b_rows);
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < KK; ++kk) Wgmma<E, N>::rs(d, a[kk], desc_advance(b, k_slice_offset(kk, b_rows)));
+  }
+}
+
+// step_product adds the product that issue(c) issues into accumulator c
+// to acc and waits for it. A split type's product goes into a zeroed
+// accumulator of its own that is added to acc in float32 once it lands,
+// so that each tile's or step's sum is a short one: the tensor cores'
+// sums truncate, and O summed over thousands of keys in one accumulator
+// erred 2–4× the naive float32 computation's error on the H200 (NOTES,
+// "FP32 on tensor cores"); the backward's dV, dK and dQ alike. Other
+// types accumulate in acc and wait for all but kPending groups, as the
+// caller's pipeline wants.
+template <typename E, int N, int kPending, typename F>
+__device__ __forceinline__ void step_product(float (&acc)[N / 8][4], F&& issue) {
+  if constexpr (E::kParts > 1) {
+    float part[N / 8][4];
+#pragma unroll
+    for (int n = 0; n < N / 8; ++n) part[n][0] = part[n][1] = part[n][2] = part[n][3] = 0.f;
+    wgmma_fence();
+    issue(part);
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[n][e] += part[n][e];
+  } else {
+    wgmma_fence();
+    issue(acc);
+    wgmma_commit();
+    wgmma_wait<kPending>();
+  }
+}
+
 // Keys of TF32's Vᵀ images are permuted in groups of 8 (vt_position);
 // key_at_column inverts that: the key stored at column c.
 template <typename E> __device__ __forceinline__ int key_at_column(int c) {
