@@ -37,28 +37,6 @@ func loadWgmmaBackward(mod cu.Module, c choice, maxSmem int, reduceDQ bool) (*wg
 	typ := wgmmaTypeName(c.prec)
 	suffix := fmt.Sprintf("_wgmma_%s_d%d", typ, c.dp)
 	var err error
-	if wgmmaPlainOnly(c.prec) {
-		// FP32's 3xTF32 kernels: the plain pair alone, no lengths, and the
-		// statistics in natural units (the kernels' scores are).
-		for _, f := range []struct {
-			fn         *cu.Function
-			name       string
-			smem       int
-			attributes bool
-		}{{&b.dkdv, "flash_bwd_dkdv" + suffix, c.smem, true}, {&b.dq, "flash_bwd_dq" + suffix, c.smemDQ, true},
-			{&b.toRows, "flash_to_image_rows_" + typ, 0, false}, {&b.toVt, "flash_to_image_vt_" + typ, 0, false},
-			{&b.stats, "flash_bwd_stats_sm90_natural", 0, false}} {
-			if f.attributes {
-				*f.fn, err = lookup(mod, f.name, f.smem, maxSmem)
-			} else {
-				*f.fn, err = function(mod, f.name)
-			}
-			if err != nil {
-				return nil, err
-			}
-		}
-		return b, nil
-	}
 	if c.full {
 		kind := "_full"
 		if c.drop {
@@ -82,6 +60,11 @@ func loadWgmmaBackward(mod cu.Module, c choice, maxSmem int, reduceDQ bool) (*wg
 		if b.dq, err = lookup(mod, "flash_bwd_dq"+suffix, c.smemDQ, maxSmem); err != nil {
 			return nil, err
 		}
+	}
+	// FP32's 3xTF32 kernels are the plain pair alone, without lengths, and
+	// take the statistics in natural units (their scores are).
+	plainOnly := wgmmaPlainOnly(c.prec)
+	if !c.full && !plainOnly {
 		if b.dkdvVar, err = lookup(mod, "flash_bwd_dkdv"+suffix+"_var", c.smem, maxSmem); err != nil {
 			return nil, err
 		}
@@ -94,12 +77,19 @@ func loadWgmmaBackward(mod cu.Module, c choice, maxSmem int, reduceDQ bool) (*wg
 			}
 		}
 	}
-	for _, f := range []struct {
+	type named struct {
 		fn   *cu.Function
 		name string
-	}{{&b.toRows, "flash_to_image_rows_" + typ}, {&b.toVt, "flash_to_image_vt_" + typ},
-		{&b.toRowsLen, "flash_to_image_rows_len_" + typ}, {&b.toVtLen, "flash_to_image_vt_len_" + typ},
-		{&b.stats, "flash_bwd_stats_sm90"}, {&b.statsVar, "flash_bwd_stats_sm90_var"}} {
+	}
+	functions := []named{{&b.toRows, "flash_to_image_rows_" + typ}, {&b.toVt, "flash_to_image_vt_" + typ}}
+	if plainOnly {
+		functions = append(functions, named{&b.stats, "flash_bwd_stats_sm90_natural"})
+	} else {
+		functions = append(functions, named{&b.toRowsLen, "flash_to_image_rows_len_" + typ},
+			named{&b.toVtLen, "flash_to_image_vt_len_" + typ}, named{&b.stats, "flash_bwd_stats_sm90"},
+			named{&b.statsVar, "flash_bwd_stats_sm90_var"})
+	}
+	for _, f := range functions {
 		if *f.fn, err = function(mod, f.name); err != nil {
 			return nil, err
 		}
