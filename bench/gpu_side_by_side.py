@@ -22,7 +22,12 @@ in the backward (autograd's casts), the work our times include.
 cores, where auto and sm90 run its plain rows at D ≤ 64 on the 3xTF32
 kernels (binaries of 2026-12-05 on; before, only sm90 did).
 
-usage: python3 bench/gpu_side_by_side.py BENCH_BINARY [--short] [--family F] [--out FILE]
+--fused adds the column "ours bf16 bwd fused": our BF16 backward run again
+with -deterministic=false, where plain problems take the one-kernel
+backward that sums dQ by reductions (cudakernels.WithDeterministic). Its
+dQ's last bits vary from run to run, as those of the peers' backwards do.
+
+usage: python3 bench/gpu_side_by_side.py BENCH_BINARY [--short] [--family F] [--fused] [--out FILE]
 """
 import argparse
 import re
@@ -49,10 +54,11 @@ PEERS = [
 ]
 
 
-def ours(binary, short, family=None):
+def ours(binary, short, family=None, bench="KernelsGPU", extra=()):
     """Runs our benchmark; returns {(prec, pass, d, n, causal): TFLOP/s}."""
     got = {}
-    for line in benchmark_lines(binary, "KernelsGPU", short, ("-family", family) if family else ()):
+    flags = (("-family", family) if family else ()) + tuple(extra)
+    for line in benchmark_lines(binary, bench, short, flags):
         m = LINE.match(line)
         if m:
             prec, pas, d, n, causal, tflops = m.groups()
@@ -92,19 +98,26 @@ def main():
     ap.add_argument("binary", help="flashgpu-tagged test binary of package bench")
     ap.add_argument("--short", action="store_true", help="N = 2048 and 8192 only")
     ap.add_argument("--family", help="our kernel family (-family of the benchmark): auto, sm80 or sm90")
+    ap.add_argument("--fused", action="store_true", help="also our BF16 backward with -deterministic=false")
     ap.add_argument("--out", help="also write the table to this file")
     args = ap.parse_args()
 
     got = ours(args.binary, args.short, args.family)
+    columns = list(OURS)
+    if args.fused:
+        fused = ours(args.binary, args.short, args.family, "KernelsGPU/bf16/bwd/", ("-deterministic=false",))
+        got.update({("bf16 fused",) + key[1:]: v for key, v in fused.items()})
+        columns.append(("bf16", "bwd fused"))
     shapes = sorted({(d, n, c) for (_, _, d, n, c) in got})
-    header = ["D", "N", "causal"] + [f"ours {prec} {pas}" for prec, pas in OURS]
+    header = ["D", "N", "causal"] + [f"ours {prec} {pas}" for prec, pas in columns]
     for name, _, _, _ in PEERS:
         header += [f"{name} fwd", f"{name} bwd"]
     rows = []
     for d, n, causal in shapes:
         row = [str(d), str(n), "yes" if causal else "no"]
-        for prec, pas in OURS:
-            row.append(cell(got.get((prec, pas, d, n, causal))))
+        for prec, pas in columns:
+            key = ("bf16 fused", "bwd") if pas == "bwd fused" else (prec, pas)
+            row.append(cell(got.get(key + (d, n, causal))))
         for _, dtype, backend, cast in PEERS:
             r = peer(dtype, backend, d, n, causal, cast)
             row += [cell(r[0] if r else None), cell(r[1] if r else None)]
