@@ -51,7 +51,9 @@ func TestTF32ProductsIgnoreOperandOrder(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		for trial := range 16 {
+		const trials = 16
+		differ := 0
+		for trial := range trials {
 			spread := trial%2 == 1
 			name := fmt.Sprintf("trial %d (spread magnitudes: %v)", trial, spread)
 			q, k := probeOperand(rng, probeWgmmaRow, spread), probeOperand(rng, probeWgmmaRow, spread)
@@ -59,6 +61,7 @@ func TestTF32ProductsIgnoreOperandOrder(t *testing.T) {
 			if err != nil {
 				return err
 			}
+			wgmmaQK := outs[0]
 			closeToHost(t, name+": wgmma Q·Kᵀ", outs[0], q, k, probeWgmmaRow)
 			sameTransposed(t, name+": wgmma Q·Kᵀ against (K·Qᵀ)ᵀ", outs[0], outs[1], probeWgmmaRow)
 			sameTransposed(t, name+": wgmma Q·Kᵀ, Q in registers, against (K·Qᵀ)ᵀ", outs[2], outs[1], probeWgmmaRow)
@@ -69,7 +72,14 @@ func TestTF32ProductsIgnoreOperandOrder(t *testing.T) {
 			}
 			closeToHost(t, name+": mma.sync Q·Kᵀ", outs[0], q, k, probeMmaRows)
 			sameTransposed(t, name+": mma.sync Q·Kᵀ against (K·Qᵀ)ᵀ", outs[0], outs[1], probeMmaRows)
+			differ += countDiffering(outs[0], wgmmaQK, probeMmaRows, probeWgmmaRow)
 		}
+		// Logged, not asserted: no kernel mixes the families yet. Were the
+		// two families' sums the same, an FP32 forward on wgmma could be
+		// followed by an mma.sync backward (NOTES, "D = 128 on wgmma,
+		// worked through").
+		t.Logf("mma.sync Q·Kᵀ against wgmma's on the same rows: %d of %d elements differ in their bits",
+			differ, trials*probeMmaRows*probeMmaRows)
 		return nil
 	})
 	if err != nil {
@@ -172,6 +182,20 @@ func closeToHost(t *testing.T, what string, s, q, k []float32, n int) {
 // nearest with ties away from zero (cvt.rna.tf32.f32).
 func roundTF32(x float32) float32 {
 	return math.Float32frombits((math.Float32bits(x) + 1<<12) &^ (1<<13 - 1))
+}
+
+// countDiffering returns how many elements of a (n×n, row-major) differ in
+// their bits from the top-left n×n block of b (row-major, ldb columns).
+func countDiffering(a, b []float32, n, ldb int) int {
+	bad := 0
+	for i := range n {
+		for j := range n {
+			if math.Float32bits(a[i*n+j]) != math.Float32bits(b[i*ldb+j]) {
+				bad++
+			}
+		}
+	}
+	return bad
 }
 
 // sameTransposed fails t unless a (n×n, row-major) is bt transposed bit for
