@@ -11,9 +11,7 @@
 // K: 16-bit operands take it from the same row images, MN-major (wgmma's
 // transpose), while TF32, which wgmma cannot transpose, takes transposed
 // images Qᵀ, Kᵀ and dOᵀ (to_image_vt, [DP, 64] per 64 rows, the rows
-// permuted in groups of 8 like the forward's Vᵀ): bwd_t_images. Without
-// lengths, one pass writes both images of each of Q, K and dO
-// (to_image_rows_vt), so each is read once. prep_stats
+// permuted in groups of 8 like the forward's Vᵀ): bwd_t_images. prep_stats
 // writes the LSE in log2 units and D, padded with +inf and 0, so that
 // padded queries get P = 0.
 //
