@@ -6,7 +6,9 @@ then times torch.nn.functional.scaled_dot_product_attention on the same
 shapes with its efficient (fp32), flash (FlashAttention 2, bf16) and cuDNN
 (bf16) backends, and prints a Markdown table of TFLOP/s, forward and
 backward, FLOPs counted alike (4·B·H·N²·D forward, halved when causal;
-backward 2.5× the forward).
+backward 2.5× the forward), then the same run as the ratios issue 12's
+targets are stated in (ours over cuDNN, over cuDNN from fp32, over the
+efficient fp32 backend).
 
 Both sides flush the L2 cache before each timed run (ours in KernelTime,
 triton.testing.do_bench on PyTorch's side) and report a median.
@@ -37,7 +39,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 from gobench import benchmark_lines
-from markdown_table import cell, emit, progress
+from markdown_table import cell, emit, progress, ratio
 
 LINE = re.compile(r"^BenchmarkKernelsGPU/(\w+)/(fwd|bwd)/D(\d+)_N(\d+)_causal=(true|false)\S*\s.*?([\d.]+) TFLOP/s")
 
@@ -51,6 +53,20 @@ PEERS = [
     ("torch flash (FA2) bf16", torch.bfloat16, SDPBackend.FLASH_ATTENTION, None),
     ("torch cuDNN bf16", torch.bfloat16, SDPBackend.CUDNN_ATTENTION, None),
     ("torch cuDNN bf16 from fp32", torch.float32, SDPBackend.CUDNN_ATTENTION, torch.bfloat16),
+]
+
+# The ratios issue 12's targets are stated in: each is ours (precision,
+# pass) over a peer's figure (name, 0 forward / 1 backward).
+RATIOS = [
+    ("bf16 fwd ÷ cuDNN", ("bf16", "fwd"), ("torch cuDNN bf16", 0)),
+    ("bf16 bwd ÷ cuDNN", ("bf16", "bwd"), ("torch cuDNN bf16", 1)),
+    ("bf16 bwd fused ÷ cuDNN", ("bf16 fused", "bwd"), ("torch cuDNN bf16", 1)),
+    ("bf16 fwd ÷ cuDNN from fp32", ("bf16", "fwd"), ("torch cuDNN bf16 from fp32", 0)),
+    ("bf16 bwd ÷ cuDNN from fp32", ("bf16", "bwd"), ("torch cuDNN bf16 from fp32", 1)),
+    ("fp32 fwd ÷ efficient fp32", ("fp32", "fwd"), ("torch efficient fp32", 0)),
+    ("fp32 bwd ÷ efficient fp32", ("fp32", "bwd"), ("torch efficient fp32", 1)),
+    ("tf32 fwd ÷ efficient fp32", ("tf32", "fwd"), ("torch efficient fp32", 0)),
+    ("tf32 bwd ÷ efficient fp32", ("tf32", "bwd"), ("torch efficient fp32", 1)),
 ]
 
 
@@ -112,20 +128,31 @@ def main():
     header = ["D", "N", "causal"] + [f"ours {prec} {pas}" for prec, pas in columns]
     for name, _, _, _ in PEERS:
         header += [f"{name} fwd", f"{name} bwd"]
-    rows = []
+    rows, peers = [], {}
     for d, n, causal in shapes:
         row = [str(d), str(n), "yes" if causal else "no"]
         for prec, pas in columns:
             key = ("bf16 fused", "bwd") if pas == "bwd fused" else (prec, pas)
             row.append(cell(got.get(key + (d, n, causal))))
-        for _, dtype, backend, cast in PEERS:
+        for name, dtype, backend, cast in PEERS:
             r = peer(dtype, backend, d, n, causal, cast)
+            peers[(name, d, n, causal)] = r
             row += [cell(r[0] if r else None), cell(r[1] if r else None)]
         rows.append(row)
         progress(row)
 
     gpu = torch.cuda.get_device_name()
     emit(f"TFLOP/s on {gpu}, PyTorch {torch.__version__}, B·N = 16384, hidden 2048 (H = 2048/D)", header, rows, args.out)
+    ratios = [r for r in RATIOS if args.fused or r[1][0] != "bf16 fused"]
+    rows = []
+    for d, n, causal in shapes:
+        row = [str(d), str(n), "yes" if causal else "no"]
+        for _, ours_key, (name, i) in ratios:
+            r = peers.get((name, d, n, causal))
+            row.append(ratio(got.get(ours_key + (d, n, causal)), r[i] if r else None))
+        rows.append(row)
+    emit("The same run as ratios, ours over the peer", ["D", "N", "causal"] + [r[0] for r in ratios], rows, args.out,
+         append=True)
 
 
 if __name__ == "__main__":
