@@ -1,4 +1,4 @@
-"""Our CUDA kernels beside PyTorch's SDPA, in one command, as one table.
+"""Our CUDA kernels beside PyTorch's SDPA, in one command, as two tables.
 
 Runs BenchmarkKernelsGPU from a flashgpu-tagged test binary of package bench
 (built beforehand: go test -c -tags flashgpu -o .gpu/bench.test ./bench),
