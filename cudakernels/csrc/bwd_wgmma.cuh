@@ -298,13 +298,8 @@ __device__ __forceinline__ void gemm_ss(float (&c)[STEP / 8][4], uint32_t a, uin
 template <typename E, int DP, int STEP>
 __device__ __forceinline__ void gemm_rs(float (&c)[DP / 8][4], const uint32_t (&a)[mma::frag_count<E, STEP>()][4],
                                         uint32_t rows, uint32_t transposed) {
-  if constexpr (E::kParts > 1) {
+  if constexpr (bwd_t_images<E>()) {
     rs_product<E, DP, STEP / E::kK>(reinterpret_cast<float(&)[DP / 2]>(c), a, desc_sw128(transposed), DP);
-  } else if constexpr (bwd_t_images<E>()) {
-    const uint64_t db = desc_sw128(transposed);
-#pragma unroll
-    for (int kk = 0; kk < STEP / E::kK; ++kk)
-      Wgmma<E, DP>::rs(reinterpret_cast<float(&)[DP / 2]>(c), a[kk], db + (k_slice_offset(kk, DP) >> 4));
   } else {
     static_assert(STEP == kBwdTile, "a 16-bit step is one whole image tile");
 #pragma unroll
