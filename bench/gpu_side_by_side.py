@@ -24,7 +24,7 @@ in the backward (autograd's casts), the work our times include.
 cores, where auto and sm90 run its plain rows at D ≤ 64 on the 3xTF32
 kernels (binaries of 2026-12-05 on; before, only sm90 did).
 
---fused adds the column "ours bf16 bwd fused": our BF16 backward run again
+--fused adds the column "ours bf16 fused bwd": our BF16 backward run again
 with -deterministic=false, where plain problems take the one-kernel
 backward that sums dQ by reductions (cudakernels.WithDeterministic). Its
 dQ's last bits vary from run to run, as those of the peers' backwards do.
@@ -123,7 +123,7 @@ def main():
     if args.fused:
         fused = ours(args.binary, args.short, args.family, "KernelsGPU/bf16/bwd/", ("-deterministic=false",))
         got.update({("bf16 fused",) + key[1:]: v for key, v in fused.items()})
-        columns.append(("bf16", "bwd fused"))
+        columns.append(("bf16 fused", "bwd"))
     shapes = sorted({(d, n, c) for (_, _, d, n, c) in got})
     header = ["D", "N", "causal"] + [f"ours {prec} {pas}" for prec, pas in columns]
     for name, _, _, _ in PEERS:
@@ -132,8 +132,7 @@ def main():
     for d, n, causal in shapes:
         row = [str(d), str(n), "yes" if causal else "no"]
         for prec, pas in columns:
-            key = ("bf16 fused", "bwd") if pas == "bwd fused" else (prec, pas)
-            row.append(cell(got.get(key + (d, n, causal))))
+            row.append(cell(got.get((prec, pas, d, n, causal))))
         for name, dtype, backend, cast in PEERS:
             r = peer(dtype, backend, d, n, causal, cast)
             peers[(name, d, n, causal)] = r
