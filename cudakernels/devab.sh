@@ -11,6 +11,9 @@
 # runs behind each median, 3 by default; both binaries must be of
 # revisions that have the flag, 2026-12-05 on): with the default,
 # unchanged kernels moved by up to 1.3 % between two rounds (H100).
+# OLDBIN and NEWBIN name the two binaries under the unpacked .gpu/
+# (default bench-old.test and bench.test): a third one packed by hand,
+# say bench with a second patch on top, is then timed against either.
 # FAMILY, when set, passes -family FAMILY to both (sm80 keeps FP32 on the
 # CUDA cores; sm90 and, from 2026-12-05 on, auto run FP32's plain rows at
 # D ≤ 64 on the 3xTF32 kernels; before, FP32 was on the CUDA cores in
@@ -20,13 +23,16 @@ out="${1:?usage: devab.sh OUTDIR}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=devcommon.sh
 . "$root/cudakernels/devcommon.sh"
-[[ -x "$bins/bench-old.test" ]] || { echo "devab: no bench-old.test (devpack.sh OLD=<rev>)" >&2; exit 1; }
+old_bin=$bins/${OLDBIN:-bench-old.test} new_bin=$bins/${NEWBIN:-bench.test}
+for b in "$old_bin" "$new_bin"; do
+	[[ -x "$b" ]] || { echo "devab: no $b (devpack.sh OLD=<rev> packs bench-old.test)" >&2; exit 1; }
+done
 nvidia-smi -L
 for r in $(seq "${ROUNDS:-3}"); do
 	for side in old new; do
 		((SECONDS < ${LIMIT:-480})) || { echo "devab: ${SECONDS}s passed, stopping"; break 2; }
-		bin=$bins/bench.test
-		[[ $side == old ]] && bin=$bins/bench-old.test
+		bin=$new_bin
+		[[ $side == old ]] && bin=$old_bin
 		(cd "$root/bench" && "$bin" -test.run '^$' -test.bench "${BENCH:-KernelsGPU/(bf16|fp16)/}" -test.benchtime 1x \
 			${REPS:+-reps "$REPS"} ${FAMILY:+-family "$FAMILY"}) \
 			>"$out/$side-$r.txt" 2>&1
