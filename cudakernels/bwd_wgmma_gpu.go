@@ -25,10 +25,13 @@ import (
 // dkdvDQ, loaded when the backend allows it (WithDeterministic(false)) and
 // built (wgmmaBwdFusedBuilt), replaces dkdv and dq on plain problems: it
 // also adds dQ's part of its keys into a zeroed dq by reductions.
+// toRowsVt, where the kernels read transposed images (wgmmaBwdTImages),
+// writes a tensor's row and transposed images in one pass (calls without
+// lengths).
 type wgmmaBackward struct {
 	dkdv, dq, dkdvVar, dqVar, stats, statsVar, dbias cu.Function
 	dkdvDQ                                           cu.Function
-	toRows, toVt, toRowsLen, toVtLen                 cu.Function
+	toRows, toVt, toRowsLen, toVtLen, toRowsVt       cu.Function
 	c                                                choice
 }
 
@@ -82,6 +85,9 @@ func loadWgmmaBackward(mod cu.Module, c choice, maxSmem int, reduceDQ bool) (*wg
 		name string
 	}
 	functions := []named{{&b.toRows, "flash_to_image_rows_" + typ}, {&b.toVt, "flash_to_image_vt_" + typ}}
+	if wgmmaBwdTImages(c.prec) {
+		functions = append(functions, named{&b.toRowsVt, "flash_to_image_rows_vt_" + typ})
+	}
 	if plainOnly {
 		functions = append(functions, named{&b.stats, "flash_bwd_stats_sm90_natural"})
 	} else {
@@ -150,8 +156,8 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 	}
 	var s wgmmaBwdScratch
 	b.carve(p, buf.scratch, &s)
-	im := imaging{toRows: b.toRows, toVt: b.toVt, toRowsLen: b.toRowsLen, toVtLen: b.toVtLen, p: p, dp: b.c.dp,
-		elemSz: elemBytes(b.c.prec), stream: stream}
+	im := imaging{toRows: b.toRows, toVt: b.toVt, toRowsLen: b.toRowsLen, toVtLen: b.toVtLen, toRowsVt: b.toRowsVt,
+		p: p, dp: b.c.dp, elemSz: elemBytes(b.c.prec), stream: stream}
 	qim, kim := im.queries(buf.vars), im.keys(buf.vars)
 	nqPad, nkPad := b.padded(p)
 	for _, c := range []struct {
@@ -160,13 +166,14 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 		n                     int
 		pad                   int64
 	}{{qim, buf.q, s.q, s.qT, p.Nq, nqPad}, {qim, buf.do, s.dout, s.doutT, p.Nq, nqPad}, {kim, buf.k, s.k, s.kT, p.Nk, nkPad}, {kim, buf.v, s.v, 0, p.Nk, nkPad}} {
-		if err := c.im.rows(c.src, c.rows, c.n, c.pad, wgmmaBwdTile, wgmmaBwdPad); err != nil {
-			return err
-		}
 		if c.transposed != 0 {
-			if err := c.im.transposed(c.src, c.transposed, c.n, c.pad, wgmmaBwdTile, wgmmaBwdPad); err != nil {
+			if err := c.im.both(c.src, c.rows, c.transposed, c.n, c.pad, wgmmaBwdTile, wgmmaBwdPad); err != nil {
 				return err
 			}
+			continue
+		}
+		if err := c.im.rows(c.src, c.rows, c.n, c.pad, wgmmaBwdTile, wgmmaBwdPad); err != nil {
+			return err
 		}
 	}
 	dp := wgmmaImageCols(b.c.prec, b.c.dp)

@@ -62,6 +62,7 @@ func launchRound(fn cu.Function, x cu.DevicePtr, n int, stream cu.Stream) error 
 type imaging struct {
 	toRows, toVt       cu.Function
 	toRowsLen, toVtLen cu.Function
+	toRowsVt           cu.Function // rows and transposed in one pass; zero where not loaded
 	p                  kernels.Params
 	dp, elemSz         int
 	stream             cu.Stream
@@ -135,6 +136,26 @@ func (im imaging) transposed(src, dst cu.DevicePtr, n int, nPad int64, tile, uni
 			int64(tile), im.lens, im.first, im.per, int64(unit))
 	}
 	return launchFlat(im.toVt, blocks, 256, im.stream, src, dst, bh, int64(n), nPad, int64(im.p.D), dp, int64(tile))
+}
+
+// both writes the row images (tiles of `tile` rows) and the transposed
+// images of src, as rows and transposed do, in one pass over src where
+// that conversion is loaded and the call has no lengths; else in two.
+func (im imaging) both(src, rows, transposed cu.DevicePtr, n int, nPad int64, tile, unit int) error {
+	if im.toRowsVt == (cu.Function{}) || im.lens != 0 {
+		if err := im.rows(src, rows, n, nPad, tile, unit); err != nil {
+			return err
+		}
+		return im.transposed(src, transposed, n, nPad, tile, unit)
+	}
+	bh, dp := int64(im.p.B)*int64(im.p.H), int64(im.dp)
+	const maxBlocks = 16384
+	blocks := int(min(bh*(nPad/wgmmaVtKeys)*(dp/wgmmaVtCols), maxBlocks))
+	if blocks == 0 {
+		return nil
+	}
+	return launchFlat(im.toRowsVt, blocks, 256, im.stream, src, transposed, rows, bh, int64(n), nPad, int64(im.p.D), dp,
+		int64(tile))
 }
 
 // transposedKeys is the row length of TF32's transposed V: nk rounded up to

@@ -11,7 +11,9 @@
 // K: 16-bit operands take it from the same row images, MN-major (wgmma's
 // transpose), while TF32, which wgmma cannot transpose, takes transposed
 // images Qᵀ, Kᵀ and dOᵀ (to_image_vt, [DP, 64] per 64 rows, the rows
-// permuted in groups of 8 like the forward's Vᵀ): bwd_t_images. prep_stats
+// permuted in groups of 8 like the forward's Vᵀ): bwd_t_images. Without
+// lengths, one pass writes both images of each of Q, K and dO
+// (to_image_rows_vt), so each is read once. prep_stats
 // writes the LSE in log2 units and D, padded with +inf and 0, so that
 // padded queries get P = 0.
 //
@@ -510,7 +512,7 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
   const long long nk_pad = (nk + kBwdPad - 1) / kBwdPad * kBwdPad;
   const long long blocks = (nk + kBwdBlock - 1) / kBwdBlock;
   const long long k0 = (kVar ? kblk : blockIdx.x % blocks) * kBwdBlock;  // _var: block_order's key block
-  const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  const int wg = warp_uniform(threadIdx.x / 128), warp = warp_uniform(threadIdx.x / 32 % 4), lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   // Block skipping: the rows that see the block's real keys run from the
   // first key's first (plain: 0 unless causal) to its last real key's last;
@@ -837,7 +839,7 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
   const long long nk_pad = (nk + kBwdPad - 1) / kBwdPad * kBwdPad;
   const long long blocks = (nq + kBwdBlock - 1) / kBwdBlock;
   const long long q0 = (kVar ? qblk : blockIdx.x % blocks) * kBwdBlock;
-  const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  const int wg = warp_uniform(threadIdx.x / 128), warp = warp_uniform(threadIdx.x / 32 % 4), lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   // Grouped-query attention: K, V and Kᵀ of the key head of bh's group.
   const long long kvh = kVar ? kv_pair(p, bh) : bh;
@@ -1075,7 +1077,7 @@ __device__ void dbias_tile(const Params& p) {
   const long long q_tiles = (nq + kBwdBlock - 1) / kBwdBlock, k_tiles = (nk + BK - 1) / BK;
   const long long slice = blockIdx.x / (q_tiles * k_tiles);
   const long long q0 = blockIdx.x / k_tiles % q_tiles * kBwdBlock, k0 = blockIdx.x % k_tiles * BK;
-  const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  const int wg = warp_uniform(threadIdx.x / 128), warp = warp_uniform(threadIdx.x / 32 % 4), lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const long long row0 = q0 + wg * kBwdTile + warp * 16 + g;
   const long long rows[2] = {row0, row0 + 8};

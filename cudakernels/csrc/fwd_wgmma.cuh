@@ -137,7 +137,7 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
   }
   const int t0 = kVar ? static_cast<int>(kv_begin / BK) : 0;
   const int n_tiles = static_cast<int>((kv_end + BK - 1) / BK) - t0;
-  const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  const int wg = warp_uniform(threadIdx.x / 128), warp = warp_uniform(threadIdx.x / 32 % 4), lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   if constexpr (kVar) {
     // No row sees a key (padding rows, or a window past every key): O = 0

@@ -300,11 +300,10 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
   }
   __syncthreads();
 
-  // The warpgroup through lane 0, so that the compiler knows it
-  // warp-uniform and keeps the consumers' Q descriptors in uniform
-  // registers (ptxas 12.4: 917 → 887 instructions a tile at TF32 D = 128,
-  // with the stages below).
-  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
+  // warp_uniform: the consumers' Q descriptors in uniform registers
+  // (ptxas 12.4: 917 → 887 instructions a tile at TF32 D = 128, with the
+  // stages below).
+  const int wg = warp_uniform(threadIdx.x / 128);
   if (wg == 0) {
     setmaxnreg_dec<kWsProducerRegs>();
     if (threadIdx.x == 0) {

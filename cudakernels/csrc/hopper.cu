@@ -136,6 +136,19 @@ FLASH_TO_IMAGE(tf32, TF32)
 // The split type's images (hi and lo parts): plain problems only.
 FLASH_TO_IMAGE_PLAIN(tf32x3, TF32x3)
 
+// Both images of Q, K or dO for the TF32 backwards, in one pass: the
+// transposed image into y_t and the row image (tiles of bk rows) into
+// y_rows; plain calls (no lengths), 256 threads, any grid.
+#define FLASH_TO_IMAGE_ROWS_VT(NAME, E)                                                                        \
+  extern "C" __global__ void __launch_bounds__(256) flash_to_image_rows_vt_##NAME(                             \
+      const float* x, uint4* y_t, uint4* y_rows, long long bhs, long long n, long long n_pad, long long dim,    \
+      long long dp, long long bk) {                                                                            \
+    flash::sm90::to_image_vt<flash::mma::E, false, true>(x, y_t, bhs, n, n_pad, dim, static_cast<int>(dp),     \
+                                                         static_cast<int>(bk), flash::sm90::SeqRows{}, y_rows); \
+  }
+FLASH_TO_IMAGE_ROWS_VT(tf32, TF32)
+FLASH_TO_IMAGE_ROWS_VT(tf32x3, TF32x3)
+
 // The backward (bwd_wgmma.cuh), plain and _var like the forward:
 // kBwdThreads threads and kBwdBlock keys of one key head (dkdv, which sums
 // the gradients of its group's query heads) or queries of one query head

@@ -46,6 +46,14 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
          (1ull << 62);
 }
 
+// warp_uniform returns x, the same in every lane of the (converged) warp,
+// read through lane 0, so that the compiler knows it is uniform and keeps
+// what follows from it (a warpgroup's or warp's shared addresses and wgmma
+// descriptors) in uniform registers instead of moving them there before
+// every wgmma: computed from threadIdx.x, the warpgroup index cost the
+// backward's tile loops 6–12 % more instructions (ptxas 12.4).
+__device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
+
 // desc_advance moves descriptor d's start address by bytes (a multiple of
 // 16 inside the panel's 256 KiB window) with a 32-bit add: the start field
 // cannot carry into the upper word, and a 64-bit add, which the compiler
@@ -513,14 +521,22 @@ __device__ void to_image_rows_len(const float* __restrict__ x, uint4* __restrict
 // multiple of 64 (every padded D of the Hopper kernels is). kLens: a
 // call with lengths (SeqRows sr): keys past a head's length are zero, and
 // blocks of 64 keys past the keys it writes are skipped.
-template <typename E, bool kLens = false>
+//
+// kRows (to_image_rows_vt, plain calls): the same pass also writes the
+// row image of x into y_rows, tiles of bk rows as to_image_rows writes
+// them with rows = bk, from the tile already in shared memory. The TF32
+// backward needs both images of Q, K and dO; one pass reads each once
+// instead of twice.
+template <typename E, bool kLens = false, bool kRows = false>
 __device__ void to_image_vt(const float* __restrict__ x, uint4* __restrict__ y, long long bhs, long long nk,
-                            long long nk_pad, long long dim, int dp, int bk, const SeqRows& sr = SeqRows{}) {
+                            long long nk_pad, long long dim, int dp, int bk, const SeqRows& sr = SeqRows{},
+                            uint4* __restrict__ y_rows = nullptr) {
   static_assert(E::kParts == 1 || !kLens, "no split type serves calls with lengths");
+  static_assert(!(kLens && kRows), "the row image of a call with lengths is to_image_rows_len's");
   constexpr int kVec = mma::StorageOf<E>::kVec;
   constexpr int kRowChunks = 64 / kVec;  // output chunks per d in 64 keys
   constexpr int kCols = 64;              // columns (d) per block
-  if (dp % kCols != 0) __trap();
+  if (dp % kCols != 0 || (kRows && bk % 64 != 0)) __trap();
   __shared__ float tile[64][kCols + 1];
   const long long key_blocks = nk_pad / 64, d_blocks = dp / kCols, n = bhs * key_blocks * d_blocks;
   const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
@@ -558,6 +574,25 @@ __device__ void to_image_vt(const float* __restrict__ x, uint4* __restrict__ y, 
       for (int e = 0; e < kVec; ++e) f[e] = tile[key_at_column<E>(col + e)][r];
       img[image_chunk(static_cast<int>(d0) + r, (static_cast<int>(j0 % bk + col) + part * bk) / kVec, dp)] =
           mma::image_value<E>(f, part);
+    }
+    if constexpr (kRows) {
+      // Rows j0 … j0+63 lie in one row tile (bk a multiple of 64): chunk
+      // (r, column c) of the tile is (panel·bk + r)·8 + (c/kVec mod 8 ^
+      // r mod 8), panel = c / (8·kVec), as to_image_rows indexes it.
+      constexpr int kColChunks = kCols / kVec;  // a row's chunks in the block's columns
+      const int row_chunks = dp * E::kParts / kVec;
+      const long long r0 = j0 % bk;
+      uint4* rows_img = y_rows + (bh * nk_pad + j0 - r0) * row_chunks;
+      for (int c = threadIdx.x; c < 64 * kColChunks * E::kParts; c += blockDim.x) {
+        int part = 0, w = c;
+        if constexpr (E::kParts > 1) part = c / (64 * kColChunks), w = c % (64 * kColChunks);
+        const int key = w / kColChunks, col = w % kColChunks * kVec;  // row j0 + key, columns d0 + col …
+        float f[kVec];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) f[e] = tile[key][col + e];
+        const int r = static_cast<int>(r0) + key, chunk = (part * dp + static_cast<int>(d0) + col) / kVec;
+        rows_img[(chunk / 8 * bk + r) * 8 + ((chunk % 8) ^ (r % 8))] = mma::image_value<E>(f, part);
+      }
     }
     __syncthreads();
   }

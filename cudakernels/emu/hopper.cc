@@ -102,6 +102,20 @@ template <typename E, int DP> struct Images {
       emu::launch(kConvertBlocks, 256, 0, [&] { to_image_vt<E>(src, dst, heads, n, nPad, dim, DP, tile); });
     }
   }
+
+  // both writes the row and transposed images, as imaging.both: in one
+  // pass (flash_to_image_rows_vt) without lengths.
+  void both(const void* x, Scratch& rowsImg, Scratch& tImg, long long n, long long nPad, int tile, int unit) const {
+    if (lens != nullptr) {
+      rows(x, rowsImg, n, nPad, tile, unit);
+      transposed(x, tImg, n, nPad, tile, unit);
+      return;
+    }
+    const float* src = static_cast<const float*>(x);
+    uint4 *dstT = tImg.as<uint4>(), *dstRows = rowsImg.as<uint4>();
+    emu::launch(kConvertBlocks, 256, 0,
+                [&] { to_image_vt<E, false, true>(src, dstT, heads, n, nPad, dim, DP, tile, SeqRows{}, dstRows); });
+  }
 };
 
 long long roundUp(long long n, long long m) { return (n + m - 1) / m * m; }
@@ -175,17 +189,19 @@ template <typename E, typename R, int DP, Kernel K> void backward(Params p, cons
   Scratch lse2(bh * nqPad * 4), dpad(bh * nqPad * 4);
   const Images<E, DP> queries{bh, p.dim, p.h, static_cast<const int*>(p.q_lens)};
   const Images<E, DP> keys{kvh, p.dim, p.h / p.kv_group, static_cast<const int*>(p.k_lens)};
-  queries.rows(p.q, q, p.nq, nqPad, kBwdTile, kBwdPad);
-  queries.rows(p.dout, dout, p.nq, nqPad, kBwdTile, kBwdPad);
-  keys.rows(p.k, k, p.nk, nkPad, kBwdTile, kBwdPad);
-  keys.rows(p.v, v, p.nk, nkPad, kBwdTile, kBwdPad);
-  // Transposed images for TF32 only, as bwd_wgmma_gpu.go makes them; the
-  // 16-bit kernels get null pointers, which they must not read.
+  // Transposed images for TF32 only, beside the row images, as
+  // bwd_wgmma_gpu.go makes them; the 16-bit kernels get null pointers,
+  // which they must not read.
   if (kTImages) {
-    queries.transposed(p.q, qT, p.nq, nqPad, kBwdTile, kBwdPad);
-    queries.transposed(p.dout, doutT, p.nq, nqPad, kBwdTile, kBwdPad);
-    keys.transposed(p.k, kT, p.nk, nkPad, kBwdTile, kBwdPad);
+    queries.both(p.q, q, qT, p.nq, nqPad, kBwdTile, kBwdPad);
+    queries.both(p.dout, dout, doutT, p.nq, nqPad, kBwdTile, kBwdPad);
+    keys.both(p.k, k, kT, p.nk, nkPad, kBwdTile, kBwdPad);
+  } else {
+    queries.rows(p.q, q, p.nq, nqPad, kBwdTile, kBwdPad);
+    queries.rows(p.dout, dout, p.nq, nqPad, kBwdTile, kBwdPad);
+    keys.rows(p.k, k, p.nk, nkPad, kBwdTile, kBwdPad);
   }
+  keys.rows(p.v, v, p.nk, nkPad, kBwdTile, kBwdPad);
   const long long kvPerBatch = p.h / p.kv_group;
   p.q = q.as<S>(), p.q_batch_stride = p.h * nqPad * kW, p.q_head_stride = nqPad * kW, p.q_row_stride = kW;
   p.dout = dout.as<S>(), p.dout_batch_stride = p.q_batch_stride, p.dout_head_stride = p.q_head_stride;
