@@ -446,7 +446,9 @@ func backwardScratchBytes[T kernels.Float](b *Backend, p kernels.Params) (int64,
 // the head dimension; rounding is idempotent, and the forward rounds the
 // same way. Where the tensor cores serve the backward, dO's rounding and D
 // are one pass (flash_bwd_dot_do_o_round); the CUDA-core backward keeps D
-// in the fma chain of its own dP (round.cuh says why).
+// in the fma chain of its own dP (round.cuh says why). FP32's 3xTF32
+// backward takes D from the same pass, of split products and with dO
+// unrounded (round.cuh's do_o_fma).
 func enqueueBackward[T kernels.Float](b *Backend, p kernels.Params, buf bwdBuffers, stream cu.Stream) error {
 	elem := elemSize[T]()
 	ks, c, err := b.reg.backward(elem, p)
@@ -454,7 +456,8 @@ func enqueueBackward[T kernels.Float](b *Backend, p kernels.Params, buf bwdBuffe
 		return err
 	}
 	roundedOperands := elem == 4 && b.prec != FP32
-	if roundedOperands && !c.rounded {
+	splitProducts := elem == 4 && b.prec == FP32 && c.kind == kindWGMMA
+	if (roundedOperands && !c.rounded) || splitProducts {
 		if err := launchDotDoORound(b.reg.dotDoORound, p, buf, stream); err != nil {
 			return fmt.Errorf("cudakernels: backward launch: %w", err)
 		}

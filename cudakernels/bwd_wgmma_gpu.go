@@ -27,10 +27,12 @@ import (
 // also adds dQ's part of its keys into a zeroed dq by reductions.
 // toRowsVt, where the kernels read transposed images (wgmmaBwdTImages),
 // writes a tensor's row and transposed images in one pass (calls without
-// lengths).
+// lengths). Where wgmmaBwdSplit3 (FP32 at dp = 128), dv and dk take the
+// place of dkdv, each computing one gradient in blocks of c.rows keys,
+// and dq is dQ's kernel of the same kind (one warpgroup a block).
 type wgmmaBackward struct {
 	dkdv, dq, dkdvVar, dqVar, stats, statsVar, dbias cu.Function
-	dkdvDQ                                           cu.Function
+	dkdvDQ, dv, dk                                   cu.Function
 	toRows, toVt, toRowsLen, toVtLen, toRowsVt       cu.Function
 	c                                                choice
 }
@@ -57,7 +59,14 @@ func loadWgmmaBackward(mod cu.Module, c choice, maxSmem int, reduceDQ bool) (*wg
 			}
 		}
 	} else {
-		if b.dkdv, err = lookup(mod, "flash_bwd_dkdv"+suffix, c.smem, maxSmem); err != nil {
+		if wgmmaBwdSplit3(c.prec, c.dp) {
+			if b.dv, err = lookup(mod, "flash_bwd_dv"+suffix, wgmmaBwdDVSmem(c.dp), maxSmem); err != nil {
+				return nil, err
+			}
+			if b.dk, err = lookup(mod, "flash_bwd_dk"+suffix, wgmmaBwdDKSmem(c.dp), maxSmem); err != nil {
+				return nil, err
+			}
+		} else if b.dkdv, err = lookup(mod, "flash_bwd_dkdv"+suffix, c.smem, maxSmem); err != nil {
 			return nil, err
 		}
 		if b.dq, err = lookup(mod, "flash_bwd_dq"+suffix, c.smemDQ, maxSmem); err != nil {
@@ -145,7 +154,8 @@ func (b *wgmmaBackward) scratchBytes(p kernels.Params) int64 {
 // launch converts the inputs into images in buf.scratch (K and V of the
 // B·KVHeads() key heads only; with lengths, up to each batch entry's
 // length rounded up to a block), then enqueues the statistics, the dK/dV
-// kernel (a block per 128 keys of a key head: backwardGrids) and the dQ
+// kernel (a block per 128 keys of a key head: backwardGrids), or the dV
+// and the dK kernels (a block per 64 keys: wgmmaBwdSplit3), and the dQ
 // kernel, and for a bias gradient the dBias kernel (a block per
 // wgmmaBwdBlock queries × wgmmaBwdTile keys of each bias slice). buf.delta
 // must already hold D.
@@ -214,11 +224,20 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 			return err
 		}
 	} else {
-		if err := launch(dkdv, gridK, b.c.threads, b.c.smem, stream, &kp); err != nil {
-			return err
+		// dK/dV then dQ, or dV, dK and dQ in turn where wgmmaBwdSplit3.
+		type kernelLaunch struct {
+			fn         cu.Function
+			grid, smem int
 		}
-		if err := launch(dq, gridQ, b.c.threads, b.c.smemDQ, stream, &kp); err != nil {
-			return err
+		steps := []kernelLaunch{{dkdv, gridK, b.c.smem}, {dq, gridQ, b.c.smemDQ}}
+		if b.dv != (cu.Function{}) {
+			steps = []kernelLaunch{{b.dv, gridK, wgmmaBwdDVSmem(b.c.dp)}, {b.dk, gridK, wgmmaBwdDKSmem(b.c.dp)},
+				{dq, gridQ, b.c.smemDQ}}
+		}
+		for _, l := range steps {
+			if err := launch(l.fn, l.grid, b.c.threads, l.smem, stream, &kp); err != nil {
+				return err
+			}
 		}
 	}
 	if kp.Dbias == 0 {

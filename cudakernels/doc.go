@@ -146,13 +146,17 @@
 //     results in the third or fourth digit and are opted into. On Hopper
 //     (unless the backend is held to FamilySM80) plain problems (no
 //     variant but the causal mask and a window's right bound, no bias or
-//     dropout) at D ≤ 64 run on the tf32 tensor cores by 3xTF32 instead,
+//     dropout) at D ≤ 128 run on the tf32 tensor cores by 3xTF32 instead,
 //     forward and backward together: every operand split into a tf32 hi
 //     and lo part, three products (lo·hi, hi·lo, hi·hi), scores in natural
 //     units with expf, the backward's scores summed in the forward's
-//     order, per-tile partial sums (csrc/mma.cuh's TF32x3). They pass the
-//     same FP32 suite (H100, 2026-12-05) at 2.4–6.4× the CUDA-core
-//     kernels' speed (bench/RESULTS.md).
+//     order, per-tile partial sums (csrc/mma.cuh's TF32x3); at D > 64 the
+//     scores' big products in two chains of k-slices (the accumulators
+//     truncate: sm90.cuh's halved_big) and the backward in three kernels,
+//     one gradient each (wgmmaBwdSplit3). They pass the same FP32 suite
+//     (H100, 2026-12-05 at D ≤ 64, 2026-12-06 at 128) at 2.4–6.4× the
+//     CUDA-core kernels' speed at D ≤ 64, 3.5–4.3× at 128
+//     (bench/RESULTS.md).
 //   - TF32: tensor cores, Q, K, V, dO, P and dS rounded to tf32 (10
 //     mantissa bits), fp32 accumulation and softmax. Forward in both
 //     kernel families; backward on tensor cores in the Hopper family up to
@@ -178,7 +182,7 @@
 // it is built (forward: BF16 and FP16 at D 64, 128 and 256, TF32 at 64 and
 // 128, D padded up as below; backward: all three at D 64 and 128) and
 // FamilySM80 or the CUDA cores elsewhere. FamilySM80 also keeps FP32 on
-// the CUDA cores where the others take its plain D ≤ 64 problems to the
+// the CUDA cores where the others take its plain D ≤ 128 problems to the
 // 3xTF32 kernels (Precision modes, above). Both families compute the same
 // function and pass the same conformance suite; they differ in summation
 // order, so results differ in the last bits.

@@ -107,6 +107,15 @@ func widen[T kernels.Float](x []T) []float64 {
 	return y
 }
 
+// narrow returns x rounded to float32.
+func narrow(x []float64) []float32 {
+	y := make([]float32, len(x))
+	for i, v := range x {
+		y[i] = float32(v)
+	}
+	return y
+}
+
 // emuBlob is the memory an emulated launch sees: the tensors one after
 // another, each 16-byte aligned, addressed as offset + 1 (0 is no tensor).
 type emuBlob []byte

@@ -19,7 +19,7 @@ const (
 	// wgmma and bulk asynchronous copies), for compute capability 9.0
 	// only. Where it is not built (D ≤ 32; the TF32 forward above D = 128;
 	// every backward above D = 128) FamilySM80 or the CUDA cores serve.
-	// FP32's plain problems at D ≤ 64 run on its 3xTF32 kernels (with
+	// FP32's plain problems at D ≤ 128 run on its 3xTF32 kernels (with
 	// FamilyAuto too; package doc, Precision modes).
 	FamilySM90
 )

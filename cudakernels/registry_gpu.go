@@ -53,7 +53,8 @@ type registry struct {
 	// FP16): dO always, and the operands of a rounded CUDA-core backward.
 	round cu.Function
 	// dotDoORound is D = rowsum(dO∘O) and dO's rounding to prec in one pass,
-	// for the backwards that do not run the CUDA cores on rounded operands.
+	// for the backwards that do not run the CUDA cores on rounded operands;
+	// for FP32, D of split products for the 3xTF32 backward.
 	dotDoORound cu.Function
 	// dec holds the decoding kernels (decode_gpu.go).
 	dec *decoder
@@ -93,6 +94,8 @@ func loadRegistry(dev Capability, fam Family, prec Precision, tuned *TuneTable, 
 		if r.dotDoORound, err = function(r.mod, "flash_bwd_dot_do_o_round_"+prec.String()); err != nil {
 			return nil, err
 		}
+	} else if r.dotDoORound, err = function(r.mod, "flash_bwd_dot_do_o_round_tf32x3"); err != nil {
+		return nil, err
 	}
 	// Every length a tuning table times, so that each of its entries'
 	// kernels is loaded (without a table, the length changes nothing).

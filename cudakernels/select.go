@@ -174,7 +174,7 @@ func checkDevice(c Capability, fam Family) error {
 //
 //   - float64 calls: CUDA cores. FP32: on Hopper (fam not FamilySM80) the
 //     3xTF32 kernels (csrc's mma::TF32x3) for plain problems where built
-//     (wgmmaBuilt, dp = 64), both directions alike, so that the backward
+//     (wgmmaBuilt, dp = 64 and 128), both directions alike, so that the backward
 //     recomputes the forward's scores; the CUDA cores elsewhere.
 //   - TF32, BF16, FP16 forward: wgmma where the device is Hopper, fam is not
 //     FamilySM80 and it is built (wgmmaBuilt; with a bias or dropout the
@@ -310,6 +310,11 @@ func wgmmaForwardChoice(prec Precision, dp int, full, drop bool) choice {
 // (dropout without a bias) the _drop kernels', without the bias tiles.
 func wgmmaBackwardChoice(prec Precision, dp int, full, drop bool) choice {
 	step, _ := wgmmaBwdShape(prec, dp)
+	if wgmmaBwdSplit3(prec, dp) && !full {
+		// smem is the dV and dK kernels' (the most of the two), smemDQ dQ's.
+		return choice{kind: kindWGMMA, dir: backwardDir, prec: prec, elem: 4, dp: dp, rows: wgmmaBwdTile, step: step,
+			threads: wgmmaBwdSplitThreads, smem: max(wgmmaBwdDVSmem(dp), wgmmaBwdDKSmem(dp)), smemDQ: wgmmaBwdDQSplitSmem(dp)}
+	}
 	dkdv, dq := wgmmaBwdSmem(prec, dp, full && !drop)
 	return choice{kind: kindWGMMA, dir: backwardDir, prec: prec, elem: 4, dp: dp, rows: wgmmaBwdBlock,
 		step: step, threads: wgmmaBwdThreads, smem: dkdv, smemDQ: dq, full: full, drop: drop}

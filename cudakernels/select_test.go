@@ -93,8 +93,10 @@ func TestChoose(t *testing.T) {
 
 // TestChooseFP32TensorCores pins where FP32 leaves the CUDA cores: a
 // backend on Hopper not held to FamilySM80, a plain problem at a head
-// dimension the 3xTF32 kernels are built for (dp = 64), both directions
-// together.
+// dimension the 3xTF32 kernels are built for (dp = 64 and 128), both
+// directions together; and the launch shapes, from csrc's sizes (at 128
+// the backward's three kernels, wgmmaBwdSplit3: smem is the dV and dK
+// kernels' larger, dK's).
 func TestChooseFP32TensorCores(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -108,7 +110,9 @@ func TestChooseFP32TensorCores(t *testing.T) {
 		{"sm90 plain D64", h200, FamilySM90, 64, true, false, true},
 		{"sm90 plain D40 padded", h200, FamilySM90, 40, true, false, true},
 		{"sm90 plain D32 not built", h200, FamilySM90, 32, true, false, false},
-		{"sm90 plain D128 not built", h200, FamilySM90, 128, true, false, false},
+		{"sm90 plain D128", h200, FamilySM90, 128, true, false, true},
+		{"sm90 plain D100 padded", h200, FamilySM90, 100, true, false, true},
+		{"sm90 plain D256 not built", h200, FamilySM90, 256, true, false, false},
 		{"sm90 with a variant", h200, FamilySM90, 64, false, false, false},
 		{"sm90 float64", h200, FamilySM90, 64, true, true, false},
 		{"auto on tensor cores", h200, FamilyAuto, 64, true, false, true},
@@ -129,12 +133,21 @@ func TestChooseFP32TensorCores(t *testing.T) {
 				if !tc.tensor {
 					continue
 				}
-				step, smem, smemDQ := 64, 197672, 0 // fwd_smem_bytes<TF32x3, 64>
-				if dir == backwardDir {
-					step, smem, smemDQ = 32, 230968, 230440 // bwd_dkdv_smem_bytes, bwd_dq_smem_bytes
+				dp := 64
+				if tc.d > 64 {
+					dp = 128
+				}
+				// fwd_smem_bytes<TF32x3, 64> and <TF32x3, 128> (Q's hi part
+				// alone, stages of 32 keys) happen to agree.
+				want := [...]int{dp, 128, 64, 256, 197672, 0}
+				switch {
+				case dir == backwardDir && dp == 64: // bwd_dkdv_smem_bytes, bwd_dq_smem_bytes
+					want = [...]int{64, 128, 32, 256, 230968, 230440}
+				case dir == backwardDir: // bwd_dk_smem_bytes, bwd_dq_split_smem_bytes
+					want = [...]int{128, 64, 32, 128, 230680, 230424}
 				}
 				got := [...]int{c.dp, c.rows, c.step, c.threads, c.smem, c.smemDQ}
-				if want := [...]int{64, 128, step, 256, smem, smemDQ}; got != want || c.prec != FP32 || c.rounded {
+				if got != want || c.prec != FP32 || c.rounded {
 					t.Errorf("%v: dp, rows, step, threads, smem, smemDQ = %v, want %v (prec %v, rounded %v)", dir, got, want, c.prec, c.rounded)
 				}
 			}

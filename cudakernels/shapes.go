@@ -197,11 +197,11 @@ const (
 // precision prec and padded head dimension dp; full asks for the _full
 // kernel (a bias or dropout), which exists where its bias tiles fit: 16-bit
 // operands up to dp = 128, TF32 at 64. FP32's (3xTF32, wgmmaPlainOnly):
-// the plain kernel at 64.
+// the plain kernel at 64 and 128.
 func wgmmaBuilt(prec Precision, dp int, full bool) bool {
 	switch {
 	case prec == FP32:
-		return !full && dp == 64
+		return !full && (dp == 64 || dp == 128)
 	case full && (prec == BF16 || prec == FP16):
 		return dp == 64 || dp == 128
 	case full && prec == TF32:
@@ -231,12 +231,21 @@ func wgmmaDropBuilt(prec Precision, dp int) bool {
 	return wgmmaBuilt(prec, dp, true) && wgmmaFwdBK(prec, dp, false) > wgmmaFwdBK(prec, dp, true)
 }
 
-// wgmmaFwdSmem is fwd_smem_bytes: alignment slack, Q, two stages of K and
-// Vᵀ, with biasTiles two float32 bias tiles of wgmmaRows rows of BK + 8
-// floats (fwd_bias_ld), five mbarriers.
+// wgmmaFwdQLoRegs is fwd_q_lo_regs: FP32 at dp = 128 holds Q's lo parts
+// in registers and takes key tiles of 32, half of an image tile
+// (wgmmaFwdBK).
+func wgmmaFwdQLoRegs(prec Precision, dp int) bool { return prec == FP32 && dp > 64 }
+
+// wgmmaFwdSmem is fwd_smem_bytes: alignment slack, Q (its hi part alone
+// where wgmmaFwdQLoRegs), two stages of K and Vᵀ (of 32 keys there), with
+// biasTiles two float32 bias tiles of wgmmaRows rows of BK + 8 floats
+// (fwd_bias_ld), five mbarriers.
 func wgmmaFwdSmem(prec Precision, dp int, biasTiles bool) int {
-	eb, bk := elemBytes(prec), wgmmaFwdBK(prec, dp, biasTiles)
-	smem := 1024 + wgmmaRows*dp*eb + 4*bk*dp*eb + 5*8
+	eb, bk, qb := elemBytes(prec), wgmmaFwdBK(prec, dp, biasTiles), elemBytes(prec)
+	if wgmmaFwdQLoRegs(prec, dp) {
+		bk, qb = 32, eb/2
+	}
+	smem := 1024 + wgmmaRows*dp*qb + 4*bk*dp*eb + 5*8
 	if biasTiles {
 		smem += 2 * wgmmaRows * (bk + 8) * 4
 	}
@@ -418,11 +427,12 @@ const (
 // streamed operands still fit shared memory; full asks for the _full
 // kernels (a bias or dropout), built for 16-bit operands only, where their
 // bias tiles fit beside the rest (and dBias's stages of four operands).
-// FP32's (3xTF32, wgmmaPlainOnly): the plain pair at 64.
+// FP32's (3xTF32, wgmmaPlainOnly): the plain pair at 64, and at 128 three
+// kernels of one gradient each (wgmmaBwdSplit3).
 func wgmmaBwdBuilt(prec Precision, dp int, full bool) bool {
 	switch {
 	case prec == FP32:
-		return !full && dp == 64
+		return !full && (dp == 64 || dp == 128)
 	case full:
 		return (prec == BF16 || prec == FP16) && (dp == 64 || dp == 128)
 	case prec == BF16 || prec == FP16 || prec == TF32:
@@ -490,4 +500,43 @@ func wgmmaBwdSmem(prec Precision, dp int, biasTiles bool) (dkdv, dq int) {
 		dq += 2 * wgmmaBwdBlock * step * 4
 	}
 	return dkdv, dq
+}
+
+// wgmmaBwdSplit3 reports whether prec's Hopper backward at dp is three
+// kernels, one gradient each (csrc's dv_colblock, dk_colblock and
+// dq_split_rowblock), of one warpgroup (wgmmaBwdSplitThreads) per block
+// of wgmmaBwdTile keys or queries: FP32 at 128, where the hi and lo parts
+// of two gradients' operands do not fit one block's shared memory.
+func wgmmaBwdSplit3(prec Precision, dp int) bool { return prec == FP32 && dp == 128 }
+
+// wgmmaBwdSplitThreads is kDvThreads, the threads of a wgmmaBwdSplit3
+// kernel's block.
+const wgmmaBwdSplitThreads = 128
+
+// wgmmaBwdDVSmem is bwd_dv_smem_bytes, the shared memory of FP32's dV
+// kernel at dp = 128 (csrc's dv_colblock, the first of its backward's
+// three kernels): alignment slack, K (64 rows), two stages
+// of a 32-row Q step and a dOᵀ step, two of their LSE, five mbarriers;
+// every row of an image dp·8 bytes (hi and lo parts).
+func wgmmaBwdDVSmem(dp int) int {
+	row := dp * elemBytes(FP32)
+	return 1024 + 64*row + 4*32*row + 2*32*4 + 5*8
+}
+
+// wgmmaBwdDKSmem is bwd_dk_smem_bytes, the shared memory of FP32's dK
+// kernel at dp = 128 (csrc's dk_colblock, the second of the three):
+// alignment slack, K and V (64 rows each), one stage of a 32-row Q, dO
+// and Qᵀ step, its LSE and D, three mbarriers.
+func wgmmaBwdDKSmem(dp int) int {
+	row := dp * elemBytes(FP32)
+	return 1024 + 2*64*row + 3*32*row + 2*32*4 + 3*8
+}
+
+// wgmmaBwdDQSplitSmem is bwd_dq_split_smem_bytes, the shared memory of
+// FP32's dQ kernel at dp = 128 (csrc's dq_split_rowblock, the third):
+// alignment slack, Q and dO (64 rows each), one stage of a 32-key K, V
+// and Kᵀ step, three mbarriers.
+func wgmmaBwdDQSplitSmem(dp int) int {
+	row := dp * elemBytes(FP32)
+	return 1024 + 2*64*row + 3*32*row + 3*8
 }

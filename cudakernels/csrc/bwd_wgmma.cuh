@@ -333,7 +333,7 @@ __device__ __forceinline__ void two_products(float (&c1)[STEP / 8][4], float (&c
   wgmma_commit();
   meanwhile();
   wgmma_wait<1>();
-  if constexpr (E::kParts > 1) add_small(c1, small);
+  if constexpr (E::kParts > 1) finish_scores<E, STEP, DP / E::kK>(c1, small, desc_sw128(a1), kBwdTile, desc_sw128(b1), STEP);
 }
 
 template <typename E, int N>
@@ -768,6 +768,433 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
     store_wg_rows<DP, kWgBytes>(dv, p.dv_row_stride, k0 + wg * kBwdTile, nk, p.dim, sV + wg * kWgBytes, acc_dv, sv,
                                 wg, rows_vec(dv, p.dv_row_stride, p.dim));
   }
+}
+
+// dv_colblock is the first kernel of the split type's backward at DP =
+// 128 (mma::TF32x3 with fwd_q_lo_regs' forward), where K and V with their
+// lo parts (128 KB) beside the streamed Q, dO, Qᵀ and dOᵀ fit no shape of
+// dkdv_colblock: dV alone, which needs only P. One block of one
+// warpgroup per kBwdTile keys of head bh (plain problems: a key head is a
+// query head) holds K's row image (64 KB) and streams, double buffered,
+// query steps of kDvStep rows of Q's row image, of dOᵀ's transposed image
+// and of the LSE (natural units, prep_stats' kNatural): Sᵀ = K·Qᵀ by
+// split_scores_t, in the forward's order of products, so that P =
+// exp(S − LSE) meets the forward's scores; then dV += Pᵀ·dO, each step's
+// sum apart (step_product). Thread 0 issues the copies: K once, then the
+// steps into two stages with full and empty mbarriers, as dkdv_colblock
+// does.
+constexpr int kDvThreads = 128;
+constexpr int kDvStep = 32;
+// bwd_dv_smem_bytes: alignment slack, K, two stages of [Q, dOᵀ] steps, two
+// of the steps' LSE, five mbarriers. shapes.go repeats it (wgmmaBwdDVSmem).
+template <typename E, int DP> __host__ __device__ constexpr int bwd_dv_smem_bytes() {
+  return 1024 + bwd_rows_bytes<E, DP, kBwdTile>() + 4 * bwd_rows_bytes<E, DP, kDvStep>() + 2 * kDvStep * 4 + 5 * 8;
+}
+
+// split_query_steps returns how many query steps of kDvStep rows see
+// keys k0 … k_last of a plain problem (every row's first key is 0), steps
+// it0 … it0 + n − 1, and sets it0: the steps of dv_colblock and
+// dk_colblock.
+__device__ __forceinline__ int split_query_steps(const SeqMask& mk, long long k0, long long k_last, int& it0) {
+  it0 = static_cast<int>(mk.query_lo(k0) / kDvStep);
+  const long long q_hi = mk.query_hi(k_last);
+  return q_hi > it0 * static_cast<long long>(kDvStep) ? static_cast<int>((q_hi + kDvStep - 1) / kDvStep) - it0 : 0;
+}
+
+// split_scores_t issues Sᵀ = K·Qᵀ for a step of kDvStep queries in the
+// split dV and dK kernels (K the block's 64-row image at k_desc, the step's
+// Q image at q_step), small products into small, in the order of the D =
+// 128 forward's products (split_scores_rs: Q_hi·K_lo, then Q_lo·K_hi,
+// which are K_lo·Q_hi, then K_hi·Q_lo here: kALoFirst), so that P =
+// exp(S − LSE) meets the very scores the forward's LSE came from.
+template <typename E, int DP>
+__device__ __forceinline__ void split_scores_t(float (&s)[kDvStep / 8][4], float (&small)[kDvStep / 8][4],
+                                               uint64_t k_desc, uint32_t q_step) {
+  split_scores<E, kDvStep, DP / E::kK, true>(reinterpret_cast<float(&)[kDvStep / 2]>(s),
+                                             reinterpret_cast<float(&)[kDvStep / 2]>(small), k_desc, kBwdTile,
+                                             desc_sw128(q_step), kDvStep);
+}
+
+// finish_scores_t completes split_scores_t once its group has landed
+// (finish_scores: it waits for every group).
+template <typename E, int DP>
+__device__ __forceinline__ void finish_scores_t(float (&s)[kDvStep / 8][4], float (&small)[kDvStep / 8][4],
+                                                uint64_t k_desc, uint32_t q_step) {
+  finish_scores<E, kDvStep, DP / E::kK>(s, small, k_desc, kBwdTile, desc_sw128(q_step), kDvStep);
+}
+
+template <typename E, int DP>
+__device__ void dv_colblock(const Params& p) {
+  static_assert(E::kParts > 1 && DP == 128, "the split type's dV kernel at DP = 128");
+  require_launch(kDvThreads, bwd_dv_smem_bytes<E, DP>());
+  require_plain(p);
+  using S = typename E::Storage;
+  const S* __restrict__ q = static_cast<const S*>(p.q);
+  const S* __restrict__ k = static_cast<const S*>(p.k);
+  const S* __restrict__ dot = static_cast<const S*>(p.dout_t);
+  const float* __restrict__ lse = static_cast<const float*>(p.lse_log2);  // natural units here
+  constexpr int kStep = bwd_rows_bytes<E, DP, kDvStep>();  // one streamed operand of a step
+  constexpr int kNS = kDvStep / 8;                         // n8 tiles of Sᵀ per warp: queries
+  constexpr int kND = DP / 8;                              // n8 tiles of dV per warp
+  const long long nq = p.nq, nk = p.nk;
+  const long long nq_pad = (nq + kBwdPad - 1) / kBwdPad * kBwdPad;
+  const long long nk_pad = (nk + kBwdPad - 1) / kBwdPad * kBwdPad;
+  const long long blocks = (nk + kBwdTile - 1) / kBwdTile;
+  const long long bh = blockIdx.x / blocks, k0 = blockIdx.x % blocks * kBwdTile;
+  const SeqMask mk = seq_mask(p, bh);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+
+  // Shared memory: K, the stages [Q, dOᵀ] 0 and 1, the LSE of stages 0 and
+  // 1, then the mbarriers k_full, full[2] and empty[2].
+  unsigned char* const sm = aligned_smem();
+  const uint32_t sK = smem_addr(sm), sStage = sK + bwd_rows_bytes<E, DP, kBwdTile>();
+  const int lse_off = bwd_rows_bytes<E, DP, kBwdTile>() + 4 * kStep;
+  const uint32_t bars = sK + lse_off + 2 * kDvStep * 4, k_full = bars;
+  auto full = [&](int s) { return bars + 8 + 8 * s; };
+  auto empty = [&](int s) { return bars + 24 + 8 * s; };
+
+  // The query steps whose rows see the block's keys (every row's first
+  // key is 0 in a plain problem).
+  const long long k_last = (k0 + kBwdTile < nk ? k0 + kBwdTile : nk) - 1;
+  int it0;
+  const int n_steps = split_query_steps(mk, k0, k_last, it0);
+  if (threadIdx.x == 0) {
+    mbar_init(k_full, 1);
+    for (int s = 0; s < 2; ++s) mbar_init(full(s), 1), mbar_init(empty(s), kDvThreads);
+    mbar_fence_init();
+  }
+  __syncthreads();
+  auto load_step = [&](int i) {
+    const long long r0 = static_cast<long long>(it0 + i) * kDvStep;
+    const int stage = i % 2;
+    const uint32_t st = sStage + stage * 2 * kStep, bar = full(stage);
+    mbar_arrive_expect_tx(bar, 2 * kStep + kDvStep * 4);
+    copy_rows<E, DP, kDvStep>(st, q, bh, nq_pad, r0, bar);
+    copy_transposed<E, DP, kDvStep>(st + kStep, dot, bh, nq_pad, r0, bar);
+    bulk_copy(sK + lse_off + stage * kDvStep * 4, lse + bh * nq_pad + r0, kDvStep * 4, bar);
+  };
+  if (threadIdx.x == 0) {
+    mbar_arrive_expect_tx(k_full, bwd_rows_bytes<E, DP, kBwdTile>());
+    copy_rows<E, DP, kBwdTile>(sK, k, bh, nk_pad, k0, k_full);
+    for (int s = 0; s < 2 && s < n_steps; ++s) load_step(s);
+  }
+
+  const float scale = score_unit<E::kExact>(p.scale);  // natural units
+  float acc_dv[kND][4];
+#pragma unroll
+  for (int n = 0; n < kND; ++n) acc_dv[n][0] = acc_dv[n][1] = acc_dv[n][2] = acc_dv[n][3] = 0.f;
+  // This thread's keys (rows g and g + 8 of its warp's 16) and the first
+  // query that sees each (qhi unused in a plain problem).
+  const long long key0 = k0 + warp * 16 + g;
+  int qlo[2], qhi[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    qlo[h] = static_cast<int>(mk.query_lo(key0 + 8 * h));
+    qhi[h] = static_cast<int>(mk.query_hi(key0 + 8 * h));
+  }
+  const uint64_t k_desc = desc_sw128(sK);
+  mbar_wait(k_full, 0);
+
+  for (int i = 0; i < n_steps; ++i) {
+    const int stage = i & 1;
+    const unsigned parity = (i >> 1) & 1;
+    const long long q0 = static_cast<long long>(it0 + i) * kDvStep;
+    const uint32_t st = sStage + stage * 2 * kStep;
+    const float* lt = reinterpret_cast<const float*>(sm + lse_off + stage * kDvStep * 4);
+    mbar_wait(full(stage), parity);
+
+    // Sᵀ = K·Qᵀ: element e of tile j is key key0 + 8·(e/2), query q0 +
+    // 8j + 2t + e%2.
+    float s[kNS][4], small[kNS][4];
+    wgmma_fence();
+    split_scores_t<E, DP>(s, small, k_desc, st);
+    wgmma_commit();
+    wgmma_wait<0>();
+    finish_scores_t<E, DP>(s, small, k_desc, st);
+    // Only steps where some row misses some of the block's keys need the
+    // mask: plain, the step's first row must see the block's last key.
+    const bool masked = !(k_last < mk.key_hi(q0));
+    uint32_t pf[mma::frag_count<E, kDvStep>()][4];
+    const Mods md{};
+    const AlibiRow<1> ar[2];
+    with_mask(masked, [&](auto kMasked) {
+      probs_dkdv<E, false, false, kMasked, false>(s, pf, scale, lt, static_cast<int>(q0), t, qlo, qhi, md, ar);
+    });
+    // dV += Pᵀ·dO, dO from the dOᵀ image.
+    step_product<E, DP, 0>(acc_dv, [&](auto& c) {
+      rs_product<E, DP, kDvStep / E::kK>(reinterpret_cast<float(&)[DP / 2]>(c), pf, desc_sw128(st + kStep), DP);
+    });
+
+    // Every thread arrives; once all have, step i + 2 goes to this stage.
+    mbar_arrive(empty(stage));
+    if (threadIdx.x == 0 && i + 2 < n_steps) {
+      mbar_wait(empty(stage), parity);
+      load_step(i + 2);
+    }
+  }
+  store_warp_rows<DP>(head_of(static_cast<float*>(p.dv), bh, p.h, p.dv_batch_stride, p.dv_head_stride), acc_dv,
+                      k0 + warp * 16, nk, p.dim, p.dv_row_stride, 1.f);
+}
+
+// dk_colblock is the second kernel of the split type's backward at DP =
+// 128: dK alone. One block of one warpgroup per kBwdTile keys of head bh
+// holds K's and V's row images (128 KB) and streams, in one stage (two
+// would pass the 227 KB a block may have), query steps of kDvStep rows of
+// Q's and dO's row images, of Qᵀ's transposed image and of the LSE and D:
+// Sᵀ = K·Qᵀ as dv_colblock takes it, dPᵀ = V·dOᵀ (split_ss), P by
+// probs_dkdv, dSᵀ = Pᵀ∘(dPᵀ − D), dK += dSᵀ·Q from the Qᵀ image, each
+// step's sum apart; dK is scaled once at the end. The next step is copied
+// once every thread is done with this one.
+// bwd_dk_smem_bytes: alignment slack, K and V, one stage of [Q, dO, Qᵀ],
+// its LSE and D, three mbarriers. shapes.go repeats it (wgmmaBwdDKSmem).
+template <typename E, int DP> __host__ __device__ constexpr int bwd_dk_smem_bytes() {
+  return 1024 + 2 * bwd_rows_bytes<E, DP, kBwdTile>() + 3 * bwd_rows_bytes<E, DP, kDvStep>() + 2 * kDvStep * 4 + 3 * 8;
+}
+
+template <typename E, int DP>
+__device__ void dk_colblock(const Params& p) {
+  static_assert(E::kParts > 1 && DP == 128, "the split type's dK kernel at DP = 128");
+  require_launch(kDvThreads, bwd_dk_smem_bytes<E, DP>());
+  require_plain(p);
+  using S = typename E::Storage;
+  const S* __restrict__ q = static_cast<const S*>(p.q);
+  const S* __restrict__ qt = static_cast<const S*>(p.q_t);
+  const S* __restrict__ k = static_cast<const S*>(p.k);
+  const S* __restrict__ v = static_cast<const S*>(p.v);
+  const S* __restrict__ dout = static_cast<const S*>(p.dout);
+  const float* __restrict__ lse = static_cast<const float*>(p.lse_log2);  // natural units here
+  const float* __restrict__ dpad = static_cast<const float*>(p.delta_pad);
+  constexpr int kFixed = bwd_rows_bytes<E, DP, kBwdTile>();  // K or V
+  constexpr int kStep = bwd_rows_bytes<E, DP, kDvStep>();    // one streamed operand of a step
+  constexpr int kNS = kDvStep / 8;
+  constexpr int kND = DP / 8;
+  const long long nq = p.nq, nk = p.nk;
+  const long long nq_pad = (nq + kBwdPad - 1) / kBwdPad * kBwdPad;
+  const long long nk_pad = (nk + kBwdPad - 1) / kBwdPad * kBwdPad;
+  const long long blocks = (nk + kBwdTile - 1) / kBwdTile;
+  const long long bh = blockIdx.x / blocks, k0 = blockIdx.x % blocks * kBwdTile;
+  const SeqMask mk = seq_mask(p, bh);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+
+  // Shared memory: K, V, the stage [Q, dO, Qᵀ], its LSE and D, then the
+  // mbarriers kv_full, full and empty.
+  unsigned char* const sm = aligned_smem();
+  const uint32_t sK = smem_addr(sm), sV = sK + kFixed, st = sV + kFixed;
+  const int stats_off = 2 * kFixed + 3 * kStep;
+  const uint32_t bars = sK + stats_off + 2 * kDvStep * 4, kv_full = bars, full = bars + 8, empty = bars + 16;
+  const float* lt = reinterpret_cast<const float*>(sm + stats_off);
+  const float* dt = lt + kDvStep;
+
+  const long long k_last = (k0 + kBwdTile < nk ? k0 + kBwdTile : nk) - 1;
+  int it0;
+  const int n_steps = split_query_steps(mk, k0, k_last, it0);
+  if (threadIdx.x == 0) {
+    mbar_init(kv_full, 1);
+    mbar_init(full, 1);
+    mbar_init(empty, kDvThreads);
+    mbar_fence_init();
+  }
+  __syncthreads();
+  auto load_step = [&](int i) {
+    const long long r0 = static_cast<long long>(it0 + i) * kDvStep;
+    mbar_arrive_expect_tx(full, 3 * kStep + 2 * kDvStep * 4);
+    copy_rows<E, DP, kDvStep>(st, q, bh, nq_pad, r0, full);
+    copy_rows<E, DP, kDvStep>(st + kStep, dout, bh, nq_pad, r0, full);
+    copy_transposed<E, DP, kDvStep>(st + 2 * kStep, qt, bh, nq_pad, r0, full);
+    bulk_copy(sK + stats_off, lse + bh * nq_pad + r0, kDvStep * 4, full);
+    bulk_copy(sK + stats_off + kDvStep * 4, dpad + bh * nq_pad + r0, kDvStep * 4, full);
+  };
+  if (threadIdx.x == 0) {
+    mbar_arrive_expect_tx(kv_full, 2 * kFixed);
+    copy_rows<E, DP, kBwdTile>(sK, k, bh, nk_pad, k0, kv_full);
+    copy_rows<E, DP, kBwdTile>(sV, v, bh, nk_pad, k0, kv_full);
+    if (n_steps > 0) load_step(0);
+  }
+
+  const float scale = score_unit<E::kExact>(p.scale);  // natural units
+  float acc_dk[kND][4];
+#pragma unroll
+  for (int n = 0; n < kND; ++n) acc_dk[n][0] = acc_dk[n][1] = acc_dk[n][2] = acc_dk[n][3] = 0.f;
+  const long long key0 = k0 + warp * 16 + g;
+  int qlo[2], qhi[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    qlo[h] = static_cast<int>(mk.query_lo(key0 + 8 * h));
+    qhi[h] = static_cast<int>(mk.query_hi(key0 + 8 * h));
+  }
+  const uint64_t k_desc = desc_sw128(sK), v_desc = desc_sw128(sV);
+  mbar_wait(kv_full, 0);
+
+  for (int i = 0; i < n_steps; ++i) {
+    const unsigned parity = i & 1;
+    const long long q0 = static_cast<long long>(it0 + i) * kDvStep;
+    mbar_wait(full, parity);
+
+    // Sᵀ = K·Qᵀ (as dv_colblock) and dPᵀ = V·dOᵀ, two groups; element e
+    // of tile j is key key0 + 8·(e/2), query q0 + 8j + 2t + e%2.
+    float s[kNS][4], small[kNS][4], dp[kNS][4];
+    wgmma_fence();
+    split_scores_t<E, DP>(s, small, k_desc, st);
+    wgmma_commit();
+    split_ss<E, kDvStep, DP / E::kK, false>(reinterpret_cast<float(&)[kDvStep / 2]>(dp), v_desc, kBwdTile,
+                                            desc_sw128(st + kStep), kDvStep);
+    wgmma_commit();
+    wgmma_wait<1>();
+    finish_scores_t<E, DP>(s, small, k_desc, st);
+    const bool masked = !(k_last < mk.key_hi(q0));
+    uint32_t pf[mma::frag_count<E, kDvStep>()][4];  // Pᵀ's fragments, which dK does not take
+    const Mods md{};
+    const AlibiRow<1> ar[2];
+    with_mask(masked, [&](auto kMasked) {
+      probs_dkdv<E, false, false, kMasked, false>(s, pf, scale, lt, static_cast<int>(q0), t, qlo, qhi, md, ar);
+    });
+    wgmma_wait<0>();
+    ds_by_col(dp, s, dt, t);  // dSᵀ
+    uint32_t df[mma::frag_count<E, kDvStep>()][4];
+    to_frags<E>(df, dp);
+    // dK += dSᵀ·Q, Q from the Qᵀ image.
+    step_product<E, DP, 0>(acc_dk, [&](auto& c) {
+      rs_product<E, DP, kDvStep / E::kK>(reinterpret_cast<float(&)[DP / 2]>(c), df, desc_sw128(st + 2 * kStep), DP);
+    });
+
+    // Every thread arrives; once all have, step i + 1 takes the stage.
+    mbar_arrive(empty);
+    if (threadIdx.x == 0 && i + 1 < n_steps) {
+      mbar_wait(empty, parity);
+      load_step(i + 1);
+    }
+  }
+  store_warp_rows<DP>(head_of(static_cast<float*>(p.dk), bh, p.h, p.dk_batch_stride, p.dk_head_stride), acc_dk,
+                      k0 + warp * 16, nk, p.dim, p.dk_row_stride, static_cast<float>(p.scale));
+}
+
+// dq_split_rowblock is the third kernel of the split type's backward at
+// DP = 128: dQ. One block of one warpgroup per kBwdTile queries of head bh
+// holds Q's and dO's row images (128 KB) and streams, in one stage, key
+// steps of kDvStep keys of K's and V's row images and of Kᵀ's transposed
+// image (96 KB): S = Q·Kᵀ with the forward's order of products
+// (split_scores with A = Q: Q_hi·K_lo, then Q_lo·K_hi, then Q_hi·K_hi)
+// and dP = dO·Vᵀ in a second group, P = exp(S − LSE) by row, dS = P∘(dP −
+// D), dQ += dS·K from the Kᵀ image, each step apart; dQ scaled at the end.
+// bwd_dq_split_smem_bytes: alignment slack, Q and dO, one stage of [K, V,
+// Kᵀ], three mbarriers. shapes.go repeats it (wgmmaBwdDQSplitSmem).
+template <typename E, int DP> __host__ __device__ constexpr int bwd_dq_split_smem_bytes() {
+  return 1024 + 2 * bwd_rows_bytes<E, DP, kBwdTile>() + 3 * bwd_rows_bytes<E, DP, kDvStep>() + 3 * 8;
+}
+
+template <typename E, int DP>
+__device__ void dq_split_rowblock(const Params& p) {
+  static_assert(E::kParts > 1 && DP == 128, "the split type's dQ kernel at DP = 128");
+  require_launch(kDvThreads, bwd_dq_split_smem_bytes<E, DP>());
+  require_plain(p);
+  using S = typename E::Storage;
+  const S* __restrict__ q = static_cast<const S*>(p.q);
+  const S* __restrict__ k = static_cast<const S*>(p.k);
+  const S* __restrict__ kt = static_cast<const S*>(p.k_t);
+  const S* __restrict__ v = static_cast<const S*>(p.v);
+  const S* __restrict__ dout = static_cast<const S*>(p.dout);
+  const float* __restrict__ lse = static_cast<const float*>(p.lse_log2);  // natural units here
+  const float* __restrict__ dpad = static_cast<const float*>(p.delta_pad);
+  constexpr int kFixed = bwd_rows_bytes<E, DP, kBwdTile>();  // Q or dO
+  constexpr int kStep = bwd_rows_bytes<E, DP, kDvStep>();    // one streamed operand of a step
+  constexpr int kNS = kDvStep / 8;                         // n8 tiles of S per warp: keys
+  constexpr int kND = DP / 8;
+  const long long nq = p.nq, nk = p.nk;
+  const long long nq_pad = (nq + kBwdPad - 1) / kBwdPad * kBwdPad;
+  const long long nk_pad = (nk + kBwdPad - 1) / kBwdPad * kBwdPad;
+  const long long blocks = (nq + kBwdTile - 1) / kBwdTile;
+  const long long bh = blockIdx.x / blocks, q0 = blockIdx.x % blocks * kBwdTile;
+  const SeqMask mk = seq_mask(p, bh);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+
+  // Shared memory: Q, dO, the stage [K, V, Kᵀ], then the mbarriers
+  // qd_full, full and empty.
+  unsigned char* const sm = aligned_smem();
+  const uint32_t sQ = smem_addr(sm), sdO = sQ + kFixed, st = sdO + kFixed;
+  const uint32_t bars = st + 3 * kStep, qd_full = bars, full = bars + 8, empty = bars + 16;
+
+  // This thread's rows g and g + 8 of its warp's 16: the keys they see
+  // (0 ≤ j < vis), their LSE and D (padded rows: +inf and 0).
+  const long long row0 = q0 + warp * 16 + g;
+  long long vis[2];
+  float l2[2], dr[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    long long lo;
+    row_keys(mk, row0 + 8 * h, lo, vis[h]);
+    l2[h] = __ldg(lse + bh * nq_pad + row0 + 8 * h);
+    dr[h] = __ldg(dpad + bh * nq_pad + row0 + 8 * h);
+  }
+  const long long vis_min = vis[0] < vis[1] ? vis[0] : vis[1];
+  // Key steps 0 … n_it − 1: up to the last real row's last key.
+  const long long kv_end = q0 < mk.lq ? mk.key_hi((q0 + kBwdTile < mk.lq ? q0 + kBwdTile : mk.lq) - 1) : 0;
+  const int n_it = static_cast<int>((kv_end + kDvStep - 1) / kDvStep);
+
+  if (threadIdx.x == 0) {
+    mbar_init(qd_full, 1);
+    mbar_init(full, 1);
+    mbar_init(empty, kDvThreads);
+    mbar_fence_init();
+  }
+  __syncthreads();
+  auto load_step = [&](int it) {
+    const long long r0 = static_cast<long long>(it) * kDvStep;
+    mbar_arrive_expect_tx(full, 3 * kStep);
+    copy_rows<E, DP, kDvStep>(st, k, bh, nk_pad, r0, full);
+    copy_rows<E, DP, kDvStep>(st + kStep, v, bh, nk_pad, r0, full);
+    copy_transposed<E, DP, kDvStep>(st + 2 * kStep, kt, bh, nk_pad, r0, full);
+  };
+  if (threadIdx.x == 0) {
+    mbar_arrive_expect_tx(qd_full, 2 * kFixed);
+    copy_rows<E, DP, kBwdTile>(sQ, q, bh, nq_pad, q0, qd_full);
+    copy_rows<E, DP, kBwdTile>(sdO, dout, bh, nq_pad, q0, qd_full);
+    if (n_it > 0) load_step(0);
+  }
+
+  const float scale = score_unit<E::kExact>(p.scale);  // natural units
+  float acc[kND][4];
+#pragma unroll
+  for (int n = 0; n < kND; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+  const uint64_t q_desc = desc_sw128(sQ), do_desc = desc_sw128(sdO);
+  mbar_wait(qd_full, 0);
+
+  for (int it = 0; it < n_it; ++it) {
+    const unsigned parity = it & 1;
+    const long long k0 = static_cast<long long>(it) * kDvStep;
+    mbar_wait(full, parity);
+
+    // S = Q·Kᵀ and dP = dO·Vᵀ; element e of tile j is row row0 + 8·(e/2),
+    // key k0 + 8j + 2t + e%2.
+    float s[kNS][4], small[kNS][4], dp[kNS][4];
+    wgmma_fence();
+    split_scores<E, kDvStep, DP / E::kK, false>(reinterpret_cast<float(&)[kDvStep / 2]>(s),
+                                                reinterpret_cast<float(&)[kDvStep / 2]>(small), q_desc, kBwdTile,
+                                                desc_sw128(st), kDvStep);
+    wgmma_commit();
+    split_ss<E, kDvStep, DP / E::kK, false>(reinterpret_cast<float(&)[kDvStep / 2]>(dp), do_desc, kBwdTile,
+                                            desc_sw128(st + kStep), kDvStep);
+    wgmma_commit();
+    wgmma_wait<1>();
+    finish_scores<E, kDvStep, DP / E::kK>(s, small, q_desc, kBwdTile, desc_sw128(st), kDvStep);
+    probs_by_row<kNS, E::kExact>(s, scale, l2, k0 + kDvStep > vis_min, k0, t, vis);
+    wgmma_wait<0>();
+    ds_by_row(dp, s, dr);
+    uint32_t df[mma::frag_count<E, kDvStep>()][4];
+    to_frags<E>(df, dp);
+    // dQ += dS·K, K from the Kᵀ image.
+    step_product<E, DP, 0>(acc, [&](auto& c) {
+      rs_product<E, DP, kDvStep / E::kK>(reinterpret_cast<float(&)[DP / 2]>(c), df, desc_sw128(st + 2 * kStep), DP);
+    });
+
+    // Every thread arrives; once all have, step it + 1 takes the stage.
+    mbar_arrive(empty);
+    if (threadIdx.x == 0 && it + 1 < n_it) {
+      mbar_wait(empty, parity);
+      load_step(it + 1);
+    }
+  }
+  store_warp_rows<DP>(head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride), acc,
+                      q0 + warp * 16, nq, p.dim, p.dq_row_stride, static_cast<float>(p.scale));
 }
 
 // dkdv_colblock reads the images p.q, p.q_t, p.k, p.v, p.dout, p.dout_t and

@@ -204,4 +204,6 @@ FLASH_ROUND(tf32, flash::mma::TF32)
 FLASH_DOT_DO_O_ROUND(bf16, flash::mma::RoundBF16)
 FLASH_DOT_DO_O_ROUND(fp16, flash::mma::RoundFP16)
 FLASH_DOT_DO_O_ROUND(tf32, flash::mma::TF32)
+// FP32's D for the 3xTF32 backward: split products, dO unrounded.
+FLASH_DOT_DO_O_ROUND(tf32x3, flash::mma::TF32x3)
 

@@ -58,12 +58,27 @@ constexpr int kQTileRows = 64;              // rows of a Q tile image: one warpg
 // stages of K and Vᵀ fit in shared memory; 64 in the _full kernel with its
 // bias tiles (kBias), which take shared memory too. The _drop kernel
 // (dropout without a bias) has none and keeps _var's tile.
+// The split type at DP = 128 (fwd_q_lo_regs) takes 32 keys a tile, half
+// of an image tile (fwd_image_bk).
 template <typename E, int DP, bool kBias = false> __host__ __device__ constexpr int fwd_bk() {
+  if (E::kParts > 1 && DP > 64) return 32;
   return sizeof(typename E::Storage) == 4 || DP > 128 || kBias ? 64 : 128;
 }
-// Image sizes count both parts of a split type (mma::TF32x3).
+// fwd_q_lo_regs: the split type at DP = 128 holds Q's lo parts in
+// registers, as the A fragments of Q_lo·K_hi, and only Q's hi image in
+// shared memory: Q's two parts (128 KB) and two stages of 64-key K and Vᵀ
+// tiles with theirs (256 KB) would not fit, Q hi (64 KB) and two stages of
+// 32-key tiles (128 KB) do.
+template <typename E, int DP> __host__ __device__ constexpr bool fwd_q_lo_regs() { return E::kParts > 1 && DP > 64; }
+// fwd_image_bk is the keys of a K and Vᵀ image tile, as the conversions
+// write them: fwd_bk, but 64 where fwd_q_lo_regs takes half tiles.
+template <typename E, int DP, bool kBias = false> __host__ __device__ constexpr int fwd_image_bk() {
+  return fwd_q_lo_regs<E, DP>() ? 64 : fwd_bk<E, DP, kBias>();
+}
+// Image sizes count both parts of a split type (mma::TF32x3), but Q's
+// shared image only its hi part where fwd_q_lo_regs.
 template <typename E, int DP> __host__ __device__ constexpr int fwd_q_bytes() {
-  return kFwdRows * DP * E::kParts * static_cast<int>(sizeof(typename E::Storage));
+  return kFwdRows * DP * (fwd_q_lo_regs<E, DP>() ? 1 : E::kParts) * static_cast<int>(sizeof(typename E::Storage));
 }
 // A K tile and a Vᵀ tile have the same size.
 template <typename E, int DP, bool kBias = false> __host__ __device__ constexpr int fwd_kv_bytes() {
@@ -101,12 +116,13 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
   static_assert(E::kParts == 1 || !kVar, "the split type computes plain problems");
   using S = typename E::Storage;
   constexpr bool kSplit = E::kParts > 1;
+  constexpr bool kQLoRegs = fwd_q_lo_regs<E, DP>();
   constexpr int kW = DP * E::kParts;  // image columns
   const long long nq = p.nq, nk = p.nk;
   const S* __restrict__ q = static_cast<const S*>(p.q);
   const S* __restrict__ k = static_cast<const S*>(p.k);
   const S* __restrict__ vt = static_cast<const S*>(p.v);
-  constexpr int BK = fwd_bk<E, DP, kBias>();
+  constexpr int BK = fwd_bk<E, DP, kBias>(), kImageBK = fwd_image_bk<E, DP, kBias>();
   constexpr int kQBytes = fwd_q_bytes<E, DP>(), kKVBytes = fwd_kv_bytes<E, DP, kBias>();
   constexpr int kBiasLd = fwd_bias_ld<E, DP>(), kBiasTile = kFwdRows * kBiasLd;  // floats
   constexpr int kNS = BK / 8;  // n8 tiles of scores per warp
@@ -125,7 +141,7 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
 
   const long long q_tiles = (nq + kFwdRows - 1) / kFwdRows;
   const long long q0 = (kVar ? blk : blockIdx.x) % q_tiles * kFwdRows;
-  const long long k_tiles = (nk + BK - 1) / BK;  // image tiles per key head
+  const long long k_head = (nk + kImageBK - 1) / kImageBK * kImageBK * kW;  // elements of a key head's image
   // Block skipping: the block's rows see keys from its first row's first
   // (plain: 0) to its last real row's last, the bounds being nondecreasing
   // in the row; a block of padding rows sees none and only writes O = 0 and
@@ -165,12 +181,28 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
   // Grouped-query attention: the K and Vᵀ images hold one head per key
   // head, which every query head of its group reads.
   const long long kvh = kVar ? kv_pair(p, bh) : bh;
-  const typename E::Storage* kh = k + kvh * k_tiles * BK * kW;
-  const typename E::Storage* vh = vt + kvh * k_tiles * BK * kW;
+  const typename E::Storage* kh = k + kvh * k_head;
+  const typename E::Storage* vh = vt + kvh * k_head;
   auto load_kv = [&](int stage, int tile) {
     mbar_arrive_expect_tx(full(stage), 2 * kKVBytes);
-    bulk_copy(sK + stage * kKVBytes, kh + static_cast<long long>(tile) * BK * kW, kKVBytes, full(stage));
-    bulk_copy(sV + stage * kKVBytes, vh + static_cast<long long>(tile) * BK * kW, kKVBytes, full(stage));
+    if constexpr (kQLoRegs) {
+      // Half h of image tile t2: in each of K's panels (64 rows of 128
+      // bytes) rows 32h … 32h + 31, which keep their swizzle as a panel of
+      // 32 rows; of Vᵀ's panels (DP rows of 32 keys: keys 0–31 hi, 32–63
+      // hi, 0–31 lo, 32–63 lo) the hi and lo ones of its keys.
+      constexpr int kPanel = 32 * 32;  // elements of a 32-row, 128-byte-wide K panel
+      const long long t2 = tile / 2, h = tile % 2;
+      const typename E::Storage* ks = kh + t2 * kImageBK * kW + h * kPanel;
+#pragma unroll
+      for (int pn = 0; pn < kW / 32; ++pn)
+        bulk_copy(sK + stage * kKVBytes + pn * kPanel * 4, ks + pn * 2 * kPanel, kPanel * 4, full(stage));
+      const typename E::Storage* vs = vh + t2 * kImageBK * kW + h * DP * 32;
+      bulk_copy(sV + stage * kKVBytes, vs, DP * 32 * 4, full(stage));
+      bulk_copy(sV + stage * kKVBytes + DP * 32 * 4, vs + 2 * DP * 32, DP * 32 * 4, full(stage));
+    } else {
+      bulk_copy(sK + stage * kKVBytes, kh + static_cast<long long>(tile) * BK * kW, kKVBytes, full(stage));
+      bulk_copy(sV + stage * kKVBytes, vh + static_cast<long long>(tile) * BK * kW, kKVBytes, full(stage));
+    }
   };
   // kBias: the bias tile of key tile t0 + i goes into buffer i % 2; the
   // first comes with Q.
@@ -184,9 +216,18 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
   if constexpr (kBias) {
     if (ex.bias != nullptr && n_tiles > 0) load_bias(0, static_cast<long long>(t0) * BK);
   }
+  // The block's Q image: its two 64-row tiles, each the hi panels and
+  // then the lo ones.
+  const S* const q_blk = q + (kVar ? blk : blockIdx.x) * static_cast<long long>(kFwdRows) * kW;
   if (threadIdx.x == 0) {
     mbar_arrive_expect_tx(q_full, kQBytes);
-    bulk_copy(sQ, q + (kVar ? blk : blockIdx.x) * static_cast<long long>(kFwdRows) * kW, kQBytes, q_full);
+    if constexpr (kQLoRegs) {
+      // The hi half of each tile.
+      for (int w = 0; w < kWarpgroups; ++w)
+        bulk_copy(sQ + w * kQBytes / kWarpgroups, q_blk + w * kQTileRows * kW, kQBytes / kWarpgroups, q_full);
+    } else {
+      bulk_copy(sQ, q_blk, kQBytes, q_full);
+    }
     for (int s = 0; s < 2 && s < n_tiles; ++s) load_kv(s, t0 + s);
   }
 
@@ -213,7 +254,22 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
   float acc[kNO][4];
 #pragma unroll
   for (int n = 0; n < kNO; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-  const uint64_t q_desc = desc_sw128(sQ + wg * kQTileRows * kW * static_cast<uint32_t>(sizeof(typename E::Storage)));
+  const uint64_t q_desc = desc_sw128(sQ + wg * (kQBytes / kWarpgroups));
+  // kQLoRegs: Q_lo·K_hi's A fragments, k-slice kc of this thread's rows
+  // (warp·16 + g, + 8) and columns (8kc + t, + 4), read from the lo
+  // panels of the warpgroup's Q tile in global memory.
+  [[maybe_unused]] uint32_t q_lo[kQLoRegs ? DP / E::kK : 1][4];
+  if constexpr (kQLoRegs) {
+    const S* tile = q_blk + wg * kQTileRows * kW;
+    const int r0 = warp * 16 + g;
+#pragma unroll
+    for (int kc = 0; kc < DP / E::kK; ++kc)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = r0 + 8 * (i & 1), c = DP + 8 * kc + t + 4 * (i >> 1);  // image column of the lo value
+        q_lo[kc][i] = __float_as_uint(tile[image_chunk(r, c / 4, kQTileRows) * 4 + c % 4]);
+      }
+  }
   mbar_wait(q_full, 0);
 
   for (int it = 0; it < n_tiles; ++it) {
@@ -236,7 +292,11 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
     [[maybe_unused]] float small[kNS][4];
     const uint64_t k_desc = desc_sw128(sK + stage * kKVBytes);
     wgmma_fence();
-    if constexpr (kSplit) {
+    if constexpr (kQLoRegs) {
+      split_scores_rs<E, BK, DP / E::kK>(reinterpret_cast<float(&)[BK / 2]>(s),
+                                         reinterpret_cast<float(&)[BK / 2]>(small), q_lo, q_desc, kQTileRows, k_desc,
+                                         BK);
+    } else if constexpr (kSplit) {
       split_scores<E, BK, DP / E::kK, true>(reinterpret_cast<float(&)[BK / 2]>(s),
                                             reinterpret_cast<float(&)[BK / 2]>(small), q_desc, kQTileRows, k_desc, BK);
     } else {
@@ -247,7 +307,7 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
     }
     wgmma_commit();
     wgmma_wait<0>();
-    if constexpr (kSplit) add_small(s, small);
+    if constexpr (kSplit) finish_scores<E, BK, DP / E::kK>(s, small, q_desc, kQTileRows, k_desc, BK);
 
     // Online softmax in log2 units, as in fwd_mma.cuh: element e of tile j
     // is row e/2, key k0 + 8j + 2t + (e & 1).
@@ -341,9 +401,21 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
 #pragma unroll
     for (int kk = 0; kk < BK / E::kK; ++kk) mma::put_frag<E>(p, s, kk);
     const uint64_t v_desc = desc_sw128(sV + stage * kKVBytes);
-    step_product<E, DP, 0>(acc, [&](auto& c) {
-      rs_product<E, DP, BK / E::kK>(reinterpret_cast<float(&)[DP / 2]>(c), p, v_desc, DP);
-    });
+    if constexpr (kQLoRegs) {
+      // In two halves of 64 columns, each summed apart (step_product), so
+      // that the partial sum takes 32 registers, not 64, beside Q's lo
+      // fragments.
+      static_assert(DP == 128, "two halves of 64 columns");
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        step_product<E, 64, 0>(reinterpret_cast<float(&)[8][4]>(acc[8 * h]), [&](auto& c) {
+          rs_product<E, 64, BK / E::kK>(reinterpret_cast<float(&)[32]>(c), p, desc_advance(v_desc, h * 64 * 128), DP);
+        });
+    } else {
+      step_product<E, DP, 0>(acc, [&](auto& c) {
+        rs_product<E, DP, BK / E::kK>(reinterpret_cast<float(&)[DP / 2]>(c), p, v_desc, DP);
+      });
+    }
 
     // This thread is done with the stage; once all are, tile it + 2 goes
     // there.

@@ -57,11 +57,17 @@ FLASH_FWD_WGMMA(tf32, TF32, 64)
 FLASH_FWD_WGMMA_WS(tf32, TF32, 128)
 
 // The FP32 precision on tf32 tensor cores (mma::TF32x3, 3xTF32): plain
-// problems at DP = 64, on images of hi and lo parts (the tf32x3
+// problems at DP = 64 and 128, on images of hi and lo parts (the tf32x3
 // conversions below); the row-block kernel's shape.
 extern "C" __global__ void __launch_bounds__(flash::sm90::kFwdThreads, 1)
     flash_fwd_wgmma_tf32x3_d64(const __grid_constant__ flash::Params p) {
   flash::sm90::fwd_rowblock<flash::mma::TF32x3, 64, false>(p);
+}
+// At DP = 128 with Q's lo parts in registers and key tiles of 32
+// (fwd_wgmma.cuh's fwd_q_lo_regs).
+extern "C" __global__ void __launch_bounds__(flash::sm90::kFwdThreads, 1)
+    flash_fwd_wgmma_tf32x3_d128(const __grid_constant__ flash::Params p) {
+  flash::sm90::fwd_rowblock<flash::mma::TF32x3, 128, false>(p);
 }
 
 // _full adds the bias and dropout to _var's variants (fwd_body's kFull),
@@ -224,6 +230,25 @@ extern "C" __global__ void flash_bwd_stats_sm90(const __grid_constant__ flash::P
 extern "C" __global__ void flash_bwd_stats_sm90_var(const __grid_constant__ flash::Params p) {
   flash::sm90::prep_stats<true>(p);
 }
+// The split type's backward at DP = 128, the first of three kernels: dV
+// (bwd_wgmma.cuh's dv_colblock).
+extern "C" __global__ void __launch_bounds__(flash::sm90::kDvThreads, 1)
+    flash_bwd_dv_wgmma_tf32x3_d128(const __grid_constant__ flash::Params p) {
+  flash::sm90::dv_colblock<flash::mma::TF32x3, 128>(p);
+}
+
+// The second: dK (dk_colblock).
+extern "C" __global__ void __launch_bounds__(flash::sm90::kDvThreads, 1)
+    flash_bwd_dk_wgmma_tf32x3_d128(const __grid_constant__ flash::Params p) {
+  flash::sm90::dk_colblock<flash::mma::TF32x3, 128>(p);
+}
+
+// The third: dQ (dq_split_rowblock).
+extern "C" __global__ void __launch_bounds__(flash::sm90::kDvThreads, 1)
+    flash_bwd_dq_wgmma_tf32x3_d128(const __grid_constant__ flash::Params p) {
+  flash::sm90::dq_split_rowblock<flash::mma::TF32x3, 128>(p);
+}
+
 // The LSE in natural units, for the tf32x3 kernels.
 extern "C" __global__ void flash_bwd_stats_sm90_natural(const __grid_constant__ flash::Params p) {
   flash::sm90::prep_stats<false, true>(p);

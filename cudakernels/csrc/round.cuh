@@ -20,9 +20,11 @@ namespace mma {
 // with subnormals and overflow to ±inf), element by element; TF32::round
 // (mma.cuh) is the same for TF32.
 struct RoundBF16 {
+  static constexpr int kParts = 1;
   static __device__ __forceinline__ float round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 };
 struct RoundFP16 {
+  static constexpr int kParts = 1;
   static __device__ __forceinline__ float round(float x) { return __half2float(__float2half_rn(x)); }
 };
 
@@ -33,18 +35,41 @@ __device__ void round_inplace(float* __restrict__ x, long long n) {
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) x[i] = R::round(x[i]);
 }
 
+// do_o_fma adds the product x·y to acc as the backward's dP = dO·Vᵀ
+// takes its products: in float32 for a storage rounding R, and for the
+// split type (R = TF32x3, FP32 on tf32 tensor cores) as its three parts,
+// the two small ones first as its kernels add them. With the split, D is
+// made of the products dP is made of: where the forward's softmax is
+// constant (a row that sees one key, O = V's hi + lo exactly, whose own
+// parts are those), dP − D then differs by the order of the additions
+// alone, not by the lo·lo term and lo's rounding that 3xTF32 drops; with
+// the float32 products instead, that difference outgrew the FP32 bounds
+// at D = 128 (dQ of a one-key row, H100 and host, 2026-12-06).
+template <typename R>
+__device__ __forceinline__ float do_o_fma(float x, float y, float acc) {
+  if constexpr (R::kParts > 1) {
+    const uint32_t xh = R::cvt(x), yh = R::cvt(y);
+    acc = fmaf(__uint_as_float(xh), __uint_as_float(R::lo(y, yh)), acc);
+    acc = fmaf(__uint_as_float(R::lo(x, xh)), __uint_as_float(yh), acc);
+    return fmaf(__uint_as_float(xh), __uint_as_float(yh), acc);
+  } else {
+    return fmaf(x, y, acc);
+  }
+}
+
 // dot_do_o_round is the tensor-core precisions' D = rowsum(dO∘O) − dLSE
 // and their storage rounding of dO in one pass over the rows: dO is read
 // once, rounded to R and written back (the rounding pass it replaces read
 // and wrote it once more), and D sums the rounded dO times O, as the
-// products of the backward see them. One warp per row, its lanes reading
-// 16-byte pieces where the row allows (else one element each) and summing
-// through a fixed butterfly of shuffles, so that D is the same on every
-// run, though not in the fma chain's order of simt::dot_do_o: that order
-// matters where the CUDA-core backward computes dP = dO·V with the same
-// chain (a row that sees one key: dP − D = 0 exactly), which is why that
-// backward keeps the two passes. Every row of dO is rounded, padding
-// included, as before; padding rows get D = 0.
+// products of the backward see them (do_o_fma). One warp per row, its
+// lanes reading 16-byte pieces where the row allows (else one element
+// each) and summing through a fixed butterfly of shuffles, so that D is
+// the same on every run, though not in the fma chain's order of
+// simt::dot_do_o: that order matters where the CUDA-core backward computes
+// dP = dO·V with the same chain (a row that sees one key: dP − D = 0
+// exactly), which is why that backward keeps the two passes. Every row of
+// dO is rounded, padding included, as before; padding rows get D = 0. The
+// split type (FP32) keeps dO as it is, unwritten.
 template <typename R>
 __device__ void dot_do_o_round(const Params& p) {
   const long long rows = p.b * p.h * p.nq;
@@ -67,21 +92,26 @@ __device__ void dot_do_o_round(const Params& p) {
   if (vec) {
     for (int d = 4 * lane; d < dim; d += 4 * 32) {
       float4 x = *reinterpret_cast<const float4*>(dout + d);
-      x = make_float4(R::round(x.x), R::round(x.y), R::round(x.z), R::round(x.w));
-      *reinterpret_cast<float4*>(dout + d) = x;
+      if constexpr (R::kParts == 1) {
+        x = make_float4(R::round(x.x), R::round(x.y), R::round(x.z), R::round(x.w));
+        *reinterpret_cast<float4*>(dout + d) = x;
+      }
       if (real) {
         const float4 y = __ldg(reinterpret_cast<const float4*>(o + d));
-        acc = fmaf(x.x, y.x, acc);
-        acc = fmaf(x.y, y.y, acc);
-        acc = fmaf(x.z, y.z, acc);
-        acc = fmaf(x.w, y.w, acc);
+        acc = do_o_fma<R>(x.x, y.x, acc);
+        acc = do_o_fma<R>(x.y, y.y, acc);
+        acc = do_o_fma<R>(x.z, y.z, acc);
+        acc = do_o_fma<R>(x.w, y.w, acc);
       }
     }
   } else {
     for (int d = lane; d < dim; d += 32) {
-      const float x = R::round(dout[d]);
-      dout[d] = x;
-      if (real) acc = fmaf(x, __ldg(o + d), acc);
+      float x = dout[d];
+      if constexpr (R::kParts == 1) {
+        x = R::round(x);
+        dout[d] = x;
+      }
+      if (real) acc = do_o_fma<R>(x, __ldg(o + d), acc);
     }
   }
 #pragma unroll

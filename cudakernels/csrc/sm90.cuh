@@ -304,6 +304,16 @@ FLASH_WGMMA_RS_MN(FP16, 128, 64, ".f32.f16.f16", "{%64, %65, %66, %67}, %68", "%
 // and otherwise adds to (big and small then the same accumulator).
 // kALoFirst orders the small ones: A_lo·B_hi then A_hi·B_lo, or the other
 // way round.
+// halved_big reports whether the scores' big products over KC k-slices
+// run as two chains (split_scores, finish_scores): above 8 k-slices (DP =
+// 128 for tf32). The tensor cores truncate as they add each k-slice into
+// the float32 accumulator, so a chain's error grows with its steps; over
+// 16 the scores erred about twice as much as float32's fma chain
+// (simulated: 2.0× its rms error at DP = 128, 1.6× at 64; two chains of 8
+// summed to nearest, 1.1×), and dV, which takes P = exp(S − LSE), missed
+// the FP32 bound on an H100 (NOTES, "Twenty-fifth session").
+template <int KC> __host__ __device__ constexpr bool halved_big() { return KC > 8; }
+
 template <typename E, int N, int KC, bool kALoFirst, bool kApart>
 __device__ __forceinline__ void split_products(float (&big)[N / 2], float (&small)[N / 2], uint64_t a, int a_rows,
                                                uint64_t b, int b_rows) {
@@ -316,8 +326,9 @@ __device__ __forceinline__ void split_products(float (&big)[N / 2], float (&smal
 #pragma unroll
   for (int kc = 0; kc < KC; ++kc)
     Wgmma<E, N>::ss(small, slice(a, kc + KC - kA1, a_rows), slice(b, kc + KC - kB1, b_rows), 1);
+  constexpr int kBig = kApart && halved_big<KC>() ? KC / 2 : KC;  // the rest: finish_scores
 #pragma unroll
-  for (int kc = 0; kc < KC; ++kc) Wgmma<E, N>::ss(big, slice(a, kc, a_rows), slice(b, kc, b_rows), !kApart || kc > 0);
+  for (int kc = 0; kc < kBig; ++kc) Wgmma<E, N>::ss(big, slice(a, kc, a_rows), slice(b, kc, b_rows), !kApart || kc > 0);
 }
 
 // split_ss sets d = A·Bᵀ (split_products into one accumulator, small
@@ -328,12 +339,14 @@ __device__ __forceinline__ void split_ss(float (&d)[N / 2], uint64_t a, int a_ro
 }
 
 // split_scores is split_products for the scores S = Q·Kᵀ (or Sᵀ = K·Qᵀ):
-// the big products into d and the small ones into small, which add_small
-// folds into d once both have landed. Apart because an infinite operand's
+// the big products into d and the small ones into small, which
+// finish_scores folds into d once both have landed (where halved_big, d
+// holds the big products of the first KC/2 k-slices, and finish_scores
+// adds the rest). Apart because an infinite operand's
 // small products are no guide to its score: with hi = ±∞ and lo = 0
 // (mma::TF32x3::lo), lo·∞ is NaN or an infinity of either sign, where the
 // naive score is the big product's ±∞, whose exponential a softmax turns
-// into P = 0; add_small drops a non-finite small sum. Every element of d
+// into P = 0; finish_scores drops a non-finite small sum. Every element of d
 // and small is a sum of the same products in the same order whichever
 // operand is A (kALoFirst: A is Q), so the backward's Sᵀ = K·Qᵀ repeats
 // the forward's S = Q·Kᵀ bit for bit if the tensor cores' sums depend
@@ -346,14 +359,58 @@ __device__ __forceinline__ void split_scores(float (&d)[N / 2], float (&small)[N
   split_products<E, N, KC, kALoFirst, true>(d, small, a, a_rows, b, b_rows);
 }
 
-// add_small adds split_scores's small sums to the big ones, each where it
-// is finite.
-template <int NS> __device__ __forceinline__ void add_small(float (&d)[NS][4], const float (&small)[NS][4]) {
+// split_scores_rs is split_scores with A's lo parts in registers (a_lo,
+// its KC fragments) and its hi image at a: the small products A_hi·B_lo
+// first, the first one overwriting small, then A_lo·B_hi, then the big
+// A_hi·B_hi into d. The backward's Sᵀ = K·Qᵀ repeats these sums with
+// split_scores<…, kALoFirst = true> (K_lo·Q_hi, then K_hi·Q_lo), the
+// order of each element's products being what decides its bits.
+template <typename E, int N, int KC>
+__device__ __forceinline__ void split_scores_rs(float (&d)[N / 2], float (&small)[N / 2],
+                                                const uint32_t (&a_lo)[KC][4], uint64_t a, int a_rows, uint64_t b,
+                                                int b_rows) {
+  static_assert(E::kParts == 2, "a split operand type");
+  auto slice = [&](uint64_t desc, int kc, int rows) { return desc_advance(desc, k_slice_offset(kc, rows)); };
 #pragma unroll
-  for (int j = 0; j < NS; ++j)
+  for (int kc = 0; kc < KC; ++kc) Wgmma<E, N>::ss(small, slice(a, kc, a_rows), slice(b, kc + KC, b_rows), kc > 0);
+#pragma unroll
+  for (int kc = 0; kc < KC; ++kc) Wgmma<E, N>::rs(small, a_lo[kc], slice(b, kc, b_rows));
+  constexpr int kBig = halved_big<KC>() ? KC / 2 : KC;  // the rest: finish_scores
+#pragma unroll
+  for (int kc = 0; kc < kBig; ++kc) Wgmma<E, N>::ss(d, slice(a, kc, a_rows), slice(b, kc, b_rows), kc > 0);
+}
+
+// finish_scores completes split_scores (or split_scores_rs) of N columns
+// over KC k-slices, A and B K-major at descriptors a and b of a_rows and
+// b_rows rows (their hi slices), once its group has landed: it adds the
+// small sums to the big ones, each where it is finite, and where
+// halved_big it then takes small for the big products of k-slices KC/2 …
+// KC − 1, a chain of its own, waits for it (and for every group issued
+// before) and adds it too. The small products stay apart because an
+// infinite operand's are no guide to its score (split_scores); the second
+// chain's products are big ones, added whatever they are, as the first
+// chain's are.
+template <typename E, int N, int KC>
+__device__ __forceinline__ void finish_scores(float (&d)[N / 8][4], float (&small)[N / 8][4], uint64_t a, int a_rows,
+                                              uint64_t b, int b_rows) {
+#pragma unroll
+  for (int j = 0; j < N / 8; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e)
       if (fabsf(small[j][e]) <= 3.40282347e+38f) d[j][e] += small[j][e];  // false for ±∞ and NaN
+  if constexpr (halved_big<KC>()) {
+    auto slice = [&](uint64_t desc, int kc, int rows) { return desc_advance(desc, k_slice_offset(kc, rows)); };
+    wgmma_fence();
+#pragma unroll
+    for (int kc = KC / 2; kc < KC; ++kc)
+      Wgmma<E, N>::ss(reinterpret_cast<float(&)[N / 2]>(small), slice(a, kc, a_rows), slice(b, kc, b_rows), kc > KC / 2);
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) d[j][e] += small[j][e];
+  }
 }
 
 // split_rs adds A·B to d for a split operand type: A in registers, KC hi

@@ -9,7 +9,8 @@
 // operand type (0 BF16, 1 FP16, 2 TF32, 3 TF32x3: the FP32 precision), the kernel (Kernel below), the
 // padded head dimension DP, the blob's size in bytes, three words of the Go
 // side's launch shape, which the kernels check, and flags (bit 0: the
-// forward images V as rows, not transposed; bit 1: a backward). Forward:
+// forward images V as rows, not transposed; bit 1: a backward; bit 2:
+// wgmma accumulates by truncation, sm90_emu.h's truncating). Forward:
 // threads, shared memory, the block's query rows. Backward (on the O and
 // LSE of a forward in the blob): the dK/dV kernel's shared memory (the
 // fused kernel's, for kFused), the dQ kernel's and the dBias kernel's.
@@ -30,7 +31,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "../csrc/bwd_simt.cuh"
 #include "../csrc/bwd_wgmma.cuh"
 #include "../csrc/fwd_wgmma.cuh"
 #include "../csrc/fwd_wgmma_ws.cuh"
@@ -46,10 +46,15 @@ namespace {
 using namespace flash::sm90;
 using flash::Params;
 
-// Kernel is header word 1.
 // Kernel is header word 1: the forward's, or of a backward the dK/dV and
-// dQ pair's (kPlainRowBlock: the plain pair; kFused: the fused kernel).
-enum Kernel { kPlainRowBlock = 0, kVar = 1, kFull = 2, kDrop = 3, kWS = 4, kWS2 = 5, kFused = 6 };
+// dQ pair's (kPlainRowBlock: the plain pair, or for the split type at
+// DP = 128 its three kernels in turn; kFused: the fused kernel).
+// kDV, kDK and kDQ: one of the split type's three backward kernels at
+// DP = 128 alone (dv_colblock, dk_colblock, dq_split_rowblock); the run
+// leaves the other gradients as they were.
+enum Kernel {
+  kPlainRowBlock = 0, kVar = 1, kFull = 2, kDrop = 3, kWS = 4, kWS2 = 5, kFused = 6, kDV = 7, kDK = 8, kDQ = 9
+};
 
 // Scratch is device memory the backend would carve: 16-byte aligned, and
 // filled with NaNs (all bits set) as device memory holds whatever it held,
@@ -128,7 +133,7 @@ struct Shape {
 
 template <typename E, int DP, Kernel K> void forward(Params p, const Shape& sh) {
   using S = typename E::Storage;
-  constexpr int step = fwd_bk<E, DP, K == kFull>();
+  constexpr int step = fwd_image_bk<E, DP, K == kFull>();
   constexpr long long kW = DP * E::kParts;  // image columns: a split type's hi and lo parts
   const long long bh = p.b * p.h, kvh = bh / p.kv_group;
   const long long nqPad = roundUp(p.nq, sh.rows), nkPad = roundUp(p.nk, step);
@@ -169,17 +174,18 @@ struct BwdShape {
   unsigned smemDKDV, smemDQ, smemDbias;
 };
 
+template <typename E, int DP, Kernel K>
+void backwardPair(Params& p, const BwdShape& sh, long long biasSlices, long long kvh, long long bh);
+
 template <typename E, typename R, int DP, Kernel K> void backward(Params p, const BwdShape& sh, long long biasSlices) {
   using S = typename E::Storage;
   const long long bh = p.b * p.h, kvh = bh / p.kv_group;
   std::vector<float> delta(bh * p.nq);
   p.delta = delta.data();
   constexpr bool kSplit = E::kParts > 1;
-  if constexpr (kSplit) {  // the FP32 precision: dO as it is, D by the float32 CUDA-core pass
-    emu::launch(static_cast<unsigned>((bh * p.nq + 255) / 256), 256, 0, [&] { flash::simt::dot_do_o<float>(p); });
-  } else {
-    emu::launch(static_cast<unsigned>((bh * p.nq + 7) / 8), 256, 0, [&] { flash::mma::dot_do_o_round<R>(p); });
-  }
+  // D and dO rounded to R, a warp per row (R = TF32x3, the FP32
+  // precision: dO as it is, D of split products, round.cuh's do_o_fma).
+  emu::launch(static_cast<unsigned>((bh * p.nq + 7) / 8), 256, 0, [&] { flash::mma::dot_do_o_round<R>(p); });
   constexpr long long kW = DP * E::kParts;  // image columns
   const long long nqPad = roundUp(p.nq, kBwdPad), nkPad = roundUp(p.nk, kBwdPad);
   const size_t qBytes = bh * nqPad * kW * sizeof(S), kBytes = kvh * nkPad * kW * sizeof(S);
@@ -211,8 +217,31 @@ template <typename E, typename R, int DP, Kernel K> void backward(Params p, cons
   p.q_t = kTImages ? qT.as<S>() : nullptr, p.dout_t = kTImages ? doutT.as<S>() : nullptr;
   p.k_t = kTImages ? kT.as<S>() : nullptr;
   p.lse_log2 = lse2.as<float>(), p.delta_pad = dpad.as<float>();
-  constexpr bool kVarStats = K != kPlainRowBlock && K != kFused;
+  // kSplit3: one of the split type's three kernels at DP = 128, alone on
+  // sh.smemDKDV bytes; kThree: all three in turn, as the backend launches
+  // them for the plain kernel there (dV and dK on sh.smemDKDV, dQ on
+  // sh.smemDQ).
+  constexpr bool kSplit3 = K == kDV || K == kDK || K == kDQ;
+  constexpr bool kThree = kSplit && DP == 128 && K == kPlainRowBlock;
+  constexpr bool kVarStats = K != kPlainRowBlock && K != kFused && !kSplit3;
   emu::launch(8, 256, 0, [&] { prep_stats<kVarStats, kSplit>(p); });
+  if constexpr (kSplit3 || kThree) {
+    const unsigned gridK = static_cast<unsigned>(bh * ((p.nk + kBwdTile - 1) / kBwdTile));
+    const unsigned gridQ = static_cast<unsigned>(bh * ((p.nq + kBwdTile - 1) / kBwdTile));
+    if constexpr (K == kDV || kThree) emu::launch(gridK, kDvThreads, sh.smemDKDV, [&] { dv_colblock<E, DP>(p); });
+    if constexpr (K == kDK || kThree) emu::launch(gridK, kDvThreads, sh.smemDKDV, [&] { dk_colblock<E, DP>(p); });
+    if constexpr (K == kDQ || kThree) {
+      emu::launch(gridQ, kDvThreads, kThree ? sh.smemDQ : sh.smemDKDV, [&] { dq_split_rowblock<E, DP>(p); });
+    }
+  } else {
+    backwardPair<E, DP, K>(p, sh, biasSlices, kvh, bh);
+  }
+}
+
+// backwardPair launches the dK/dV and dQ kernels (or the fused one) and
+// the dBias kernel of backward's request.
+template <typename E, int DP, Kernel K>
+void backwardPair(Params& p, const BwdShape& sh, long long biasSlices, long long kvh, long long bh) {
   const unsigned gridK = static_cast<unsigned>(kvh * ((p.nk + kBwdBlock - 1) / kBwdBlock));
   const unsigned gridQ = static_cast<unsigned>(bh * ((p.nq + kBwdBlock - 1) / kBwdBlock));
   if constexpr (K == kFused) {
@@ -236,7 +265,7 @@ template <typename E, typename R, int DP, Kernel K> void backward(Params p, cons
 // built lists what hopper.cu instantiates; anything else is a bad request.
 template <typename E, int DP, Kernel K> constexpr bool built() {
   constexpr bool half = sizeof(typename E::Storage) == 2;
-  if constexpr (E::kParts > 1) return K == kPlainRowBlock && DP == 64;  // the split type: plain problems at 64
+  if constexpr (E::kParts > 1) return K == kPlainRowBlock && DP <= 128;  // the split type: plain problems
   switch (K) {
     case kPlainRowBlock: return !ws_built<E, DP>();
     case kVar: return true;
@@ -244,7 +273,10 @@ template <typename E, int DP, Kernel K> constexpr bool built() {
     case kDrop: return half && DP <= 128;
     case kWS: return ws_built<E, DP>();
     case kWS2: return half && DP == 64;
-    case kFused: return false;
+    case kFused:
+    case kDV:
+    case kDK:
+    case kDQ: return false;
   }
   return false;
 }
@@ -252,7 +284,7 @@ template <typename E, int DP, Kernel K> constexpr bool built() {
 // bwdBuilt lists the backward kernels hopper.cu instantiates.
 template <typename E, int DP, Kernel K> constexpr bool bwdBuilt() {
   constexpr bool half = sizeof(typename E::Storage) == 2;
-  if constexpr (E::kParts > 1) return K == kPlainRowBlock && DP == 64;
+  if constexpr (E::kParts > 1) return K == kPlainRowBlock || ((K == kDV || K == kDK || K == kDQ) && DP == 128);
   switch (K) {
     case kPlainRowBlock:
     case kVar: return DP <= 128;
@@ -289,7 +321,10 @@ template <typename E, typename R, int DP> void byKernel(int kernel, const Run& r
     case kDrop: return run<E, R, DP, kDrop>(r);
     case kWS: return run<E, R, DP, kWS>(r);
     case kWS2: return run<E, R, DP, kWS2>(r);
-    default: return run<E, R, DP, kFused>(r);
+    case kFused: return run<E, R, DP, kFused>(r);
+    case kDV: return run<E, R, DP, kDV>(r);
+    case kDK: return run<E, R, DP, kDK>(r);
+    default: return run<E, R, DP, kDQ>(r);
   }
 }
 
@@ -317,10 +352,11 @@ int main() {
   const int64_t* h = req.head;
   const int64_t type = h[0], kernel = h[1], dp = h[2];
   const auto word = [&](int i) { return static_cast<unsigned>(h[i]); };
+  emu::truncating = (h[7] & 4) != 0;
   const Run r{req.p, (h[7] & 2) != 0, Shape{word(4), word(5), static_cast<int>(h[6]), (h[7] & 1) != 0},
               BwdShape{word(4), word(5), word(6)}, biasSlices(req.p)};
   const unsigned most = sizeof flash::smem;
-  if (type < 0 || type > 3 || kernel < 0 || kernel > kFused || (dp != 64 && dp != 128 && dp != 256) ||
+  if (type < 0 || type > 3 || kernel < 0 || kernel > kDQ || (dp != 64 && dp != 128 && dp != 256) ||
       h[4] < 0 || h[5] < 0 || h[6] < 0 || word(4) > most || word(5) > most || word(6) > most ||
       (!r.backward && (r.fwd.rows <= 0 || r.fwd.rows % kQTileRows != 0)))
     Request::fail("header");
@@ -329,7 +365,7 @@ int main() {
     case 0: byDim<flash::mma::BF16, flash::mma::RoundBF16>(d, k, r); break;
     case 1: byDim<flash::mma::FP16, flash::mma::RoundFP16>(d, k, r); break;
     case 2: byDim<flash::mma::TF32, flash::mma::TF32>(d, k, r); break;
-    default: byDim<flash::mma::TF32x3, flash::mma::TF32>(d, k, r); break;  // R unused: dO is not rounded
+    default: byDim<flash::mma::TF32x3, flash::mma::TF32x3>(d, k, r); break;  // R: D of split products
   }
   req.reply();
   return 0;

@@ -87,6 +87,24 @@ inline float fragment(const Pending* const* lanes, int r, int k, Elem e) {
   return e == kBF16 ? bf16_value(h) : fp16_value(h);
 }
 
+// truncating makes wgmma's accumulation round toward zero, as the
+// tensor cores' float32 accumulators are observed to truncate, where
+// rounding to nearest (the default) is float32's own; a request asks for
+// it (hopper.cc's header flag 4, which the Go tests set: emuTruncate).
+// A model, not the hardware's exact sums: the k-slice's products are
+// summed exactly before the one truncation.
+inline bool truncating = false;
+
+// accumulate returns acc + sum (the exact products of one k-slice, summed
+// in double) rounded to float32: to nearest, or toward zero where
+// truncating.
+inline float accumulate(float acc, double sum) {
+  const double t = static_cast<double>(acc) + sum;
+  const float f = static_cast<float>(t);
+  if (truncating && std::fabs(static_cast<double>(f)) > std::fabs(t)) return std::nextafter(f, 0.f);
+  return f;
+}
+
 // wgmma records d (+)= A·B of shape m64nNkK for the running thread.
 inline void wgmma(float* d, int n, Elem e, uint64_t a, const uint32_t* aFrag, uint64_t b, bool scaleD, bool transA,
                   bool transB) {
@@ -137,7 +155,7 @@ inline void wgmma_wait(unsigned newest) {
         double sum = 0;
         for (int k = 0; k < op.k; ++k) sum += static_cast<double>(a[k]) * b[k];
         float& acc = op.d[4 * j + v];
-        acc = static_cast<float>((op.scaleD ? acc : 0.f) + sum);
+        acc = accumulate(op.scaleD ? acc : 0.f, sum);
       }
   }
   syncwarp();
