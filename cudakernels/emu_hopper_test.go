@@ -107,6 +107,31 @@ func hopperBackwards(prec Precision, dp int, kp *kernelParams) []hopperBackward 
 	return bs
 }
 
+// hopperHostCase is one problem of the Hopper host tests as drawn: its
+// case, padded head dimension, inputs and kernel parameters.
+type hopperHostCase struct {
+	c  hostCase
+	dp int
+	hp *hostProblem
+	kp kernelParams
+}
+
+// hopperHostCases draws the problems of hostCases and hopperLongCases,
+// the i-th from seed i.
+func hopperHostCases(t *testing.T) []hopperHostCase {
+	t.Helper()
+	var cs []hopperHostCase
+	for i, c := range append(hostCases(), hopperLongCases()...) {
+		dp, err := paddedDim(c.p.D)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hp := newHostProblem(c, uint64(i), true)
+		cs = append(cs, hopperHostCase{c: c, dp: dp, hp: hp, kp: newParams(hp.p, hp.ops)})
+	}
+	return cs
+}
+
 // hopperLongCases add problems of several key tiles (128 keys at DP ≤
 // 128 for 16-bit operands, 64 otherwise) to hostCases, whose 100 keys fit
 // one or two: the Hopper kernels' two stages are refilled, their
@@ -138,13 +163,8 @@ func TestHopperKernelsOnHost(t *testing.T) {
 	bin := buildEmu(t, emuCompiler(t), "hopper")
 	types := map[Precision]int64{BF16: 0, FP16: 1, TF32: 2, FP32: 3}
 	for _, prec := range []Precision{BF16, FP16, TF32, FP32} {
-		for i, c := range append(hostCases(), hopperLongCases()...) {
-			dp, err := paddedDim(c.p.D)
-			if err != nil {
-				t.Fatal(err)
-			}
-			hp := newHostProblem(c, uint64(i), true)
-			kp := newParams(hp.p, hp.ops)
+		for _, hc := range hopperHostCases(t) {
+			c, dp, hp, kp := hc.c, hc.dp, hc.hp, hc.kp
 			label := func(kind string, k hopperKernel) string {
 				name := fmt.Sprintf("%v/%s/%s=%s", prec, caseName(c.p), kind, kernelName(k))
 				if c.poison != "" {
@@ -199,13 +219,8 @@ const (
 func TestFP32BackwardKernelsOnHost(t *testing.T) {
 	bin := buildEmu(t, emuCompiler(t), "hopper")
 	smem := map[hopperKernel]int{emuDV: wgmmaBwdDVSmem(128), emuDK: wgmmaBwdDKSmem(128), emuDQ: wgmmaBwdDQSplitSmem(128)}
-	for i, c := range append(hostCases(), hopperLongCases()...) {
-		dp, err := paddedDim(c.p.D)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hp := newHostProblem(c, uint64(i), true)
-		kp := newParams(hp.p, hp.ops)
+	for _, hc := range hopperHostCases(t) {
+		c, dp, hp, kp := hc.c, hc.dp, hc.hp, hc.kp
 		if dp != 128 || !isPlain(&kp) || c.poison != "" {
 			continue
 		}

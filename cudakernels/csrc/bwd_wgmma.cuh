@@ -815,6 +815,28 @@ __device__ __forceinline__ void split_scores_t(float (&s)[kDvStep / 8][4], float
                                              desc_sw128(q_step), kDvStep);
 }
 
+// split_grad_step ends a step of the split dK and dQ kernels, whose one
+// stage the step's operands share: acc += dS·B for the step's dS (dSᵀ
+// for dK) in ds, as A fragments, and B the step's transposed image at
+// shared address b (Qᵀ for dK, Kᵀ for dQ); then every thread arrives on
+// the stage's mbarrier empty, and once all have (parity: this step's
+// phase), thread 0 refills the stage with the next step if there is one
+// (more).
+template <typename E, int DP, typename F>
+__device__ __forceinline__ void split_grad_step(float (&acc)[DP / 8][4], const float (&ds)[kDvStep / 8][4], uint32_t b,
+                                                uint32_t empty, unsigned parity, bool more, F&& refill) {
+  uint32_t df[mma::frag_count<E, kDvStep>()][4];
+  to_frags<E>(df, ds);
+  step_product<E, DP, 0>(acc, [&](auto& c) {
+    rs_product<E, DP, kDvStep / E::kK>(reinterpret_cast<float(&)[DP / 2]>(c), df, desc_sw128(b), DP);
+  });
+  mbar_arrive(empty);
+  if (threadIdx.x == 0 && more) {
+    mbar_wait(empty, parity);
+    refill();
+  }
+}
+
 // finish_scores_t completes split_scores_t once its group has landed
 // (finish_scores: it waits for every group).
 template <typename E, int DP>
@@ -1050,19 +1072,8 @@ __device__ void dk_colblock(const Params& p) {
     });
     wgmma_wait<0>();
     ds_by_col(dp, s, dt, t);  // dSᵀ
-    uint32_t df[mma::frag_count<E, kDvStep>()][4];
-    to_frags<E>(df, dp);
     // dK += dSᵀ·Q, Q from the Qᵀ image.
-    step_product<E, DP, 0>(acc_dk, [&](auto& c) {
-      rs_product<E, DP, kDvStep / E::kK>(reinterpret_cast<float(&)[DP / 2]>(c), df, desc_sw128(st + 2 * kStep), DP);
-    });
-
-    // Every thread arrives; once all have, step i + 1 takes the stage.
-    mbar_arrive(empty);
-    if (threadIdx.x == 0 && i + 1 < n_steps) {
-      mbar_wait(empty, parity);
-      load_step(i + 1);
-    }
+    split_grad_step<E, DP>(acc_dk, dp, st + 2 * kStep, empty, parity, i + 1 < n_steps, [&] { load_step(i + 1); });
   }
   store_warp_rows<DP>(head_of(static_cast<float*>(p.dk), bh, p.h, p.dk_batch_stride, p.dk_head_stride), acc_dk,
                       k0 + warp * 16, nk, p.dim, p.dk_row_stride, static_cast<float>(p.scale));
@@ -1179,19 +1190,8 @@ __device__ void dq_split_rowblock(const Params& p) {
     probs_by_row<kNS, E::kExact>(s, scale, l2, k0 + kDvStep > vis_min, k0, t, vis);
     wgmma_wait<0>();
     ds_by_row(dp, s, dr);
-    uint32_t df[mma::frag_count<E, kDvStep>()][4];
-    to_frags<E>(df, dp);
     // dQ += dS·K, K from the Kᵀ image.
-    step_product<E, DP, 0>(acc, [&](auto& c) {
-      rs_product<E, DP, kDvStep / E::kK>(reinterpret_cast<float(&)[DP / 2]>(c), df, desc_sw128(st + 2 * kStep), DP);
-    });
-
-    // Every thread arrives; once all have, step it + 1 takes the stage.
-    mbar_arrive(empty);
-    if (threadIdx.x == 0 && it + 1 < n_it) {
-      mbar_wait(empty, parity);
-      load_step(it + 1);
-    }
+    split_grad_step<E, DP>(acc, dp, st + 2 * kStep, empty, parity, it + 1 < n_it, [&] { load_step(it + 1); });
   }
   store_warp_rows<DP>(head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride), acc,
                       q0 + warp * 16, nq, p.dim, p.dq_row_stride, static_cast<float>(p.scale));
