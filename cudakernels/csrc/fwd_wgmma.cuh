@@ -292,10 +292,12 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
     [[maybe_unused]] float small[kNS][4];
     const uint64_t k_desc = desc_sw128(sK + stage * kKVBytes);
     wgmma_fence();
+    [[maybe_unused]] float rest[kNS][4];  // kQLoRegs: the big products' second chain (big_rest)
     if constexpr (kQLoRegs) {
       split_scores_rs<E, BK, DP / E::kK>(reinterpret_cast<float(&)[BK / 2]>(s),
                                          reinterpret_cast<float(&)[BK / 2]>(small), q_lo, q_desc, kQTileRows, k_desc,
                                          BK);
+      big_rest<E, BK, DP / E::kK>(rest, q_desc, kQTileRows, k_desc, BK);
     } else if constexpr (kSplit) {
       split_scores<E, BK, DP / E::kK, true>(reinterpret_cast<float(&)[BK / 2]>(s),
                                             reinterpret_cast<float(&)[BK / 2]>(small), q_desc, kQTileRows, k_desc, BK);
@@ -307,7 +309,13 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
     }
     wgmma_commit();
     wgmma_wait<0>();
-    if constexpr (kSplit) finish_scores<E, BK, DP / E::kK>(s, small, q_desc, kQTileRows, k_desc, BK);
+    if constexpr (kQLoRegs) {
+      static_assert(halved_big<DP / E::kK>(), "the forward with Q's lo parts in registers takes two chains");
+      add_small(s, small);
+      add_rest(s, rest);
+    } else if constexpr (kSplit) {
+      finish_scores<E, BK, DP / E::kK>(s, small, q_desc, kQTileRows, k_desc, BK);
+    }
 
     // Online softmax in log2 units, as in fwd_mma.cuh: element e of tile j
     // is row e/2, key k0 + 8j + 2t + (e & 1).

@@ -346,7 +346,7 @@ __device__ __forceinline__ void split_ss(float (&d)[N / 2], uint64_t a, int a_ro
 // small products are no guide to its score: with hi = ±∞ and lo = 0
 // (mma::TF32x3::lo), lo·∞ is NaN or an infinity of either sign, where the
 // naive score is the big product's ±∞, whose exponential a softmax turns
-// into P = 0; finish_scores drops a non-finite small sum. Every element of d
+// into P = 0; add_small drops a non-finite small sum. Every element of d
 // and small is a sum of the same products in the same order whichever
 // operand is A (kALoFirst: A is Q), so the backward's Sᵀ = K·Qᵀ repeats
 // the forward's S = Q·Kᵀ bit for bit if the tensor cores' sums depend
@@ -380,36 +380,54 @@ __device__ __forceinline__ void split_scores_rs(float (&d)[N / 2], float (&small
   for (int kc = 0; kc < kBig; ++kc) Wgmma<E, N>::ss(d, slice(a, kc, a_rows), slice(b, kc, b_rows), kc > 0);
 }
 
-// finish_scores completes split_scores (or split_scores_rs) of N columns
-// over KC k-slices, A and B K-major at descriptors a and b of a_rows and
-// b_rows rows (their hi slices), once its group has landed: it adds the
-// small sums to the big ones, each where it is finite, and where
-// halved_big it then takes small for the big products of k-slices KC/2 …
-// KC − 1, a chain of its own, waits for it (and for every group issued
-// before) and adds it too. The small products stay apart because an
-// infinite operand's are no guide to its score (split_scores); the second
-// chain's products are big ones, added whatever they are, as the first
-// chain's are.
+// big_rest issues, where halved_big, the second chain of split_scores's
+// big products: d2 = A·Bᵀ over k-slices KC/2 … KC − 1 (A and B K-major
+// at descriptors a and b of a_rows and b_rows rows, their hi slices).
 template <typename E, int N, int KC>
-__device__ __forceinline__ void finish_scores(float (&d)[N / 8][4], float (&small)[N / 8][4], uint64_t a, int a_rows,
-                                              uint64_t b, int b_rows) {
+__device__ __forceinline__ void big_rest(float (&d2)[N / 8][4], uint64_t a, int a_rows, uint64_t b, int b_rows) {
+  auto slice = [&](uint64_t desc, int kc, int rows) { return desc_advance(desc, k_slice_offset(kc, rows)); };
 #pragma unroll
-  for (int j = 0; j < N / 8; ++j)
+  for (int kc = KC / 2; kc < KC; ++kc)
+    Wgmma<E, N>::ss(reinterpret_cast<float(&)[N / 2]>(d2), slice(a, kc, a_rows), slice(b, kc, b_rows), kc > KC / 2);
+}
+
+// add_small adds split_scores's small sums to the big ones, each where it
+// is finite: an infinite operand's small products are no guide to its
+// score (split_scores).
+template <int NS> __device__ __forceinline__ void add_small(float (&d)[NS][4], const float (&small)[NS][4]) {
+#pragma unroll
+  for (int j = 0; j < NS; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e)
       if (fabsf(small[j][e]) <= 3.40282347e+38f) d[j][e] += small[j][e];  // false for ±∞ and NaN
-  if constexpr (halved_big<KC>()) {
-    auto slice = [&](uint64_t desc, int kc, int rows) { return desc_advance(desc, k_slice_offset(kc, rows)); };
-    wgmma_fence();
+}
+
+// add_rest adds big_rest's chain to the scores, whatever it holds: its
+// products are big ones, as the first chain's are.
+template <int NS> __device__ __forceinline__ void add_rest(float (&d)[NS][4], const float (&d2)[NS][4]) {
 #pragma unroll
-    for (int kc = KC / 2; kc < KC; ++kc)
-      Wgmma<E, N>::ss(reinterpret_cast<float(&)[N / 2]>(small), slice(a, kc, a_rows), slice(b, kc, b_rows), kc > KC / 2);
+  for (int j = 0; j < NS; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) d[j][e] += d2[j][e];
+}
+
+// finish_scores completes split_scores (or split_scores_rs) of N columns
+// over KC k-slices, A and B as big_rest takes them, once its group has
+// landed: add_small, and where halved_big the second chain, in small's
+// registers (big_rest), waited for (with every group issued before) and
+// added (add_rest). A kernel with registers to spare issues big_rest into
+// a third accumulator with the rest instead and adds it the same way, in
+// the same order (the forward at DP = 128), which gives the same bits.
+template <typename E, int N, int KC>
+__device__ __forceinline__ void finish_scores(float (&d)[N / 8][4], float (&small)[N / 8][4], uint64_t a, int a_rows,
+                                              uint64_t b, int b_rows) {
+  add_small(d, small);
+  if constexpr (halved_big<KC>()) {
+    wgmma_fence();
+    big_rest<E, N, KC>(small, a, a_rows, b, b_rows);
     wgmma_commit();
     wgmma_wait<0>();
-#pragma unroll
-    for (int j = 0; j < N / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) d[j][e] += small[j][e];
+    add_rest(d, small);
   }
 }
 
