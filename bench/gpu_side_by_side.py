@@ -22,7 +22,8 @@ in the backward (autograd's casts), the work our times include.
 
 --family passes -family to our benchmark: sm80 keeps FP32 on the CUDA
 cores, where auto and sm90 run its plain rows at D ≤ 64 on the 3xTF32
-kernels (binaries of 2026-12-05 on; before, only sm90 did).
+kernels (binaries of 2026-12-05 on; before, only sm90 did), and at
+D ≤ 128 from 2026-12-06 on.
 
 --fused adds the column "ours bf16 fused bwd": our BF16 backward run again
 with -deterministic=false, where plain problems take the one-kernel

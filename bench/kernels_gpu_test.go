@@ -69,7 +69,7 @@ func tuneTableOptions(b *testing.B) []cudakernels.Option {
 // kernels.Params. gpu_side_by_side.py runs it beside PyTorch's SDPA and
 // prints one table. -family picks the kernel family of the tensor-core
 // kernels (the forward's and, on Hopper, the backward's; on Hopper FP32's
-// plain rows at D ≤ 64 run on the 3xTF32 kernels but with -family sm80);
+// plain rows at D ≤ 128 run on the 3xTF32 kernels but with -family sm80);
 // with the default, auto, FLASHATTN_TUNE_TABLE may name a tuning table to
 // choose by.
 func BenchmarkKernelsGPU(b *testing.B) {

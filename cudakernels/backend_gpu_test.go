@@ -70,7 +70,7 @@ func TestConformanceFP32(t *testing.T) {
 
 // TestConformanceFP32CUDACores runs the FP32 suite on a FamilySM80
 // backend, which keeps FP32 on the CUDA cores everywhere; the default
-// backend of TestConformanceFP32 takes plain problems at D ≤ 64 to the
+// backend of TestConformanceFP32 takes plain problems at D ≤ 128 to the
 // 3xTF32 kernels on Hopper (the forward's and the backward's scores must
 // be the same bits, or dV misses the bound: NOTES, "FP32 on tensor
 // cores").

@@ -16,8 +16,8 @@
 # say bench with a second patch on top, is then timed against either.
 # FAMILY, when set, passes -family FAMILY to both (sm80 keeps FP32 on the
 # CUDA cores; sm90 and, from 2026-12-05 on, auto run FP32's plain rows at
-# D ≤ 64 on the 3xTF32 kernels; before, FP32 was on the CUDA cores in
-# every family).
+# D ≤ 64 on the 3xTF32 kernels, and at D ≤ 128 from 2026-12-06 on;
+# before, FP32 was on the CUDA cores in every family).
 set -uo pipefail
 out="${1:?usage: devab.sh OUTDIR}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
