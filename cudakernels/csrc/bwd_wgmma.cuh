@@ -333,7 +333,10 @@ __device__ __forceinline__ void two_products(float (&c1)[STEP / 8][4], float (&c
   wgmma_commit();
   meanwhile();
   wgmma_wait<1>();
-  if constexpr (E::kParts > 1) finish_scores<E, STEP, DP / E::kK>(c1, small, desc_sw128(a1), kBwdTile, desc_sw128(b1), STEP);
+  if constexpr (E::kParts > 1) {
+    static_assert(!halved_big<DP / E::kK>(), "two chains need big_rest");
+    add_small(c1, small);
+  }
 }
 
 template <typename E, int N>
@@ -803,16 +806,19 @@ __device__ __forceinline__ int split_query_steps(const SeqMask& mk, long long k0
 
 // split_scores_t issues Sᵀ = K·Qᵀ for a step of kDvStep queries in the
 // split dV and dK kernels (K the block's 64-row image at k_desc, the step's
-// Q image at q_step), small products into small, in the order of the D =
-// 128 forward's products (split_scores_rs: Q_hi·K_lo, then Q_lo·K_hi,
-// which are K_lo·Q_hi, then K_hi·Q_lo here: kALoFirst), so that P =
-// exp(S − LSE) meets the very scores the forward's LSE came from.
+// Q image at q_step), small products into small and the big ones'
+// second chain into rest (big_rest), in the order of the D = 128
+// forward's products (split_scores_rs: Q_hi·K_lo, then Q_lo·K_hi, which
+// are K_lo·Q_hi, then K_hi·Q_lo here: kALoFirst), so that P = exp(S −
+// LSE), once add_small and add_rest have folded them in, meets the very
+// scores the forward's LSE came from.
 template <typename E, int DP>
 __device__ __forceinline__ void split_scores_t(float (&s)[kDvStep / 8][4], float (&small)[kDvStep / 8][4],
-                                               uint64_t k_desc, uint32_t q_step) {
+                                               float (&rest)[kDvStep / 8][4], uint64_t k_desc, uint32_t q_step) {
   split_scores<E, kDvStep, DP / E::kK, true>(reinterpret_cast<float(&)[kDvStep / 2]>(s),
                                              reinterpret_cast<float(&)[kDvStep / 2]>(small), k_desc, kBwdTile,
                                              desc_sw128(q_step), kDvStep);
+  big_rest<E, kDvStep, DP / E::kK>(rest, k_desc, kBwdTile, desc_sw128(q_step), kDvStep);
 }
 
 // split_grad_step ends a step of the split dK and dQ kernels, whose one
@@ -835,14 +841,6 @@ __device__ __forceinline__ void split_grad_step(float (&acc)[DP / 8][4], const f
     mbar_wait(empty, parity);
     refill();
   }
-}
-
-// finish_scores_t completes split_scores_t once its group has landed
-// (finish_scores: it waits for every group).
-template <typename E, int DP>
-__device__ __forceinline__ void finish_scores_t(float (&s)[kDvStep / 8][4], float (&small)[kDvStep / 8][4],
-                                                uint64_t k_desc, uint32_t q_step) {
-  finish_scores<E, kDvStep, DP / E::kK>(s, small, k_desc, kBwdTile, desc_sw128(q_step), kDvStep);
 }
 
 template <typename E, int DP>
@@ -927,12 +925,13 @@ __device__ void dv_colblock(const Params& p) {
 
     // Sᵀ = K·Qᵀ: element e of tile j is key key0 + 8·(e/2), query q0 +
     // 8j + 2t + e%2.
-    float s[kNS][4], small[kNS][4];
+    float s[kNS][4], small[kNS][4], rest[kNS][4];
     wgmma_fence();
-    split_scores_t<E, DP>(s, small, k_desc, st);
+    split_scores_t<E, DP>(s, small, rest, k_desc, st);
     wgmma_commit();
     wgmma_wait<0>();
-    finish_scores_t<E, DP>(s, small, k_desc, st);
+    add_small(s, small);
+    add_rest(s, rest);
     // Only steps where some row misses some of the block's keys need the
     // mask: plain, the step's first row must see the block's last key.
     const bool masked = !(k_last < mk.key_hi(q0));
@@ -1054,15 +1053,16 @@ __device__ void dk_colblock(const Params& p) {
 
     // Sᵀ = K·Qᵀ (as dv_colblock) and dPᵀ = V·dOᵀ, two groups; element e
     // of tile j is key key0 + 8·(e/2), query q0 + 8j + 2t + e%2.
-    float s[kNS][4], small[kNS][4], dp[kNS][4];
+    float s[kNS][4], small[kNS][4], rest[kNS][4], dp[kNS][4];
     wgmma_fence();
-    split_scores_t<E, DP>(s, small, k_desc, st);
+    split_scores_t<E, DP>(s, small, rest, k_desc, st);
     wgmma_commit();
     split_ss<E, kDvStep, DP / E::kK, false>(reinterpret_cast<float(&)[kDvStep / 2]>(dp), v_desc, kBwdTile,
                                             desc_sw128(st + kStep), kDvStep);
     wgmma_commit();
     wgmma_wait<1>();
-    finish_scores_t<E, DP>(s, small, k_desc, st);
+    add_small(s, small);
+    add_rest(s, rest);
     const bool masked = !(k_last < mk.key_hi(q0));
     uint32_t pf[mma::frag_count<E, kDvStep>()][4];  // Pᵀ's fragments, which dK does not take
     const Mods md{};
@@ -1176,17 +1176,19 @@ __device__ void dq_split_rowblock(const Params& p) {
 
     // S = Q·Kᵀ and dP = dO·Vᵀ; element e of tile j is row row0 + 8·(e/2),
     // key k0 + 8j + 2t + e%2.
-    float s[kNS][4], small[kNS][4], dp[kNS][4];
+    float s[kNS][4], small[kNS][4], rest[kNS][4], dp[kNS][4];
     wgmma_fence();
     split_scores<E, kDvStep, DP / E::kK, false>(reinterpret_cast<float(&)[kDvStep / 2]>(s),
                                                 reinterpret_cast<float(&)[kDvStep / 2]>(small), q_desc, kBwdTile,
                                                 desc_sw128(st), kDvStep);
+    big_rest<E, kDvStep, DP / E::kK>(rest, q_desc, kBwdTile, desc_sw128(st), kDvStep);
     wgmma_commit();
     split_ss<E, kDvStep, DP / E::kK, false>(reinterpret_cast<float(&)[kDvStep / 2]>(dp), do_desc, kBwdTile,
                                             desc_sw128(st + kStep), kDvStep);
     wgmma_commit();
     wgmma_wait<1>();
-    finish_scores<E, kDvStep, DP / E::kK>(s, small, q_desc, kBwdTile, desc_sw128(st), kDvStep);
+    add_small(s, small);
+    add_rest(s, rest);
     probs_by_row<kNS, E::kExact>(s, scale, l2, k0 + kDvStep > vis_min, k0, t, vis);
     wgmma_wait<0>();
     ds_by_row(dp, s, dr);

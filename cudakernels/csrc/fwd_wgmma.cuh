@@ -314,7 +314,8 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
       add_small(s, small);
       add_rest(s, rest);
     } else if constexpr (kSplit) {
-      finish_scores<E, BK, DP / E::kK>(s, small, q_desc, kQTileRows, k_desc, BK);
+      static_assert(!halved_big<DP / E::kK>(), "two chains need big_rest");
+      add_small(s, small);
     }
 
     // Online softmax in log2 units, as in fwd_mma.cuh: element e of tile j

@@ -305,7 +305,7 @@ FLASH_WGMMA_RS_MN(FP16, 128, 64, ".f32.f16.f16", "{%64, %65, %66, %67}, %68", "%
 // kALoFirst orders the small ones: A_lo·B_hi then A_hi·B_lo, or the other
 // way round.
 // halved_big reports whether the scores' big products over KC k-slices
-// run as two chains (split_scores, finish_scores): above 8 k-slices (DP =
+// run as two chains (split_scores, big_rest): above 8 k-slices (DP =
 // 128 for tf32). The tensor cores truncate as they add each k-slice into
 // the float32 accumulator, so a chain's error grows with its steps; over
 // 16 the scores erred about twice as much as float32's fma chain
@@ -326,7 +326,7 @@ __device__ __forceinline__ void split_products(float (&big)[N / 2], float (&smal
 #pragma unroll
   for (int kc = 0; kc < KC; ++kc)
     Wgmma<E, N>::ss(small, slice(a, kc + KC - kA1, a_rows), slice(b, kc + KC - kB1, b_rows), 1);
-  constexpr int kBig = kApart && halved_big<KC>() ? KC / 2 : KC;  // the rest: finish_scores
+  constexpr int kBig = kApart && halved_big<KC>() ? KC / 2 : KC;  // the rest: big_rest
 #pragma unroll
   for (int kc = 0; kc < kBig; ++kc) Wgmma<E, N>::ss(big, slice(a, kc, a_rows), slice(b, kc, b_rows), !kApart || kc > 0);
 }
@@ -339,10 +339,10 @@ __device__ __forceinline__ void split_ss(float (&d)[N / 2], uint64_t a, int a_ro
 }
 
 // split_scores is split_products for the scores S = Q·Kᵀ (or Sᵀ = K·Qᵀ):
-// the big products into d and the small ones into small, which
-// finish_scores folds into d once both have landed (where halved_big, d
-// holds the big products of the first KC/2 k-slices, and finish_scores
-// adds the rest). Apart because an infinite operand's
+// the big products into d and the small ones into small, which add_small
+// folds into d once both have landed (where halved_big, d holds the big
+// products of the first KC/2 k-slices; big_rest issues the rest into an
+// accumulator of its own, which add_rest adds after). Apart because an infinite operand's
 // small products are no guide to its score: with hi = ±∞ and lo = 0
 // (mma::TF32x3::lo), lo·∞ is NaN or an infinity of either sign, where the
 // naive score is the big product's ±∞, whose exponential a softmax turns
@@ -375,14 +375,18 @@ __device__ __forceinline__ void split_scores_rs(float (&d)[N / 2], float (&small
   for (int kc = 0; kc < KC; ++kc) Wgmma<E, N>::ss(small, slice(a, kc, a_rows), slice(b, kc + KC, b_rows), kc > 0);
 #pragma unroll
   for (int kc = 0; kc < KC; ++kc) Wgmma<E, N>::rs(small, a_lo[kc], slice(b, kc, b_rows));
-  constexpr int kBig = halved_big<KC>() ? KC / 2 : KC;  // the rest: finish_scores
+  constexpr int kBig = halved_big<KC>() ? KC / 2 : KC;  // the rest: big_rest
 #pragma unroll
   for (int kc = 0; kc < kBig; ++kc) Wgmma<E, N>::ss(d, slice(a, kc, a_rows), slice(b, kc, b_rows), kc > 0);
 }
 
 // big_rest issues, where halved_big, the second chain of split_scores's
 // big products: d2 = A·Bᵀ over k-slices KC/2 … KC − 1 (A and B K-major
-// at descriptors a and b of a_rows and b_rows rows, their hi slices).
+// at descriptors a and b of a_rows and b_rows rows, their hi slices), in
+// the same group as the rest of the scores. Every kernel that computes
+// the scores at DP = 128 (the forward and the three backward kernels)
+// adds them in the same order, add_small then add_rest, so that its
+// scores are the same bits.
 template <typename E, int N, int KC>
 __device__ __forceinline__ void big_rest(float (&d2)[N / 8][4], uint64_t a, int a_rows, uint64_t b, int b_rows) {
   auto slice = [&](uint64_t desc, int kc, int rows) { return desc_advance(desc, k_slice_offset(kc, rows)); };
@@ -409,26 +413,6 @@ template <int NS> __device__ __forceinline__ void add_rest(float (&d)[NS][4], co
   for (int j = 0; j < NS; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) d[j][e] += d2[j][e];
-}
-
-// finish_scores completes split_scores (or split_scores_rs) of N columns
-// over KC k-slices, A and B as big_rest takes them, once its group has
-// landed: add_small, and where halved_big the second chain, in small's
-// registers (big_rest), waited for (with every group issued before) and
-// added (add_rest). A kernel with registers to spare issues big_rest into
-// a third accumulator with the rest instead and adds it the same way, in
-// the same order (the forward at DP = 128), which gives the same bits.
-template <typename E, int N, int KC>
-__device__ __forceinline__ void finish_scores(float (&d)[N / 8][4], float (&small)[N / 8][4], uint64_t a, int a_rows,
-                                              uint64_t b, int b_rows) {
-  add_small(d, small);
-  if constexpr (halved_big<KC>()) {
-    wgmma_fence();
-    big_rest<E, N, KC>(small, a, a_rows, b, b_rows);
-    wgmma_commit();
-    wgmma_wait<0>();
-    add_rest(d, small);
-  }
 }
 
 // split_rs adds A·B to d for a split operand type: A in registers, KC hi
