@@ -155,7 +155,7 @@
 //     truncate: sm90.cuh's halved_big) and the backward in three kernels,
 //     one gradient each (wgmmaBwdSplit3). They pass the same FP32 suite
 //     (H100, 2026-12-05 at D ≤ 64, 2026-12-06 at 128) at 2.4–6.4× the
-//     CUDA-core kernels' speed at D ≤ 64, 3.5–4.3× at 128
+//     CUDA-core kernels' speed at D ≤ 64, 3.6–4.5× at 128
 //     (bench/RESULTS.md).
 //   - TF32: tensor cores, Q, K, V, dO, P and dS rounded to tf32 (10
 //     mantissa bits), fp32 accumulation and softmax. Forward in both
