@@ -296,14 +296,6 @@ FLASH_WGMMA_RS_MN(FP16, 64, 32, ".f32.f16.f16", "{%32, %33, %34, %35}, %36", "%3
 FLASH_WGMMA_RS_MN(FP16, 128, 64, ".f32.f16.f16", "{%64, %65, %66, %67}, %68", "%69")
 #endif  // FLASH_EMU
 
-// split_products issues A·Bᵀ over KC k-slices for a split operand type
-// (E::kParts 2: each image KC slices of hi values, then KC of lo ones),
-// A and B K-major at descriptors a and b of a_rows and b_rows rows: the
-// small products over every k-slice first, into small (the first one
-// overwriting it), then the big one into big, which kApart starts afresh
-// and otherwise adds to (big and small then the same accumulator).
-// kALoFirst orders the small ones: A_lo·B_hi then A_hi·B_lo, or the other
-// way round.
 // halved_big reports whether the scores' big products over KC k-slices
 // run as two chains (split_scores, big_rest): above 8 k-slices (DP =
 // 128 for tf32). The tensor cores truncate as they add each k-slice into
@@ -314,6 +306,15 @@ FLASH_WGMMA_RS_MN(FP16, 128, 64, ".f32.f16.f16", "{%64, %65, %66, %67}, %68", "%
 // the FP32 bound on an H100 (NOTES, "Twenty-fifth session").
 template <int KC> __host__ __device__ constexpr bool halved_big() { return KC > 8; }
 
+// split_products issues A·Bᵀ over KC k-slices for a split operand type
+// (E::kParts 2: each image KC slices of hi values, then KC of lo ones),
+// A and B K-major at descriptors a and b of a_rows and b_rows rows: the
+// small products over every k-slice first, into small (the first one
+// overwriting it), then the big one into big, which kApart starts afresh
+// and otherwise adds to (big and small then the same accumulator).
+// kALoFirst orders the small ones: A_lo·B_hi then A_hi·B_lo, or the other
+// way round. With kApart and halved_big, big gets the first KC/2 k-slices
+// (big_rest issues the rest).
 template <typename E, int N, int KC, bool kALoFirst, bool kApart>
 __device__ __forceinline__ void split_products(float (&big)[N / 2], float (&small)[N / 2], uint64_t a, int a_rows,
                                                uint64_t b, int b_rows) {
@@ -342,17 +343,17 @@ __device__ __forceinline__ void split_ss(float (&d)[N / 2], uint64_t a, int a_ro
 // the big products into d and the small ones into small, which add_small
 // folds into d once both have landed (where halved_big, d holds the big
 // products of the first KC/2 k-slices; big_rest issues the rest into an
-// accumulator of its own, which add_rest adds after). Apart because an infinite operand's
-// small products are no guide to its score: with hi = ±∞ and lo = 0
-// (mma::TF32x3::lo), lo·∞ is NaN or an infinity of either sign, where the
-// naive score is the big product's ±∞, whose exponential a softmax turns
-// into P = 0; add_small drops a non-finite small sum. Every element of d
-// and small is a sum of the same products in the same order whichever
-// operand is A (kALoFirst: A is Q), so the backward's Sᵀ = K·Qᵀ repeats
-// the forward's S = Q·Kᵀ bit for bit if the tensor cores' sums depend
-// only on the products and their order (TestTF32ProductsIgnoreOperandOrder,
-// the probe, checks that for tf32 wgmmas on the device: it passed on an
-// H100, 2026-12-05).
+// accumulator of its own, which add_rest adds after). Apart because an
+// infinite operand's small products are no guide to its score: with hi =
+// ±∞ and lo = 0 (mma::TF32x3::lo), lo·∞ is NaN or an infinity of either
+// sign, where the naive score is the big product's ±∞, whose exponential
+// a softmax turns into P = 0; add_small drops a non-finite small sum.
+// Every element of d and small is a sum of the same products in the same
+// order whichever operand is A (kALoFirst: A is Q), so the backward's Sᵀ
+// = K·Qᵀ repeats the forward's S = Q·Kᵀ bit for bit if the tensor cores'
+// sums depend only on the products and their order
+// (TestTF32ProductsIgnoreOperandOrder, the probe, checks that for tf32
+// wgmmas on the device: it passed on an H100, 2026-12-05).
 template <typename E, int N, int KC, bool kALoFirst>
 __device__ __forceinline__ void split_scores(float (&d)[N / 2], float (&small)[N / 2], uint64_t a, int a_rows,
                                              uint64_t b, int b_rows) {

@@ -284,7 +284,7 @@ template <typename E, int DP, Kernel K> constexpr bool built() {
 // bwdBuilt lists the backward kernels hopper.cu instantiates.
 template <typename E, int DP, Kernel K> constexpr bool bwdBuilt() {
   constexpr bool half = sizeof(typename E::Storage) == 2;
-  if constexpr (E::kParts > 1) return K == kPlainRowBlock || ((K == kDV || K == kDK || K == kDQ) && DP == 128);
+  if constexpr (E::kParts > 1) return (K == kPlainRowBlock && DP <= 128) || ((K == kDV || K == kDK || K == kDQ) && DP == 128);
   switch (K) {
     case kPlainRowBlock:
     case kVar: return DP <= 128;
