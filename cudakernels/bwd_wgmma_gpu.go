@@ -226,16 +226,16 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 	} else {
 		// dK/dV then dQ, or dV, dK and dQ in turn where wgmmaBwdSplit3.
 		type kernelLaunch struct {
-			fn         cu.Function
-			grid, smem int
+			fn                  cu.Function
+			grid, threads, smem int
 		}
-		steps := []kernelLaunch{{dkdv, gridK, b.c.smem}, {dq, gridQ, b.c.smemDQ}}
+		steps := []kernelLaunch{{dkdv, gridK, b.c.threads, b.c.smem}, {dq, gridQ, b.c.threads, b.c.smemDQ}}
 		if b.dv != (cu.Function{}) {
-			steps = []kernelLaunch{{b.dv, gridK, wgmmaBwdDVSmem(b.c.dp)}, {b.dk, gridK, wgmmaBwdDKSmem(b.c.dp)},
-				{dq, gridQ, b.c.smemDQ}}
+			steps = []kernelLaunch{{b.dv, gridK, wgmmaBwdDVThreads, wgmmaBwdDVSmem(b.c.dp)},
+				{b.dk, gridK, b.c.threads, wgmmaBwdDKSmem(b.c.dp)}, {dq, gridQ, b.c.threads, b.c.smemDQ}}
 		}
 		for _, l := range steps {
-			if err := launch(l.fn, l.grid, b.c.threads, l.smem, stream, &kp); err != nil {
+			if err := launch(l.fn, l.grid, l.threads, l.smem, stream, &kp); err != nil {
 				return err
 			}
 		}

@@ -505,13 +505,18 @@ func wgmmaBwdSmem(prec Precision, dp int, biasTiles bool) (dkdv, dq int) {
 // wgmmaBwdSplit3 reports whether prec's Hopper backward at dp is three
 // kernels, one gradient each (csrc's dv_colblock, dk_colblock and
 // dq_split_rowblock), of one warpgroup (wgmmaBwdSplitThreads) per block
-// of wgmmaBwdTile keys or queries: FP32 at 128, where the hi and lo parts
-// of two gradients' operands do not fit one block's shared memory.
+// of wgmmaBwdTile keys or queries, two (wgmmaBwdDVThreads) for dV: FP32
+// at 128, where the hi and lo parts of two gradients' operands do not fit
+// one block's shared memory.
 func wgmmaBwdSplit3(prec Precision, dp int) bool { return prec == FP32 && dp == 128 }
 
-// wgmmaBwdSplitThreads is kDvThreads, the threads of a wgmmaBwdSplit3
-// kernel's block.
-const wgmmaBwdSplitThreads = 128
+// wgmmaBwdSplitThreads is kSplitThreads, the threads of a block of a
+// wgmmaBwdSplit3 backward's dK and dQ kernels, and wgmmaBwdDVThreads
+// kDvThreads, its dV kernel's (two warpgroups taking turns).
+const (
+	wgmmaBwdSplitThreads = 128
+	wgmmaBwdDVThreads    = 256
+)
 
 // wgmmaBwdDVSmem is bwd_dv_smem_bytes, the shared memory of FP32's dV
 // kernel at dp = 128 (csrc's dv_colblock, the first of its backward's
@@ -526,17 +531,17 @@ func wgmmaBwdDVSmem(dp int) int {
 // wgmmaBwdDKSmem is bwd_dk_smem_bytes, the shared memory of FP32's dK
 // kernel at dp = 128 (csrc's dk_colblock, the second of the three):
 // alignment slack, K and V (64 rows each), one stage of a 32-row Q, dO
-// and Qᵀ step, its LSE and D, three mbarriers.
+// and Qᵀ step, its LSE and D, five mbarriers.
 func wgmmaBwdDKSmem(dp int) int {
 	row := dp * elemBytes(FP32)
-	return 1024 + 2*64*row + 3*32*row + 2*32*4 + 3*8
+	return 1024 + 2*64*row + 3*32*row + 2*32*4 + 5*8
 }
 
 // wgmmaBwdDQSplitSmem is bwd_dq_split_smem_bytes, the shared memory of
 // FP32's dQ kernel at dp = 128 (csrc's dq_split_rowblock, the third):
 // alignment slack, Q and dO (64 rows each), one stage of a 32-key K, V
-// and Kᵀ step, three mbarriers.
+// and Kᵀ step, five mbarriers.
 func wgmmaBwdDQSplitSmem(dp int) int {
 	row := dp * elemBytes(FP32)
-	return 1024 + 2*64*row + 3*32*row + 3*8
+	return 1024 + 2*64*row + 3*32*row + 5*8
 }

@@ -776,17 +776,25 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
 // dv_colblock is the first kernel of the split type's backward at DP =
 // 128 (mma::TF32x3 with fwd_q_lo_regs' forward), where K and V with their
 // lo parts (128 KB) beside the streamed Q, dO, Qᵀ and dOᵀ fit no shape of
-// dkdv_colblock: dV alone, which needs only P. One block of one
-// warpgroup per kBwdTile keys of head bh (plain problems: a key head is a
-// query head) holds K's row image (64 KB) and streams, double buffered,
-// query steps of kDvStep rows of Q's row image, of dOᵀ's transposed image
-// and of the LSE (natural units, prep_stats' kNatural): Sᵀ = K·Qᵀ by
-// split_scores_t, in the forward's order of products, so that P =
+// dkdv_colblock: dV alone, which needs only P. One block of two
+// warpgroups per kBwdTile keys of head bh (plain problems: a key head is
+// a query head) holds K's row image (64 KB) and streams query steps of
+// kDvStep rows of Q's row image, of dOᵀ's transposed image and of the LSE
+// (natural units, prep_stats' kNatural) into two stages, one a
+// warpgroup: warpgroup w takes steps w, w + 2, …, so that one's softmax
+// runs while the other's products keep the tensor cores busy (a lone
+// warpgroup left them idle 60 % of the time, NOTES). Each step: Sᵀ = K·Qᵀ
+// by split_scores_t, in the forward's order of products, so that P =
 // exp(S − LSE) meets the forward's scores; then dV += Pᵀ·dO, each step's
-// sum apart (step_product). Thread 0 issues the copies: K once, then the
-// steps into two stages with full and empty mbarriers, as dkdv_colblock
-// does.
-constexpr int kDvThreads = 128;
+// sum apart (step_product). Each warpgroup sums its own steps; the second
+// hands its sums to the first through its stage's memory at the end, so
+// dV = (Σ even steps) + (Σ odd steps), in a fixed order. Thread 0 copies
+// K and the first two steps; each warpgroup's first thread refills its
+// own stage once its threads are done with it (full and empty mbarriers,
+// as dkdv_colblock's).
+constexpr int kSplitThreads = 128;  // a block of the split dK and dQ kernels: one warpgroup
+constexpr int kDvGroups = 2;
+constexpr int kDvThreads = kDvGroups * 128;
 constexpr int kDvStep = 32;
 // bwd_dv_smem_bytes: alignment slack, K, two stages of [Q, dOᵀ] steps, two
 // of the steps' LSE, five mbarriers. shapes.go repeats it (wgmmaBwdDVSmem).
@@ -821,13 +829,45 @@ __device__ __forceinline__ void split_scores_t(float (&s)[kDvStep / 8][4], float
   big_rest<E, kDvStep, DP / E::kK>(rest, k_desc, kBwdTile, desc_sw128(q_step), kDvStep);
 }
 
-// split_grad_step ends a step of the split dK and dQ kernels, whose one
-// stage the step's operands share: acc += dS·B for the step's dS (dSᵀ
-// for dK) in ds, as A fragments, and B the step's transposed image at
-// shared address b (Qᵀ for dK, Kᵀ for dQ); then every thread arrives on
-// the stage's mbarrier empty, and once all have (parity: this step's
-// phase), thread 0 refills the stage with the next step if there is one
+// SplitStageBars are the mbarriers of the split dK and dQ kernels' one
+// stage, from address bars on: fixed (the block's own rows, once), then
+// full and empty for each half of the stage, a (the operands of the
+// scores and dP, with the statistics in dK) and b (the transposed image
+// of the gradient's product). Each half completes one phase a step, so a
+// step's parity is its index's low bit in all four.
+struct SplitStageBars {
+  uint32_t fixed, full_a, empty_a, full_b, empty_b;
+  __device__ explicit SplitStageBars(uint32_t bars)
+      : fixed(bars), full_a(bars + 8), empty_a(bars + 16), full_b(bars + 24), empty_b(bars + 32) {}
+  // init, by one thread before the block's first barrier.
+  __device__ void init() const {
+    mbar_init(fixed, 1);
+    mbar_init(full_a, 1);
+    mbar_init(empty_a, kSplitThreads);
+    mbar_init(full_b, 1);
+    mbar_init(empty_b, kSplitThreads);
+    mbar_fence_init();
+  }
+};
+
+// release_half ends a step's use of a stage half: every thread arrives on
+// its empty mbarrier, and once all have (parity: this step's phase),
+// thread 0 refills the half with the next step's copy if there is one
 // (more).
+template <typename F>
+__device__ __forceinline__ void release_half(uint32_t empty, unsigned parity, bool more, F&& refill) {
+  mbar_arrive(empty);
+  if (threadIdx.x == 0 && more) {
+    mbar_wait(empty, parity);
+    refill();
+  }
+}
+
+// split_grad_step ends a step of the split dK and dQ kernels: acc +=
+// dS·B for the step's dS (dSᵀ for dK) in ds, as A fragments, and B the
+// step's transposed image at shared address b (Qᵀ for dK, Kᵀ for dQ);
+// then it releases the stage's half b (release_half with its empty
+// mbarrier, and refill the next step's copy into it).
 template <typename E, int DP, typename F>
 __device__ __forceinline__ void split_grad_step(float (&acc)[DP / 8][4], const float (&ds)[kDvStep / 8][4], uint32_t b,
                                                 uint32_t empty, unsigned parity, bool more, F&& refill) {
@@ -836,16 +876,13 @@ __device__ __forceinline__ void split_grad_step(float (&acc)[DP / 8][4], const f
   step_product<E, DP, 0>(acc, [&](auto& c) {
     rs_product<E, DP, kDvStep / E::kK>(reinterpret_cast<float(&)[DP / 2]>(c), df, desc_sw128(b), DP);
   });
-  mbar_arrive(empty);
-  if (threadIdx.x == 0 && more) {
-    mbar_wait(empty, parity);
-    refill();
-  }
+  release_half(empty, parity, more, refill);
 }
 
 template <typename E, int DP>
 __device__ void dv_colblock(const Params& p) {
   static_assert(E::kParts > 1 && DP == 128, "the split type's dV kernel at DP = 128");
+  static_assert(kDvGroups == 2, "a stage for each warpgroup");
   require_launch(kDvThreads, bwd_dv_smem_bytes<E, DP>());
   require_plain(p);
   using S = typename E::Storage;
@@ -862,7 +899,10 @@ __device__ void dv_colblock(const Params& p) {
   const long long blocks = (nk + kBwdTile - 1) / kBwdTile;
   const long long bh = blockIdx.x / blocks, k0 = blockIdx.x % blocks * kBwdTile;
   const SeqMask mk = seq_mask(p, bh);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  // wg: the warpgroup, whose steps are wg, wg + 2, … in stage wg; warp:
+  // the warp in it.
+  const int wg = threadIdx.x / 128, tw = threadIdx.x % 128;
+  const int warp = tw / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 
   // Shared memory: K, the stages [Q, dOᵀ] 0 and 1, the LSE of stages 0 and
   // 1, then the mbarriers k_full, full[2] and empty[2].
@@ -880,7 +920,7 @@ __device__ void dv_colblock(const Params& p) {
   const int n_steps = split_query_steps(mk, k0, k_last, it0);
   if (threadIdx.x == 0) {
     mbar_init(k_full, 1);
-    for (int s = 0; s < 2; ++s) mbar_init(full(s), 1), mbar_init(empty(s), kDvThreads);
+    for (int s = 0; s < 2; ++s) mbar_init(full(s), 1), mbar_init(empty(s), kDvThreads / kDvGroups);
     mbar_fence_init();
   }
   __syncthreads();
@@ -915,8 +955,8 @@ __device__ void dv_colblock(const Params& p) {
   const uint64_t k_desc = desc_sw128(sK);
   mbar_wait(k_full, 0);
 
-  for (int i = 0; i < n_steps; ++i) {
-    const int stage = i & 1;
+  for (int i = wg; i < n_steps; i += kDvGroups) {
+    const int stage = wg;
     const unsigned parity = (i >> 1) & 1;
     const long long q0 = static_cast<long long>(it0 + i) * kDvStep;
     const uint32_t st = sStage + stage * 2 * kStep;
@@ -946,15 +986,36 @@ __device__ void dv_colblock(const Params& p) {
       rs_product<E, DP, kDvStep / E::kK>(reinterpret_cast<float(&)[DP / 2]>(c), pf, desc_sw128(st + kStep), DP);
     });
 
-    // Every thread arrives; once all have, step i + 2 goes to this stage.
+    // The warpgroup's threads arrive; once all have, its first thread
+    // copies its next step, i + 2, into the stage.
     mbar_arrive(empty(stage));
-    if (threadIdx.x == 0 && i + 2 < n_steps) {
+    if (tw == 0 && i + 2 < n_steps) {
       mbar_wait(empty(stage), parity);
       load_step(i + 2);
     }
   }
-  store_warp_rows<DP>(head_of(static_cast<float*>(p.dv), bh, p.h, p.dv_batch_stride, p.dv_head_stride), acc_dv,
-                      k0 + warp * 16, nk, p.dim, p.dv_row_stride, 1.f);
+  // The second warpgroup's sums go through its stage, idle now (its last
+  // copy has landed and no other comes), thread by thread: element
+  // (n, e) of thread tw at float (4n + e)·128 + tw, without bank
+  // conflicts; the first adds them to its own (the same elements of the
+  // same keys) and stores dV.
+  float* const handoff = reinterpret_cast<float*>(sm + bwd_rows_bytes<E, DP, kBwdTile>() + 2 * kStep);
+  static_assert(kND * 4 * 128 * 4 <= 2 * kStep, "the sums fit a stage");
+  if (wg == 1) {
+#pragma unroll
+    for (int n = 0; n < kND; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) handoff[(4 * n + e) * 128 + tw] = acc_dv[n][e];
+  }
+  __syncthreads();
+  if (wg == 0) {
+#pragma unroll
+    for (int n = 0; n < kND; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_dv[n][e] += handoff[(4 * n + e) * 128 + tw];
+    store_warp_rows<DP>(head_of(static_cast<float*>(p.dv), bh, p.h, p.dv_batch_stride, p.dv_head_stride), acc_dv,
+                        k0 + warp * 16, nk, p.dim, p.dv_row_stride, 1.f);
+  }
 }
 
 // dk_colblock is the second kernel of the split type's backward at DP =
@@ -964,18 +1025,21 @@ __device__ void dv_colblock(const Params& p) {
 // Q's and dO's row images, of Qᵀ's transposed image and of the LSE and D:
 // Sᵀ = K·Qᵀ as dv_colblock takes it, dPᵀ = V·dOᵀ (split_ss), P by
 // probs_dkdv, dSᵀ = Pᵀ∘(dPᵀ − D), dK += dSᵀ·Q from the Qᵀ image, each
-// step's sum apart; dK is scaled once at the end. The next step is copied
-// once every thread is done with this one.
+// step's sum apart; dK is scaled once at the end. The stage is two halves
+// with mbarriers of their own (split_stage_bars): [Q, dO, LSE, D], free
+// once dSᵀ is formed, so that the next step's copy runs under this step's
+// dK product, and [Qᵀ], free after that product, whose next copy runs
+// under the next step's Sᵀ and dPᵀ.
 // bwd_dk_smem_bytes: alignment slack, K and V, one stage of [Q, dO, Qᵀ],
-// its LSE and D, three mbarriers. shapes.go repeats it (wgmmaBwdDKSmem).
+// its LSE and D, five mbarriers. shapes.go repeats it (wgmmaBwdDKSmem).
 template <typename E, int DP> __host__ __device__ constexpr int bwd_dk_smem_bytes() {
-  return 1024 + 2 * bwd_rows_bytes<E, DP, kBwdTile>() + 3 * bwd_rows_bytes<E, DP, kDvStep>() + 2 * kDvStep * 4 + 3 * 8;
+  return 1024 + 2 * bwd_rows_bytes<E, DP, kBwdTile>() + 3 * bwd_rows_bytes<E, DP, kDvStep>() + 2 * kDvStep * 4 + 5 * 8;
 }
 
 template <typename E, int DP>
 __device__ void dk_colblock(const Params& p) {
   static_assert(E::kParts > 1 && DP == 128, "the split type's dK kernel at DP = 128");
-  require_launch(kDvThreads, bwd_dk_smem_bytes<E, DP>());
+  require_launch(kSplitThreads, bwd_dk_smem_bytes<E, DP>());
   require_plain(p);
   using S = typename E::Storage;
   const S* __restrict__ q = static_cast<const S*>(p.q);
@@ -998,38 +1062,38 @@ __device__ void dk_colblock(const Params& p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 
   // Shared memory: K, V, the stage [Q, dO, Qᵀ], its LSE and D, then the
-  // mbarriers kv_full, full and empty.
+  // mbarriers (SplitStageBars: fixed for K and V, a for Q, dO, LSE and D,
+  // b for Qᵀ).
   unsigned char* const sm = aligned_smem();
   const uint32_t sK = smem_addr(sm), sV = sK + kFixed, st = sV + kFixed;
   const int stats_off = 2 * kFixed + 3 * kStep;
-  const uint32_t bars = sK + stats_off + 2 * kDvStep * 4, kv_full = bars, full = bars + 8, empty = bars + 16;
+  const SplitStageBars bar(sK + stats_off + 2 * kDvStep * 4);
   const float* lt = reinterpret_cast<const float*>(sm + stats_off);
   const float* dt = lt + kDvStep;
 
   const long long k_last = (k0 + kBwdTile < nk ? k0 + kBwdTile : nk) - 1;
   int it0;
   const int n_steps = split_query_steps(mk, k0, k_last, it0);
-  if (threadIdx.x == 0) {
-    mbar_init(kv_full, 1);
-    mbar_init(full, 1);
-    mbar_init(empty, kDvThreads);
-    mbar_fence_init();
-  }
+  if (threadIdx.x == 0) bar.init();
   __syncthreads();
-  auto load_step = [&](int i) {
+  auto load_a = [&](int i) {
     const long long r0 = static_cast<long long>(it0 + i) * kDvStep;
-    mbar_arrive_expect_tx(full, 3 * kStep + 2 * kDvStep * 4);
-    copy_rows<E, DP, kDvStep>(st, q, bh, nq_pad, r0, full);
-    copy_rows<E, DP, kDvStep>(st + kStep, dout, bh, nq_pad, r0, full);
-    copy_transposed<E, DP, kDvStep>(st + 2 * kStep, qt, bh, nq_pad, r0, full);
-    bulk_copy(sK + stats_off, lse + bh * nq_pad + r0, kDvStep * 4, full);
-    bulk_copy(sK + stats_off + kDvStep * 4, dpad + bh * nq_pad + r0, kDvStep * 4, full);
+    mbar_arrive_expect_tx(bar.full_a, 2 * kStep + 2 * kDvStep * 4);
+    copy_rows<E, DP, kDvStep>(st, q, bh, nq_pad, r0, bar.full_a);
+    copy_rows<E, DP, kDvStep>(st + kStep, dout, bh, nq_pad, r0, bar.full_a);
+    bulk_copy(sK + stats_off, lse + bh * nq_pad + r0, kDvStep * 4, bar.full_a);
+    bulk_copy(sK + stats_off + kDvStep * 4, dpad + bh * nq_pad + r0, kDvStep * 4, bar.full_a);
+  };
+  auto load_b = [&](int i) {
+    mbar_arrive_expect_tx(bar.full_b, kStep);
+    copy_transposed<E, DP, kDvStep>(st + 2 * kStep, qt, bh, nq_pad, static_cast<long long>(it0 + i) * kDvStep,
+                                    bar.full_b);
   };
   if (threadIdx.x == 0) {
-    mbar_arrive_expect_tx(kv_full, 2 * kFixed);
-    copy_rows<E, DP, kBwdTile>(sK, k, bh, nk_pad, k0, kv_full);
-    copy_rows<E, DP, kBwdTile>(sV, v, bh, nk_pad, k0, kv_full);
-    if (n_steps > 0) load_step(0);
+    mbar_arrive_expect_tx(bar.fixed, 2 * kFixed);
+    copy_rows<E, DP, kBwdTile>(sK, k, bh, nk_pad, k0, bar.fixed);
+    copy_rows<E, DP, kBwdTile>(sV, v, bh, nk_pad, k0, bar.fixed);
+    if (n_steps > 0) load_a(0), load_b(0);
   }
 
   const float scale = score_unit<E::kExact>(p.scale);  // natural units
@@ -1044,12 +1108,12 @@ __device__ void dk_colblock(const Params& p) {
     qhi[h] = static_cast<int>(mk.query_hi(key0 + 8 * h));
   }
   const uint64_t k_desc = desc_sw128(sK), v_desc = desc_sw128(sV);
-  mbar_wait(kv_full, 0);
+  mbar_wait(bar.fixed, 0);
 
   for (int i = 0; i < n_steps; ++i) {
     const unsigned parity = i & 1;
     const long long q0 = static_cast<long long>(it0 + i) * kDvStep;
-    mbar_wait(full, parity);
+    mbar_wait(bar.full_a, parity);
 
     // Sᵀ = K·Qᵀ (as dv_colblock) and dPᵀ = V·dOᵀ, two groups; element e
     // of tile j is key key0 + 8·(e/2), query q0 + 8j + 2t + e%2.
@@ -1072,8 +1136,13 @@ __device__ void dk_colblock(const Params& p) {
     });
     wgmma_wait<0>();
     ds_by_col(dp, s, dt, t);  // dSᵀ
+    // Q, dO and the statistics are done with: the next step's go in while
+    // dK's product runs.
+    release_half(bar.empty_a, parity, i + 1 < n_steps, [&] { load_a(i + 1); });
     // dK += dSᵀ·Q, Q from the Qᵀ image.
-    split_grad_step<E, DP>(acc_dk, dp, st + 2 * kStep, empty, parity, i + 1 < n_steps, [&] { load_step(i + 1); });
+    mbar_wait(bar.full_b, parity);
+    split_grad_step<E, DP>(acc_dk, dp, st + 2 * kStep, bar.empty_b, parity, i + 1 < n_steps,
+                           [&] { load_b(i + 1); });
   }
   store_warp_rows<DP>(head_of(static_cast<float*>(p.dk), bh, p.h, p.dk_batch_stride, p.dk_head_stride), acc_dk,
                       k0 + warp * 16, nk, p.dim, p.dk_row_stride, static_cast<float>(p.scale));
@@ -1087,16 +1156,17 @@ __device__ void dk_colblock(const Params& p) {
 // (split_scores with A = Q: Q_hi·K_lo, then Q_lo·K_hi, then Q_hi·K_hi)
 // and dP = dO·Vᵀ in a second group, P = exp(S − LSE) by row, dS = P∘(dP −
 // D), dQ += dS·K from the Kᵀ image, each step apart; dQ scaled at the end.
+// The stage's halves, [K, V] and [Kᵀ], are refilled apart, as dk_colblock's.
 // bwd_dq_split_smem_bytes: alignment slack, Q and dO, one stage of [K, V,
-// Kᵀ], three mbarriers. shapes.go repeats it (wgmmaBwdDQSplitSmem).
+// Kᵀ], five mbarriers. shapes.go repeats it (wgmmaBwdDQSplitSmem).
 template <typename E, int DP> __host__ __device__ constexpr int bwd_dq_split_smem_bytes() {
-  return 1024 + 2 * bwd_rows_bytes<E, DP, kBwdTile>() + 3 * bwd_rows_bytes<E, DP, kDvStep>() + 3 * 8;
+  return 1024 + 2 * bwd_rows_bytes<E, DP, kBwdTile>() + 3 * bwd_rows_bytes<E, DP, kDvStep>() + 5 * 8;
 }
 
 template <typename E, int DP>
 __device__ void dq_split_rowblock(const Params& p) {
   static_assert(E::kParts > 1 && DP == 128, "the split type's dQ kernel at DP = 128");
-  require_launch(kDvThreads, bwd_dq_split_smem_bytes<E, DP>());
+  require_launch(kSplitThreads, bwd_dq_split_smem_bytes<E, DP>());
   require_plain(p);
   using S = typename E::Storage;
   const S* __restrict__ q = static_cast<const S*>(p.q);
@@ -1119,10 +1189,10 @@ __device__ void dq_split_rowblock(const Params& p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 
   // Shared memory: Q, dO, the stage [K, V, Kᵀ], then the mbarriers
-  // qd_full, full and empty.
+  // (SplitStageBars: fixed for Q and dO, a for K and V, b for Kᵀ).
   unsigned char* const sm = aligned_smem();
   const uint32_t sQ = smem_addr(sm), sdO = sQ + kFixed, st = sdO + kFixed;
-  const uint32_t bars = st + 3 * kStep, qd_full = bars, full = bars + 8, empty = bars + 16;
+  const SplitStageBars bar(st + 3 * kStep);
 
   // This thread's rows g and g + 8 of its warp's 16: the keys they see
   // (0 ≤ j < vis), their LSE and D (padded rows: +inf and 0).
@@ -1141,25 +1211,24 @@ __device__ void dq_split_rowblock(const Params& p) {
   const long long kv_end = q0 < mk.lq ? mk.key_hi((q0 + kBwdTile < mk.lq ? q0 + kBwdTile : mk.lq) - 1) : 0;
   const int n_it = static_cast<int>((kv_end + kDvStep - 1) / kDvStep);
 
-  if (threadIdx.x == 0) {
-    mbar_init(qd_full, 1);
-    mbar_init(full, 1);
-    mbar_init(empty, kDvThreads);
-    mbar_fence_init();
-  }
+  if (threadIdx.x == 0) bar.init();
   __syncthreads();
-  auto load_step = [&](int it) {
+  auto load_a = [&](int it) {
     const long long r0 = static_cast<long long>(it) * kDvStep;
-    mbar_arrive_expect_tx(full, 3 * kStep);
-    copy_rows<E, DP, kDvStep>(st, k, bh, nk_pad, r0, full);
-    copy_rows<E, DP, kDvStep>(st + kStep, v, bh, nk_pad, r0, full);
-    copy_transposed<E, DP, kDvStep>(st + 2 * kStep, kt, bh, nk_pad, r0, full);
+    mbar_arrive_expect_tx(bar.full_a, 2 * kStep);
+    copy_rows<E, DP, kDvStep>(st, k, bh, nk_pad, r0, bar.full_a);
+    copy_rows<E, DP, kDvStep>(st + kStep, v, bh, nk_pad, r0, bar.full_a);
+  };
+  auto load_b = [&](int it) {
+    mbar_arrive_expect_tx(bar.full_b, kStep);
+    copy_transposed<E, DP, kDvStep>(st + 2 * kStep, kt, bh, nk_pad, static_cast<long long>(it) * kDvStep,
+                                    bar.full_b);
   };
   if (threadIdx.x == 0) {
-    mbar_arrive_expect_tx(qd_full, 2 * kFixed);
-    copy_rows<E, DP, kBwdTile>(sQ, q, bh, nq_pad, q0, qd_full);
-    copy_rows<E, DP, kBwdTile>(sdO, dout, bh, nq_pad, q0, qd_full);
-    if (n_it > 0) load_step(0);
+    mbar_arrive_expect_tx(bar.fixed, 2 * kFixed);
+    copy_rows<E, DP, kBwdTile>(sQ, q, bh, nq_pad, q0, bar.fixed);
+    copy_rows<E, DP, kBwdTile>(sdO, dout, bh, nq_pad, q0, bar.fixed);
+    if (n_it > 0) load_a(0), load_b(0);
   }
 
   const float scale = score_unit<E::kExact>(p.scale);  // natural units
@@ -1167,12 +1236,12 @@ __device__ void dq_split_rowblock(const Params& p) {
 #pragma unroll
   for (int n = 0; n < kND; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
   const uint64_t q_desc = desc_sw128(sQ), do_desc = desc_sw128(sdO);
-  mbar_wait(qd_full, 0);
+  mbar_wait(bar.fixed, 0);
 
   for (int it = 0; it < n_it; ++it) {
     const unsigned parity = it & 1;
     const long long k0 = static_cast<long long>(it) * kDvStep;
-    mbar_wait(full, parity);
+    mbar_wait(bar.full_a, parity);
 
     // S = Q·Kᵀ and dP = dO·Vᵀ; element e of tile j is row row0 + 8·(e/2),
     // key k0 + 8j + 2t + e%2.
@@ -1191,9 +1260,12 @@ __device__ void dq_split_rowblock(const Params& p) {
     add_rest(s, rest);
     probs_by_row<kNS, E::kExact>(s, scale, l2, k0 + kDvStep > vis_min, k0, t, vis);
     wgmma_wait<0>();
+    // K and V are done with: the next step's go in while dQ's product runs.
+    release_half(bar.empty_a, parity, it + 1 < n_it, [&] { load_a(it + 1); });
     ds_by_row(dp, s, dr);
     // dQ += dS·K, K from the Kᵀ image.
-    split_grad_step<E, DP>(acc, dp, st + 2 * kStep, empty, parity, it + 1 < n_it, [&] { load_step(it + 1); });
+    mbar_wait(bar.full_b, parity);
+    split_grad_step<E, DP>(acc, dp, st + 2 * kStep, bar.empty_b, parity, it + 1 < n_it, [&] { load_b(it + 1); });
   }
   store_warp_rows<DP>(head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride), acc,
                       q0 + warp * 16, nq, p.dim, p.dq_row_stride, static_cast<float>(p.scale));

@@ -238,13 +238,13 @@ extern "C" __global__ void __launch_bounds__(flash::sm90::kDvThreads, 1)
 }
 
 // The second: dK (dk_colblock).
-extern "C" __global__ void __launch_bounds__(flash::sm90::kDvThreads, 1)
+extern "C" __global__ void __launch_bounds__(flash::sm90::kSplitThreads, 1)
     flash_bwd_dk_wgmma_tf32x3_d128(const __grid_constant__ flash::Params p) {
   flash::sm90::dk_colblock<flash::mma::TF32x3, 128>(p);
 }
 
 // The third: dQ (dq_split_rowblock).
-extern "C" __global__ void __launch_bounds__(flash::sm90::kDvThreads, 1)
+extern "C" __global__ void __launch_bounds__(flash::sm90::kSplitThreads, 1)
     flash_bwd_dq_wgmma_tf32x3_d128(const __grid_constant__ flash::Params p) {
   flash::sm90::dq_split_rowblock<flash::mma::TF32x3, 128>(p);
 }

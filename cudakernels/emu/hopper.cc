@@ -229,9 +229,9 @@ template <typename E, typename R, int DP, Kernel K> void backward(Params p, cons
     const unsigned gridK = static_cast<unsigned>(bh * ((p.nk + kBwdTile - 1) / kBwdTile));
     const unsigned gridQ = static_cast<unsigned>(bh * ((p.nq + kBwdTile - 1) / kBwdTile));
     if constexpr (K == kDV || kThree) emu::launch(gridK, kDvThreads, sh.smemDKDV, [&] { dv_colblock<E, DP>(p); });
-    if constexpr (K == kDK || kThree) emu::launch(gridK, kDvThreads, sh.smemDKDV, [&] { dk_colblock<E, DP>(p); });
+    if constexpr (K == kDK || kThree) emu::launch(gridK, kSplitThreads, sh.smemDKDV, [&] { dk_colblock<E, DP>(p); });
     if constexpr (K == kDQ || kThree) {
-      emu::launch(gridQ, kDvThreads, kThree ? sh.smemDQ : sh.smemDKDV, [&] { dq_split_rowblock<E, DP>(p); });
+      emu::launch(gridQ, kSplitThreads, kThree ? sh.smemDQ : sh.smemDKDV, [&] { dq_split_rowblock<E, DP>(p); });
     }
   } else {
     backwardPair<E, DP, K>(p, sh, biasSlices, kvh, bh);
