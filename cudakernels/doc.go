@@ -153,10 +153,14 @@
 //     order, per-tile partial sums (csrc/mma.cuh's TF32x3); at D > 64 the
 //     scores' big products in two chains of k-slices (the accumulators
 //     truncate: sm90.cuh's halved_big) and the backward in three kernels,
-//     one gradient each (wgmmaBwdSplit3). They pass the same FP32 suite
-//     (H100, 2026-12-05 at D ≤ 64, 2026-12-06 at 128) at 2.4–6.4× the
-//     CUDA-core kernels' speed at D ≤ 64, 3.6–4.5× at 128
-//     (bench/RESULTS.md).
+//     one gradient each (wgmmaBwdSplit3): dV by two warpgroups that take
+//     turns over the query steps, each with a stage of its own, dK and dQ
+//     by one warpgroup whose single stage is refilled in two halves, the
+//     next step's scores operands while this step's gradient product runs
+//     (shared memory holds no second stage of hi and lo parts). They pass
+//     the same FP32 suite (H100, 2026-12-05 at D ≤ 64, 2026-12-06 at 128)
+//     at 2.4–6.4× the CUDA-core kernels' speed at D ≤ 64, 3.6–4.5× at 128
+//     (the backward since 10–16 % faster again; bench/RESULTS.md).
 //   - TF32: tensor cores, Q, K, V, dO, P and dS rounded to tf32 (10
 //     mantissa bits), fp32 accumulation and softmax. Forward in both
 //     kernel families; backward on tensor cores in the Hopper family up to
