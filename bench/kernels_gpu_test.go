@@ -38,6 +38,8 @@ var family = flag.String("family", "auto", "kernel family of the tensor-core ker
 
 var reps = flag.Int("reps", 3, "timed runs of each KernelTime in BenchmarkKernelsGPU and BenchmarkVariantsGPU, whose median each reports: more narrow an A/B's spread between rounds (devab.sh's REPS)")
 
+var kernelDir = flag.String("kerneldir", "", "BenchmarkKernelsGPU's backends load their modules from this directory (cudakernels.WithKernelDir) instead of the binary's own: cudakernels/ptx times the PTX that a user's build loads, compiled by the driver, beside a binary whose embedded modules are devpack.sh's CUBIN=1 machine code")
+
 var deterministic = flag.Bool("deterministic", true, "BenchmarkKernelsGPU's backends: false lets the Hopper backward of plain 16-bit problems sum dQ by reductions in one kernel (cudakernels.WithDeterministic)")
 
 // tuneTableOptions returns WithTuneTable of the table in the file
@@ -78,8 +80,12 @@ func BenchmarkKernelsGPU(b *testing.B) {
 		b.Fatal(err)
 	}
 	for _, prec := range []cudakernels.Precision{cudakernels.FP32, cudakernels.TF32, cudakernels.BF16, cudakernels.FP16} {
-		be, err := cudakernels.NewBackend(append(tuneTableOptions(b), cudakernels.WithPrecision(prec), cudakernels.WithFamily(fam),
-			cudakernels.WithDeterministic(*deterministic))...)
+		opts := append(tuneTableOptions(b), cudakernels.WithPrecision(prec), cudakernels.WithFamily(fam),
+			cudakernels.WithDeterministic(*deterministic))
+		if *kernelDir != "" {
+			opts = append(opts, cudakernels.WithKernelDir(*kernelDir))
+		}
+		be, err := cudakernels.NewBackend(opts...)
 		if errors.Is(err, cudakernels.ErrNoDevice) {
 			b.Skipf("no CUDA device: %v", err)
 		}
