@@ -18,8 +18,11 @@
 //     to 16384, D 64 and 128, causal off and on), in TFLOP/s;
 //     FLASHATTN_TUNE_TABLE=FILE makes it choose kernels by that tuning
 //     table (cudakernels.TuneTable, as flashtune writes one) instead of the
-//     committed one, and -deterministic=false lets the Hopper backward run
-//     fused (cudakernels.WithDeterministic).
+//     committed one, -deterministic=false lets the Hopper backward run
+//     fused (cudakernels.WithDeterministic), and -kerneldir DIR loads the
+//     kernel modules from DIR (cudakernels.WithKernelDir): with
+//     ../cudakernels/ptx, the PTX a user's driver compiles, timed by a
+//     binary that embeds devpack.sh's cubins.
 //   - BenchmarkOpGPU (tag flashgpu): the op on the GPU with its host↔device
 //     copies, alone and in a Gorgonia graph, beside the kernels' time.
 //
