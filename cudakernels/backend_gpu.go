@@ -445,7 +445,9 @@ func backwardScratchBytes[T kernels.Float](b *Backend, p kernels.Params) (int64,
 // products see), and so are q, k and v where the CUDA-core backward serves
 // the head dimension; rounding is idempotent, and the forward rounds the
 // same way. Where the tensor cores serve the backward, dO's rounding and D
-// are one pass (flash_bwd_dot_do_o_round); the CUDA-core backward keeps D
+// are one pass (flash_bwd_dot_do_o_round; for the Hopper backward, which
+// rounds dO into its images, _rounded, which leaves dO unwritten and D
+// the same bits); the CUDA-core backward keeps D
 // in the fma chain of its own dP (round.cuh says why). FP32's 3xTF32
 // backward takes D from the same pass, of split products and with dO
 // unrounded (round.cuh's do_o_fma).
@@ -458,7 +460,11 @@ func enqueueBackward[T kernels.Float](b *Backend, p kernels.Params, buf bwdBuffe
 	roundedOperands := elem == 4 && b.prec != FP32
 	splitProducts := elem == 4 && b.prec == FP32 && c.kind == kindWGMMA
 	if (roundedOperands && !c.rounded) || splitProducts {
-		if err := launchDotDoORound(b.reg.dotDoORound, p, buf, stream); err != nil {
+		dot := b.reg.dotDoORound
+		if roundedOperands && c.kind == kindWGMMA {
+			dot = b.reg.dotDoORounded
+		}
+		if err := launchDotDoORound(dot, p, buf, stream); err != nil {
 			return fmt.Errorf("cudakernels: backward launch: %w", err)
 		}
 	} else {

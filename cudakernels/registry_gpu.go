@@ -54,8 +54,10 @@ type registry struct {
 	round cu.Function
 	// dotDoORound is D = rowsum(dO∘O) and dO's rounding to prec in one pass,
 	// for the backwards that do not run the CUDA cores on rounded operands;
-	// for FP32, D of split products for the 3xTF32 backward.
-	dotDoORound cu.Function
+	// for FP32, D of split products for the 3xTF32 backward. dotDoORounded
+	// (TF32, BF16, FP16) takes D of the rounded dO but leaves dO as it is,
+	// for the Hopper backward, whose images round it the same way.
+	dotDoORound, dotDoORounded cu.Function
 	// dec holds the decoding kernels (decode_gpu.go).
 	dec *decoder
 }
@@ -92,6 +94,9 @@ func loadRegistry(dev Capability, fam Family, prec Precision, tuned *TuneTable, 
 			return nil, err
 		}
 		if r.dotDoORound, err = function(r.mod, "flash_bwd_dot_do_o_round_"+prec.String()); err != nil {
+			return nil, err
+		}
+		if r.dotDoORounded, err = function(r.mod, "flash_bwd_dot_do_o_rounded_"+prec.String()); err != nil {
 			return nil, err
 		}
 	} else if r.dotDoORound, err = function(r.mod, "flash_bwd_dot_do_o_round_tf32x3"); err != nil {

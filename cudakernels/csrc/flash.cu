@@ -194,16 +194,24 @@ FLASH_ROUND(fp16, flash::mma::RoundFP16)
 FLASH_ROUND(tf32, flash::mma::TF32)
 
 // dO rounded and D = rowsum(dO∘O) in one pass (round.cuh), a warp per row;
-// bwd_simt_gpu.go launches 256 threads, 8 rows, a block.
+// bwd_simt_gpu.go launches 256 threads, 8 rows, a block. The _rounded
+// ones leave dO as it is and take D of its rounded values, for the Hopper
+// backward, which reads dO through images that round it alike.
 #define FLASH_DOT_DO_O_ROUND(NAME, R)                                                  \
   extern "C" __global__ void __launch_bounds__(256)                                    \
       flash_bwd_dot_do_o_round_##NAME(const __grid_constant__ flash::Params p) {       \
     flash::mma::dot_do_o_round<R>(p);                                                  \
   }
+#define FLASH_DOT_DO_O_ROUNDED(NAME, R)                                                \
+  FLASH_DOT_DO_O_ROUND(NAME, R)                                                        \
+  extern "C" __global__ void __launch_bounds__(256)                                    \
+      flash_bwd_dot_do_o_rounded_##NAME(const __grid_constant__ flash::Params p) {     \
+    flash::mma::dot_do_o_round<R, false>(p);                                           \
+  }
 
-FLASH_DOT_DO_O_ROUND(bf16, flash::mma::RoundBF16)
-FLASH_DOT_DO_O_ROUND(fp16, flash::mma::RoundFP16)
-FLASH_DOT_DO_O_ROUND(tf32, flash::mma::TF32)
+FLASH_DOT_DO_O_ROUNDED(bf16, flash::mma::RoundBF16)
+FLASH_DOT_DO_O_ROUNDED(fp16, flash::mma::RoundFP16)
+FLASH_DOT_DO_O_ROUNDED(tf32, flash::mma::TF32)
 // FP32's D for the 3xTF32 backward: split products, dO unrounded.
 FLASH_DOT_DO_O_ROUND(tf32x3, flash::mma::TF32x3)
 

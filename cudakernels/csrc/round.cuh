@@ -69,8 +69,12 @@ __device__ __forceinline__ float do_o_fma(float x, float y, float acc) {
 // dP = dO·V with the same chain (a row that sees one key: dP − D = 0
 // exactly), which is why that backward keeps the two passes. Every row of
 // dO is rounded, padding included, as before; padding rows get D = 0. The
-// split type (FP32) keeps dO as it is, unwritten.
-template <typename R>
+// split type (FP32) keeps dO as it is, unwritten, and so does every type
+// without kWriteBack: the Hopper backward reads dO only through its
+// images, whose conversion rounds it to R the same way (rounding twice to
+// one format is rounding once), so writing the rounded rows back would be
+// a third of the pass's traffic for nothing.
+template <typename R, bool kWriteBack = true>
 __device__ void dot_do_o_round(const Params& p) {
   const long long rows = p.b * p.h * p.nq;
   const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
@@ -94,7 +98,7 @@ __device__ void dot_do_o_round(const Params& p) {
       float4 x = *reinterpret_cast<const float4*>(dout + d);
       if constexpr (R::kParts == 1) {
         x = make_float4(R::round(x.x), R::round(x.y), R::round(x.z), R::round(x.w));
-        *reinterpret_cast<float4*>(dout + d) = x;
+        if constexpr (kWriteBack) *reinterpret_cast<float4*>(dout + d) = x;
       }
       if (real) {
         const float4 y = __ldg(reinterpret_cast<const float4*>(o + d));
@@ -109,7 +113,7 @@ __device__ void dot_do_o_round(const Params& p) {
       float x = dout[d];
       if constexpr (R::kParts == 1) {
         x = R::round(x);
-        dout[d] = x;
+        if constexpr (kWriteBack) dout[d] = x;
       }
       if (real) acc = do_o_fma<R>(x, __ldg(o + d), acc);
     }

@@ -183,9 +183,11 @@ template <typename E, typename R, int DP, Kernel K> void backward(Params p, cons
   std::vector<float> delta(bh * p.nq);
   p.delta = delta.data();
   constexpr bool kSplit = E::kParts > 1;
-  // D and dO rounded to R, a warp per row (R = TF32x3, the FP32
-  // precision: dO as it is, D of split products, round.cuh's do_o_fma).
-  emu::launch(static_cast<unsigned>((bh * p.nq + 7) / 8), 256, 0, [&] { flash::mma::dot_do_o_round<R>(p); });
+  // D of dO rounded to R, a warp per row, dO left as it is for the images
+  // to round, as the backend launches it (flash_bwd_dot_do_o_rounded_*;
+  // R = TF32x3, the FP32 precision: D of split products, round.cuh's
+  // do_o_fma).
+  emu::launch(static_cast<unsigned>((bh * p.nq + 7) / 8), 256, 0, [&] { flash::mma::dot_do_o_round<R, false>(p); });
   constexpr long long kW = DP * E::kParts;  // image columns
   const long long nqPad = roundUp(p.nq, kBwdPad), nkPad = roundUp(p.nk, kBwdPad);
   const size_t qBytes = bh * nqPad * kW * sizeof(S), kBytes = kvh * nkPad * kW * sizeof(S);
