@@ -1026,7 +1026,7 @@ __device__ void dv_colblock(const Params& p) {
 // Sᵀ = K·Qᵀ as dv_colblock takes it, dPᵀ = V·dOᵀ (split_ss), P by
 // probs_dkdv, dSᵀ = Pᵀ∘(dPᵀ − D), dK += dSᵀ·Q from the Qᵀ image, each
 // step's sum apart; dK is scaled once at the end. The stage is two halves
-// with mbarriers of their own (split_stage_bars): [Q, dO, LSE, D], free
+// with mbarriers of their own (SplitStageBars): [Q, dO, LSE, D], free
 // once dSᵀ is formed, so that the next step's copy runs under this step's
 // dK product, and [Qᵀ], free after that product, whose next copy runs
 // under the next step's Sᵀ and dPᵀ.
