@@ -130,6 +130,9 @@ namespace sm90 {
 
 constexpr int kBwdTile = 64;  // rows of every image tile, and of a warpgroup's share of a block
 constexpr int kBwdPad = 128;  // images and statistics are padded to a multiple of this many rows
+// bwd_padded is n rows padded to a multiple of kBwdPad: a head's rows in
+// the backward's images and statistics.
+__host__ __device__ constexpr long long bwd_padded(long long n) { return (n + kBwdPad - 1) / kBwdPad * kBwdPad; }
 
 constexpr int kBwdWarpgroups = 2;
 constexpr int kBwdThreads = 128 * kBwdWarpgroups;
@@ -234,12 +237,12 @@ __device__ void prep_stats(const Params& p) {
   const float* __restrict__ delta = static_cast<const float*>(p.delta);
   float* __restrict__ lse2 = static_cast<float*>(p.lse_log2);
   float* __restrict__ dpad = static_cast<float*>(p.delta_pad);
-  const long long nq = p.nq, nq_pad = (nq + kBwdPad - 1) / kBwdPad * kBwdPad;
+  const long long nq = p.nq, nq_pad = bwd_padded(nq);
   const long long n = p.b * p.h * nq_pad, stride = static_cast<long long>(gridDim.x) * blockDim.x;
   for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const long long bh = i / nq_pad, r = i % nq_pad, lq = seq_mask(p, bh).lq;
     if constexpr (kVar) {
-      if (r >= (lq + kBwdPad - 1) / kBwdPad * kBwdPad) continue;
+      if (r >= bwd_padded(lq)) continue;
     }
     const bool real = r < lq;
     lse2[i] = real ? (kNatural ? lse[bh * nq + r] : lse[bh * nq + r] * kLog2e) : Math<float>::inf();
@@ -511,8 +514,8 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
   auto tfull = [&](int s) { return bars + 24 + 8 * s; };
   auto empty = [&](int s) { return bars + 40 + 8 * s; };
 
-  const long long nq_pad = (nq + kBwdPad - 1) / kBwdPad * kBwdPad;
-  const long long nk_pad = (nk + kBwdPad - 1) / kBwdPad * kBwdPad;
+  const long long nq_pad = bwd_padded(nq);
+  const long long nk_pad = bwd_padded(nk);
   const long long blocks = (nk + kBwdBlock - 1) / kBwdBlock;
   const long long k0 = (kVar ? kblk : blockIdx.x % blocks) * kBwdBlock;  // _var: block_order's key block
   const int wg = warp_uniform(threadIdx.x / 128), warp = warp_uniform(threadIdx.x / 32 % 4), lane = threadIdx.x % 32;
@@ -894,8 +897,8 @@ __device__ void dv_colblock(const Params& p) {
   constexpr int kNS = kDvStep / 8;                         // n8 tiles of Sᵀ per warp: queries
   constexpr int kND = DP / 8;                              // n8 tiles of dV per warp
   const long long nq = p.nq, nk = p.nk;
-  const long long nq_pad = (nq + kBwdPad - 1) / kBwdPad * kBwdPad;
-  const long long nk_pad = (nk + kBwdPad - 1) / kBwdPad * kBwdPad;
+  const long long nq_pad = bwd_padded(nq);
+  const long long nk_pad = bwd_padded(nk);
   const long long blocks = (nk + kBwdTile - 1) / kBwdTile;
   const long long bh = blockIdx.x / blocks, k0 = blockIdx.x % blocks * kBwdTile;
   const SeqMask mk = seq_mask(p, bh);
@@ -1054,8 +1057,8 @@ __device__ void dk_colblock(const Params& p) {
   constexpr int kNS = kDvStep / 8;
   constexpr int kND = DP / 8;
   const long long nq = p.nq, nk = p.nk;
-  const long long nq_pad = (nq + kBwdPad - 1) / kBwdPad * kBwdPad;
-  const long long nk_pad = (nk + kBwdPad - 1) / kBwdPad * kBwdPad;
+  const long long nq_pad = bwd_padded(nq);
+  const long long nk_pad = bwd_padded(nk);
   const long long blocks = (nk + kBwdTile - 1) / kBwdTile;
   const long long bh = blockIdx.x / blocks, k0 = blockIdx.x % blocks * kBwdTile;
   const SeqMask mk = seq_mask(p, bh);
@@ -1181,8 +1184,8 @@ __device__ void dq_split_rowblock(const Params& p) {
   constexpr int kNS = kDvStep / 8;                         // n8 tiles of S per warp: keys
   constexpr int kND = DP / 8;
   const long long nq = p.nq, nk = p.nk;
-  const long long nq_pad = (nq + kBwdPad - 1) / kBwdPad * kBwdPad;
-  const long long nk_pad = (nk + kBwdPad - 1) / kBwdPad * kBwdPad;
+  const long long nq_pad = bwd_padded(nq);
+  const long long nk_pad = bwd_padded(nk);
   const long long blocks = (nq + kBwdTile - 1) / kBwdTile;
   const long long bh = blockIdx.x / blocks, q0 = blockIdx.x % blocks * kBwdTile;
   const SeqMask mk = seq_mask(p, bh);
@@ -1336,8 +1339,8 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
   auto full = [&](int s) { return bars + 8 + 8 * s; };
   auto empty = [&](int s) { return bars + 24 + 8 * s; };
 
-  const long long nq_pad = (nq + kBwdPad - 1) / kBwdPad * kBwdPad;
-  const long long nk_pad = (nk + kBwdPad - 1) / kBwdPad * kBwdPad;
+  const long long nq_pad = bwd_padded(nq);
+  const long long nk_pad = bwd_padded(nk);
   const long long blocks = (nq + kBwdBlock - 1) / kBwdBlock;
   const long long q0 = (kVar ? qblk : blockIdx.x % blocks) * kBwdBlock;
   const int wg = warp_uniform(threadIdx.x / 128), warp = warp_uniform(threadIdx.x / 32 % 4), lane = threadIdx.x % 32;
@@ -1562,8 +1565,8 @@ __device__ void dbias_tile(const Params& p) {
   const S* __restrict__ dout = static_cast<const S*>(p.dout);
   const float* __restrict__ lse2 = static_cast<const float*>(p.lse_log2);
   const float* __restrict__ dpad = static_cast<const float*>(p.delta_pad);
-  const long long nq_pad = (nq + kBwdPad - 1) / kBwdPad * kBwdPad;
-  const long long nk_pad = (nk + kBwdPad - 1) / kBwdPad * kBwdPad;
+  const long long nq_pad = bwd_padded(nq);
+  const long long nk_pad = bwd_padded(nk);
 
   unsigned char* const sm = aligned_smem();
   const uint32_t base = smem_addr(sm);
