@@ -447,7 +447,8 @@ func backwardScratchBytes[T kernels.Float](b *Backend, p kernels.Params) (int64,
 // same way. Where the tensor cores serve the backward, dO's rounding and D
 // are one pass (flash_bwd_dot_do_o_round; for the Hopper backward, which
 // rounds dO into its images, _rounded, which leaves dO unwritten and D
-// the same bits); the CUDA-core backward keeps D
+// the same bits; or, where ks is a deltaFuser that fuses D for p, the
+// pass of ks.launch that writes dO's image); the CUDA-core backward keeps D
 // in the fma chain of its own dP (round.cuh says why). FP32's 3xTF32
 // backward takes D from the same pass, of split products and with dO
 // unrounded (round.cuh's do_o_fma).
@@ -459,7 +460,9 @@ func enqueueBackward[T kernels.Float](b *Backend, p kernels.Params, buf bwdBuffe
 	}
 	roundedOperands := elem == 4 && b.prec != FP32
 	splitProducts := elem == 4 && b.prec == FP32 && c.kind == kindWGMMA
-	if (roundedOperands && !c.rounded) || splitProducts {
+	if f, ok := ks.(deltaFuser); ok && roundedOperands && f.fusesDelta(p, buf) {
+		// D comes from the pass that writes dO's image, in ks.launch.
+	} else if (roundedOperands && !c.rounded) || splitProducts {
 		dot := b.reg.dotDoORound
 		if roundedOperands && c.kind == kindWGMMA {
 			dot = b.reg.dotDoORounded

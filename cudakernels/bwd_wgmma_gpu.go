@@ -4,6 +4,7 @@ package cudakernels
 
 import (
 	"fmt"
+	"math"
 
 	"gorgonia.org/cu"
 
@@ -30,10 +31,13 @@ import (
 // lengths). Where wgmmaBwdSplit3 (FP32 at dp = 128), dv and dk take the
 // place of dkdv, each computing one gradient in blocks of c.rows keys,
 // and dq is dQ's kernel of the same kind (one warpgroup a block).
+// dotImage, for the 16-bit types, computes D in the pass that writes dO's
+// row image (fusesDelta).
 type wgmmaBackward struct {
 	dkdv, dq, dkdvVar, dqVar, stats, statsVar, dbias cu.Function
 	dkdvDQ, dv, dk                                   cu.Function
 	toRows, toVt, toRowsLen, toVtLen, toRowsVt       cu.Function
+	dotImage                                         cu.Function
 	c                                                choice
 }
 
@@ -96,6 +100,9 @@ func loadWgmmaBackward(mod cu.Module, c choice, maxSmem int, reduceDQ bool) (*wg
 	functions := []named{{&b.toRows, "flash_to_image_rows_" + typ}, {&b.toVt, "flash_to_image_vt_" + typ}}
 	if wgmmaBwdTImages(c.prec) {
 		functions = append(functions, named{&b.toRowsVt, "flash_to_image_rows_vt_" + typ})
+	} else if c.dp%64 == 0 {
+		// dot_do_o_image writes whole 64-column panels.
+		functions = append(functions, named{&b.dotImage, "flash_bwd_dot_do_o_image_" + typ})
 	}
 	if plainOnly {
 		functions = append(functions, named{&b.stats, "flash_bwd_stats_sm90_natural"})
@@ -151,6 +158,23 @@ func (b *wgmmaBackward) scratchBytes(p kernels.Params) int64 {
 	return b.carve(p, 0, &wgmmaBwdScratch{})
 }
 
+// fusesDelta reports whether launch computes D itself, in the pass that
+// writes dO's row image (flash_bwd_dot_do_o_image_*, which reads dO once
+// for both): for the 16-bit types on calls without lengths, whose images
+// hold every row. enqueueBackward then launches no D pass of its own.
+func (b *wgmmaBackward) fusesDelta(p kernels.Params, buf bwdBuffers) bool {
+	return b.dotImage != (cu.Function{}) && buf.vars.qLens == 0
+}
+
+// dotImageArgs is the parameter buffer of flash_bwd_dot_do_o_image_*:
+// the backward's Params, then the float32 dO and the image's rows a head
+// (8-byte fields after a struct of 8-byte fields: no padding).
+type dotImageArgs struct {
+	kernelParams
+	dout uint64
+	nPad int64
+}
+
 // launch converts the inputs into images in buf.scratch (K and V of the
 // B·KVHeads() key heads only; with lengths, up to each batch entry's
 // length rounded up to a block), then enqueues the statistics, the dK/dV
@@ -158,7 +182,8 @@ func (b *wgmmaBackward) scratchBytes(p kernels.Params) int64 {
 // and the dK kernels (a block per 64 keys: wgmmaBwdSplit3), and the dQ
 // kernel, and for a bias gradient the dBias kernel (a block per
 // wgmmaBwdBlock queries × wgmmaBwdTile keys of each bias slice). buf.delta
-// must already hold D.
+// must already hold D, but where fusesDelta: then the pass that writes
+// dO's image writes it first.
 func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Stream) error {
 	gridK, gridQ, err := backwardGrids(p, b.c.rows)
 	if err != nil {
@@ -170,12 +195,16 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 		p: p, dp: b.c.dp, elemSz: elemBytes(b.c.prec), stream: stream}
 	qim, kim := im.queries(buf.vars), im.keys(buf.vars)
 	nqPad, nkPad := b.padded(p)
+	fused := b.fusesDelta(p, buf)
 	for _, c := range []struct {
 		im                    imaging
 		src, rows, transposed cu.DevicePtr
 		n                     int
 		pad                   int64
 	}{{qim, buf.q, s.q, s.qT, p.Nq, nqPad}, {qim, buf.do, s.dout, s.doutT, p.Nq, nqPad}, {kim, buf.k, s.k, s.kT, p.Nk, nkPad}, {kim, buf.v, s.v, 0, p.Nk, nkPad}} {
+		if fused && c.src == buf.do {
+			continue // below, with D
+		}
 		if c.transposed != 0 {
 			if err := c.im.both(c.src, c.rows, c.transposed, c.n, c.pad, wgmmaBwdTile, wgmmaBwdPad); err != nil {
 				return err
@@ -194,6 +223,19 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 	ops.lseLog2, ops.deltaPad = uint64(s.lseLog2), uint64(s.deltaPad)
 	kp := newParams(p, ops)
 	bh := int64(p.B) * int64(p.H)
+	if fused {
+		// A warp per image row, padding rows included; before the
+		// statistics, which read D.
+		const threads, rowsPerBlock = 256, 256 / 32
+		blocks := (bh*nqPad + rowsPerBlock - 1) / rowsPerBlock
+		if blocks > math.MaxInt32 {
+			return fmt.Errorf("cudakernels: %d query rows exceed the grid of dO's image", bh*nqPad)
+		}
+		args := dotImageArgs{kp, uint64(buf.do), nqPad}
+		if err := launchWith(b.dotImage, int(blocks), threads, 0, stream, &args); err != nil {
+			return err
+		}
+	}
 	// requestFor and the kernels' argument must agree on the bias and
 	// dropout: the launch shapes differ.
 	switch full := kp.Bias != 0 || kp.DropoutThreshold != 0; {

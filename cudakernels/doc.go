@@ -309,6 +309,9 @@
 // streams steps of 32 rows and single-buffers Qᵀ and dOᵀ so that two
 // warpgroups fit shared memory (158 against 101 TFLOP/s with one), and
 // keeps the late refill, since its next step needs those tiles at once.
+// The BF16/FP16 backward of a call without lengths writes dO's image in
+// the pass that computes D = rowsum(dO∘O) (a warp per image row), so dO
+// is read once, not twice.
 //
 // The Hopper kernels compute the attention variants of kernels.Params
 // (csrc/variants.cuh mirrors kernels.Mask and ModifyScore). Each attention

@@ -37,11 +37,18 @@ const (
 // launch enqueues fn on stream over grid blocks of threads threads with smem
 // bytes of dynamic shared memory, its one argument being kp (Params).
 func launch(fn cu.Function, grid, threads, smem int, stream cu.Stream, kp *kernelParams) error {
+	return launchWith(fn, grid, threads, smem, stream, kp)
+}
+
+// launchWith is launch for a kernel whose arguments are more than Params:
+// args is a struct of the kernel's arguments in order, laid out as the
+// kernel's parameter buffer is (each field 8 bytes, Params first).
+func launchWith[T any](fn cu.Function, grid, threads, smem int, stream cu.Stream, args *T) error {
 	h := *(*C.CUfunction)(unsafe.Pointer(&fn))
 	s := *(*C.CUstream)(unsafe.Pointer(&stream))
-	// kp holds numbers only, so cgo lets C read it for the duration of the
-	// call; the driver copies the buffer before cuLaunchKernel returns.
-	r := C.flash_launch(h, C.uint(grid), C.uint(threads), C.uint(smem), s, unsafe.Pointer(kp), C.size_t(unsafe.Sizeof(*kp)))
+	// args holds numbers only, so cgo lets C read it for the duration of
+	// the call; the driver copies the buffer before cuLaunchKernel returns.
+	r := C.flash_launch(h, C.uint(grid), C.uint(threads), C.uint(smem), s, unsafe.Pointer(args), C.size_t(unsafe.Sizeof(*args)))
 	if r != C.CUDA_SUCCESS {
 		return fmt.Errorf("cuLaunchKernel: CUDA error %d", int(r))
 	}

@@ -34,6 +34,14 @@ type backwardKernel interface {
 	launch(p kernels.Params, buf bwdBuffers, stream cu.Stream) error
 }
 
+// A deltaFuser is a backwardKernel that, for the calls fusesDelta accepts,
+// computes D = rowsum(dO∘O) itself in launch (of dO rounded to its
+// operand type), in the pass that converts dO: enqueueBackward then
+// launches no D pass.
+type deltaFuser interface {
+	fusesDelta(p kernels.Params, buf bwdBuffers) bool
+}
+
 // registry holds the loaded modules and, for every choice that choose can
 // return for this backend, its kernels. It is used on the worker's thread.
 type registry struct {

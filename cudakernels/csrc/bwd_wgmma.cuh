@@ -122,6 +122,7 @@
 // accumulators (sm90.cuh's step_product).
 #pragma once
 #include "common.cuh"
+#include "round.cuh"
 #include "sm90.cuh"
 #include "sm90_variants.cuh"
 
@@ -221,6 +222,81 @@ struct DkdvBiasSwizzle {
 struct DqBiasSwizzle {
   __device__ __forceinline__ static int col(int r, int c) { return c ^ ((r & 7) << 3); }
 };
+
+// dot_do_o_image is D = rowsum(dO∘O) − dLSE of mma::dot_do_o_round<R,
+// false> and dO's row image of to_image_rows<E> (tiles of kBwdTile rows)
+// in one pass: dO, the float32 [bh, nq, dim] at dout, is read once
+// instead of twice. p is the backward's own (its dout the image, rows
+// p.dout_row_stride columns apart, n_pad rows a head: a multiple of
+// kBwdTile; o, delta and dlse as dot_do_o_round reads them); the
+// 16-bit types only (E::kParts == 1, without transposed images), at a
+// padded dimension that is a multiple of 64 (whole 128-byte panels),
+// and for calls without lengths, whose image holds every row. A warp
+// per image row, lane l taking the columns 4l + 128k as dot_do_o_round's
+// aligned path does, so D is its bits there; each lane writes its four
+// columns' 8 bytes at their swizzled place (a 16-byte chunk holds two
+// lanes' halves). Padding rows (nq ≤ i < n_pad) are zero in the image and
+// have no D (prep_stats pads it). Any grid; blockDim.x a multiple of 32.
+template <typename E, typename R>
+__device__ void dot_do_o_image(const Params& p, const float* __restrict__ dout, long long n_pad) {
+  static_assert(E::kParts == 1 && !bwd_t_images<E>(), "dot_do_o_image writes the 16-bit types' row image alone");
+  const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= p.b * p.h * n_pad) return;  // whole warps
+  const unsigned bh = static_cast<unsigned>(row / n_pad), i = static_cast<unsigned>(row % n_pad);
+  const int dim = static_cast<int>(p.dim), dp = static_cast<int>(p.dout_row_stride);
+  const bool in_rows = i < p.nq;
+  const float* x = dout + (static_cast<long long>(bh) * p.nq + i) * dim;
+  const float* o =
+      head_of(static_cast<const float*>(p.o), bh, p.h, p.o_batch_stride, p.o_head_stride) + i * p.o_row_stride;
+  const bool real = in_rows && i < seq_mask(p, bh).lq;
+  const bool vec = dim % 4 == 0 && (reinterpret_cast<uintptr_t>(dout) | reinterpret_cast<uintptr_t>(o)) % 16 == 0;
+  // Image row i of head bh: tile i / kBwdTile, row r within it; 16-byte
+  // chunk c (columns 8c …) of 64-column panel c / 8 sits at chunk
+  // (c mod 8) ^ (r mod 8) of the panel's row, as to_image_rows writes it.
+  const int r = static_cast<int>(i % kBwdTile);
+  uint2* y = reinterpret_cast<uint2*>(const_cast<void*>(p.dout)) +
+             2 * (static_cast<long long>(bh) * n_pad * (dp / 8) + static_cast<long long>(i - r) * (dp / 8));
+  float acc = 0.f;
+  for (int c = 4 * lane; c < dp; c += 4 * 32) {
+    float f[4] = {0.f, 0.f, 0.f, 0.f};
+    if (in_rows) {
+      if (vec && c < dim) {
+        const float4 v = *reinterpret_cast<const float4*>(x + c);
+        f[0] = v.x, f[1] = v.y, f[2] = v.z, f[3] = v.w;
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) f[e] = c + e < dim ? x[c + e] : 0.f;
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) f[e] = R::round(f[e]);
+      if (real && c < dim) {
+        if (vec) {
+          const float4 w = __ldg(reinterpret_cast<const float4*>(o + c));
+          acc = mma::do_o_fma<R>(f[0], w.x, acc);
+          acc = mma::do_o_fma<R>(f[1], w.y, acc);
+          acc = mma::do_o_fma<R>(f[2], w.z, acc);
+          acc = mma::do_o_fma<R>(f[3], w.w, acc);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (c + e < dim) acc = mma::do_o_fma<R>(f[e], __ldg(o + c + e), acc);
+        }
+      }
+    }
+    const int chunk = c / 8, panel = chunk / 8;
+    const int at = (panel * kBwdTile + r) * 8 + ((chunk % 8) ^ (r % 8));
+    y[2 * at + (c / 4) % 2] = make_uint2(E::pack(f[0], f[1]), E::pack(f[2], f[3]));
+  }
+  if (!in_rows) return;  // the whole warp: one row
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) {
+    const long long d = static_cast<long long>(bh) * p.nq + i;
+    if (real && p.dlse != nullptr) acc -= static_cast<const float*>(p.dlse)[d];
+    static_cast<float*>(p.delta)[d] = real ? acc : 0.f;
+  }
+}
 
 // prep_stats writes p.lse_log2[bh, i] = log2e·lse[bh, i] and
 // p.delta_pad[bh, i] = delta[bh, i] for the real rows i < lq of head bh,

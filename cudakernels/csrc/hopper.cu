@@ -221,6 +221,20 @@ FLASH_BWD_WGMMA_FULL(bf16, BF16, 128)
 FLASH_BWD_WGMMA_FULL(fp16, FP16, 64)
 FLASH_BWD_WGMMA_FULL(fp16, FP16, 128)
 
+// D = rowsum(dO∘O) and dO's row image in one pass (bwd_wgmma.cuh's
+// dot_do_o_image) for the 16-bit backward of a call without lengths: p is
+// the backward's Params (its dout the image), dout the float32 dO, n_pad
+// the image's rows a head; a warp per image row, any grid (256 threads
+// from bwd_wgmma_gpu.go).
+#define FLASH_DOT_DO_O_IMAGE(NAME, E, R)                                                                      \
+  extern "C" __global__ void __launch_bounds__(256) flash_bwd_dot_do_o_image_##NAME(                         \
+      const __grid_constant__ flash::Params p, const float* dout, long long n_pad) {                         \
+    flash::sm90::dot_do_o_image<flash::mma::E, flash::mma::R>(p, dout, n_pad);                               \
+  }
+
+FLASH_DOT_DO_O_IMAGE(bf16, BF16, RoundBF16)
+FLASH_DOT_DO_O_IMAGE(fp16, FP16, RoundFP16)
+
 // LSE in log2 units and D, padded to whole blocks; any block size and grid.
 // The _var one, for every problem the _var kernels compute, leaves the
 // blocks past a batch entry's last real row unwritten (no kernel reads them).

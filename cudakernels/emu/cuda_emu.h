@@ -59,6 +59,9 @@ struct emu_dim3 {
 struct uint4 {
   unsigned x, y, z, w;
 };
+struct alignas(8) uint2 {
+  unsigned x, y;
+};
 struct alignas(8) float2 {
   float x, y;
 };
@@ -66,6 +69,7 @@ struct alignas(16) float4 {
   float x, y, z, w;
 };
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 
 namespace emu {

@@ -22,8 +22,9 @@
 // of kEmuSMs blocks); K in tiles of the key
 // step; V transposed (or as rows); the _len conversions where the call has
 // lengths; then the forward. Backward (backend_gpu.go's enqueueBackward,
-// bwd_wgmma_gpu.go): dO rounded in place with D = rowsum(dO∘O) (TF32x3:
-// D by the CUDA-core dot_do_o, dO as it is); row images of Q, dO, K and V
+// bwd_wgmma_gpu.go): D = rowsum(dO∘O) of dO rounded, dO left as it is
+// (TF32x3: of split products), or for the 16-bit types without lengths in
+// the pass that writes dO's image; row images of Q, dO, K and V
 // (and for TF32 and TF32x3 transposed ones of Q, dO and K), in tiles of
 // 64 rows padded to 128; the statistics (TF32x3: in natural units); the dK/dV and dQ
 // kernels (or the fused one into a zeroed dQ); the dBias kernel where
@@ -186,8 +187,15 @@ template <typename E, typename R, int DP, Kernel K> void backward(Params p, cons
   // D of dO rounded to R, a warp per row, dO left as it is for the images
   // to round, as the backend launches it (flash_bwd_dot_do_o_rounded_*;
   // R = TF32x3, the FP32 precision: D of split products, round.cuh's
-  // do_o_fma).
-  emu::launch(static_cast<unsigned>((bh * p.nq + 7) / 8), 256, 0, [&] { flash::mma::dot_do_o_round<R, false>(p); });
+  // do_o_fma); for the 16-bit types without lengths, in the pass that
+  // writes dO's image instead, once the images' strides are set
+  // (wgmmaBackward.fusesDelta, flash_bwd_dot_do_o_image_*).
+  constexpr bool kFusedDelta = !bwd_t_images<E>() && DP % 64 == 0;
+  const bool fusedDelta = kFusedDelta && p.q_lens == nullptr;
+  const float* doutRows = static_cast<const float*>(p.dout);
+  if (!fusedDelta) {
+    emu::launch(static_cast<unsigned>((bh * p.nq + 7) / 8), 256, 0, [&] { flash::mma::dot_do_o_round<R, false>(p); });
+  }
   constexpr long long kW = DP * E::kParts;  // image columns
   const long long nqPad = roundUp(p.nq, kBwdPad), nkPad = roundUp(p.nk, kBwdPad);
   const size_t qBytes = bh * nqPad * kW * sizeof(S), kBytes = kvh * nkPad * kW * sizeof(S);
@@ -206,7 +214,7 @@ template <typename E, typename R, int DP, Kernel K> void backward(Params p, cons
     keys.both(p.k, k, kT, p.nk, nkPad, kBwdTile, kBwdPad);
   } else {
     queries.rows(p.q, q, p.nq, nqPad, kBwdTile, kBwdPad);
-    queries.rows(p.dout, dout, p.nq, nqPad, kBwdTile, kBwdPad);
+    if (!fusedDelta) queries.rows(p.dout, dout, p.nq, nqPad, kBwdTile, kBwdPad);
     keys.rows(p.k, k, p.nk, nkPad, kBwdTile, kBwdPad);
   }
   keys.rows(p.v, v, p.nk, nkPad, kBwdTile, kBwdPad);
@@ -219,6 +227,12 @@ template <typename E, typename R, int DP, Kernel K> void backward(Params p, cons
   p.q_t = kTImages ? qT.as<S>() : nullptr, p.dout_t = kTImages ? doutT.as<S>() : nullptr;
   p.k_t = kTImages ? kT.as<S>() : nullptr;
   p.lse_log2 = lse2.as<float>(), p.delta_pad = dpad.as<float>();
+  if constexpr (kFusedDelta) {
+    if (fusedDelta) {
+      emu::launch(static_cast<unsigned>((bh * nqPad + 7) / 8), 256, 0,
+                  [&] { dot_do_o_image<E, R>(p, doutRows, nqPad); });
+    }
+  }
   // kSplit3: one of the split type's three kernels at DP = 128, alone on
   // sh.smemDKDV bytes; kThree: all three in turn, as the backend launches
   // them for the plain kernel there (dV and dK on sh.smemDKDV, dQ on
