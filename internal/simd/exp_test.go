@@ -1,8 +1,10 @@
 package simd
 
 import (
+	"flag"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"testing"
 )
 
@@ -184,4 +186,75 @@ func maxFloat[T float32 | float64]() float64 {
 		return math.MaxFloat32
 	}
 	return math.MaxFloat64
+}
+
+var exhaustive = flag.Bool("exhaustive", false, "run TestExpShift32Exhaustive (minutes)")
+
+// TestExpShift32Exhaustive holds the assembly to TestExpShift32's contract
+// on every float32 argument y (shift 0: the result depends on y alone), in
+// 2^16 slices of 2^16 consecutive bit patterns, and also requires that no
+// result be subnormal. It runs only with -exhaustive.
+func TestExpShift32Exhaustive(t *testing.T) {
+	if !*exhaustive {
+		t.Skip("needs -exhaustive")
+	}
+	for _, impl := range exp32Impls() {
+		if !expFlushes(impl.name) {
+			continue // the portable loop is math.Exp itself
+		}
+		t.Run(impl.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			worst, worstY := 0.0, float32(0)
+			const workers = 4
+			for first := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					x, y := make([]float32, 1<<16), make([]float32, 1<<16)
+					myWorst, myY := 0.0, float32(0)
+					for hi := uint32(first); hi < 1<<16; hi += workers {
+						for i := range y {
+							y[i] = math.Float32frombits(hi<<16 | uint32(i))
+						}
+						copy(x, y)
+						impl.fn(x, 0)
+						for i, got := range x {
+							w, g := math.Exp(float64(y[i])), float64(got)
+							switch {
+							case math.IsNaN(w):
+								if !math.IsNaN(g) {
+									t.Errorf("exp(%v) = %v", y[i], g)
+								}
+								continue
+							case math.IsInf(float64(float32(w)), 1):
+								if !math.IsInf(g, 1) {
+									t.Errorf("exp(%v) = %v, want +Inf", y[i], g)
+								}
+								continue
+							case g == 0 && w < math.Ldexp(1, -125):
+								continue
+							case g != 0 && math.Abs(g) < math.Ldexp(1, -126):
+								t.Errorf("exp(%v) = %v, subnormal", y[i], g)
+							}
+							e := math.Abs(g-w) / ulpOf[float32](w)
+							if !(e <= 2) {
+								t.Errorf("exp(%v) = %v, want %v (%.2f ulp)", y[i], g, w, e)
+							}
+							if e > myWorst {
+								myWorst, myY = e, y[i]
+							}
+						}
+					}
+					mu.Lock()
+					if myWorst > worst {
+						worst, worstY = myWorst, myY
+					}
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
+			t.Logf("max error %.3f ulp (at y = %v) over every float32 argument", worst, worstY)
+		})
+	}
 }
