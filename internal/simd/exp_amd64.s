@@ -25,8 +25,14 @@
 // float32 constants. ln2hi = 0.693359375 has 9 significant bits, so n·ln2hi
 // is exact for |n| < 2^15; ln2hi + ln2lo = ln 2 to 5e-14. L = -86.98 keeps
 // n ≥ -125, so POLY(r)·2^n stays normal; H = 88.72283 is the largest float32
-// below ln(MaxFloat32). The polynomial is the degree-7 Taylor series of
-// exp: for |r| ≤ ln2/2 its truncation error is below 0.05 ulp.
+// below ln(MaxFloat32). The AVX2 polynomial is the degree-7 Taylor series
+// of exp: for |r| ≤ ln2/2 its truncation error is below 0.05 ulp. The
+// AVX-512 one (POLYZ) is of degree 5 with 1 as its constant term, fitted
+// to exp on |r| ≤ 0.3466 for the least largest error in float32 ulps and
+// then moved by a few ulps, coefficient by coefficient, for the least
+// error of the whole computation with its roundings: 1.89 ulp at most
+// over every float32 argument (TestExpShift32Exhaustive, -exhaustive).
+// cap = 128 (AVX-512 only) is past the overflow threshold, with n = 185.
 SPLAT4(exp32Consts<>, 0, 0x3FB8AA3B)   // log2e
 SPLAT4(exp32Consts<>, 32, 0x4B400000)  // 1.5·2^23
 SPLAT4(exp32Consts<>, 64, 0x3F318000)  // ln2hi
@@ -42,12 +48,19 @@ SPLAT4(exp32Consts<>, 352, 0x3E2AAAAB) // 1/3!
 SPLAT4(exp32Consts<>, 384, 0x3F000000) // 1/2!
 SPLAT4(exp32Consts<>, 416, 0x3F800000) // 1
 SPLAT4(exp32Consts<>, 448, 0xFF800000) // −Inf, where softmaxRows32AVX512's maxima start
-GLOBL exp32Consts<>(SB), RODATA|NOPTR, $480
+SPLAT4(exp32Consts<>, 480, 0x43000000) // cap = 128
+SPLAT4(exp32Consts<>, 512, 0x3C076DCF) // POLYZ's r^5
+SPLAT4(exp32Consts<>, 544, 0x3D2B9E56) // r^4
+SPLAT4(exp32Consts<>, 576, 0x3E2AAE61) // r^3
+SPLAT4(exp32Consts<>, 608, 0x3EFFFEDF) // r^2
+SPLAT4(exp32Consts<>, 640, 0x3F7FFFF8) // r
+GLOBL exp32Consts<>(SB), RODATA|NOPTR, $672
 
 // float64 constants. ln2hi has 21 trailing zero bits, so n·ln2hi is exact
 // for |n| < 2^21. L = -708 keeps n ≥ -1021; H is math.Exp's overflow
 // threshold. The polynomial is the degree-13 Taylor series: for
-// |r| ≤ ln2/2 its truncation error is below 0.02 ulp.
+// |r| ≤ ln2/2 its truncation error is below 0.02 ulp. cap = 1024
+// (AVX-512 only) is past the overflow threshold with n = 1477.
 SPLAT8(exp64Consts<>, 0, 0x3FF71547652B82FE)   // log2e
 SPLAT8(exp64Consts<>, 32, 0x4338000000000000)  // 1.5·2^52
 SPLAT8(exp64Consts<>, 64, 0x3FE62E42FEE00000)  // ln2hi
@@ -68,7 +81,8 @@ SPLAT8(exp64Consts<>, 512, 0x3FA5555555555555) // 1/4!
 SPLAT8(exp64Consts<>, 544, 0x3FC5555555555555) // 1/3!
 SPLAT8(exp64Consts<>, 576, 0x3FE0000000000000) // 1/2!
 SPLAT8(exp64Consts<>, 608, 0x3FF0000000000000) // 1
-GLOBL exp64Consts<>(SB), RODATA|NOPTR, $640
+SPLAT8(exp64Consts<>, 640, 0x4090000000000000) // cap = 1024
+GLOBL exp64Consts<>(SB), RODATA|NOPTR, $672
 
 // ---- float32 ----
 
@@ -118,19 +132,21 @@ GLOBL exp64Consts<>(SB), RODATA|NOPTR, $640
 #undef NAME
 
 #define MOVU VMOVUPS
-#define VPTERNLOG VPTERNLOGD
 #define BCASTZ VBROADCASTSS
+#define VMUL VMULPS
+#define VRNDSCALE VRNDSCALEPS
+#define VSCALEF VSCALEFPS
+#define C_CAP 480
 
-// The seven coefficients stay in Z21..Z27 for the whole call rather than
+// The six coefficients stay in Z21..Z26 for the whole call rather than
 // being broadcast from memory by each of the polynomial's FMAs.
 #define POLYINIT \
-	VBROADCASTSS 224(SI), Z21; \
-	VBROADCASTSS 256(SI), Z22; \
-	VBROADCASTSS 288(SI), Z23; \
-	VBROADCASTSS 320(SI), Z24; \
-	VBROADCASTSS 352(SI), Z25; \
-	VBROADCASTSS 384(SI), Z26; \
-	VBROADCASTSS 416(SI), Z27
+	VBROADCASTSS 512(SI), Z21; \
+	VBROADCASTSS 544(SI), Z22; \
+	VBROADCASTSS 576(SI), Z23; \
+	VBROADCASTSS 608(SI), Z24; \
+	VBROADCASTSS 640(SI), Z25; \
+	VBROADCASTSS 416(SI), Z26
 
 #define POLYZ(r, p) \
 	VMOVAPS     Z21, p; \
@@ -138,9 +154,7 @@ GLOBL exp64Consts<>(SB), RODATA|NOPTR, $640
 	VFMADD213PS Z23, r, p; \
 	VFMADD213PS Z24, r, p; \
 	VFMADD213PS Z25, r, p; \
-	VFMADD213PS Z26, r, p; \
-	VFMADD213PS Z27, r, p; \
-	VFMADD213PS Z27, r, p
+	VFMADD213PS Z26, r, p
 
 #define HSUMZ \
 	VEXTRACTF64X4 $1, Z11, Y0; \
@@ -186,8 +200,11 @@ GLOBL exp64Consts<>(SB), RODATA|NOPTR, $640
 #undef POLY
 #undef HSUM
 #undef MOVU
-#undef VPTERNLOG
 #undef BCASTZ
+#undef VMUL
+#undef VRNDSCALE
+#undef VSCALEF
+#undef C_CAP
 #undef POLYINIT
 #undef POLYZ
 #undef HSUMZ
@@ -244,11 +261,13 @@ GLOBL exp64Consts<>(SB), RODATA|NOPTR, $640
 #undef NAME
 
 #define MOVU VMOVUPD
-#define VPTERNLOG VPTERNLOGQ
 #define BCASTZ VBROADCASTSD
+#define VMUL VMULPD
+#define VRNDSCALE VRNDSCALEPD
+#define VSCALEF VSCALEFPD
+#define C_CAP 640
 
-// Thirteen coefficients would not fit beside the working registers: each
-// FMA broadcasts its own from memory.
+// Each FMA broadcasts its coefficient from memory, a load folded into it.
 #define POLYINIT
 
 #define POLYZ(r, p) \

@@ -1,74 +1,58 @@
-// Template for the AVX-512F shifted exponential: the algorithm and constant
-// table of exp_avx2_amd64.h on zmm registers, with the special cases and the
-// tail handled by opmasks. The including file defines, besides the AVX2
-// template's names, MOVU (VMOVUPS/VMOVUPD, for masked moves), VPTERNLOG,
-// BCASTZ (scalar broadcast into a zmm register), POLYINIT (loads what
-// POLYZ reads from registers, if anything), POLYZ(r, p) and HSUMZ (reduce
-// Z11 into X0).
+// Template for the AVX-512F shifted exponential, instantiated by
+// exp_amd64.s for float32 and float64. It takes L, log2e and the two parts
+// of ln2 from the AVX2 template's constant table (CONSTS), but rounds with
+// VRNDSCALE, applies 2^n with VSCALEF and gets every special case from
+// those two and one comparison, with no blend and no branch. The
+// including file defines, besides the AVX2 template's names, VMUL,
+// VRNDSCALE, VSCALEF, MOVU (VMOVUPS/VMOVUPD, for masked moves), BCASTZ
+// (scalar broadcast into a zmm register), C_CAP (the offset of cap in
+// CONSTS), POLYINIT (loads what POLYZ reads from registers, if anything),
+// POLYZ(r, p), which sets p = exp(r) for |r| ≤ ln2/2 with a constant term
+// of exactly 1, and HSUMZ (reduce Z11 into X0).
 //
-// Registers: Z15 shift, Z14 L, Z13 H, Z12 magic, Z11 sum, Z10 log2e,
-// Z9 ln2hi, Z8 ln2lo, Z7 +Inf, Z6 all ones (a NaN); Z0..Z4 and Z16..Z20
-// two independent working sets; Z21..Z27 POLYZ's constants (float32).
-// K1..K3 special cases, K4 tail mask, K5..K7 the main loop's test for
-// special lanes.
+// Per element, with y = x − shift:
 //
-// The main loop tests for special lanes (y below L, above H, or NaN) with
-// one comparison per vector and fixes them up out of line: in attention
-// they are rare, and the three comparisons and masked moves of the fix-up
-// were a fifth of the instructions of each vector, at the end of its
-// dependency chain, where they held scheduler entries that the next
-// vectors' independent work could use. A vector without special lanes
-// gets the same bits either way (the masked moves change nothing there).
+//	y  = min(y, cap)
+//	k  = not (y < L)                      (true for NaN)
+//	n  = round(y·log2e) where k, else 0   (to nearest even)
+//	r  = y − n·ln2hi − n·ln2lo            (Cody–Waite: n·ln2hi is exact)
+//	e  = POLYZ(r)·2^n where k, else +0    (VSCALEF, zero-masked by k)
+//
+// Below L (x = −Inf included) e is +0, and from L up n is at least the
+// smallest normal exponent plus one, so no result is subnormal; the lanes
+// below L scale by 2^0 before the mask clears them, so that they produce
+// no subnormal either. Above H, VSCALEF overflows to +Inf by itself; cap,
+// past the overflow threshold, keeps n·ln2hi exact and r finite for +Inf
+// and huge y, which then overflow the same way. NaN passes through every
+// step: VMIN returns its second operand, y, when one is NaN.
+//
+// y is computed as x + (−shift), the same sum as x − shift but for the
+// sign of an exact zero, which exp ignores: that lets the main loop's load
+// be the addition's memory operand.
+//
+// Registers: Z15 −shift, Z14 L, Z13 cap, Z11 sum, Z10 log2e, Z9 ln2hi,
+// Z8 ln2lo; Z0..Z2 and Z16..Z18 two independent working sets; Z21..Z26
+// POLYZ's constants (float32). K1 and K2 the working sets' k, K4 the tail
+// mask.
 
 #define C_LOG2E 0
-#define C_MAGIC 32
 #define C_LN2HI 64
 #define C_LN2LO 96
 #define C_L 128
-#define C_H 160
-#define C_INF 192
-#define C_POLY 224
 #define C_NEGINF 448
 
-// EXPR is the range reduction and polynomial both forms below share: from
-// r, y clamped to [L, H], it leaves p = exp(y) for the lanes inside the
-// range (t and m are scratch).
-#define EXPR(r, t, p, m) \
-	VMOVUPS  Z12, t; \
-	VFMA231  Z10, r, t; \
-	VSUB     Z12, t, m; \
-	VFNMA231 Z9, m, r; \
-	VFNMA231 Z8, m, r; \
-	POLYZ(r, p); \
-	VPSLL    $MANT, t, t; \
-	VPADD    t, p, p
-
-// EXPZ maps x to p = exp(x − shift) like EXP of the AVX2 template, with
-// opmasks for the special cases.
-#define EXPZ(x, r, t, p, m) \
-	VSUB     Z15, x, x; \
-	VMAX     x, Z14, r; \
-	VMIN     Z13, r, r; \
-	EXPR(r, t, p, m); \
-	FIXZ(x, p)
-
-// EXPF is EXPZ without the special cases: it leaves in k the lanes whose y
-// is not its own clamp to [L, H] (below L, above H, or NaN), for FIXZ.
-#define EXPF(x, r, t, p, m, k) \
-	VSUB     Z15, x, x; \
-	VMAX     x, Z14, r; \
-	VMIN     Z13, r, r; \
-	VCMP     $0x04, x, r, k; \
-	EXPR(r, t, p, m)
-
-// FIXZ applies EXPZ's special cases to p, from y in x.
-#define FIXZ(x, p) \
-	VCMP   $0x05, Z14, x, K1; \
-	MOVU.Z p, K1, p; \
-	VCMP   $0x1e, Z13, x, K2; \
-	MOVU   Z7, K2, p; \
-	VCMP   $0x03, x, x, K3; \
-	MOVU   Z6, K3, p
+// EXPZ maps x (a register or memory operand) to p = exp(x − shift), with
+// y and n as scratch and k as above.
+#define EXPZ(x, y, n, p, k) \
+	VADD        x, Z15, y; \
+	VMIN        y, Z13, y; \
+	VCMP        $0x05, Z14, y, k; \
+	VMUL        Z10, y, n; \
+	VRNDSCALE.Z $0, n, k, n; \
+	VFNMA231    Z9, n, y; \
+	VFNMA231    Z8, n, y; \
+	POLYZ(y, p); \
+	VSCALEF.Z   n, p, k, p
 
 #ifdef ROWS
 // The rows form (float32 only): each of rows rows of cols elements, ld
@@ -85,20 +69,17 @@
 TEXT NAME(SB), NOSPLIT, $0-56
 #else
 TEXT NAME(SB), NOSPLIT, $0-FRAMEARGS
-	MOVQ      x_base+0(FP), DI
-	MOVQ      x_len+8(FP), CX
-	SHLQ      $LOGES, CX
-	BCASTZ    shift+24(FP), Z15
+	MOVQ   x_base+0(FP), DI
+	MOVQ   x_len+8(FP), CX
+	SHLQ   $LOGES, CX
+	BCASTZ shift+24(FP), Z15
 #endif
-	LEAQ      CONSTS, SI
-	BCASTZ    C_L(SI), Z14
-	BCASTZ    C_H(SI), Z13
-	BCASTZ    C_MAGIC(SI), Z12
-	BCASTZ    C_LOG2E(SI), Z10
-	BCASTZ    C_LN2HI(SI), Z9
-	BCASTZ    C_LN2LO(SI), Z8
-	BCASTZ    C_INF(SI), Z7
-	VPTERNLOG $0xff, Z6, Z6, Z6
+	LEAQ   CONSTS, SI
+	BCASTZ C_L(SI), Z14
+	BCASTZ C_CAP(SI), Z13
+	BCASTZ C_LOG2E(SI), Z10
+	BCASTZ C_LN2HI(SI), Z9
+	BCASTZ C_LN2LO(SI), Z8
 	POLYINIT
 #ifdef ROWS
 	MOVQ s+16(FP), R8
@@ -139,41 +120,31 @@ row:
 	JEQ   nextrow
 	VBROADCASTSS X2, Z15
 #endif
-	VPXORD    Z11, Z11, Z11
-	XORQ      AX, AX
+	VPXORD Z11, Z11, Z11
+	VSUB   Z15, Z11, Z15 // −shift
+	XORQ   AX, AX
+	MOVQ   CX, DX
+	SUBQ   $128, DX      // DX: the bytes past the next pair
+	JLT    pairsdone
+
 loop128:
-	MOVQ    CX, DX
-	SUBQ    AX, DX
-	CMPQ    DX, $128
-	JLT     loop64
-	VMOVUPS   (DI)(AX*1), Z0
-	VMOVUPS   64(DI)(AX*1), Z16
-	EXPF(Z0, Z1, Z2, Z3, Z4, K5)
-	EXPF(Z16, Z17, Z18, Z19, Z20, K6)
-	KORW      K5, K6, K7
-	KORTESTW  K7, K7
-	JNE       fix128
-
-store128:
-	VMOVUPS Z3, (DI)(AX*1)
-	VMOVUPS Z19, 64(DI)(AX*1)
-	VADD    Z3, Z11, Z11
-	VADD    Z19, Z11, Z11
+	EXPZ((DI)(AX*1), Z0, Z1, Z2, K1)
+	EXPZ(64(DI)(AX*1), Z16, Z17, Z18, K2)
+	VMOVUPS Z2, (DI)(AX*1)
+	VMOVUPS Z18, 64(DI)(AX*1)
+	VADD    Z2, Z11, Z11
+	VADD    Z18, Z11, Z11
 	ADDQ    $128, AX
-	JMP     loop128
+	SUBQ    $128, DX
+	JGE     loop128
 
-fix128:
-	FIXZ(Z0, Z3)
-	FIXZ(Z16, Z19)
-	JMP store128
-
-loop64:
-	CMPQ    DX, $64
-	JLT     tail
-	VMOVUPS (DI)(AX*1), Z0
-	EXPZ(Z0, Z1, Z2, Z3, Z4)
-	VMOVUPS Z3, (DI)(AX*1)
-	VADD    Z3, Z11, Z11
+pairsdone:
+	ADDQ $128, DX // DX: the bytes left
+	CMPQ DX, $64
+	JLT  tail
+	EXPZ((DI)(AX*1), Z0, Z1, Z2, K1)
+	VMOVUPS Z2, (DI)(AX*1)
+	VADD    Z2, Z11, Z11
 	ADDQ    $64, AX
 	SUBQ    $64, DX
 
@@ -188,9 +159,9 @@ tail:
 	DECQ   BX
 	KMOVW  BX, K4
 	MOVU.Z (DI)(AX*1), K4, Z0
-	EXPZ(Z0, Z1, Z2, Z3, Z4)
-	MOVU   Z3, K4, (DI)(AX*1)
-	VADD   Z3, Z11, K4, Z11
+	EXPZ(Z0, Z0, Z1, Z2, K1)
+	MOVU   Z2, K4, (DI)(AX*1)
+	VADD   Z2, Z11, K4, Z11
 
 reduce:
 	HSUMZ
@@ -209,16 +180,9 @@ rowsdone:
 	VZEROUPPER
 	RET
 
-#undef EXPR
 #undef EXPZ
-#undef EXPF
-#undef FIXZ
 #undef C_LOG2E
-#undef C_MAGIC
 #undef C_LN2HI
 #undef C_LN2LO
 #undef C_L
-#undef C_H
-#undef C_INF
-#undef C_POLY
 #undef C_NEGINF
