@@ -30,7 +30,8 @@
 // by the one WithTuneTable gives (Tune and cmd/flashtune make them).
 // WithDeterministic(false) lets the Hopper backward of plain BF16/FP16
 // problems sum dQ by float32 reductions in one kernel instead of two
-// deterministic ones (written 2026-12-04, not yet run on a GPU).
+// deterministic ones (BF16's sm90 conformance set passed with it on the
+// H100, 2026-12-06, but for its determinism test, which it skips).
 //
 // Shapes, the masking convention (bottom-right aligned causal; rows that see
 // no key get LSE = +Inf, output 0, gradients 0) and the saved state (LSE
@@ -434,14 +435,15 @@
 // without a table, keeps choose's heuristic. The candidates are the two
 // families' kernels and, for the Hopper forward where its plain kernel is
 // the warp-specialized one, the row-block kernel (128 query rows, no
-// producer warpgroup) beside it: at D = 64 the warp-specialized block
+// producer warpgroup) and at D = 64 the warp-specialized kernel with two
+// consumer warpgroups (128 rows) beside it: at D = 64 the default block
 // takes 192 rows, which pads a sequence of 512 or 1024 queries by an
 // eighth. Tune (the flashtune command) times every candidate on the
 // device at several lengths, for every kind of call where two of them
-// differ, and writes the table with every time that decided. No table is
-// committed since the lengths and the row-block candidate came in
-// (2026-12-04): the H200's, of 2026-12-02, timed the families alone at
-// one length and chose the heuristic's kernel everywhere.
+// differ, and writes the table with every time that decided. Committed:
+// the H100's (tuned/h100.json, 2026-12-06), which departs from the
+// heuristic only at D = 64, N ≤ 1024, for the two-consumer forward
+// (BF16's causal forward there 5–7 % faster). The H200 has none.
 // The Go files follow csrc/: fwd_simt_gpu.go, bwd_simt_gpu.go,
 // fwd_mma_gpu.go, bwd_mma_gpu.go, fwd_wgmma_gpu.go and bwd_wgmma_gpu.go
 // launch one family and direction each, convert_gpu.go the conversions, and
