@@ -460,9 +460,11 @@ func enqueueBackward[T kernels.Float](b *Backend, p kernels.Params, buf bwdBuffe
 	}
 	roundedOperands := elem == 4 && b.prec != FP32
 	splitProducts := elem == 4 && b.prec == FP32 && c.kind == kindWGMMA
-	if f, ok := ks.(deltaFuser); ok && roundedOperands && f.fusesDelta(p, buf) {
+	f, fuser := ks.(deltaFuser)
+	switch {
+	case fuser && roundedOperands && f.fusesDelta(p, buf):
 		// D comes from the pass that writes dO's image, in ks.launch.
-	} else if (roundedOperands && !c.rounded) || splitProducts {
+	case (roundedOperands && !c.rounded) || splitProducts:
 		dot := b.reg.dotDoORound
 		if roundedOperands && c.kind == kindWGMMA {
 			dot = b.reg.dotDoORounded
@@ -470,7 +472,7 @@ func enqueueBackward[T kernels.Float](b *Backend, p kernels.Params, buf bwdBuffe
 		if err := launchDotDoORound(dot, p, buf, stream); err != nil {
 			return fmt.Errorf("cudakernels: backward launch: %w", err)
 		}
-	} else {
+	default:
 		if roundedOperands {
 			for _, r := range []struct {
 				ptr cu.DevicePtr

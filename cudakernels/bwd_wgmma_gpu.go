@@ -195,16 +195,19 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 		p: p, dp: b.c.dp, elemSz: elemBytes(b.c.prec), stream: stream}
 	qim, kim := im.queries(buf.vars), im.keys(buf.vars)
 	nqPad, nkPad := b.padded(p)
-	fused := b.fusesDelta(p, buf)
-	for _, c := range []struct {
+	type conversion struct {
 		im                    imaging
 		src, rows, transposed cu.DevicePtr
 		n                     int
 		pad                   int64
-	}{{qim, buf.q, s.q, s.qT, p.Nq, nqPad}, {qim, buf.do, s.dout, s.doutT, p.Nq, nqPad}, {kim, buf.k, s.k, s.kT, p.Nk, nkPad}, {kim, buf.v, s.v, 0, p.Nk, nkPad}} {
-		if fused && c.src == buf.do {
-			continue // below, with D
-		}
+	}
+	convs := []conversion{{qim, buf.q, s.q, s.qT, p.Nq, nqPad}}
+	fused := b.fusesDelta(p, buf)
+	if !fused { // else below, with D
+		convs = append(convs, conversion{qim, buf.do, s.dout, s.doutT, p.Nq, nqPad})
+	}
+	convs = append(convs, conversion{kim, buf.k, s.k, s.kT, p.Nk, nkPad}, conversion{kim, buf.v, s.v, 0, p.Nk, nkPad})
+	for _, c := range convs {
 		if c.transposed != 0 {
 			if err := c.im.both(c.src, c.rows, c.transposed, c.n, c.pad, wgmmaBwdTile, wgmmaBwdPad); err != nil {
 				return err
