@@ -227,9 +227,13 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 	kp := newParams(p, ops)
 	bh := int64(p.B) * int64(p.H)
 	if fused {
-		// A warp per image row, padding rows included; before the
-		// statistics, which read D.
-		const threads, rowsPerBlock = 256, 256 / 32
+		// A warp per image row (half a warp at dp = 64), padding rows
+		// included; before the statistics, which read D.
+		const threads = 256
+		rowsPerBlock := int64(threads / 32)
+		if b.c.dp <= 64 {
+			rowsPerBlock *= 2
+		}
 		blocks := (bh*nqPad + rowsPerBlock - 1) / rowsPerBlock
 		if blocks > math.MaxInt32 {
 			return fmt.Errorf("cudakernels: %d query rows exceed the grid of dO's image", bh*nqPad)

@@ -231,21 +231,30 @@ struct DqBiasSwizzle {
 // kBwdTile; o, delta and dlse as dot_do_o_round reads them); the
 // 16-bit types only (E::kParts == 1, without transposed images), at a
 // padded dimension that is a multiple of 64 (whole 128-byte panels),
-// and for calls without lengths, whose image holds every row. A warp
-// per image row, lane l taking the columns 4l + 128k as dot_do_o_round's
-// aligned path does, so D is its bits there; each lane writes its four
-// columns' 8 bytes at their swizzled place (a 16-byte chunk holds two
-// lanes' halves). Padding rows (nq ≤ i < n_pad) are zero in the image and
-// have no D (prep_stats pads it). Any grid; blockDim.x a multiple of 32.
+// and for calls without lengths, whose image holds every row.
+//
+// A group of lanes per image row: the whole warp, or at a padded
+// dimension of 64 half of it (a warp on 64 columns left half its lanes
+// idle and the pass no faster than the two it replaces). Lane l of a
+// group of g takes the columns 4l + 4gk, as dot_do_o_round's aligned path
+// does at g = 32, and the group sums by a butterfly within it: at g = 16
+// that is dot_do_o_round's butterfly less the step that added the idle
+// lanes' zeros, so D keeps its bits either way (but for the sign of a
+// zero sum). Each lane stores its four columns' 8 bytes at their swizzled
+// place (a 16-byte chunk holds two lanes' halves). Padding rows
+// (nq ≤ i < n_pad) are zero in the image and have no D (prep_stats pads
+// it). Any grid; blockDim.x a multiple of 32.
 template <typename E, typename R>
 __device__ void dot_do_o_image(const Params& p, const float* __restrict__ dout, long long n_pad) {
   static_assert(E::kParts == 1 && !bwd_t_images<E>(), "dot_do_o_image writes the 16-bit types' row image alone");
-  const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= p.b * p.h * n_pad) return;  // whole warps
-  const unsigned bh = static_cast<unsigned>(row / n_pad), i = static_cast<unsigned>(row % n_pad);
   const int dim = static_cast<int>(p.dim), dp = static_cast<int>(p.dout_row_stride);
-  const bool in_rows = i < p.nq;
+  const int group = dp <= 64 ? 16 : 32, lane = threadIdx.x % group;
+  const long long rows = p.b * p.h * n_pad;
+  const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / group;
+  if ((row - row % (32 / group)) >= rows) return;  // whole warps: every lane of a live warp shuffles below
+  const bool in_image = row < rows;
+  const unsigned bh = static_cast<unsigned>(row / n_pad), i = static_cast<unsigned>(row % n_pad);
+  const bool in_rows = in_image && i < p.nq;
   const float* x = dout + (static_cast<long long>(bh) * p.nq + i) * dim;
   const float* o =
       head_of(static_cast<const float*>(p.o), bh, p.h, p.o_batch_stride, p.o_head_stride) + i * p.o_row_stride;
@@ -258,7 +267,7 @@ __device__ void dot_do_o_image(const Params& p, const float* __restrict__ dout, 
   uint2* y = reinterpret_cast<uint2*>(const_cast<void*>(p.dout)) +
              2 * (static_cast<long long>(bh) * n_pad * (dp / 8) + static_cast<long long>(i - r) * (dp / 8));
   float acc = 0.f;
-  for (int c = 4 * lane; c < dp; c += 4 * 32) {
+  for (int c = 4 * lane; in_image && c < dp; c += 4 * group) {
     float f[4] = {0.f, 0.f, 0.f, 0.f};
     if (in_rows) {
       if (vec && c < dim) {
@@ -288,10 +297,8 @@ __device__ void dot_do_o_image(const Params& p, const float* __restrict__ dout, 
     const int at = (panel * kBwdTile + r) * 8 + ((chunk % 8) ^ (r % 8));
     y[2 * at + (c / 4) % 2] = make_uint2(E::pack(f[0], f[1]), E::pack(f[2], f[3]));
   }
-  if (!in_rows) return;  // the whole warp: one row
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (lane == 0) {
+  for (int off = group / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0 && in_rows) {
     const long long d = static_cast<long long>(bh) * p.nq + i;
     if (real && p.dlse != nullptr) acc -= static_cast<const float*>(p.dlse)[d];
     static_cast<float*>(p.delta)[d] = real ? acc : 0.f;

@@ -229,7 +229,8 @@ template <typename E, typename R, int DP, Kernel K> void backward(Params p, cons
   p.lse_log2 = lse2.as<float>(), p.delta_pad = dpad.as<float>();
   if constexpr (kFusedDelta) {
     if (fusedDelta) {
-      emu::launch(static_cast<unsigned>((bh * nqPad + 7) / 8), 256, 0,
+      const long long rowsPerBlock = DP <= 64 ? 16 : 8;  // a warp per row, half a warp at 64
+      emu::launch(static_cast<unsigned>((bh * nqPad + rowsPerBlock - 1) / rowsPerBlock), 256, 0,
                   [&] { dot_do_o_image<E, R>(p, doutRows, nqPad); });
     }
   }
