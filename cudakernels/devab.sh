@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # devab.sh OUTDIR — a kernel change timed against its base on the GPU
 # machine, in one call: bench.test and bench-old.test (devpack.sh OLD=<rev>)
-# run the same benchmarks in turn, old then new, ROUNDS times (default 3),
-# so that both meet the same clocks and neighbours. BENCH is the -test.bench
+# run the same benchmarks in turn, ROUNDS times (default 4), so that both
+# meet the same clocks and neighbours: old then new in odd rounds, new then
+# old in even ones, so that a binary's place in the turn (a GPU warm from
+# the other's run, or not) cannot pass for its speed (2026-12-06: a BF16
+# row +1–4 % in two old-then-new rounds with nothing in the change to
+# explain it; use an even ROUNDS). BENCH is the -test.bench
 # pattern (default 'KernelsGPU/(bf16|fp16)/'). Each run's output goes to
 # OUTDIR/{old,new}-<round>.txt, for benchstat on the development machine
 # (cat old-*.txt >old.txt; cat new-*.txt >new.txt; benchstat old.txt
@@ -28,8 +32,10 @@ for b in "$old_bin" "$new_bin"; do
 	[[ -x "$b" ]] || { echo "devab: no $b (devpack.sh OLD=<rev> packs bench-old.test)" >&2; exit 1; }
 done
 nvidia-smi -L
-for r in $(seq "${ROUNDS:-3}"); do
-	for side in old new; do
+for r in $(seq "${ROUNDS:-4}"); do
+	sides=(old new)
+	((r % 2 == 0)) && sides=(new old)
+	for side in "${sides[@]}"; do
 		((SECONDS < ${LIMIT:-480})) || { echo "devab: ${SECONDS}s passed, stopping"; break 2; }
 		bin=$new_bin
 		[[ $side == old ]] && bin=$old_bin
