@@ -36,14 +36,19 @@ __device__ __forceinline__ int image_chunk(int r, int c, int rows) {
   return ((c / 8) * rows + r) * 8 + ((c % 8) ^ (r % 8));
 }
 
+// kDescHigh is the high word of every wgmma descriptor the kernels make:
+// the stride between 8-row groups, 1024 bytes (>> 4), in bits 32–45 and
+// swizzle mode 1 (128 bytes) in bits 62–63. Only the low word (start
+// address and leading-dimension offset) varies between operands, which
+// the split type's products rely on (Wgmma<mma::TF32x3, N>).
+constexpr uint32_t kDescHigh = (1024 >> 4) | (1u << 30);
+
 // desc_sw128 is the wgmma descriptor of a K-major, 128-byte-swizzled panel
 // at shared address addr (1024-byte aligned): start address >> 4 in bits
 // 0–13, leading-dimension offset 1 (unused by swizzled K-major layouts),
-// stride between 8-row groups 1024 bytes (>> 4) in bits 32–45, swizzle mode
-// 1 (128 bytes) in bits 62–63.
+// and kDescHigh.
 __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3ffff) >> 4) | (1ull << 16) | (static_cast<uint64_t>(1024 >> 4) << 32) |
-         (1ull << 62);
+  return static_cast<uint64_t>((addr & 0x3ffff) >> 4) | (1ull << 16) | (static_cast<uint64_t>(kDescHigh) << 32);
 }
 
 // warp_uniform returns x, the same in every lane of the (converged) warp,
@@ -73,7 +78,7 @@ __device__ __forceinline__ uint64_t desc_advance(uint64_t d, uint32_t bytes) {
 // that sums over keys.
 __device__ __forceinline__ uint64_t desc_mn_sw128(uint32_t addr, uint32_t lbo) {
   return static_cast<uint64_t>((addr & 0x3ffff) >> 4) | (static_cast<uint64_t>((lbo & 0x3ffff) >> 4) << 16) |
-         (static_cast<uint64_t>(1024 >> 4) << 32) | (1ull << 62);
+         (static_cast<uint64_t>(kDescHigh) << 32);
 }
 
 // fence_proxy_async makes this thread's generic shared-memory stores
@@ -254,8 +259,34 @@ template <typename E, int N> struct Wgmma;
 FLASH_WGMMA_ALL_N(BF16, "k16", ".f32.bf16.bf16", ", 0, 0", ", 0")
 FLASH_WGMMA_ALL_N(FP16, "k16", ".f32.f16.f16", ", 0, 0", ", 0")
 FLASH_WGMMA_ALL_N(TF32, "k8", ".f32.tf32.tf32", "", "")
-// The split type's products are tf32 products (split_ss, split_rs).
-template <int N> struct Wgmma<mma::TF32x3, N> : Wgmma<mma::TF32, N> {};
+// The split type's products are tf32 products (split_ss, split_rs), its
+// ss form handing the asm the descriptors' low words alone, the high word
+// being kDescHigh. Why: a split kernel issues 108 wgmmas a step, each with
+// two descriptors, and given whole 64-bit descriptors ptxas 12.4 computed
+// their low words in vector registers and moved each into a uniform one
+// (VIADD, R2UR, and a UMOV of the high word per descriptor per wgmma),
+// having run out of uniform registers precomputing a run of them; given
+// the low words it adds them in uniform registers (UIADD3). FP32's dQ
+// step at D = 128 went from 2265 to 2016 instructions, dK's from 2311 to
+// 2121, the forward's tile loop from 1261 to 1192 (cudakernels/NOTES.md,
+// "Twenty-eighth session"). The 16-bit and TF32 kernels keep the 64-bit
+// form: with this one some of their loops grew by up to 11 instructions.
+#define FLASH_WGMMA_SPLIT_SS(N, NREG, LO_A, LO_B, SCALE, HI)                                                  \
+  template <> struct Wgmma<mma::TF32x3, N> : Wgmma<mma::TF32, N> {                                         \
+    static __device__ __forceinline__ void ss(float (&d)[NREG], uint64_t a, uint64_t b, int scale_d) {      \
+      asm volatile("{\n.reg .pred p;\n.reg .b64 da, db;\nsetp.ne.b32 p, " SCALE ", 0;\n"                      \
+                   "mov.b64 da, {" LO_A ", " HI "};\nmov.b64 db, {" LO_B ", " HI "};\n"                       \
+                   "wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 " FLASH_WGMMA_D##NREG               \
+                   ", da, db, p, 1, 1;\n}\n"                                                                 \
+                   : FLASH_WGMMA_OPS##NREG                                                                 \
+                   : "r"(static_cast<uint32_t>(a)), "r"(static_cast<uint32_t>(b)), "r"(scale_d), "n"(kDescHigh)); \
+    }                                                                                                      \
+  };
+FLASH_WGMMA_SPLIT_SS(32, 16, "%16", "%17", "%18", "%19")
+FLASH_WGMMA_SPLIT_SS(64, 32, "%32", "%33", "%34", "%35")
+FLASH_WGMMA_SPLIT_SS(128, 64, "%64", "%65", "%66", "%67")
+FLASH_WGMMA_SPLIT_SS(256, 128, "%128", "%129", "%130", "%131")
+#undef FLASH_WGMMA_SPLIT_SS
 
 // WgmmaMN<E, N>::ss issues d (+)= A·B of shape m64nNk16 with A (64 × 16)
 // and B (N × 16) both MN-major in shared memory (desc_mn_sw128), for the
