@@ -269,8 +269,10 @@ FLASH_WGMMA_ALL_N(TF32, "k8", ".f32.tf32.tf32", "", "")
 // the low words it adds them in uniform registers (UIADD3). FP32's dQ
 // step at D = 128 went from 2265 to 2016 instructions, dK's from 2311 to
 // 2121, the forward's tile loop from 1261 to 1192 (cudakernels/NOTES.md,
-// "Twenty-eighth session"). The 16-bit and TF32 kernels keep the 64-bit
-// form: with this one some of their loops grew by up to 11 instructions.
+// "Twenty-eighth session"); on the H100, FP32's D128 backward ran 3–4 %
+// faster (bench/RESULTS.md, twenty-ninth session). The 16-bit and TF32
+// kernels keep the 64-bit form: with this one some of their loops grew by
+// up to 11 instructions.
 #define FLASH_WGMMA_SPLIT_SS(N, NREG, LO_A, LO_B, SCALE, HI)                                                  \
   template <> struct Wgmma<mma::TF32x3, N> : Wgmma<mma::TF32, N> {                                         \
     static __device__ __forceinline__ void ss(float (&d)[NREG], uint64_t a, uint64_t b, int scale_d) {      \
