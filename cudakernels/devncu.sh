@@ -18,6 +18,16 @@
 #
 # Output: OUTDIR/ncu.txt (every section ncu printed) and a summary, one
 # block per profiled launch, on stdout and in OUTDIR/ncu-summary.txt.
+#
+# SAMPLE, when set, is an ncu regex of one kernel name to PC-sample
+# afterwards (SourceCounters): launch SKIP of it (default 1, past a first
+# launch that may pay the module's load) in a run of its own, saved as
+# OUTDIR/sample.ncu-rep, its SASS source page as OUTDIR/sample.csv and
+# pcsample.py's account (the share of samples in the tile loop and
+# outside it, by run of code and by instruction) in OUTDIR/sample.txt and
+# on stdout. Anchor the regex (name$): a launch-skip past every launch of
+# the name profiles nothing (2026-12-06: a 'd128$' kernel launched four
+# times, skipped four).
 set -uo pipefail
 out="${1:?usage: devncu.sh OUTDIR}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -54,3 +64,11 @@ awk '
 	/Duration|Registers Per Thread|Dynamic Shared Memory Per Block|Achieved Occupancy|Compute \(SM\) Throughput|DRAM Throughput|L2 Cache Throughput|Warp Cycles Per Issued Instruction|pct_of_peak|op_local|op_red/ { $1 = $1; print "  " $0 }
 	/stalled waiting|spends .* cycles being stalled/ { $1 = $1; print "  stall: " $0 }
 ' "$out/ncu.txt" | tee "$out/ncu-summary.txt"
+[[ -n "${SAMPLE:-}" ]] || exit 0
+# shellcheck disable=SC2086 # FLAGS: bench.test flags, one per word
+(cd "$root/bench" && ncu --clock-control none --kernel-name "regex:$SAMPLE" --launch-skip "${SKIP:-1}" --launch-count 1 \
+	--section SourceCounters --section WarpStateStats --section SpeedOfLight --import-source no -f -o "$out/sample" \
+	"$bins/bench.test" -test.run '^$' -test.bench "$bench" -test.benchtime 1x ${FLAGS:-}) >"$out/sample-run.txt" 2>&1
+echo "ncu sampling exit $?"
+ncu --import "$out/sample.ncu-rep" --page source --csv --print-source sass >"$out/sample.csv" &&
+	python3 "$root/cudakernels/pcsample.py" "$out/sample.csv" | tee "$out/sample.txt"
