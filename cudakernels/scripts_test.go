@@ -3,6 +3,7 @@ package cudakernels
 import (
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -29,6 +30,32 @@ func TestScriptsParse(t *testing.T) {
 	for _, s := range scripts {
 		if out, err := exec.Command(bash, "-n", s).CombinedOutput(); err != nil {
 			t.Errorf("bash -n %s: %v\n%s", s, err, out)
+		}
+	}
+}
+
+// TestPCSampleAccount runs pcsample.py (devncu.sh's SAMPLE summary, which
+// otherwise runs only on the GPU machine) on a toy source page: a loop of
+// three instructions around an HGMMA, whose branch target ncu prints as
+// an absolute address, between code before and after it.
+func TestPCSampleAccount(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	out, err := exec.Command(python, "pcsample.py", "--top", "1", filepath.Join("testdata", "pcsample.csv")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("pcsample.py: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"samples 100, instructions 7",
+		"tile loop 0x20-0x40 (3 instructions): 60 samples, 60.0 %",
+		"outside it: 40 samples, 40.0 %",
+		"0x50-   0x60 executed        16:     33 (33.0 %)",
+		"long_sb 25",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("pcsample.py's output lacks %q:\n%s", want, out)
 		}
 	}
 }
