@@ -5,8 +5,8 @@ usage: python3 cudakernels/pcsample.py [--top N] SOURCE.csv
 
 SOURCE.csv is ncu's source page of one profiled launch, exported as
 `ncu --import REPORT --page source --csv --print-source sass` from a
-report taken with `--section SourceCounters` (devncu.sh does both with
-SAMPLE=1). Prints:
+report taken with `--section SourceCounters` (devncu.sh does both when
+SAMPLE names a kernel). Prints:
   - the share of all warp samples inside the innermost tensor-core loop
     (the shortest backward branch whose body holds an HGMMA or HMMA, as
     sassloops.py finds it) and outside it;
