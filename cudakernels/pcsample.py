@@ -26,10 +26,9 @@ the kernel's first instruction, as cuobjdump prints them.
 import argparse
 import collections
 import csv
-import re
 import sys
 
-BRANCH = re.compile(r"\bBRA\b[^;]*?(0x[0-9a-f]+)")
+from sassloops import inner_loop_span
 
 
 def load(path):
@@ -61,22 +60,6 @@ def load(path):
     return base, [(a - base, *rest) for a, *rest in out]
 
 
-def inner_loop(ins, base):
-    """(first, last) offsets of the shortest backward branch around a
-    tensor-core instruction. ncu prints branch targets as absolute
-    addresses, base being the kernel's first."""
-    mma = [a for a, text, *_ in ins if "HGMMA" in text or "HMMA" in text]
-    best = None
-    for a, text, *_ in ins:
-        m = BRANCH.search(text)
-        if not m:
-            continue
-        target = int(m.group(1), 16) - base
-        if 0 <= target < a and any(target <= x <= a for x in mma) and (best is None or a - target < best[1] - best[0]):
-            best = (target, a)
-    return best
-
-
 def opcode(text):
     words = [w for w in text.split() if not w.startswith("@")]
     return words[0].split(".")[0] if words else "?"
@@ -91,7 +74,10 @@ def main():
     total = sum(s for _, _, s, _, _ in ins)
     if total == 0:
         sys.exit("pcsample: no samples (was SourceCounters collected?)")
-    loop = inner_loop(ins, base)
+    # ncu prints branch targets as absolute addresses: the loop is found on
+    # those, then its bounds taken as offsets.
+    span = inner_loop_span([(base + a, text) for a, text, *_ in ins])
+    loop = (ins[span[0]][0], ins[span[1]][0]) if span else None
     inside = (lambda a: loop[0] <= a <= loop[1]) if loop else (lambda a: False)
     in_loop = sum(s for a, _, s, _, _ in ins if inside(a))
     print(f"samples {total}, instructions {len(ins)}")

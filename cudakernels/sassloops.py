@@ -70,18 +70,26 @@ def kernels(path, patterns):
     return got
 
 
-def inner_loop(ins):
-    """The shortest backward-branch body holding a tensor-core instruction."""
+def inner_loop_span(ins):
+    """(first, last) indices into ins [(address, instruction)] of the
+    shortest backward-branch body holding a tensor-core instruction, or
+    None. pcsample.py finds the loop of its profiles with it too."""
     at = {a: i for i, (a, _) in enumerate(ins)}
     best = None
     for i, (a, text) in enumerate(ins):
         m = BRANCH.search(text)
         if not m or int(m.group(1), 16) >= a or int(m.group(1), 16) not in at:
             continue
-        body = [t for _, t in ins[at[int(m.group(1), 16)] : i + 1]]
-        if any("HGMMA" in t or "HMMA" in t for t in body) and (best is None or len(body) < len(best)):
-            best = body
-    return best or []
+        first = at[int(m.group(1), 16)]
+        if any("HGMMA" in t or "HMMA" in t for _, t in ins[first : i + 1]) and (best is None or i - first < best[1] - best[0]):
+            best = (first, i)
+    return best
+
+
+def inner_loop(ins):
+    """The shortest backward-branch body holding a tensor-core instruction."""
+    span = inner_loop_span(ins)
+    return [t for _, t in ins[span[0] : span[1] + 1]] if span else []
 
 
 def summary(entry):
