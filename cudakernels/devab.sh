@@ -21,7 +21,10 @@
 # FAMILY, when set, passes -family FAMILY to both (sm80 keeps FP32 on the
 # CUDA cores; sm90 and, from 2026-12-05 on, auto run FP32's plain rows at
 # D ≤ 64 on the 3xTF32 kernels, and at D ≤ 128 from 2026-12-06 on;
-# before, FP32 was on the CUDA cores in every family).
+# before, FP32 was on the CUDA cores in every family). FLAGS adds more
+# bench.test flags to both (e.g. -deterministic=false, the fused
+# backward).
+# shellcheck disable=SC2086 # FLAGS: bench.test flags, one per word
 set -uo pipefail
 out="${1:?usage: devab.sh OUTDIR}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -40,7 +43,7 @@ for r in $(seq "${ROUNDS:-4}"); do
 		bin=$new_bin
 		[[ $side == old ]] && bin=$old_bin
 		(cd "$root/bench" && "$bin" -test.run '^$' -test.bench "${BENCH:-KernelsGPU/(bf16|fp16)/}" -test.benchtime 1x \
-			${REPS:+-reps "$REPS"} ${FAMILY:+-family "$FAMILY"}) \
+			${REPS:+-reps "$REPS"} ${FAMILY:+-family "$FAMILY"} ${FLAGS:-}) \
 			>"$out/$side-$r.txt" 2>&1
 		echo "$side-$r exit $? at ${SECONDS}s"
 	done

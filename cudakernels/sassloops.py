@@ -94,9 +94,13 @@ def inner_loop(ins):
 
 def summary(entry):
     regs, local, ins = entry
-    loop = inner_loop(ins)
+    span = inner_loop_span(ins)
+    loop = [t for _, t in ins[span[0] : span[1] + 1]] if span else []
     count = lambda op: sum(op in t for t in loop)
-    return (f"{regs:3d} reg {local:4d} B local {len(ins):5d} instr | loop {len(loop):5d} "
+    # The loop's first address: a change before the loop that moves it
+    # can move a kernel's time with the same loop (2026-12-06, twice).
+    at = f"@{ins[span[0]][0]:#07x}" if span else "@-"
+    return (f"{regs:3d} reg {local:4d} B local {len(ins):5d} instr | loop {len(loop):5d} {at} "
             f"tc {count('MMA'):3d} MUFU {count('MUFU'):3d} R2UR {count('R2UR'):3d}")
 
 

@@ -341,7 +341,9 @@ __device__ __forceinline__ unsigned char* aligned_smem() {
 
 // store_warp_rows writes scale·c, a warp's accumulators for rows row0 +
 // (g, g+8) of an [n, dim] matrix y with row stride ld, skipping rows ≥ n and
-// columns ≥ dim.
+// columns ≥ dim: the epilogue of the plain dQ kernels and of the split
+// type's three (the plain dK/dV kernels go through shared memory,
+// store_wg_rows; see dkdv_body and dq_body).
 template <int DP>
 __device__ __forceinline__ void store_warp_rows(float* y, const float (&c)[DP / 8][4], long long row0, long long n,
                                                 long long dim, long long ld, float scale) {
@@ -837,26 +839,26 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
   // dK and dV of key head kvh: k-like tensors have p.h / p.kv_group heads
   // per batch entry (their strides are per key head).
   const long long kv_heads = kVar ? p.h / p.kv_group : p.h;
-  if constexpr (!kVar) {
-    const long long warp_key = k0 + wg * kBwdTile + warp * 16;
-    store_warp_rows<DP>(head_of(static_cast<float*>(p.dk), kvh, kv_heads, p.dk_batch_stride, p.dk_head_stride),
-                        acc_dk, warp_key, nk, p.dim, p.dk_row_stride, static_cast<float>(p.scale));
-    store_warp_rows<DP>(head_of(static_cast<float*>(p.dv), kvh, kv_heads, p.dv_batch_stride, p.dv_head_stride),
-                        acc_dv, warp_key, nk, p.dim, p.dv_row_stride, 1.f);
-  } else {
-    // Through the warpgroup's K and V tiles (store_wg_rows), which its
-    // products are done reading.
-    float* dk = head_of(static_cast<float*>(p.dk), kvh, kv_heads, p.dk_batch_stride, p.dk_head_stride);
-    float* dv = head_of(static_cast<float*>(p.dv), kvh, kv_heads, p.dv_batch_stride, p.dv_head_stride);
-    // dV's dropout factor, here rather than in Pᵀ∘Z (probs_dkdv).
-    const Dropout drop = dropout_of(p);
-    const float dv_scale = kFull && drop.on() ? static_cast<float>(drop.scale) : 1.f;
-    const float sk[2] = {scale, scale}, sv[2] = {dv_scale, dv_scale};
-    store_wg_rows<DP, kWgBytes>(dk, p.dk_row_stride, k0 + wg * kBwdTile, nk, p.dim, sK + wg * kWgBytes, acc_dk, sk,
-                                wg, rows_vec(dk, p.dk_row_stride, p.dim));
-    store_wg_rows<DP, kWgBytes>(dv, p.dv_row_stride, k0 + wg * kBwdTile, nk, p.dim, sV + wg * kWgBytes, acc_dv, sv,
-                                wg, rows_vec(dv, p.dv_row_stride, p.dim));
-  }
+  // Through the warpgroup's K and V tiles (store_wg_rows), which its
+  // products are done reading: whole rows, 512 contiguous bytes a warp
+  // store. The plain kernels stored straight from the accumulators until
+  // 2026-12-06 (store_warp_rows: 4-byte stores touching 8 rows each),
+  // which PC sampling put at 18 % of the BF16 D128 dK/dV kernel's samples
+  // at N = 2k; through shared memory the kernel takes 13 % less there
+  // (ncu, H100; cudakernels/NOTES.md, thirtieth session).
+  float* dk = head_of(static_cast<float*>(p.dk), kvh, kv_heads, p.dk_batch_stride, p.dk_head_stride);
+  float* dv = head_of(static_cast<float*>(p.dv), kvh, kv_heads, p.dv_batch_stride, p.dv_head_stride);
+  // The fused kernel's last reduce_dq reads both warpgroups' K tiles:
+  // neither may overwrite its own before the other is done.
+  if constexpr (kDQ) __syncthreads();
+  // dV's dropout factor, here rather than in Pᵀ∘Z (probs_dkdv).
+  const Dropout drop = dropout_of(p);
+  const float dv_scale = kFull && drop.on() ? static_cast<float>(drop.scale) : 1.f;
+  const float sk[2] = {scale, scale}, sv[2] = {dv_scale, dv_scale};
+  store_wg_rows<DP, kWgBytes>(dk, p.dk_row_stride, k0 + wg * kBwdTile, nk, p.dim, sK + wg * kWgBytes, acc_dk, sk, wg,
+                              rows_vec(dk, p.dk_row_stride, p.dim));
+  store_wg_rows<DP, kWgBytes>(dv, p.dv_row_stride, k0 + wg * kBwdTile, nk, p.dim, sV + wg * kWgBytes, acc_dv, sv, wg,
+                              rows_vec(dv, p.dv_row_stride, p.dim));
 }
 
 // dv_colblock is the first kernel of the split type's backward at DP =
@@ -1587,6 +1589,10 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
   }
 
   if constexpr (!kVar) {
+    // Straight from the accumulators (store_warp_rows): through shared
+    // memory as below, the BF16 D128 kernel took as long at N = 2k and 8 %
+    // longer at N = 16k (ncu, H100, 2026-12-06), where dkdv_body's dK and
+    // dV gained.
     store_warp_rows<DP>(head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride), acc,
                         q0 + wg * kBwdTile + warp * 16, nq, p.dim, p.dq_row_stride, static_cast<float>(p.scale));
   } else {
