@@ -86,12 +86,6 @@ def inner_loop_span(ins):
     return best
 
 
-def inner_loop(ins):
-    """The shortest backward-branch body holding a tensor-core instruction."""
-    span = inner_loop_span(ins)
-    return [t for _, t in ins[span[0] : span[1] + 1]] if span else []
-
-
 def summary(entry):
     regs, local, ins = entry
     span = inner_loop_span(ins)
