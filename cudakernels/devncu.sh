@@ -28,6 +28,15 @@
 # on stdout. Anchor the regex (name$): a launch-skip past every launch of
 # the name profiles nothing (2026-12-06: a 'd128$' kernel launched four
 # times, skipped four).
+#
+# DURATIONS, when set, replaces all of the above with one figure per
+# launch, gpu__time_duration, in both binaries of a devab.sh pack
+# (bench-old.test, then bench.test): COUNT launches of KERNELS in BENCH
+# each, into OUTDIR/durations-{old,new}.csv, and ncudurations.py's table
+# of each kernel's median, old against new, on stdout and in
+# OUTDIR/durations.txt. A whole call's A/B says that a change moved the
+# time; this says which kernel did (2026-12-06: 12 s for both binaries
+# at BF16 D128 N2k and N16k).
 set -uo pipefail
 out="${1:?usage: devncu.sh OUTDIR}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -37,6 +46,19 @@ command -v ncu >/dev/null || { echo "devncu: ncu not found" >&2; exit 1; }
 nvidia-smi -L
 bench="${BENCH:-KernelsGPU/bf16/(fwd|bwd)/D128_N8192_causal=false}"
 kernels="${KERNELS:-flash_(fwd|bwd)_.*wgmma|flash_to_image|flash_bwd_dot_do_o|flash_bwd_stats}"
+if [[ -n "${DURATIONS:-}" ]]; then
+	for side in old new; do
+		bin="$bins/bench.test"
+		[[ $side == old ]] && bin="$bins/bench-old.test"
+		# shellcheck disable=SC2086 # FLAGS: bench.test flags, one per word
+		(cd "$root/bench" && ncu --clock-control none --kernel-name "regex:$kernels" --launch-count "${COUNT:-60}" \
+			--csv --print-units base --metrics gpu__time_duration.sum \
+			"$bin" -test.run '^$' -test.bench "$bench" -test.benchtime 1x ${FLAGS:-}) >"$out/durations-$side.csv" 2>&1
+		echo "ncu $side exit $?"
+	done
+	python3 "$root/cudakernels/ncudurations.py" "$out/durations-old.csv" "$out/durations-new.csv" | tee "$out/durations.txt"
+	exit 0
+fi
 metrics=(
 	sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
 	sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active

@@ -59,3 +59,28 @@ func TestPCSampleAccount(t *testing.T) {
 		}
 	}
 }
+
+// TestNcuDurations runs ncudurations.py (devncu.sh's DURATIONS summary)
+// on two toy CSVs: a kernel launched in both builds (the first launch of
+// each left out of the median), one launched once in each, and one in
+// the new build only, with a line of ncu's own output before the CSV.
+func TestNcuDurations(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	out, err := exec.Command(python, "ncudurations.py", filepath.Join("testdata", "ncudurations-old.csv"),
+		filepath.Join("testdata", "ncudurations-new.csv")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ncudurations.py: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"flash_a         4/3              1.1       0.9    0.818",
+		"flash_b         1/1              2.0       3.0    1.500",
+		"flash_c         0/1                -       0.7        -",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("ncudurations.py's output lacks %q:\n%s", want, out)
+		}
+	}
+}
