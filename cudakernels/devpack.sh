@@ -26,6 +26,16 @@
 # alternated timings of a kernel change against its base in one call. The
 # two binaries share most of their bytes, so the archive grows by little
 # (0.3 MB for a change to the Hopper kernels, 2026-12-05).
+#
+# PATCH=<file> builds the new binaries from the tracked files with that
+# patch applied (git apply) and the kernels regenerated (gen.sh, which
+# needs nvcc: cudakernels/nvcc-debian.sh), in a temporary tree, so that
+# a patch is timed without touching the working tree, whose regenerated
+# PTX would be carried too and can push a call past the 64 MiB
+# (2026-12-06). PKGS chooses the test binaries (default "cudakernels op
+# bench"), and FLASHTUNE=0 leaves flashtune out: three binaries of about
+# 35, 35 and 23 MB pack into 6.7 MB (2026-12-06: cudakernels, bench and
+# bench-old).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 eval "$(.ci/cuda-sdk.sh)"
@@ -46,18 +56,25 @@ cubins() {
 	for m in "$1"/cudakernels/ptx/*.cubin; do mv "$m" "${m%.cubin}.ptx"; done
 }
 src=$root
-if [[ "${CUBIN:-0}" == 1 ]]; then
+if [[ "${CUBIN:-0}" == 1 || -n "${PATCH:-}" ]]; then
 	src=$(mktemp -d)
 	tmps+=("$src")
 	git ls-files -z | xargs -0 cp --parents -t "$src"
+	if [[ -n "${PATCH:-}" ]]; then
+		patch_file=$(realpath "$PATCH")
+		(cd "$src" && git apply "$patch_file" && bash cudakernels/gen.sh >/dev/null)
+	fi
 	cubins "$src"
 fi
-pkgs=(cudakernels op bench)
+read -r -a pkgs <<<"${PKGS:-cudakernels op bench}"
 for p in "${pkgs[@]}"; do
 	(cd "$src" && go test -c -tags flashgpu -ldflags='-s -w' -o "$root/.gpu/$p.test" "./$p")
 done
-(cd "$src" && go build -tags flashgpu -ldflags='-s -w' -o "$root/.gpu/flashtune" ./cudakernels/cmd/flashtune)
-packed_bins=("${pkgs[@]/%/.test}" flashtune)
+packed_bins=("${pkgs[@]/%/.test}")
+if [[ "${FLASHTUNE:-1}" == 1 ]]; then
+	(cd "$src" && go build -tags flashgpu -ldflags='-s -w' -o "$root/.gpu/flashtune" ./cudakernels/cmd/flashtune)
+	packed_bins+=(flashtune)
+fi
 rm -f .gpu/bench-old.test
 if [[ -n "${OLD:-}" ]]; then
 	old=$(mktemp -d)
