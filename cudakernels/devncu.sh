@@ -46,14 +46,20 @@ command -v ncu >/dev/null || { echo "devncu: ncu not found" >&2; exit 1; }
 nvidia-smi -L
 bench="${BENCH:-KernelsGPU/bf16/(fwd|bwd)/D128_N8192_causal=false}"
 kernels="${KERNELS:-flash_(fwd|bwd)_.*wgmma|flash_to_image|flash_bwd_dot_do_o|flash_bwd_stats}"
+# profile BINARY NCU_ARGS...: ncu, clocks as they are, over one run of
+# BENCH by that bench binary (with FLAGS).
+profile() {
+	local bin=$1
+	shift
+	# shellcheck disable=SC2086 # FLAGS: bench.test flags, one per word
+	(cd "$root/bench" && ncu --clock-control none "$@" "$bin" -test.run '^$' -test.bench "$bench" -test.benchtime 1x ${FLAGS:-})
+}
 if [[ -n "${DURATIONS:-}" ]]; then
 	for side in old new; do
 		bin="$bins/bench.test"
 		[[ $side == old ]] && bin="$bins/bench-old.test"
-		# shellcheck disable=SC2086 # FLAGS: bench.test flags, one per word
-		(cd "$root/bench" && ncu --clock-control none --kernel-name "regex:$kernels" --launch-count "${COUNT:-60}" \
-			--csv --print-units base --metrics gpu__time_duration.sum \
-			"$bin" -test.run '^$' -test.bench "$bench" -test.benchtime 1x ${FLAGS:-}) >"$out/durations-$side.csv" 2>&1
+		profile "$bin" --kernel-name "regex:$kernels" --launch-count "${COUNT:-60}" \
+			--csv --print-units base --metrics gpu__time_duration.sum >"$out/durations-$side.csv" 2>&1
 		echo "ncu $side exit $?"
 	done
 	python3 "$root/cudakernels/ncudurations.py" "$out/durations-old.csv" "$out/durations-new.csv" | tee "$out/durations.txt"
@@ -73,11 +79,9 @@ metric_list=$(
 	IFS=,
 	echo "${metrics[*]}"
 )
-# shellcheck disable=SC2086 # FLAGS: bench.test flags, one per word
-(cd "$root/bench" && ncu --clock-control none --kernel-name "regex:$kernels" --launch-count "${COUNT:-60}" \
+profile "$bins/bench.test" --kernel-name "regex:$kernels" --launch-count "${COUNT:-60}" \
 	--section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
-	--section MemoryWorkloadAnalysis --metrics "$metric_list" \
-	"$bins/bench.test" -test.run '^$' -test.bench "$bench" -test.benchtime 1x ${FLAGS:-}) >"$out/ncu.txt" 2>&1
+	--section MemoryWorkloadAnalysis --metrics "$metric_list" >"$out/ncu.txt" 2>&1
 echo "ncu exit $?"
 # The summary: per launch, its name and grid, then the lines with the
 # figures above (ncu's own names), and the stall sentence of WarpStateStats.
@@ -87,10 +91,9 @@ awk '
 	/stalled waiting|spends .* cycles being stalled/ { $1 = $1; print "  stall: " $0 }
 ' "$out/ncu.txt" | tee "$out/ncu-summary.txt"
 [[ -n "${SAMPLE:-}" ]] || exit 0
-# shellcheck disable=SC2086 # FLAGS: bench.test flags, one per word
-(cd "$root/bench" && ncu --clock-control none --kernel-name "regex:$SAMPLE" --launch-skip "${SKIP:-1}" --launch-count 1 \
+profile "$bins/bench.test" --kernel-name "regex:$SAMPLE" --launch-skip "${SKIP:-1}" --launch-count 1 \
 	--section SourceCounters --section WarpStateStats --section SpeedOfLight --import-source no -f -o "$out/sample" \
-	"$bins/bench.test" -test.run '^$' -test.bench "$bench" -test.benchtime 1x ${FLAGS:-}) >"$out/sample-run.txt" 2>&1
+	>"$out/sample-run.txt" 2>&1
 echo "ncu sampling exit $?"
 ncu --import "$out/sample.ncu-rep" --page source --csv --print-source sass >"$out/sample.csv" &&
 	python3 "$root/cudakernels/pcsample.py" "$out/sample.csv" | tee "$out/sample.txt"

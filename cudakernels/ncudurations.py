@@ -43,12 +43,12 @@ def main():
     old, new = durations(sys.argv[1]), durations(sys.argv[2])
     names = list(old) + [n for n in new if n not in old]
     width = max(len(n) for n in names)
+    fmt = lambda x: f"{x:9.1f}" if x is not None else "        -"
     print(f"{'kernel':{width}}  launches old/new  old µs    new µs    new/old")
     for n in names:
         o = median_after_first(old[n]) if n in old else None
         w = median_after_first(new[n]) if n in new else None
         ratio = f"{w / o:7.3f}" if o and w else "      -"
-        fmt = lambda x: f"{x:9.1f}" if x is not None else "        -"
         print(f"{n:{width}}  {len(old.get(n, [])):8d}/{len(new.get(n, [])):<8d} {fmt(o)} {fmt(w)}  {ratio}")
 
 

@@ -91,8 +91,10 @@ def summary(entry):
     span = inner_loop_span(ins)
     loop = [t for _, t in ins[span[0] : span[1] + 1]] if span else []
     count = lambda op: sum(op in t for t in loop)
-    # The loop's first address: a change before the loop that moves it
-    # can move a kernel's time with the same loop (2026-12-06, twice).
+    # The loop's first address, to tell a build whose loop moved from one
+    # whose loop changed (2026-12-06: two builds with nearly the same loop
+    # timed differently; whether the loop's place was the cause is not
+    # known).
     at = f"@{ins[span[0]][0]:#07x}" if span else "@-"
     return (f"{regs:3d} reg {local:4d} B local {len(ins):5d} instr | loop {len(loop):5d} {at} "
             f"tc {count('MMA'):3d} MUFU {count('MUFU'):3d} R2UR {count('R2UR'):3d}")
