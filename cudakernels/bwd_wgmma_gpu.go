@@ -177,7 +177,8 @@ type dotImageArgs struct {
 
 // launch converts the inputs into images in buf.scratch (K and V of the
 // B·KVHeads() key heads only; with lengths, up to each batch entry's
-// length rounded up to a block), then enqueues the statistics, the dK/dV
+// length rounded up to a block; not K and V where wgmmaBwdOwnsKV: the
+// dK/dV kernel converts its own block and writes their images), then enqueues the statistics, the dK/dV
 // kernel (a block per 128 keys of a key head: backwardGrids), or the dV
 // and the dK kernels (a block per 64 keys: wgmmaBwdSplit3), and the dQ
 // kernel, and for a bias gradient the dBias kernel (a block per
@@ -201,12 +202,24 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 		n                     int
 		pad                   int64
 	}
+	dp := wgmmaImageCols(b.c.prec, b.c.dp)
+	ops := callerOperands(p, buf)
+	ops.q, ops.k, ops.v, ops.dout = tensorAt{uint64(s.q), nqPad, dp}, tensorAt{uint64(s.k), nkPad, dp},
+		tensorAt{uint64(s.v), nkPad, dp}, tensorAt{uint64(s.dout), nqPad, dp}
+	ops.qT, ops.kT, ops.doutT = uint64(s.qT), uint64(s.kT), uint64(s.doutT)
+	ops.lseLog2, ops.deltaPad = uint64(s.lseLog2), uint64(s.deltaPad)
+	kp := newParams(p, ops)
+	kind := wgmmaBackwardKernel(b.c, &kp, b.dkdvDQ != (cu.Function{}))
 	convs := []conversion{{qim, buf.q, s.q, s.qT, p.Nq, nqPad}}
 	fused := b.fusesDelta(p, buf)
 	if !fused { // else below, with D
 		convs = append(convs, conversion{qim, buf.do, s.dout, s.doutT, p.Nq, nqPad})
 	}
-	convs = append(convs, conversion{kim, buf.k, s.k, s.kT, p.Nk, nkPad}, conversion{kim, buf.v, s.v, 0, p.Nk, nkPad})
+	if wgmmaBwdOwnsKV(b.c.prec, kind) {
+		kp.KSrc, kp.VSrc = uint64(buf.k), uint64(buf.v) // the dK/dV kernel writes their images
+	} else {
+		convs = append(convs, conversion{kim, buf.k, s.k, s.kT, p.Nk, nkPad}, conversion{kim, buf.v, s.v, 0, p.Nk, nkPad})
+	}
 	for _, c := range convs {
 		if c.transposed != 0 {
 			if err := c.im.both(c.src, c.rows, c.transposed, c.n, c.pad, wgmmaBwdTile, wgmmaBwdPad); err != nil {
@@ -218,13 +231,6 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 			return err
 		}
 	}
-	dp := wgmmaImageCols(b.c.prec, b.c.dp)
-	ops := callerOperands(p, buf)
-	ops.q, ops.k, ops.v, ops.dout = tensorAt{uint64(s.q), nqPad, dp}, tensorAt{uint64(s.k), nkPad, dp},
-		tensorAt{uint64(s.v), nkPad, dp}, tensorAt{uint64(s.dout), nqPad, dp}
-	ops.qT, ops.kT, ops.doutT = uint64(s.qT), uint64(s.kT), uint64(s.doutT)
-	ops.lseLog2, ops.deltaPad = uint64(s.lseLog2), uint64(s.deltaPad)
-	kp := newParams(p, ops)
 	bh := int64(p.B) * int64(p.H)
 	if fused {
 		// A warp per image row (half a warp at dp = 64), padding rows
@@ -252,7 +258,6 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 	case b.c.drop && kp.Bias != 0:
 		return fmt.Errorf("cudakernels: internal error: the Hopper backward of dropout without a bias got a problem with a bias")
 	}
-	kind := wgmmaBackwardKernel(b.c, &kp, b.dkdvDQ != (cu.Function{}))
 	if wgmmaPlainOnly(b.c.prec) && kind != wgmmaFwdRowBlock {
 		return fmt.Errorf("cudakernels: internal error: the FP32 Hopper backward (plain problems only) got a problem of kernel %d", kind)
 	}

@@ -312,7 +312,12 @@
 // keeps the late refill, since its next step needs those tiles at once.
 // The BF16/FP16 backward of a call without lengths writes dO's image in
 // the pass that computes D = rowsum(dO∘O) (a warp per image row), so dO
-// is read once, not twice.
+// is read once, not twice. Its plain and fused dK/dV kernels read their
+// block of the caller's float32 K and V themselves, each warpgroup
+// converting its 64 rows into shared memory as the forward does Q, and
+// (but for the fused kernel) write those tiles into the K and V images
+// that the dQ kernel reads after them: no conversion pass for K and V
+// (kernelParams.KSrc, VSrc).
 //
 // The Hopper kernels compute the attention variants of kernels.Params
 // (csrc/variants.cuh mirrors kernels.Mask and ModifyScore). Each attention

@@ -45,6 +45,7 @@ type kernelParams struct {
 	PartO, PartLse        uint64
 	KNew, VNew, DestRows  uint64
 	WorkCounter           uint64
+	KSrc, VSrc            uint64
 }
 
 // tensorAt is a device tensor of [B, H, rows, ld] elements (ld ≥ the

@@ -460,6 +460,14 @@ func wgmmaBwdShape(prec Precision, dp int) (step, tstages int) {
 // operands read the row images MN-major.
 func wgmmaBwdTImages(prec Precision) bool { return elemBytes(prec) >= 4 }
 
+// wgmmaBwdOwnsKV is dkdv_body's kOwnKV: the plain and fused dK/dV kernels
+// of 16-bit operands convert their block of the caller's float32 K and V
+// themselves (kernelParams.KSrc, VSrc) and write the images the dQ kernel
+// reads, so the backward launches no conversion pass for K and V.
+func wgmmaBwdOwnsKV(prec Precision, kind wgmmaFwdKernel) bool {
+	return !wgmmaBwdTImages(prec) && (kind == wgmmaFwdRowBlock || kind == wgmmaBwdFused)
+}
+
 // wgmmaDbiasSmem is bwd_dbias_smem_bytes: alignment slack, two stages of
 // Q and dO (wgmmaBwdBlock rows) and K and V (wgmmaBwdTile rows), the
 // float32 bias tile [wgmmaBwdBlock, wgmmaBwdTile], four mbarriers.

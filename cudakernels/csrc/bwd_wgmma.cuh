@@ -344,10 +344,19 @@ __device__ __forceinline__ unsigned char* aligned_smem() {
 // columns ≥ dim: the epilogue of the plain dQ kernels and of the split
 // type's three (the plain dK/dV kernels go through shared memory,
 // store_wg_rows; see dkdv_body and dq_body).
-template <int DP>
+//
+// kPairs (the plain dQ kernels) writes a thread's two columns 2t, 2t + 1
+// with one 8-byte store where every row's pairs are 8-byte aligned: a
+// warp's store then fills whole 32-byte sectors (4 lanes × 8 bytes of each
+// of 8 rows) with half the instructions of 4-byte stores, which write half
+// sectors. It took 0.2–2.6 % off the TF32 backward (H100, 2026-12-06); in
+// the split type's kernels it cost 2.4–3.0 % (dK, dQ at D = 128), so they
+// keep the 4-byte stores.
+template <int DP, bool kPairs = false>
 __device__ __forceinline__ void store_warp_rows(float* y, const float (&c)[DP / 8][4], long long row0, long long n,
                                                 long long dim, long long ld, float scale) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const bool pairs = kPairs && (reinterpret_cast<unsigned long long>(y) & 7) == 0 && ld % 2 == 0 && dim % 2 == 0;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const long long row = row0 + g + 8 * h;
@@ -356,8 +365,18 @@ __device__ __forceinline__ void store_warp_rows(float* y, const float (&c)[DP / 
 #pragma unroll
     for (int j = 0; j < DP / 8; ++j) {
       const int col = j * 8 + 2 * t;
-      if (col < dim) yr[col] = c[j][2 * h] * scale;
-      if (col + 1 < dim) yr[col + 1] = c[j][2 * h + 1] * scale;
+      const float a = c[j][2 * h] * scale, b = c[j][2 * h + 1] * scale;
+      if (pairs) {
+        if (col >= dim) continue;
+#ifdef FLASH_EMU
+        *reinterpret_cast<float2*>(yr + col) = float2{a, b};
+#else  // asm: nvcc may split a float2 store beside the scalar ones below (store_wg_rows' note)
+        asm volatile("st.global.v2.f32 [%0], {%1, %2};\n" ::"l"(yr + col), "f"(a), "f"(b) : "memory");
+#endif
+      } else {
+        if (col < dim) yr[col] = a;
+        if (col + 1 < dim) yr[col + 1] = b;
+      }
     }
   }
 }
@@ -568,8 +587,8 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
   const long long nq = p.nq, nk = p.nk;
   const S* __restrict__ q = static_cast<const S*>(p.q);
   [[maybe_unused]] const S* __restrict__ qt = static_cast<const S*>(p.q_t);
-  const S* __restrict__ k = static_cast<const S*>(p.k);
-  const S* __restrict__ v = static_cast<const S*>(p.v);
+  [[maybe_unused]] const S* __restrict__ k = static_cast<const S*>(p.k);
+  [[maybe_unused]] const S* __restrict__ v = static_cast<const S*>(p.v);
   const S* __restrict__ dout = static_cast<const S*>(p.dout);
   [[maybe_unused]] const S* __restrict__ dot = static_cast<const S*>(p.dout_t);
   const float* __restrict__ lse2 = static_cast<const float*>(p.lse_log2);
@@ -669,12 +688,43 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
     copy_transposed<E, DP, STEP>(st, qt, bh, nq_pad, r0, bar);
     copy_transposed<E, DP, STEP>(st + kStep, dot, bh, nq_pad, r0, bar);
   };
+  // kOwnKV: the plain 16-bit kernels convert their block of the caller's
+  // float32 K and V themselves (p.k_src, p.v_src), each warpgroup its own
+  // tile of each, and but for the fused kernel write the tiles into the
+  // images p.k and p.v, which the dQ kernel reads after them. The block
+  // reads its K and V once, so this takes the two conversion passes off
+  // the backward (about 62 µs each at B·N = 16k, hidden 2048, H100):
+  // their float32 reads happen here, and the image writes stay. The other
+  // kernels' K and V images are written by those passes; TF32's dQ reads
+  // a transposed image of K, which the pass writes beside the rows.
+  constexpr bool kOwnKV = !kVar && !bwd_t_images<E>();
   if (threadIdx.x == 0) {
-    mbar_arrive_expect_tx(kv_full, 2 * kFixed);
-    copy_rows<E, DP, kBwdBlock>(sK, k, kvh, nk_pad, k0, kv_full);
-    copy_rows<E, DP, kBwdBlock>(sV, v, kvh, nk_pad, k0, kv_full);
+    if constexpr (!kOwnKV) {
+      mbar_arrive_expect_tx(kv_full, 2 * kFixed);
+      copy_rows<E, DP, kBwdBlock>(sK, k, kvh, nk_pad, k0, kv_full);
+      copy_rows<E, DP, kBwdBlock>(sV, v, kvh, nk_pad, k0, kv_full);
+    }
     for (int s = 0; s < 2 && s < n_steps; ++s) load_step(s);
     for (int s = 0; s < TST && s < n_steps; ++s) load_transposed(s);
+  }
+  constexpr int kWgBytes = bwd_rows_bytes<E, DP, kBwdTile>();
+  if constexpr (kOwnKV) {
+    const int tid = threadIdx.x % 128;
+    const long long r0 = k0 + wg * kBwdTile;
+    WgRows<E, DP> kr, vr;  // both tiles' loads in flight at once
+    kr.load(static_cast<const float*>(p.k_src) + kvh * nk * p.dim, p.dim, r0, nk, p.dim, tid);
+    vr.load(static_cast<const float*>(p.v_src) + kvh * nk * p.dim, p.dim, r0, nk, p.dim, tid);
+    kr.store(sK + wg * kWgBytes, tid);
+    vr.store(sV + wg * kWgBytes, tid);
+    if constexpr (!kDQ) {
+      // The images' tile of these rows (padding rows past nk included:
+      // the last block's zeros).
+      const long long at = (kvh * nk_pad + r0) * DP;
+      kr.store_global(static_cast<S*>(const_cast<void*>(p.k)) + at, tid);
+      vr.store_global(static_cast<S*>(const_cast<void*>(p.v)) + at, tid);
+    }
+    fence_proxy_async();
+    wg_bar(wg);
   }
   // kBias: step i's bias (its head's slice, queries × the block's keys),
   // copied by every thread; has_bias is uniform over the grid.
@@ -708,7 +758,6 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
     qlo[h] = static_cast<int>(mk.query_lo(key0 + 8 * h));
     qhi[h] = static_cast<int>(mk.query_hi(key0 + 8 * h));
   }
-  constexpr int kWgBytes = bwd_rows_bytes<E, DP, kBwdTile>();
   // The modifiers: one choice for the whole group (the softcap is the
   // problem's; the ALiBi slope, read per query head below, may be 0 for
   // some heads, which leaves their scores as they are).
@@ -722,7 +771,7 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
   [[maybe_unused]] const float* const sb =
       bias_tile + 2 * t * kBiasLd + DkdvBiasSwizzle::col(2 * t, bias_key);
   [[maybe_unused]] const int sb_h1 = DkdvBiasSwizzle::col(2 * t, bias_key + 8) - DkdvBiasSwizzle::col(2 * t, bias_key);
-  mbar_wait(kv_full, 0);
+  if constexpr (!kOwnKV) mbar_wait(kv_full, 0);
 
   int it = it0;           // the query step of step i …
   long long bh = bh0;     // … and its query head (kVar)
@@ -1593,8 +1642,9 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
     // memory as below, the BF16 D128 kernel took as long at N = 2k and 8 %
     // longer at N = 16k (ncu, H100, 2026-12-06), where dkdv_body's dK and
     // dV gained.
-    store_warp_rows<DP>(head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride), acc,
-                        q0 + wg * kBwdTile + warp * 16, nq, p.dim, p.dq_row_stride, static_cast<float>(p.scale));
+    store_warp_rows<DP, true>(head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride),
+                              acc, q0 + wg * kBwdTile + warp * 16, nq, p.dim, p.dq_row_stride,
+                              static_cast<float>(p.scale));
   } else {
     // Through the warpgroup's Q tile (store_wg_rows), which its products
     // are done reading.

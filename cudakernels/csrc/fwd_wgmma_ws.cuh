@@ -158,12 +158,14 @@ __device__ __forceinline__ long long take_item(void* counter) {
 #endif
 }
 
-// QRows holds a thread's share of a warpgroup's 64 rows of Q in float32:
-// kPer chunks of kVec elements (kPer · kVec = 32 at DP = 64, 64 at 128).
-template <typename E, int DP> struct QRows {
-  static constexpr int kVec = mma::StorageOf<E>::kVec, kRowChunks = DP / kVec;
-  static constexpr int kPer = kQTileRows * kRowChunks / 128;
-  float f[kPer][kVec];
+// QRows holds a thread's share of a warpgroup's 64 rows of Q in float32
+// (WgRows, whose store it uses). Its load is WgRows::load written for Q's
+// Params fields: written as a call of WgRows::load, ptxas 12.4 laid the
+// forward out differently (5552 → 5560 instructions, the tile loop the same
+// but 192 bytes later) and the BF16 forward ran 0.7–1.2 % slower at D = 128
+// and up to 4.9 % at D = 64, N ≤ 1k (H100, 2026-12-06, RESULTS).
+template <typename E, int DP> struct QRows : WgRows<E, DP> {
+  using WgRows<E, DP>::kVec, WgRows<E, DP>::kRowChunks, WgRows<E, DP>::kPer, WgRows<E, DP>::f;
 
   // load issues every load of rows r0 … r0 + 63 of head bh of the
   // caller's float32 Q (p.q with its strides), zero past nq and dim, as
@@ -204,19 +206,6 @@ template <typename E, int DP> struct QRows {
       const int line = tid + k * 128;
       const long long row = r0 + line / kLines, c0 = line % kLines * 32;
       if (row < p.nq && c0 < p.dim) prefetch_l2(qh + row * p.q_row_stride + c0);
-    }
-  }
-  // store converts the rows into a 64-row Q tile at shared address tile,
-  // K-major with the 128-byte swizzle as to_image_rows lays one out. The
-  // caller orders the stores before wgmma reads the tile
-  // (fence_proxy_async, then a warpgroup barrier).
-  __device__ __forceinline__ void store(uint32_t tile, int tid) const {
-    unsigned char* const base = smem + (tile - smem_addr(smem));
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      const int i = tid + j * 128;
-      *reinterpret_cast<uint4*>(base + image_chunk(i / kRowChunks, i % kRowChunks, kQTileRows) * 16) =
-          mma::StorageOf<E>::convert(f[j]);
     }
   }
 };

@@ -120,9 +120,16 @@ struct Params {
   // The persistent forward's item counter (fwd_wgmma_ws.cuh): an int,
   // zero at launch, from which blocks take their items after the first.
   void* work_counter;
+  // The Hopper backward's float32 K and V as the caller passed them
+  // (dense [b · h / kv_group, nk, dim]), for the plain 16-bit dK/dV kernels
+  // (bwd_wgmma.cuh's dkdv_body), which convert their own block of keys and,
+  // but for the fused kernel, write it into the images k and v for the dQ
+  // kernel, in place of the conversion passes; null for every other kernel.
+  const void* k_src;
+  const void* v_src;
 };
 
-static_assert(sizeof(Params) == 74 * 8, "Params: every field is 8 bytes; update params.go's kernelParams too");
+static_assert(sizeof(Params) == 76 * 8, "Params: every field is 8 bytes; update params.go's kernelParams too");
 static_assert(__builtin_offsetof(Params, q_batch_stride) == 15 * 8, "Params: pointers come first");
 static_assert(__builtin_offsetof(Params, b) == 39 * 8, "Params: strides before sizes");
 static_assert(__builtin_offsetof(Params, scale) == 45 * 8, "Params: scale ends the plain problem");

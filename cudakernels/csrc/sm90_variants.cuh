@@ -20,6 +20,7 @@
 // element-wise loops alone) with the same loops.
 #pragma once
 #include "common.cuh"
+#include "sm90.cuh"
 #include "tc_variants.cuh"
 
 namespace flash {
@@ -134,6 +135,68 @@ __device__ __forceinline__ void store_wg_rows(float* y, long long ld, long long 
 __device__ __forceinline__ bool rows_vec(const float* y, long long ld, long long dim) {
   return (reinterpret_cast<unsigned long long>(y) & 15) == 0 && ld % 4 == 0 && dim % 4 == 0;
 }
+
+// WgRows holds a thread's share of 64 rows of a float32 tensor that its
+// warpgroup converts into a 64-row tile image of E (K-major with the
+// 128-byte swizzle, image_chunk's layout: the bytes a bulk copy of one tile
+// of to_image_rows' images brings): kPer chunks of kVec elements (kPer ·
+// kVec = 32 at DP = 64, 64 at 128). The warp-specialized forward reads Q
+// this way (fwd_wgmma_ws.cuh's QRows), the plain 16-bit dK/dV kernels
+// their K and V blocks (bwd_wgmma.cuh's dkdv_body).
+template <typename E, int DP> struct WgRows {
+  static constexpr int kRows = 64, kVec = mma::StorageOf<E>::kVec, kRowChunks = DP / kVec;
+  static constexpr int kPer = kRows * kRowChunks / 128;
+  float f[kPer][kVec];
+
+  // load issues every load of rows r0 … r0 + 63 of x (n rows of dim
+  // columns, row stride ld; zero past them) as thread tid of the
+  // warpgroup: all of them in flight at once, so that the conversion costs
+  // one DRAM round trip, not one per chunk (one chunk after another, a
+  // first version of the forward's cost 60–90 µs over the forward, H100
+  // 2026-12-05).
+  __device__ __forceinline__ void load(const float* x, long long ld, long long r0, long long n, long long dim,
+                                       int tid) {
+    // 16-byte loads where every row starts on a 16-byte boundary.
+    const bool vec = dim % 4 == 0 && ld % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int i = tid + j * 128, r = i / kRowChunks, c = i % kRowChunks;
+      const long long row = r0 + r, c0 = static_cast<long long>(c) * kVec;
+      const float* src = x + row * ld + c0;
+      if (vec && row < n && c0 + kVec <= dim) {
+#pragma unroll
+        for (int e = 0; e < kVec; e += 4) {
+          const float4 a = *reinterpret_cast<const float4*>(src + e);
+          f[j][e] = a.x, f[j][e + 1] = a.y, f[j][e + 2] = a.z, f[j][e + 3] = a.w;
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) f[j][e] = row < n && c0 + e < dim ? src[e] : 0.f;
+      }
+    }
+  }
+  // store converts the rows into the tile at shared address tile. The
+  // caller orders the stores before wgmma reads the tile
+  // (fence_proxy_async, then a warpgroup barrier).
+  __device__ __forceinline__ void store(uint32_t tile, int tid) const {
+    store_to(smem + (tile - smem_addr(smem)), tid);
+  }
+  // store_global writes the same bytes to a tile of an image in global
+  // memory (img: the tile's first element), for later bulk copies.
+  __device__ __forceinline__ void store_global(typename E::Storage* img, int tid) const {
+    store_to(reinterpret_cast<unsigned char*>(img), tid);
+  }
+
+ private:
+  __device__ __forceinline__ void store_to(unsigned char* tile, int tid) const {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int i = tid + j * 128;
+      *reinterpret_cast<uint4*>(tile + image_chunk(i / kRowChunks, i % kRowChunks, kRows) * 16) =
+          mma::StorageOf<E>::convert(f[j]);
+    }
+  }
+};
 
 }  // namespace sm90
 }  // namespace flash

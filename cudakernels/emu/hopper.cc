@@ -26,7 +26,8 @@
 // (TF32x3: of split products), or for the 16-bit types without lengths in
 // the pass that writes dO's image; row images of Q, dO, K and V
 // (and for TF32 and TF32x3 transposed ones of Q, dO and K), in tiles of
-// 64 rows padded to 128; the statistics (TF32x3: in natural units); the dK/dV and dQ
+// 64 rows padded to 128, but for K and V of the plain and fused 16-bit
+// kernels, whose dK/dV kernel writes them; the statistics (TF32x3: in natural units); the dK/dV and dQ
 // kernels (or the fused one into a zeroed dQ); the dBias kernel where
 // Params asks for dBias.
 #include <cstdint>
@@ -208,6 +209,10 @@ template <typename E, typename R, int DP, Kernel K> void backward(Params p, cons
   // Transposed images for TF32 only, beside the row images, as
   // bwd_wgmma_gpu.go makes them; the 16-bit kernels get null pointers,
   // which they must not read.
+  // The plain 16-bit dK/dV kernels (and the fused one) convert K and V
+  // themselves from p.k_src and p.v_src and write the images the dQ kernel
+  // reads (dkdv_body's kOwnKV); their images start as NaNs.
+  constexpr bool kOwnKV = !kTImages && (K == kPlainRowBlock || K == kFused);
   if (kTImages) {
     queries.both(p.q, q, qT, p.nq, nqPad, kBwdTile, kBwdPad);
     queries.both(p.dout, dout, doutT, p.nq, nqPad, kBwdTile, kBwdPad);
@@ -215,9 +220,10 @@ template <typename E, typename R, int DP, Kernel K> void backward(Params p, cons
   } else {
     queries.rows(p.q, q, p.nq, nqPad, kBwdTile, kBwdPad);
     if (!fusedDelta) queries.rows(p.dout, dout, p.nq, nqPad, kBwdTile, kBwdPad);
-    keys.rows(p.k, k, p.nk, nkPad, kBwdTile, kBwdPad);
+    if (!kOwnKV) keys.rows(p.k, k, p.nk, nkPad, kBwdTile, kBwdPad);
   }
-  keys.rows(p.v, v, p.nk, nkPad, kBwdTile, kBwdPad);
+  if (!kOwnKV) keys.rows(p.v, v, p.nk, nkPad, kBwdTile, kBwdPad);
+  p.k_src = kOwnKV ? p.k : nullptr, p.v_src = kOwnKV ? p.v : nullptr;
   const long long kvPerBatch = p.h / p.kv_group;
   p.q = q.as<S>(), p.q_batch_stride = p.h * nqPad * kW, p.q_head_stride = nqPad * kW, p.q_row_stride = kW;
   p.dout = dout.as<S>(), p.dout_batch_stride = p.q_batch_stride, p.dout_head_stride = p.q_head_stride;

@@ -32,7 +32,8 @@ struct Request {
     blob = reinterpret_cast<unsigned char*>(memory.data());
     readInto(blob, bytes);
     for (auto* f : {&p.q, &p.k, &p.v, &p.dout, &p.q_t, &p.k_t, &p.dout_t, &p.q_lens, &p.k_lens, &p.alibi, &p.dlse,
-                    &p.bias, &p.block_table, &p.k_new, &p.v_new, &p.dest_rows})
+                    &p.bias, &p.block_table, &p.k_new, &p.v_new, &p.dest_rows, &p.k_src,
+                    &p.v_src})
       relocate(*f);
     for (auto* f : {&p.o, &p.lse, &p.delta, &p.dq, &p.dk, &p.dv, &p.lse_log2, &p.delta_pad, &p.dbias, &p.part_o,
                     &p.part_lse})
