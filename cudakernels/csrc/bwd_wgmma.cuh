@@ -356,7 +356,8 @@ template <int DP, bool kPairs = false>
 __device__ __forceinline__ void store_warp_rows(float* y, const float (&c)[DP / 8][4], long long row0, long long n,
                                                 long long dim, long long ld, float scale) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const bool pairs = kPairs && (reinterpret_cast<unsigned long long>(y) & 7) == 0 && ld % 2 == 0 && dim % 2 == 0;
+  [[maybe_unused]] const bool pairs =
+      (reinterpret_cast<unsigned long long>(y) & 7) == 0 && ld % 2 == 0 && dim % 2 == 0;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const long long row = row0 + g + 8 * h;
@@ -365,17 +366,22 @@ __device__ __forceinline__ void store_warp_rows(float* y, const float (&c)[DP / 
 #pragma unroll
     for (int j = 0; j < DP / 8; ++j) {
       const int col = j * 8 + 2 * t;
-      const float a = c[j][2 * h] * scale, b = c[j][2 * h + 1] * scale;
-      if (pairs) {
-        if (col >= dim) continue;
+      if constexpr (kPairs) {
+        const float a = c[j][2 * h] * scale, b = c[j][2 * h + 1] * scale;
+        if (pairs) {
+          if (col >= dim) continue;
 #ifdef FLASH_EMU
-        *reinterpret_cast<float2*>(yr + col) = float2{a, b};
+          *reinterpret_cast<float2*>(yr + col) = float2{a, b};
 #else  // asm: nvcc may split a float2 store beside the scalar ones below (store_wg_rows' note)
-        asm volatile("st.global.v2.f32 [%0], {%1, %2};\n" ::"l"(yr + col), "f"(a), "f"(b) : "memory");
+          asm volatile("st.global.v2.f32 [%0], {%1, %2};\n" ::"l"(yr + col), "f"(a), "f"(b) : "memory");
 #endif
-      } else {
-        if (col < dim) yr[col] = a;
-        if (col + 1 < dim) yr[col + 1] = b;
+        } else {
+          if (col < dim) yr[col] = a;
+          if (col + 1 < dim) yr[col + 1] = b;
+        }
+      } else {  // the split type's kernels: their SASS as before kPairs
+        if (col < dim) yr[col] = c[j][2 * h] * scale;
+        if (col + 1 < dim) yr[col + 1] = c[j][2 * h + 1] * scale;
       }
     }
   }
