@@ -27,9 +27,9 @@
 // the pass that writes dO's image; row images of Q, dO, K and V
 // (and for TF32 and TF32x3 transposed ones of Q, dO and K), in tiles of
 // 64 rows padded to 128, but for K and V of the plain and fused 16-bit
-// kernels, whose dK/dV kernel writes them; the statistics (TF32x3: in natural units); the dK/dV and dQ
-// kernels (or the fused one into a zeroed dQ); the dBias kernel where
-// Params asks for dBias.
+// kernels, whose dK/dV kernel writes them; the statistics (TF32x3: in
+// natural units); the dK/dV and dQ kernels (or the fused one into a
+// zeroed dQ); the dBias kernel where Params asks for dBias.
 #include <cstdint>
 #include <vector>
 
