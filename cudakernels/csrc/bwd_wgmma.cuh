@@ -342,16 +342,17 @@ __device__ __forceinline__ unsigned char* aligned_smem() {
 // store_warp_rows writes scale·c, a warp's accumulators for rows row0 +
 // (g, g+8) of an [n, dim] matrix y with row stride ld, skipping rows ≥ n and
 // columns ≥ dim: the epilogue of the plain dQ kernels and of the split
-// type's three (the plain dK/dV kernels go through shared memory,
-// store_wg_rows; see dkdv_body and dq_body).
+// type's three at DP = 128 (the plain dK/dV kernels go through shared
+// memory, store_wg_rows; see dkdv_body and dq_body).
 //
-// kPairs (the plain dQ kernels) writes a thread's two columns 2t, 2t + 1
-// with one 8-byte store where every row's pairs are 8-byte aligned: a
-// warp's store then fills whole 32-byte sectors (4 lanes × 8 bytes of each
-// of 8 rows) with half the instructions of 4-byte stores, which write half
-// sectors. It took 0.2–2.6 % off the TF32 backward (H100, 2026-12-06); in
-// the split type's kernels it cost 2.4–3.0 % (dK, dQ at D = 128), so they
-// keep the 4-byte stores.
+// kPairs (the plain dQ kernels, the split type's at DP = 64 among them)
+// writes a thread's two columns 2t, 2t + 1 with one 8-byte store where
+// every row's pairs are 8-byte aligned: a warp's store then fills whole
+// 32-byte sectors (4 lanes × 8 bytes of each of 8 rows) with half the
+// instructions of 4-byte stores, which write half sectors. It took 0.2–2.6
+// % off the TF32 backward (H100, 2026-12-06); in dk_colblock and
+// dq_split_rowblock it cost 2.4 and 3.0 % (ncu), so the three kernels at
+// DP = 128 keep the 4-byte stores.
 template <int DP, bool kPairs = false>
 __device__ __forceinline__ void store_warp_rows(float* y, const float (&c)[DP / 8][4], long long row0, long long n,
                                                 long long dim, long long ld, float scale) {
@@ -379,7 +380,7 @@ __device__ __forceinline__ void store_warp_rows(float* y, const float (&c)[DP / 
           if (col < dim) yr[col] = a;
           if (col + 1 < dim) yr[col + 1] = b;
         }
-      } else {  // the split type's kernels: their SASS as before kPairs
+      } else {  // the split type's kernels at DP = 128: their SASS as before kPairs
         if (col < dim) yr[col] = c[j][2 * h] * scale;
         if (col + 1 < dim) yr[col + 1] = c[j][2 * h + 1] * scale;
       }
