@@ -345,14 +345,14 @@ __device__ __forceinline__ unsigned char* aligned_smem() {
 // type's three at DP = 128 (the plain dK/dV kernels go through shared
 // memory, store_wg_rows; see dkdv_body and dq_body).
 //
-// kPairs (the plain dQ kernels, the split type's at DP = 64 among them)
-// writes a thread's two columns 2t, 2t + 1 with one 8-byte store where
-// every row's pairs are 8-byte aligned: a warp's store then fills whole
-// 32-byte sectors (4 lanes × 8 bytes of each of 8 rows) with half the
-// instructions of 4-byte stores, which write half sectors. It took 0.2–2.6
-// % off the TF32 backward (H100, 2026-12-06); in dk_colblock and
-// dq_split_rowblock it cost 2.4 and 3.0 % (ncu), so the three kernels at
-// DP = 128 keep the 4-byte stores.
+// kPairs (the plain dQ kernels of one-part types) writes a thread's two
+// columns 2t, 2t + 1 with one 8-byte store where every row's pairs are
+// 8-byte aligned: a warp's store then fills whole 32-byte sectors (4 lanes
+// × 8 bytes of each of 8 rows) with half the instructions of 4-byte
+// stores, which write half sectors. It took 0.2–2.6 % off the TF32
+// backward (H100, 2026-12-06). The split type keeps 4-byte stores: with
+// pairs, ncu put dk_colblock 2.4 % and dq_split_rowblock 3.0 % slower at
+// DP = 128, and its DP = 64 backward moved by −0.7 to +0.8 %.
 template <int DP, bool kPairs = false>
 __device__ __forceinline__ void store_warp_rows(float* y, const float (&c)[DP / 8][4], long long row0, long long n,
                                                 long long dim, long long ld, float scale) {
@@ -380,7 +380,7 @@ __device__ __forceinline__ void store_warp_rows(float* y, const float (&c)[DP / 
           if (col < dim) yr[col] = a;
           if (col + 1 < dim) yr[col + 1] = b;
         }
-      } else {  // the split type's kernels at DP = 128: their SASS as before kPairs
+      } else {  // the split type's kernels: their SASS as before kPairs
         if (col < dim) yr[col] = c[j][2 * h] * scale;
         if (col + 1 < dim) yr[col + 1] = c[j][2 * h + 1] * scale;
       }
@@ -1648,8 +1648,9 @@ __device__ __forceinline__ void dq_body(const Params& p, long long bh, long long
     // Straight from the accumulators (store_warp_rows): through shared
     // memory as below, the BF16 D128 kernel took as long at N = 2k and 8 %
     // longer at N = 16k (ncu, H100, 2026-12-06), where dkdv_body's dK and
-    // dV gained.
-    store_warp_rows<DP, true>(head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride),
+    // dV gained. The split type (FP32 at DP = 64) keeps 4-byte stores:
+    // with pairs its D64 backward ranged −0.7 to +0.8 % (H100, 2026-12-06).
+    store_warp_rows<DP, E::kParts == 1>(head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride),
                               acc, q0 + wg * kBwdTile + warp * 16, nq, p.dim, p.dq_row_stride,
                               static_cast<float>(p.scale));
   } else {
