@@ -295,7 +295,14 @@
 // SM taking items (a head's ws_rows query rows) from a counter in global
 // memory, zeroed before each launch, while the producer streams K and V
 // tiles across item boundaries, which hides the next item's first copies
-// behind the last one's tiles. Backward: the
+// behind the last one's tiles. The persistent kernels also make the K and
+// Vᵀ images themselves, with the producer warpgroup's three idle warps:
+// tasks of 16 KB of float32 rows taken from a second counter, staged by
+// bulk copies, converted and published with a count per head and key
+// tile that the producer waits for before copying the tile (KVConverter;
+// kernelParams.KSrc, VSrc; where D is a multiple of 4 and K and V are
+// 16-byte aligned, else the two conversion passes run before the launch).
+// Backward: the
 // same two deterministic kernels as the mma.sync family (dK and dV per 128
 // keys, dQ per 128 queries), each GEMM a wgmma (WithDeterministic(false):
 // plain BF16/FP16 problems at padded D 64 and 128 take one dK/dV kernel

@@ -135,7 +135,11 @@ func hopperHostCases(t *testing.T) []hopperHostCase {
 // hopperLongCases add problems of several key tiles (128 keys at DP ≤
 // 128 for 16-bit operands, 64 otherwise) to hostCases, whose 100 keys fit
 // one or two: the Hopper kernels' two stages are refilled, their
-// mbarriers' phases wrap, and blocks skip tiles under the masks.
+// mbarriers' phases wrap, and blocks skip tiles under the masks. Two more
+// are for the persistent forward's own K/V conversion (KVConverter): six
+// heads, so that its tasks go out in a group of four heads and a short
+// one of two, and a head dimension of 62, not a multiple of 4, where the
+// backend converts K and V in passes instead (wgmmaFwdOwnsKV).
 func hopperLongCases() []hostCase {
 	long := func(nq, nk, d int, causal bool) kernels.Params {
 		return kernels.Params{B: 1, H: 2, Nq: nq, Nk: nk, D: d, Scale: 1 / math.Sqrt(float64(d)), Causal: causal}
@@ -144,8 +148,10 @@ func hopperLongCases() []hostCase {
 	window.Window = kernels.Window{On: true, Left: 150, Right: 40}
 	gqa := long(200, 450, 128, true)
 	gqa.H, gqa.Hkv = 4, 1
+	heads := long(130, 300, 64, true)
+	heads.B, heads.H = 2, 3
 	return []hostCase{{p: long(200, 450, 64, false)}, {p: long(330, 400, 64, true)}, {p: long(200, 420, 128, false)},
-		{p: window}, {p: gqa}}
+		{p: window}, {p: gqa}, {p: heads}, {p: long(150, 300, 62, true)}}
 }
 
 // TestHopperKernelsOnHost runs the Hopper kernels (csrc/fwd_wgmma.cuh,

@@ -90,7 +90,7 @@ func loadWgmmaForward(mod cu.Module, c choice, maxSmem, sms int) (*wgmmaForward,
 }
 
 // wgmmaFwdScratch is where the images go, and the persistent kernels'
-// item counter.
+// counters (wgmmaFwdCounters).
 type wgmmaFwdScratch struct{ q, k, vt, counter cu.DevicePtr }
 
 // padded returns the rows per head of the Q and of the K and Vᵀ images
@@ -112,8 +112,11 @@ func (f *wgmmaForward) carve(p kernels.Params, base cu.DevicePtr, s *wgmmaFwdScr
 	if kind, _ := wgmmaForwardKernel(f.c, plainParams(p)); kind.readsQ() {
 		qBytes = 0
 	}
+	// Room for the conversion's counters whether or not a call's tensors
+	// are aligned for it (ownsKV).
+	counters := wgmmaFwdCounters(f.c.prec, f.c.dp, p.B, p.H, p.Nk, true)
 	return carve(base, part{&s.q, qBytes}, part{&s.k, bkv * nk * row}, part{&s.vt, bkv * nk * row},
-		part{&s.counter, 4})
+		part{&s.counter, 4 * counters})
 }
 
 // computes accepts every variant (the _full kernel), or every one but
@@ -175,11 +178,17 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 	var s wgmmaFwdScratch
 	f.carve(p, buf.scratch, &s)
 	persistent := kind.persistent(f.c.dp)
+	// The persistent kernels make the K and Vᵀ images themselves where bulk
+	// copies can read the rows (wgmmaFwdOwnsKV) and that measured faster
+	// than the passes (wgmmaFwdOwnKVPays).
+	ownsKV := wgmmaFwdOwnsKV(kind, f.c.prec, f.c.dp, p.B, p.H, p.Nk, p.D) &&
+		wgmmaFwdOwnKVPays(f.c.dp, p.Nk, p.Causal) && buf.k%16 == 0 && buf.v%16 == 0
 	if persistent {
 		// Blocks after the grid's first items take theirs from the counter.
 		grid = min(grid, f.sms)
-		if err := cu.MemsetD32Async(s.counter, 0, 1, stream); err != nil {
-			return fmt.Errorf("cudakernels: zeroing the forward's item counter: %w", err)
+		n := wgmmaFwdCounters(f.c.prec, f.c.dp, p.B, p.H, p.Nk, ownsKV)
+		if err := cu.MemsetD32Async(s.counter, 0, n, stream); err != nil {
+			return fmt.Errorf("cudakernels: zeroing the forward's counters: %w", err)
 		}
 	}
 	im := imaging{toRows: f.toRows, toVt: f.toVt, toRowsLen: f.toRowsLen, toVtLen: f.toVtLen, p: p, dp: f.c.dp,
@@ -192,17 +201,22 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 	} else if err := im.queries(buf.vars).rows(buf.q, s.q, p.Nq, nqPad, wgmmaQTileRows, rows); err != nil {
 		return err
 	}
-	kim := im.keys(buf.vars)
-	if err := kim.rows(buf.k, s.k, p.Nk, nkPad, f.c.step, f.c.step); err != nil {
-		return err
-	}
-	if err := kim.transposed(buf.v, s.vt, p.Nk, nkPad, f.c.step, f.c.step); err != nil {
-		return err
+	if !ownsKV {
+		kim := im.keys(buf.vars)
+		if err := kim.rows(buf.k, s.k, p.Nk, nkPad, f.c.step, f.c.step); err != nil {
+			return err
+		}
+		if err := kim.transposed(buf.v, s.vt, p.Nk, nkPad, f.c.step, f.c.step); err != nil {
+			return err
+		}
 	}
 	kp := newParams(p, operands{q: q, k: tensorAt{uint64(s.k), nkPad, dp},
 		v: tensorAt{uint64(s.vt), nkPad, dp}, o: dense(buf.o, p.Nq, p.D), lse: uint64(buf.lse), vars: buf.vars})
 	if persistent {
 		kp.WorkCounter = uint64(s.counter)
+	}
+	if ownsKV {
+		kp.KSrc, kp.VSrc = uint64(buf.k), uint64(buf.v)
 	}
 	return launch(fn, grid, shape.threads, shape.smem, stream, &kp)
 }

@@ -361,3 +361,66 @@ func TestSimtBlockedShapes(t *testing.T) {
 		}
 	}
 }
+
+// TestFwdOwnsKV holds the rule by which the persistent forward converts K
+// and V itself (wgmmaFwdOwnsKV) and the counters it is given: only the
+// persistent kernels, only where rows of D floats are 16-byte multiples,
+// with the staging areas fitting beside the rest (at least two, as
+// KVConverter asserts) and one ready count per head and key tile.
+func TestFwdOwnsKV(t *testing.T) {
+	for _, tc := range []struct {
+		kind wgmmaFwdKernel
+		prec Precision
+		dp   int
+		d    int
+		want bool
+	}{
+		{wgmmaFwdWS, BF16, 128, 128, true},
+		{wgmmaFwdWS, FP16, 128, 100, true},
+		{wgmmaFwdWS, TF32, 128, 128, true},
+		{wgmmaFwdWS2, BF16, 64, 64, true},
+		{wgmmaFwdWS2, BF16, 64, 62, false}, // rows not 16-byte multiples: the passes
+		{wgmmaFwdWS, BF16, 64, 64, false},  // three consumers: one block per item, not persistent
+		{wgmmaFwdRowBlock, BF16, 128, 128, false},
+		{wgmmaFwdVar, BF16, 128, 128, false},
+	} {
+		if got := wgmmaFwdOwnsKV(tc.kind, tc.prec, tc.dp, 2, 3, 1000, tc.d); got != tc.want {
+			t.Errorf("kernel %d %v dp %d D %d: owns K/V %v, want %v", tc.kind, tc.prec, tc.dp, tc.d, got, tc.want)
+		}
+	}
+	for _, c := range []struct {
+		prec Precision
+		dp   int
+	}{{BF16, 64}, {BF16, 128}, {FP16, 128}, {TF32, 128}} {
+		if st := wgmmaWSCvtStages(c.prec, c.dp, 2); st < 2 || wgmmaWSSmem(c.prec, c.dp, 2) > sm90SmemOptIn {
+			t.Errorf("%v dp %d: %d staging areas, %d bytes of shared memory", c.prec, c.dp, st, wgmmaWSSmem(c.prec, c.dp, 2))
+		}
+		bk := wgmmaFwdBK(c.prec, c.dp, false)
+		// 1000 keys: ⌈1000 / bk⌉ tiles for each of 2·3 heads, after the item and task counters.
+		if got, want := wgmmaFwdCounters(c.prec, c.dp, 2, 3, 1000, true), int64(2+6*((1000+bk-1)/bk)); got != want {
+			t.Errorf("%v dp %d: %d counters, want %d", c.prec, c.dp, got, want)
+		}
+		if got := wgmmaFwdCounters(c.prec, c.dp, 2, 3, 1000, false); got != 1 {
+			t.Errorf("%v dp %d without the conversion: %d counters, want the item counter alone", c.prec, c.dp, got)
+		}
+	}
+	if wgmmaWSCvtStages(BF16, 64, 3) != 0 {
+		t.Error("the three-consumer kernel has staging areas")
+	}
+	for _, tc := range []struct {
+		dp, nk int
+		causal bool
+		want   bool
+	}{
+		{64, 512, true, true}, {128, 512, false, false}, {128, 1024, false, true}, {128, 1024, true, false},
+		{128, 2048, true, true}, {128, 16384, true, true},
+	} {
+		if got := wgmmaFwdOwnKVPays(tc.dp, tc.nk, tc.causal); got != tc.want {
+			t.Errorf("dp %d nk %d causal %v: the conversion pays %v, want %v", tc.dp, tc.nk, tc.causal, got, tc.want)
+		}
+	}
+	// Too many tasks for the kernel's 32-bit counters: the passes.
+	if wgmmaFwdOwnsKV(wgmmaFwdWS, BF16, 128, 1<<12, 1<<10, 1<<15, 128) {
+		t.Error("2^27 heads·keys·… converted in-kernel: the task count overflows")
+	}
+}

@@ -293,16 +293,95 @@ func wgmmaWSThreads(nc int) int { return 128 * (nc + 1) }
 // with nc consumer warpgroups has a persistent grid.
 func wgmmaWSPersistent(nc int) bool { return nc == 2 }
 
-// wgmmaWSSmem is ws_smem_bytes: alignment slack, Q (wgmmaWSRows(nc) rows),
-// the stages of K and Vᵀ, 4·stages mbarriers, and for a persistent kernel
-// its item ring (two slots, four mbarriers).
-func wgmmaWSSmem(prec Precision, dp, nc int) int {
+// wgmmaWSBaseSmem is ws_base_bytes: alignment slack, Q (wgmmaWSRows(nc)
+// rows), the stages of K and Vᵀ, 4·stages mbarriers, and for a persistent
+// kernel its item ring (two slots, four mbarriers).
+func wgmmaWSBaseSmem(prec Precision, dp, nc int) int {
 	eb, bk := elemBytes(prec), wgmmaFwdBK(prec, dp, false)
 	ring := 0
 	if wgmmaWSPersistent(nc) {
 		ring = 6 * 8
 	}
 	return 1024 + wgmmaWSRows(nc)*dp*eb + 2*wgmmaWSStages*bk*dp*eb + 4*wgmmaWSStages*8 + ring
+}
+
+// The persistent warp-specialized kernels convert K and V into their
+// images themselves (csrc/fwd_wgmma_ws.cuh's KVConverter), in tasks of
+// wgmmaWSCvtBytes of float32 rows staged in shared memory. sm90SmemOptIn
+// is the most dynamic shared memory a block may have on sm_90 (227 KB).
+const (
+	wgmmaWSCvtBytes = 16384
+	sm90SmemOptIn   = 232448
+)
+
+// wgmmaWSCvtStages is ws_cvt_stages: the conversion's staging areas (each
+// with 16 bytes of mbarrier and task slot), as many as fit beside the rest
+// up to four; none without a persistent grid.
+func wgmmaWSCvtStages(prec Precision, dp, nc int) int {
+	if !wgmmaWSPersistent(nc) {
+		return 0
+	}
+	return min(4, (sm90SmemOptIn-wgmmaWSBaseSmem(prec, dp, nc))/(wgmmaWSCvtBytes+16))
+}
+
+// wgmmaWSSmem is ws_smem_bytes: wgmmaWSBaseSmem and the staging areas.
+func wgmmaWSSmem(prec Precision, dp, nc int) int {
+	return wgmmaWSBaseSmem(prec, dp, nc) + wgmmaWSCvtStages(prec, dp, nc)*(wgmmaWSCvtBytes+16)
+}
+
+// wgmmaFwdOwnsKV reports whether forward kernel kind converts K and V into
+// their images itself (KVConverter) for b·h heads of nk keys of d columns:
+// the persistent kernels, where every float32 row starts on a 16-byte
+// boundary (d a multiple of 4; the caller checks the tensors' own
+// alignment), so that bulk copies can bring them, and where the tasks,
+// heads × key tiles × (K and V in tiles' parts of wgmmaWSCvtBytes), fit the
+// kernel's 32-bit counters with room for the blocks that overshoot the
+// last. The counters, with the item counter, take wgmmaFwdCounters ints.
+func wgmmaFwdOwnsKV(kind wgmmaFwdKernel, prec Precision, dp, b, h, nk, d int) bool {
+	if !kind.persistent(dp) || d%4 != 0 {
+		return false
+	}
+	return wgmmaFwdCvtTasks(prec, dp, b, h, nk) < 1<<30
+}
+
+// wgmmaFwdOwnKVPays is where the in-kernel conversion measured faster
+// than the two passes (H100, 2026-12-07, RESULTS; BF16, FP16 and TF32, B·N
+// = 16k, hidden 2048): always for the two-consumer kernel at dp = 64
+// (−11 to −21 % at N = 512 and 1k), and at dp = 128 from
+// wgmmaFwdOwnKVMinKeys keys a row sees on average (nk, half of it under
+// the causal mask): −4 to −12 % there, but +10 to +19 % below it (N = 512,
+// and N = 1k causal), where the forward moves Q and O at nearly the DRAM's
+// speed and the conversion's traffic no longer hides under the products.
+const wgmmaFwdOwnKVMinKeys = 1024
+
+func wgmmaFwdOwnKVPays(dp, nk int, causal bool) bool {
+	if dp < 128 {
+		return true
+	}
+	seen := nk
+	if causal {
+		seen /= 2
+	}
+	return seen >= wgmmaFwdOwnKVMinKeys
+}
+
+// wgmmaFwdCvtTasks is KVConverter's total: for each head and key tile, its
+// K and its V in parts of wgmmaWSCvtBytes / (4·dp) rows.
+func wgmmaFwdCvtTasks(prec Precision, dp, b, h, nk int) int64 {
+	bk := int64(wgmmaFwdBK(prec, dp, false))
+	tiles := (int64(nk) + bk - 1) / bk
+	return int64(b) * int64(h) * tiles * 2 * bk / int64(wgmmaWSCvtBytes/(dp*4))
+}
+
+// wgmmaFwdCounters is the ints of a persistent forward's p.work_counter:
+// the item counter, and where the kernel converts K and V (ownsKV), the
+// task counter and a ready count per head and key tile.
+func wgmmaFwdCounters(prec Precision, dp, b, h, nk int, ownsKV bool) int64 {
+	if !ownsKV {
+		return 1
+	}
+	bk := int64(wgmmaFwdBK(prec, dp, false))
+	return 2 + int64(b)*int64(h)*((int64(nk)+bk-1)/bk)
 }
 
 // launchShape is a kernel's query rows per block, threads and shared memory.

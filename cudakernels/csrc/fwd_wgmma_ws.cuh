@@ -30,7 +30,9 @@
 // saves the pass the other kernels need (a read of Q in float32, a write
 // and a read of its image: 46 µs of 1.81 ms at D = 128 N = 8k on the
 // H200). K and V stay images: every query block reads them, and float32
-// tiles would double the main loop's traffic.
+// tiles would double the main loop's traffic. But the persistent kernels
+// write those images themselves, during the forward, with the producer
+// warpgroup's idle warps (KVConverter below), where p.k_src is set.
 //
 // The two-consumer kernels (ws_persistent) run on a persistent grid of at
 // most one block per SM (wgmmaForward.launch). Block b starts with item b
@@ -49,6 +51,9 @@
 // three-consumer kernel takes one item per block: at its 160 registers a
 // thread, the item loop put 112–192 bytes of spills into the tile loop
 // (ptxas 12.4).
+//
+// With p.k_src (KVConverter), the producer copies a tile only once the
+// conversion's count for it is complete (wait_count).
 //
 // Barriers: full_k/full_v per stage (a tile's bytes, one arrival: the
 // producer's expect_tx), empty_k/empty_v per stage (every consumer thread
@@ -101,12 +106,31 @@ template <typename E, int DP> __host__ __device__ constexpr bool ws_built() {
 // ws_ring_bytes: the persistent kernels' item ring, two slots of the next
 // item's index and their item_full and item_empty mbarriers.
 template <int NC> __host__ __device__ constexpr int ws_ring_bytes() { return ws_persistent<NC>() ? 6 * 8 : 0; }
-// ws_smem_bytes: up to 1024 bytes to align the tiles, Q (ws_rows rows),
+// ws_base_bytes: up to 1024 bytes to align the tiles, Q (ws_rows rows),
 // kWsStages stages of a K and a Vᵀ tile of fwd_bk keys, 4·kWsStages
-// mbarriers, the item ring. select.go repeats it (wgmmaWSSmem).
-template <typename E, int DP, int NC> __host__ __device__ constexpr int ws_smem_bytes() {
+// mbarriers, the item ring.
+template <typename E, int DP, int NC> __host__ __device__ constexpr int ws_base_bytes() {
   return 1024 + ws_rows<NC>() * DP * static_cast<int>(sizeof(typename E::Storage)) +
          2 * kWsStages * fwd_kv_bytes<E, DP>() + 4 * kWsStages * 8 + ws_ring_bytes<NC>();
+}
+// The persistent kernels convert K and V into their images themselves
+// (KVConverter below): a task is kWsCvtBytes of float32 rows, which a bulk
+// copy brings into one of ws_cvt_stages staging areas (each with an
+// mbarrier and a slot for the task's number, 16 bytes), as many as fit
+// beside the rest in the kSmemOptIn bytes a block may have, up to four:
+// four at 16-bit DP = 64 and 128, two at TF32 DP = 128. select.go repeats
+// them (wgmmaWSCvtStages).
+constexpr int kWsCvtBytes = 16384;
+constexpr int kSmemOptIn = 232448;  // 227 KB, sm_90's most dynamic shared memory a block may have
+template <typename E, int DP, int NC> __host__ __device__ constexpr int ws_cvt_stages() {
+  if (!ws_persistent<NC>()) return 0;
+  const int fit = (kSmemOptIn - ws_base_bytes<E, DP, NC>()) / (kWsCvtBytes + 16);
+  return fit < 4 ? fit : 4;
+}
+// ws_smem_bytes: ws_base_bytes and the staging areas with their mbarriers
+// and slots. select.go repeats it (wgmmaWSSmem).
+template <typename E, int DP, int NC> __host__ __device__ constexpr int ws_smem_bytes() {
+  return ws_base_bytes<E, DP, NC>() + ws_cvt_stages<E, DP, NC>() * (kWsCvtBytes + 16);
 }
 
 #ifdef FLASH_EMU  // no register file to share out on the host
@@ -157,6 +181,223 @@ __device__ __forceinline__ long long take_item(void* counter) {
   return atomicAdd(static_cast<int*>(counter), 1);
 #endif
 }
+
+// The persistent kernels' p.work_counter is an int array, zero at launch:
+// the item counter, the conversion's task counter (KVConverter), then one
+// count per (head, key tile) of the conversion tasks done there.
+
+// publish_writes orders this thread's global stores before later accesses
+// of the async proxy (other blocks' bulk copies read them once a count
+// announces them: count_done after a barrier).
+__device__ __forceinline__ void publish_writes() {
+#ifndef FLASH_EMU  // emulated memory is coherent
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+#endif
+}
+// count_done adds one to a ready count, a release at GPU scope: after a
+// barrier of the threads whose stores it announces, it makes those visible
+// to the thread that acquires the count (wait_count).
+__device__ __forceinline__ void count_done(int* c) {
+#ifdef FLASH_EMU
+  ++*c;
+#else
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(c) : "memory");
+#endif
+}
+// wait_count waits until *c is at least need (an acquire at GPU scope),
+// then orders the bulk copies that follow after what it saw.
+__device__ __forceinline__ void wait_count(const int* c, int need) {
+#ifdef FLASH_EMU  // the other fibers raise it
+  while (*static_cast<const volatile int*>(c) < need) ::emu::spin();
+#else
+  for (;;) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(c) : "memory");
+    if (v >= need) break;
+    __nanosleep(128);
+  }
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+#endif
+}
+// named_bar synchronises count threads on named barrier id.
+__device__ __forceinline__ void named_bar(int id, int count) {
+#ifdef FLASH_EMU
+  ::emu::arrive_named(id, count);
+#else
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+#endif
+}
+
+// KVConverter converts the caller's float32 K and V (p.k_src and p.v_src:
+// dense [B·H, nk, dim], dim a multiple of 4, 16-byte aligned) into the K
+// and Vᵀ images the producer copies tiles from (p.k, p.v, as
+// to_image_rows and to_image_vt write them), inside the persistent
+// kernels, with the three warps of the producer warpgroup that have
+// nothing else to do. Why: as two passes before the forward (a read of K
+// and V in float32, a write of their images) they took 127 µs at
+// B·N = 16k, hidden 2048 (H200, ncu), a fifth of the BF16 forward at
+// N = 2k, while here they run under the forward's products, whose DRAM
+// is mostly idle. (Copying float32 tiles into every block instead would
+// double the tile loop's traffic: every query block reads all of K and V.)
+//
+// A task is kRows rows (kWsCvtBytes of float32) of K or of V of one head.
+// Each block's converters take tasks from the task counter, kStages at a
+// time in flight: one thread bulk-copies the task's rows into a staging
+// area, all 96 convert them from there into the image and publish their
+// stores, then that thread raises the count of the task's (head, key tile)
+// and takes the next task into the area. Tasks go out in the order the
+// items need them: heads in block_order's groups of kOrderPairs, key tile
+// by key tile within a group, K and V of each head of the group at each
+// tile. The producer waits for a tile's count to reach kPerTile before it
+// copies the tile (wait_count, before it waits for the stage to be free,
+// so that the check's round trip overlaps that wait). Converters wait for
+// nothing but their own copies, so the tasks finish with any number of
+// the grid's blocks resident: no block waits on one that cannot run.
+template <typename E, int DP, int NC> struct KVConverter {
+  using S = typename E::Storage;
+  static constexpr int kBK = fwd_bk<E, DP>(), kRows = kWsCvtBytes / (DP * 4), kPerTile = 2 * kBK / kRows;
+  static constexpr int kStages = ws_cvt_stages<E, DP, NC>(), kThreads = 96, kVec = mma::StorageOf<E>::kVec;
+  static constexpr int kBar = 8;  // named barrier: the consumers' are 1 … NC
+  static_assert(E::kParts == 1, "the split type is not warp-specialized");
+  static_assert(kBK % kRows == 0 && kRows % 8 == 0, "tasks split a key tile into groups of 8 keys");
+  static_assert(kStages >= 2, "at least two staging areas: a copy in flight while one converts");
+
+  // The state is the staging areas' shared address alone; the rest is
+  // recomputed from p (constant memory), since the converters have the
+  // producer warpgroup's 24 registers a thread (kWsProducerRegs).
+  const Params& p;
+  uint32_t stage0;  // the staging areas, then (kFullOff on) their mbarriers and task slots
+  static constexpr int kFullOff = kStages * kWsCvtBytes + 8 * (4 * kWsStages + 6);  // after the item ring
+  static constexpr int kSlotOff = kFullOff + 8 * kStages;
+
+  __device__ __forceinline__ KVConverter(const Params& p_, uint32_t stage0_) : p(p_), stage0(stage0_) {}
+
+  __device__ __forceinline__ int* counters() const { return static_cast<int*>(p.work_counter); }
+  __device__ __forceinline__ unsigned heads() const { return static_cast<unsigned>(p.b * p.h); }
+  __device__ __forceinline__ unsigned kv_tiles() const { return static_cast<unsigned>((p.nk + kBK - 1) / kBK); }
+  __device__ __forceinline__ unsigned total() const { return heads() * kv_tiles() * kPerTile; }
+  __device__ __forceinline__ uint32_t full(int s) const { return stage0 + kFullOff + 8 * s; }
+
+  // ready is the count the producer waits on for key tile `tile` of head bh.
+  __device__ __forceinline__ static const int* ready(const Params& p, long long bh, int tile) {
+    const long long kv_tiles = (p.nk + kBK - 1) / kBK;
+    return static_cast<const int*>(p.work_counter) + 2 + bh * kv_tiles + tile;
+  }
+
+  struct Task {
+    unsigned bh, tile, sub;  // head, key tile, kRows-row part of the tile
+    bool v;                  // V's rows, else K's
+  };
+  __device__ __forceinline__ Task decode(unsigned t) const {
+    const unsigned group_tasks = kOrderPairs * kv_tiles() * kPerTile;
+    const unsigned group = t / group_tasks, r = t - group * group_tasks;
+    const unsigned left = heads() - group * kOrderPairs, in_group = left < kOrderPairs ? left : kOrderPairs;
+    const unsigned per_tile = in_group * kPerTile, tile = r / per_tile, rem = r - tile * per_tile;
+    const unsigned s = rem % kPerTile;
+    return {group * kOrderPairs + rem / kPerTile, tile, s >> 1, (s & 1) != 0};
+  }
+  __device__ __forceinline__ volatile unsigned* slot(int s) const {
+    return reinterpret_cast<volatile unsigned*>(smem + (stage0 + kSlotOff + 8 * s - smem_addr(smem)));
+  }
+  // valid_rows is how many of a task's rows are keys (the rest pad the tile).
+  __device__ __forceinline__ int valid_rows(const Task& k) const {
+    const long long left = p.nk - (static_cast<long long>(k.tile) * kBK + k.sub * kRows);
+    return left <= 0 ? 0 : left < kRows ? static_cast<int>(left) : kRows;
+  }
+
+  // take returns the next task's number (the task counter's next ticket).
+  __device__ __forceinline__ unsigned take() const { return static_cast<unsigned>(take_item(counters() + 1)); }
+
+  // issue puts task t into staging area s and starts its copy (one
+  // thread); past the last task it posts the number alone, which ends the
+  // converters' loop.
+  __device__ __forceinline__ void issue(int s, unsigned t) const {
+    *slot(s) = t;
+    if (t < total()) {
+      const Task k = decode(t);
+      const uint32_t bytes = static_cast<uint32_t>(valid_rows(k)) * static_cast<uint32_t>(p.dim) * 4u;
+      if (bytes > 0) {
+        const float* src = static_cast<const float*>(k.v ? p.v_src : p.k_src) +
+                           (static_cast<long long>(k.bh) * p.nk + static_cast<long long>(k.tile) * kBK + k.sub * kRows) * p.dim;
+        mbar_arrive_expect_tx(full(s), bytes);
+        bulk_copy(stage0 + s * kWsCvtBytes, src, bytes, full(s));
+        return;
+      }
+    }
+    mbar_arrive(full(s));
+  }
+
+  // convert writes task k's rows from staging area s into its image, as
+  // thread ct of the converters. K: its 16-byte chunks in image order, a
+  // row's chunks to consecutive threads; V: one column (d) of kVec keys per
+  // chunk, consecutive columns to consecutive threads (reads of one staged
+  // row, without bank conflicts).
+  __device__ __forceinline__ void convert(const Task& k, int s, int ct) const {
+    const float* st = reinterpret_cast<const float*>(smem + (stage0 + s * kWsCvtBytes - smem_addr(smem)));
+    const int dim = static_cast<int>(p.dim), valid = valid_rows(k);
+    unsigned char* img = reinterpret_cast<unsigned char*>(
+        static_cast<S*>(const_cast<void*>(k.v ? p.v : p.k)) +
+        (static_cast<long long>(k.bh) * kv_tiles() + k.tile) * kBK * DP);
+    if (!k.v) {
+      constexpr int kChunks = DP / kVec;
+#pragma unroll 1
+      for (int w = ct; w < kRows * kChunks; w += kThreads) {
+        const int r = w / kChunks, c = w % kChunks;
+        float f[kVec];
+#pragma unroll
+        for (int e = 0; e < kVec; e += 4) {
+          float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+          if (r < valid && c * kVec + e < dim) a = *reinterpret_cast<const float4*>(st + r * dim + c * kVec + e);
+          f[e] = a.x, f[e + 1] = a.y, f[e + 2] = a.z, f[e + 3] = a.w;
+        }
+        *reinterpret_cast<uint4*>(img + image_chunk(static_cast<int>(k.sub) * kRows + r, c, kBK) * 16) =
+            mma::image_value<E>(f, 0);
+      }
+    } else {
+      constexpr int kKeyChunks = kRows / kVec;
+#pragma unroll 1
+      for (int w = ct; w < DP * kKeyChunks; w += kThreads) {
+        const int d = w % DP, kc = w / DP;
+        float f[kVec];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          const int key = key_at_column<E>(kc * kVec + e);
+          f[e] = d < dim && key < valid ? st[key * dim + d] : 0.f;
+        }
+        *reinterpret_cast<uint4*>(img + image_chunk(d, static_cast<int>(k.sub) * kKeyChunks + kc, DP) * 16) =
+            mma::image_value<E>(f, 0);
+      }
+    }
+  }
+
+  // run is the converters' loop (thread ct of 96). The thread that issues
+  // takes the refill's ticket before converting, so that the atomic's
+  // round trip overlaps the conversion. The count is raised after the
+  // named barrier by that thread alone, a release at GPU scope, which
+  // covers every converter's stores (the barrier orders them before it, as
+  // CUTLASS's GenericBarrier does); each thread's proxy fence makes its
+  // stores visible to other blocks' bulk copies.
+  __device__ void run(int ct) const {
+    if (ct == 0)
+      for (int s = 0; s < kStages; ++s) issue(s, take());
+#pragma unroll 1
+    for (unsigned n = 0;; ++n) {
+      const int s = static_cast<int>(n % kStages);
+      mbar_wait(full(s), (n / kStages) & 1);
+      const unsigned t = *slot(s);
+      if (t >= total()) return;
+      const unsigned next = ct == 0 ? take() : 0u;
+      const Task k = decode(t);
+      convert(k, s, ct);
+      publish_writes();
+      named_bar(kBar, kThreads);  // every thread's stores made, the staging area read
+      if (ct == 0) {
+        count_done(counters() + 2 + static_cast<long long>(k.bh) * kv_tiles() + k.tile);
+        issue(s, next);
+      }
+    }
+  }
+};
 
 // QRows holds a thread's share of a warpgroup's 64 rows of Q in float32
 // (WgRows, whose store it uses). Its load is WgRows::load written for Q's
@@ -259,7 +500,12 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
   const long long q_tiles = (nq + kRows - 1) / kRows, n_items = p.b * p.h * q_tiles;
 
   const uint32_t sQ = (smem_addr(smem) + 1023u) & ~1023u;
-  const uint32_t sK = sQ + kQBytes, sV = sK + kWsStages * kKVBytes, bars = sV + kWsStages * kKVBytes;
+  // The staging areas of the K/V conversion (persistent kernels) follow
+  // the stages; their mbarriers and slots follow the item ring.
+  using Cvt = KVConverter<E, DP, NC>;
+  constexpr int kCvtStages = ws_cvt_stages<E, DP, NC>();
+  const uint32_t sK = sQ + kQBytes, sV = sK + kWsStages * kKVBytes, sCvt = sV + kWsStages * kKVBytes;
+  const uint32_t bars = sCvt + kCvtStages * kWsCvtBytes;
   auto full_k = [&](int st) { return bars + 8 * st; };
   auto full_v = [&](int st) { return bars + 8 * (kWsStages + st); };
   auto empty_k = [&](int st) { return bars + 8 * (2 * kWsStages + st); };
@@ -284,6 +530,7 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
         mbar_init(item_full(slot), 1);
         mbar_init(item_empty(slot), kConsumerThreads);
       }
+      for (int st = 0; st < kCvtStages; ++st) mbar_init(bars + 8 * (4 * kWsStages + 6 + st), 1);
     }
     mbar_fence_init();
   }
@@ -295,6 +542,18 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
   const int wg = warp_uniform(threadIdx.x / 128);
   if (wg == 0) {
     setmaxnreg_dec<kWsProducerRegs>();
+    // With p.k_src, the kernel makes the K and Vᵀ images itself (persistent
+    // kernels only): warps 1 … 3 convert, and the producer copies a tile
+    // once its conversion is done.
+    const bool own_kv = ws_persistent<NC>() && p.k_src != nullptr;
+    if constexpr (ws_persistent<NC>()) {
+      if (own_kv && threadIdx.x >= 32) {
+        Cvt(p, sCvt).run(threadIdx.x - 32);
+        return;
+      }
+    } else {
+      if (p.k_src != nullptr) __trap();  // the three-consumer kernel reads images made before it
+    }
     if (threadIdx.x == 0) {
       // Stage uses are counted across the block's items (see the top of
       // the file), so that the producer runs on into the next item while
@@ -309,6 +568,9 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
           const int st = g % kWsStages;
           const unsigned prev = ((g / kWsStages) & 1) ^ 1;  // parity of the stage's last release
           const long long off = static_cast<long long>(it) * BK * DP;
+          if constexpr (ws_persistent<NC>()) {
+            if (own_kv) wait_count(Cvt::ready(p, w.bh, it), Cvt::kPerTile);
+          }
           if (g >= kWsStages) mbar_wait(empty_k(st), prev);
           mbar_arrive_expect_tx(full_k(st), kKVBytes);
           bulk_copy(sK + st * kKVBytes, kh + off, kKVBytes, full_k(st));

@@ -11,7 +11,9 @@
 // The forward: kFwdThreads threads, kFwdRows query rows per block
 // (blockIdx.x = (b·H + h) · tiles + tile), fwd_smem_bytes of dynamic shared
 // memory; p.q, p.k and p.v are the images the conversions below write (V
-// transposed; K and Vᵀ one image per key head). select.go's wgmma constants
+// transposed; K and Vᵀ one image per key head; the persistent
+// warp-specialized kernels write K's and Vᵀ's themselves where p.k_src is
+// set). select.go's wgmma constants
 // must match. Each attention kernel comes twice: plain (no grouped heads,
 // lengths, left window bound or score modifier; it traps on those) and _var
 // (every variant of Params; sm90_variants.cuh), which the host launches

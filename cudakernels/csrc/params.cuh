@@ -117,14 +117,20 @@ struct Params {
   const void* k_new;
   const void* v_new;
   const void* dest_rows;
-  // The persistent forward's item counter (fwd_wgmma_ws.cuh): an int,
-  // zero at launch, from which blocks take their items after the first.
+  // The persistent forward's counters (fwd_wgmma_ws.cuh), ints zero at
+  // launch: the item counter, from which blocks take their items after the
+  // first, and with k_src the K/V conversion's task counter and a count
+  // per (head, key tile) of its tasks done.
   void* work_counter;
-  // The Hopper backward's float32 K and V as the caller passed them
-  // (dense [b · h / kv_group, nk, dim]), for the plain 16-bit dK/dV kernels
-  // (bwd_wgmma.cuh's dkdv_body), which convert their own block of keys and,
-  // but for the fused kernel, write it into the images k and v for the dQ
-  // kernel, in place of the conversion passes; null for every other kernel.
+  // The float32 K and V as the caller passed them (dense
+  // [b · h / kv_group, nk, dim]), for the kernels that make the images k
+  // and v themselves, in place of the conversion passes: the plain 16-bit
+  // dK/dV kernels (bwd_wgmma.cuh's dkdv_body), which convert their own
+  // block of keys and, but for the fused kernel, write it into the images
+  // for the dQ kernel; and the persistent warp-specialized forward
+  // (fwd_wgmma_ws.cuh's KVConverter: dim a multiple of 4, 16-byte aligned;
+  // p.work_counter then holds its counters too). Null for every other
+  // kernel, and for those two where the host converted K and V.
   const void* k_src;
   const void* v_src;
 };

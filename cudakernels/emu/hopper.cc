@@ -21,7 +21,9 @@
 // warp-specialized kernels, which read it as it is, on a persistent grid
 // of kEmuSMs blocks); K in tiles of the key
 // step; V transposed (or as rows); the _len conversions where the call has
-// lengths; then the forward. Backward (backend_gpu.go's enqueueBackward,
+// lengths; then the forward. The persistent kernels convert K and V
+// themselves where the backend lets them (wgmmaFwdOwnsKV: D a multiple of
+// 4, aligned rows), into images that start as NaNs. Backward (backend_gpu.go's enqueueBackward,
 // bwd_wgmma_gpu.go): D = rowsum(dO∘O) of dO rounded, dO left as it is
 // (TF32x3: of split products), or for the 16-bit types without lengths in
 // the pass that writes dO's image; row images of Q, dO, K and V
@@ -146,11 +148,19 @@ template <typename E, int DP, Kernel K> void forward(Params p, const Shape& sh) 
   constexpr bool kQImage = K != kWS && K != kWS2;
   constexpr bool kPersistent = (K == kWS && ws_persistent<ws_consumers<DP>()>()) || (K == kWS2 && ws_persistent<2>());
   if (kQImage) queries.rows(p.q, q, p.nq, nqPad, kQTileRows, sh.rows);
-  keys.rows(p.k, k, p.nk, nkPad, step, step);
-  if (sh.vRows) {
-    keys.rows(p.v, v, p.nk, nkPad, step, step);
-  } else {
-    keys.transposed(p.v, v, p.nk, nkPad, step, step);
+  // The persistent kernels convert K and V themselves where the rows allow
+  // bulk copies (wgmmaFwdOwnsKV; the backend also asks wgmmaFwdOwnKVPays,
+  // which the short problems here would fail): their images start as NaNs.
+  auto aligned = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
+  const bool ownKV = kPersistent && !sh.vRows && p.dim % 4 == 0 && aligned(p.k) && aligned(p.v);
+  p.k_src = ownKV ? p.k : nullptr, p.v_src = ownKV ? p.v : nullptr;
+  if (!ownKV) {
+    keys.rows(p.k, k, p.nk, nkPad, step, step);
+    if (sh.vRows) {
+      keys.rows(p.v, v, p.nk, nkPad, step, step);
+    } else {
+      keys.transposed(p.v, v, p.nk, nkPad, step, step);
+    }
   }
   // The images' strides, as params.go's tensorAt gives them.
   const long long kvPerBatch = p.h / p.kv_group;
@@ -160,8 +170,10 @@ template <typename E, int DP, Kernel K> void forward(Params p, const Shape& sh) 
   unsigned grid = static_cast<unsigned>(bh * (nqPad / sh.rows));
   // The persistent grid of a device with kEmuSMs multiprocessors
   // (wgmmaForward.launch), so that blocks take several items.
-  int counter = 0;  // the item counter, zero at launch
-  if (kPersistent) grid = grid < kEmuSMs ? grid : kEmuSMs, p.work_counter = &counter;
+  // The item counter, the conversion's task counter and ready counts
+  // (fwd_wgmma_ws.cuh), zero at launch.
+  std::vector<int> counters(2 + (ownKV ? kvh * (nkPad / step) : 0));
+  if (kPersistent) grid = grid < kEmuSMs ? grid : kEmuSMs, p.work_counter = counters.data();
   emu::launch(grid, sh.threads, sh.smem, [&] {
     if constexpr (K == kPlainRowBlock) fwd_rowblock<E, DP, false>(p);
     if constexpr (K == kVar) fwd_rowblock<E, DP, true>(p);
