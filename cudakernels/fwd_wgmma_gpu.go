@@ -19,7 +19,8 @@ import (
 // for all the query heads of its group). The warp-specialized kernels take
 // the caller's Q instead (wgmmaFwdKernel.readsQ), and those with two
 // consumer warpgroups run on a persistent grid of at most sms blocks
-// (wgmmaFwdKernel.persistent). fn is the plain kernel, fnVar the one that
+// (wgmmaFwdKernel.persistent), where they also write the K and Vᵀ images
+// themselves when wgmmaFwdOwnsKV and wgmmaFwdOwnKVPays allow. fn is the plain kernel, fnVar the one that
 // computes the variants (csrc/sm90_variants.cuh); wgmmaForwardKernel
 // chooses. A choice with c.full has the _full kernel (fnFull) alone: the
 // bias and dropout, with every other variant, in a launch shape of its own;
@@ -138,7 +139,8 @@ func (f *wgmmaForward) scratchBytes(p kernels.Params) int64 { return f.carve(p, 
 // _full with a bias or dropout), enqueues the conversions into images in
 // buf.scratch (Q padded to the kernel's blocks, unless the kernel reads
 // the caller's Q itself: wgmmaFwdKernel.readsQ; K and Vᵀ of the
-// B·KVHeads() key heads only; with lengths, the tiles the forward reads
+// B·KVHeads() key heads only, unless the persistent kernel converts them
+// itself (ownsKV); with lengths, the tiles the forward reads
 // only: up to each batch entry's rows rounded up to a block, keys to a key
 // tile), then the forward.
 func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream) error {
