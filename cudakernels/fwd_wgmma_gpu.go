@@ -20,8 +20,9 @@ import (
 // the caller's Q instead (wgmmaFwdKernel.readsQ), and those with two
 // consumer warpgroups run on a persistent grid of at most sms blocks
 // (wgmmaFwdKernel.persistent), where they also write the K and Vᵀ images
-// themselves when wgmmaFwdOwnsKV and wgmmaFwdOwnKVPays allow. fn is the plain kernel, fnVar the one that
-// computes the variants (csrc/sm90_variants.cuh); wgmmaForwardKernel
+// themselves when wgmmaFwdOwnsKV and wgmmaFwdOwnKVPays allow. fn is the
+// plain kernel, fnVar the one that computes the variants
+// (csrc/sm90_variants.cuh); wgmmaForwardKernel
 // chooses. A choice with c.full has the _full kernel (fnFull) alone: the
 // bias and dropout, with every other variant, in a launch shape of its own;
 // with c.drop too, the _drop kernel there: dropout without a bias, without

@@ -369,8 +369,14 @@ func wgmmaFwdOwnKVPays(dp, nk int, causal bool) bool {
 // K and its V in parts of wgmmaWSCvtBytes / (4·dp) rows.
 func wgmmaFwdCvtTasks(prec Precision, dp, b, h, nk int) int64 {
 	bk := int64(wgmmaFwdBK(prec, dp, false))
-	tiles := (int64(nk) + bk - 1) / bk
-	return int64(b) * int64(h) * tiles * 2 * bk / int64(wgmmaWSCvtBytes/(dp*4))
+	return wgmmaFwdHeadTiles(prec, dp, b, h, nk) * 2 * bk / int64(wgmmaWSCvtBytes/(dp*4))
+}
+
+// wgmmaFwdHeadTiles is the (head, key tile) pairs of b·h heads of nk keys:
+// the conversion's ready counts.
+func wgmmaFwdHeadTiles(prec Precision, dp, b, h, nk int) int64 {
+	bk := int64(wgmmaFwdBK(prec, dp, false))
+	return int64(b) * int64(h) * (roundUp(int64(nk), bk) / bk)
 }
 
 // wgmmaFwdCounters is the ints of a persistent forward's p.work_counter:
@@ -380,8 +386,7 @@ func wgmmaFwdCounters(prec Precision, dp, b, h, nk int, ownsKV bool) int64 {
 	if !ownsKV {
 		return 1
 	}
-	bk := int64(wgmmaFwdBK(prec, dp, false))
-	return 2 + int64(b)*int64(h)*((int64(nk)+bk-1)/bk)
+	return 2 + wgmmaFwdHeadTiles(prec, dp, b, h, nk)
 }
 
 // launchShape is a kernel's query rows per block, threads and shared memory.
