@@ -218,8 +218,14 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 	if persistent {
 		kp.WorkCounter = uint64(s.counter)
 	}
+	smem := shape.smem
 	if ownsKV {
 		kp.KSrc, kp.VSrc = uint64(buf.k), uint64(buf.v)
+	} else if persistent {
+		// Without the conversion, its staging areas (the last of the
+		// layout) are left out: that shared memory is L1 cache then.
+		// (Persistent kernels have two consumer warpgroups.)
+		smem = wgmmaWSBaseSmem(f.c.prec, f.c.dp, 2)
 	}
-	return launch(fn, grid, shape.threads, shape.smem, stream, &kp)
+	return launch(fn, grid, shape.threads, smem, stream, &kp)
 }

@@ -106,31 +106,45 @@ template <typename E, int DP> __host__ __device__ constexpr bool ws_built() {
 // ws_ring_bytes: the persistent kernels' item ring, two slots of the next
 // item's index and their item_full and item_empty mbarriers.
 template <int NC> __host__ __device__ constexpr int ws_ring_bytes() { return ws_persistent<NC>() ? 6 * 8 : 0; }
+// ws_bar_bytes: the 4·kWsStages mbarriers of the stages and the item ring.
+template <int NC> __host__ __device__ constexpr int ws_bar_bytes() { return 4 * kWsStages * 8 + ws_ring_bytes<NC>(); }
 // ws_base_bytes: up to 1024 bytes to align the tiles, Q (ws_rows rows),
-// kWsStages stages of a K and a Vᵀ tile of fwd_bk keys, 4·kWsStages
-// mbarriers, the item ring.
+// kWsStages stages of a K and a Vᵀ tile of fwd_bk keys, ws_bar_bytes. It
+// is all a launch without the K/V conversion needs, which matters: the
+// rest of the SM's 256 KB is its L1 cache, and with the conversion's
+// staging areas allocated but unused the short BF16 D = 128 forwards that
+// keep the conversion passes ran 1.3–6.3 % slower (H100, 2026-12-07).
 template <typename E, int DP, int NC> __host__ __device__ constexpr int ws_base_bytes() {
   return 1024 + ws_rows<NC>() * DP * static_cast<int>(sizeof(typename E::Storage)) +
-         2 * kWsStages * fwd_kv_bytes<E, DP>() + 4 * kWsStages * 8 + ws_ring_bytes<NC>();
+         2 * kWsStages * fwd_kv_bytes<E, DP>() + ws_bar_bytes<NC>();
 }
 // The persistent kernels convert K and V into their images themselves
 // (KVConverter below): a task is kWsCvtBytes of float32 rows, which a bulk
 // copy brings into one of ws_cvt_stages staging areas (each with an
-// mbarrier and a slot for the task's number, 16 bytes), as many as fit
-// beside the rest in the kSmemOptIn bytes a block may have, up to four:
-// four at 16-bit DP = 64 and 128, two at TF32 DP = 128. select.go repeats
-// them (wgmmaWSCvtStages).
+// mbarrier and a slot for the task's number, 16 bytes, after the item
+// ring), as many as fit beside the rest in the kSmemOptIn bytes a block
+// may have, up to four: four at 16-bit DP = 64 and 128, two at TF32
+// DP = 128. The areas come last, ws_cvt_off bytes after the stages'
+// mbarriers (128-byte aligned), so that a launch without the conversion
+// takes ws_base_bytes alone. select.go repeats them (wgmmaWSCvtStages,
+// wgmmaWSSmem).
 constexpr int kWsCvtBytes = 16384;
 constexpr int kSmemOptIn = 232448;  // 227 KB, sm_90's most dynamic shared memory a block may have
 template <typename E, int DP, int NC> __host__ __device__ constexpr int ws_cvt_stages() {
   if (!ws_persistent<NC>()) return 0;
-  const int fit = (kSmemOptIn - ws_base_bytes<E, DP, NC>()) / (kWsCvtBytes + 16);
+  const int fit = (kSmemOptIn - ws_base_bytes<E, DP, NC>() - 127) / (kWsCvtBytes + 16);  // 127: the alignment
   return fit < 4 ? fit : 4;
 }
-// ws_smem_bytes: ws_base_bytes and the staging areas with their mbarriers
-// and slots. select.go repeats it (wgmmaWSSmem).
+template <typename E, int DP, int NC> __host__ __device__ constexpr int ws_cvt_off() {
+  return (ws_bar_bytes<NC>() + 16 * ws_cvt_stages<E, DP, NC>() + 127) / 128 * 128;
+}
+// ws_smem_bytes: ws_base_bytes and, with staging areas, their mbarriers,
+// slots, alignment and the areas. select.go repeats it (wgmmaWSSmem).
 template <typename E, int DP, int NC> __host__ __device__ constexpr int ws_smem_bytes() {
-  return ws_base_bytes<E, DP, NC>() + ws_cvt_stages<E, DP, NC>() * (kWsCvtBytes + 16);
+  return ws_cvt_stages<E, DP, NC>() == 0
+             ? ws_base_bytes<E, DP, NC>()
+             : ws_base_bytes<E, DP, NC>() - ws_bar_bytes<NC>() + ws_cvt_off<E, DP, NC>() +
+                   ws_cvt_stages<E, DP, NC>() * kWsCvtBytes;
 }
 
 #ifdef FLASH_EMU  // no register file to share out on the host
@@ -262,21 +276,26 @@ template <typename E, int DP, int NC> struct KVConverter {
   static_assert(kBK % kRows == 0 && kRows % 8 == 0, "tasks split a key tile into groups of 8 keys");
   static_assert(kStages >= 2, "at least two staging areas: a copy in flight while one converts");
 
-  // The state is the staging areas' shared address alone; the rest is
-  // recomputed from p (constant memory), since the converters have the
-  // producer warpgroup's 24 registers a thread (kWsProducerRegs).
+  // The state is one shared address, the block's mbarriers (bars), after
+  // which come the areas' mbarriers (kFullOff on), their task slots and
+  // the areas; the rest is recomputed from p (constant memory), since the
+  // converters have the producer warpgroup's 24 registers a thread
+  // (kWsProducerRegs).
   const Params& p;
-  uint32_t stage0;  // the staging areas, then (kFullOff on) their mbarriers and task slots
-  static constexpr int kFullOff = kStages * kWsCvtBytes + 8 * (4 * kWsStages + 6);  // after the item ring
+  uint32_t bars;
+  static constexpr int kFullOff = ws_bar_bytes<NC>();  // after the item ring
   static constexpr int kSlotOff = kFullOff + 8 * kStages;
+  static constexpr int kAreaOff = ws_cvt_off<E, DP, NC>();
+  static_assert(kSlotOff + 8 * kStages <= kAreaOff, "the slots end before the areas");
 
-  __device__ __forceinline__ KVConverter(const Params& p_, uint32_t stage0_) : p(p_), stage0(stage0_) {}
+  __device__ __forceinline__ KVConverter(const Params& p_, uint32_t bars_) : p(p_), bars(bars_) {}
+  __device__ __forceinline__ uint32_t area(int s) const { return bars + kAreaOff + s * kWsCvtBytes; }
 
   __device__ __forceinline__ int* counters() const { return static_cast<int*>(p.work_counter); }
   __device__ __forceinline__ unsigned heads() const { return static_cast<unsigned>(p.b * p.h); }
   __device__ __forceinline__ unsigned kv_tiles() const { return static_cast<unsigned>((p.nk + kBK - 1) / kBK); }
   __device__ __forceinline__ unsigned total() const { return heads() * kv_tiles() * kPerTile; }
-  __device__ __forceinline__ uint32_t full(int s) const { return stage0 + kFullOff + 8 * s; }
+  __device__ __forceinline__ uint32_t full(int s) const { return bars + kFullOff + 8 * s; }
 
   // ready is the count the producer waits on for key tile `tile` of head bh.
   __device__ __forceinline__ static const int* ready(const Params& p, long long bh, int tile) {
@@ -297,7 +316,7 @@ template <typename E, int DP, int NC> struct KVConverter {
     return {group * kOrderPairs + rem / kPerTile, tile, s >> 1, (s & 1) != 0};
   }
   __device__ __forceinline__ volatile unsigned* slot(int s) const {
-    return reinterpret_cast<volatile unsigned*>(smem + (stage0 + kSlotOff + 8 * s - smem_addr(smem)));
+    return reinterpret_cast<volatile unsigned*>(smem + (bars + kSlotOff + 8 * s - smem_addr(smem)));
   }
   // valid_rows is how many of a task's rows are keys (the rest pad the tile).
   __device__ __forceinline__ int valid_rows(const Task& k) const {
@@ -320,7 +339,7 @@ template <typename E, int DP, int NC> struct KVConverter {
         const float* src = static_cast<const float*>(k.v ? p.v_src : p.k_src) +
                            (static_cast<long long>(k.bh) * p.nk + static_cast<long long>(k.tile) * kBK + k.sub * kRows) * p.dim;
         mbar_arrive_expect_tx(full(s), bytes);
-        bulk_copy(stage0 + s * kWsCvtBytes, src, bytes, full(s));
+        bulk_copy(area(s), src, bytes, full(s));
         return;
       }
     }
@@ -333,7 +352,7 @@ template <typename E, int DP, int NC> struct KVConverter {
   // chunk, consecutive columns to consecutive threads (reads of one staged
   // row, without bank conflicts).
   __device__ __forceinline__ void convert(const Task& k, int s, int ct) const {
-    const float* st = reinterpret_cast<const float*>(smem + (stage0 + s * kWsCvtBytes - smem_addr(smem)));
+    const float* st = reinterpret_cast<const float*>(smem + (area(s) - smem_addr(smem)));
     const int dim = static_cast<int>(p.dim), valid = valid_rows(k);
     unsigned char* img = reinterpret_cast<unsigned char*>(
         static_cast<S*>(const_cast<void*>(k.v ? p.v : p.k)) +
@@ -487,7 +506,9 @@ __device__ __forceinline__ WsItem ws_item(const Params& p, long long i, long lon
 template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_ws(const Params& p) {
   static_assert(ws_built<E, DP>(), "the warp-specialized forward is not built for this operand type and DP");
   static_assert(NC == 2 || NC == 3, "two or three consumer warpgroups");
-  require_launch(ws_threads<NC>(), ws_smem_bytes<E, DP, NC>());
+  // Without the K/V conversion (p.k_src unset) the launch leaves out its
+  // staging areas, the last of the layout.
+  require_launch(ws_threads<NC>(), p.k_src != nullptr ? ws_smem_bytes<E, DP, NC>() : ws_base_bytes<E, DP, NC>());
   require_plain(p);
   using S = typename E::Storage;
   constexpr int BK = fwd_bk<E, DP>();
@@ -500,12 +521,12 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
   const long long q_tiles = (nq + kRows - 1) / kRows, n_items = p.b * p.h * q_tiles;
 
   const uint32_t sQ = (smem_addr(smem) + 1023u) & ~1023u;
-  // The staging areas of the K/V conversion (persistent kernels) follow
-  // the stages; their mbarriers and slots follow the item ring.
+  // The mbarriers follow the stages; the K/V conversion's (persistent
+  // kernels) follow the item ring, and its staging areas come last
+  // (KVConverter), so that a launch without it can leave them out.
   using Cvt = KVConverter<E, DP, NC>;
   constexpr int kCvtStages = ws_cvt_stages<E, DP, NC>();
-  const uint32_t sK = sQ + kQBytes, sV = sK + kWsStages * kKVBytes, sCvt = sV + kWsStages * kKVBytes;
-  const uint32_t bars = sCvt + kCvtStages * kWsCvtBytes;
+  const uint32_t sK = sQ + kQBytes, sV = sK + kWsStages * kKVBytes, bars = sV + kWsStages * kKVBytes;
   auto full_k = [&](int st) { return bars + 8 * st; };
   auto full_v = [&](int st) { return bars + 8 * (kWsStages + st); };
   auto empty_k = [&](int st) { return bars + 8 * (2 * kWsStages + st); };
@@ -530,7 +551,10 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
         mbar_init(item_full(slot), 1);
         mbar_init(item_empty(slot), kConsumerThreads);
       }
-      for (int st = 0; st < kCvtStages; ++st) mbar_init(bars + 8 * (4 * kWsStages + 6 + st), 1);
+      // The conversion's mbarriers lie past ws_base_bytes, all a launch
+      // without it has.
+      if (p.k_src != nullptr)
+        for (int st = 0; st < kCvtStages; ++st) mbar_init(Cvt(p, bars).full(st), 1);
     }
     mbar_fence_init();
   }
@@ -548,7 +572,7 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
     const bool own_kv = ws_persistent<NC>() && p.k_src != nullptr;
     if constexpr (ws_persistent<NC>()) {
       if (own_kv && threadIdx.x >= 32) {
-        Cvt(p, sCvt).run(threadIdx.x - 32);
+        Cvt(p, bars).run(threadIdx.x - 32);
         return;
       }
     } else {

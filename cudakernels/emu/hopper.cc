@@ -174,7 +174,18 @@ template <typename E, int DP, Kernel K> void forward(Params p, const Shape& sh) 
   // (fwd_wgmma_ws.cuh), zero at launch.
   std::vector<int> counters(2 + (ownKV ? kvh * (nkPad / step) : 0));
   if (kPersistent) grid = grid < kEmuSMs ? grid : kEmuSMs, p.work_counter = counters.data();
-  emu::launch(grid, sh.threads, sh.smem, [&] {
+  // The warp-specialized kernels' shared memory is select.go's repetition
+  // of ws_smem_bytes (wgmmaWSSmem), and a persistent launch without the
+  // conversion takes ws_base_bytes alone (wgmmaForward.launch), so that
+  // the emulation's bounds hold the kernel to it.
+  unsigned smem = sh.smem;
+  if constexpr (K == kWS || K == kWS2) {
+    constexpr int kNC = K == kWS2 ? 2 : ws_consumers<DP>();
+    if (sh.smem != static_cast<unsigned>(ws_smem_bytes<E, DP, kNC>()))
+      Request::fail("the launch's shared memory is not ws_smem_bytes (select.go's wgmmaWSSmem)");
+    if (kPersistent && !ownKV) smem = static_cast<unsigned>(ws_base_bytes<E, DP, kNC>());
+  }
+  emu::launch(grid, sh.threads, smem, [&] {
     if constexpr (K == kPlainRowBlock) fwd_rowblock<E, DP, false>(p);
     if constexpr (K == kVar) fwd_rowblock<E, DP, true>(p);
     if constexpr (K == kFull) fwd_rowblock<E, DP, true, true>(p);

@@ -165,6 +165,7 @@ inline void wgmma_wait(unsigned newest) {
 // mbarrier returns the state of the mbarrier at shared address addr.
 inline Mbarrier& mbarrier(uint32_t addr, bool init = false) {
   if (addr % 8 != 0) fail("mbarrier: an address not 8-byte aligned");
+  if (addr + 8 > dyn_smem) fail("mbarrier: past the block's shared memory");
   for (auto& [at, m] : running->mbarriers)
     if (at == addr) return m;
   if (!init) fail("mbarrier: used before mbarrier.init");
