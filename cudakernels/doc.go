@@ -300,8 +300,11 @@
 // tasks of 16 KB of float32 rows taken from a second counter, staged by
 // bulk copies, converted and published with a count per head and key
 // tile that the producer waits for before copying the tile (KVConverter;
-// kernelParams.KSrc, VSrc; where D is a multiple of 4 and K and V are
-// 16-byte aligned, else the two conversion passes run before the launch).
+// kernelParams.KSrc, VSrc; where D is a multiple of 4, K and V are
+// 16-byte aligned and it measured faster, which short D = 128 problems did
+// not (wgmmaFwdOwnKVPays); else the two conversion passes run before the
+// launch, which then asks for no staging areas: shared memory left
+// unasked is the SM's L1).
 // Backward: the
 // same two deterministic kernels as the mma.sync family (dK and dV per 128
 // keys, dQ per 128 queries), each GEMM a wgmma (WithDeterministic(false):
