@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/gorgonia-flash/flashattention/kernels"
@@ -137,38 +138,41 @@ func TestHeadDims(t *testing.T) {
 type kernelSet struct {
 	name string
 	opts func(Precision) []Option
-	// plain: the Hopper forward's kernel for plain problems the set runs
-	// (a candidate's); a set whose kernel is built at no head dimension of
-	// a precision, or that runs on a device other than Hopper, is skipped
-	// (it would run the family's default kernels again).
-	plain plainForward
+	// forced: the candidate the set's table forces (tunedCandidates; the
+	// zero candidate for the families' sets); a set whose candidate a
+	// precision does not have, or that runs on a device other than Hopper,
+	// is skipped (it would run the family's default kernels again).
+	forced candidate
 }
 
 // testKernelSets are the kernel sets the tensor-core tests run in turn: the
-// two families, and the Hopper forward's other kernels for plain problems
-// where the family's plain forward is the warp-specialized one (candidate;
-// a tuning table may choose them).
+// two families, the Hopper forward's other kernels for plain problems
+// where the family's plain forward is the warp-specialized one, and the
+// persistent ones with the conversion passes (candidate; a tuning table
+// may choose them).
 var testKernelSets = []kernelSet{
 	{name: "sm80", opts: func(Precision) []Option { return []Option{WithFamily(FamilySM80)} }},
 	{name: "sm90", opts: func(Precision) []Option { return []Option{WithFamily(FamilySM90)} }},
-	{name: "sm90-rowblock", plain: plainRowBlock, opts: forcing(plainRowBlock)},
-	{name: "sm90-ws2", plain: plainWS2, opts: forcing(plainWS2)},
+	forcing(candidate{fam: FamilySM90, plain: plainRowBlock}),
+	forcing(candidate{fam: FamilySM90, plain: plainWS2}),
+	forcing(candidate{fam: FamilySM90, passes: true}),
+	forcing(candidate{fam: FamilySM90, plain: plainWS2, passes: true}),
 }
 
-// forcing returns the options of a FamilyAuto backend that runs plain
-// problems on the Hopper forward kernel k wherever it is built.
-func forcing(k plainForward) func(Precision) []Option {
-	return func(prec Precision) []Option {
-		return []Option{WithTuneTable(forcingTable(prec, candidate{fam: FamilySM90, plain: k}))}
-	}
+// forcing returns the kernel set of a FamilyAuto backend whose table
+// chooses c wherever it exists.
+func forcing(c candidate) kernelSet {
+	return kernelSet{name: c.String(), forced: c, opts: func(prec Precision) []Option {
+		return []Option{WithTuneTable(forcingTable(prec, c))}
+	}}
 }
 
 // runKernelSet runs fn as the subtest name with the options that open
-// set's backend of prec, or skips it (kernelSet.plain).
+// set's backend of prec, or skips it (kernelSet.forced).
 func runKernelSet(t *testing.T, name string, prec Precision, set kernelSet, fn func(t *testing.T, prec Precision, opts ...Option)) {
 	t.Run(name, func(t *testing.T) {
-		if set.plain != plainDefault {
-			if !set.plain.builtForAny(prec) {
+		if set.forced != (candidate{}) {
+			if !slices.Contains(tunedCandidates(prec), set.forced) {
 				t.Skipf("%s: no such kernel for %v", set.name, prec)
 			}
 			if _, capab, err := probe(0); err != nil || !capab.hopper() {
@@ -181,8 +185,8 @@ func runKernelSet(t *testing.T, name string, prec Precision, set kernelSet, fn f
 
 // forEachKernelSet runs fn as a subtest for every precision and, for the
 // tensor-core precisions, every kernel set ("fp32", "fp32-sm80", "bf16-sm80",
-// "bf16-sm90", "bf16-sm90-rowblock", "bf16-sm90-ws2", …), with the options that open that
-// backend.
+// "bf16-sm90", "bf16-sm90-rowblock", "bf16-sm90-ws2", "bf16-sm90-passes", …), with the
+// options that open that backend.
 func forEachKernelSet(t *testing.T, fn func(t *testing.T, prec Precision, opts ...Option)) {
 	for _, prec := range []Precision{FP32, TF32, BF16, FP16} {
 		if prec == FP32 {

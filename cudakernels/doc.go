@@ -453,12 +453,16 @@
 // producer warpgroup) and at D = 64 the warp-specialized kernel with two
 // consumer warpgroups (128 rows) beside it: at D = 64 the default block
 // takes 192 rows, which pads a sequence of 512 or 1024 queries by an
-// eighth. Tune (the flashtune command) times every candidate on the
+// eighth; and each persistent kernel's form that takes its K and Vᵀ
+// images from the conversion passes even where wgmmaFwdOwnKVPays would
+// have it convert them (candidate.passes, "-passes"). Tune (the flashtune
+// command) times every candidate on the
 // device at several lengths, for every kind of call where two of them
 // differ, and writes the table with every time that decided. Committed:
-// the H100's (tuned/h100.json, 2026-12-06), which departs from the
-// heuristic only at D = 64, N ≤ 1024, for the two-consumer forward
-// (BF16's causal forward there 5–7 % faster). The H200 has none.
+// the H100's (tuned/h100.json, 2026-12-07, written before the -passes
+// candidates), which departs from the heuristic only at BF16/FP16
+// D = 64, for the two-consumer forward: N ≤ 2048, and causal N ≤ 4096
+// (the causal N = 2048 forward 13.5 % faster). The H200 has none.
 // The Go files follow csrc/: fwd_simt_gpu.go, bwd_simt_gpu.go,
 // fwd_mma_gpu.go, bwd_mma_gpu.go, fwd_wgmma_gpu.go and bwd_wgmma_gpu.go
 // launch one family and direction each, convert_gpu.go the conversions, and

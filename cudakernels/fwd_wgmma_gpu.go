@@ -184,7 +184,8 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 	// The persistent kernels make the K and Vᵀ images themselves where bulk
 	// copies can read the rows (wgmmaFwdOwnsKV) and that measured faster
 	// than the passes (wgmmaFwdOwnKVPays).
-	ownsKV := wgmmaFwdOwnsKV(kind, f.c.prec, f.c.dp, p.B, p.H, p.Nk, p.D) &&
+	// (A tuning table's candidate may ask for the passes: f.c.passes.)
+	ownsKV := !f.c.passes && wgmmaFwdOwnsKV(kind, f.c.prec, f.c.dp, p.B, p.H, p.Nk, p.D) &&
 		wgmmaFwdOwnKVPays(f.c.dp, p.Nk, p.Causal) && buf.k%16 == 0 && buf.v%16 == 0
 	if persistent {
 		// Blocks after the grid's first items take theirs from the counter.

@@ -115,6 +115,11 @@ type choice struct {
 	// plain is the kernel the Hopper forward runs plain problems on; only
 	// a tuning table asks for another than the default (candidate).
 	plain plainForward
+	// passes: a persistent warp-specialized forward gets its K and Vᵀ
+	// images from the two conversion passes before the launch, even where
+	// it would make them itself (wgmmaFwdOwnKVPays); only a tuning table
+	// asks for it (candidate.passes).
+	passes bool
 	// blocked: the CUDA-core kernels are the register-blocked ones
 	// (fwd_simt_blocked.cuh, bwd_simt_blocked.cuh).
 	blocked bool
@@ -154,6 +159,20 @@ func (k plainForward) builtFor(prec Precision, dp int) bool {
 // where it is not, a backend that asks for it runs the defaults.
 func (k plainForward) builtForAny(prec Precision) bool {
 	return slices.ContainsFunc(headDims, func(dp int) bool { return k.builtFor(prec, dp) })
+}
+
+// persistentFor reports whether k, for the Hopper plain forward of prec at
+// dp, is a persistent warp-specialized kernel: one that can make its K and
+// Vᵀ images itself (KVConverter), so that the conversion passes are a
+// choice there (choice.passes).
+func (k plainForward) persistentFor(prec Precision, dp int) bool {
+	switch k {
+	case plainDefault:
+		return wgmmaWSBuilt(prec, dp) && wgmmaWSPersistent(wgmmaWSConsumers(dp))
+	case plainWS2:
+		return wgmmaWS2Built(prec, dp) && wgmmaWSPersistent(2)
+	}
+	return false
 }
 
 // checkDevice fails for a device no kernel runs on, or a family it cannot

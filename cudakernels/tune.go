@@ -60,7 +60,7 @@ type TuneEntry struct {
 	// padding, where the candidates differ most.
 	N int `json:"n"`
 	// Kernel is the fastest candidate's name (candidate.String: sm80,
-	// sm90, sm90-rowblock, sm90-ws2); Millis holds every timed
+	// sm90, sm90-rowblock, sm90-ws2, sm90-passes, sm90-ws2-passes); Millis holds every timed
 	// candidate's kernel time in milliseconds, Kernel's the least.
 	Kernel string             `json:"kernel"`
 	Millis map[string]float64 `json:"ms"`
@@ -86,25 +86,35 @@ type tunePick struct {
 // warp-specialized kernel with two consumer warpgroups instead of three.
 // They differ in block shape (at dp = 64 the default's 192 query rows pad
 // a sequence of 512 or 1024 queries by an eighth, where 128 pad nothing)
-// and in how loads overlap the products.
+// and in how loads overlap the products. Where that plain kernel is a
+// persistent one (plainForward.persistentFor), passes asks it to take its
+// K and Vᵀ images from the two conversion passes instead of making them
+// itself where wgmmaFwdOwnKVPays says it pays: a rule measured on an
+// H100, which a table replaces by measurement on its own GPU.
 type candidate struct {
-	fam   Family
-	plain plainForward
+	fam    Family
+	plain  plainForward
+	passes bool
 }
 
 func (c candidate) String() string {
+	s := c.fam.String()
 	switch c.plain {
 	case plainRowBlock:
-		return c.fam.String() + "-rowblock"
+		s += "-rowblock"
 	case plainWS2:
-		return c.fam.String() + "-ws2"
+		s += "-ws2"
 	}
-	return c.fam.String()
+	if c.passes {
+		s += "-passes"
+	}
+	return s
 }
 
 // candidates returns the kernels a table may choose for plain calls of
-// prec at padded head dimension dp in direction dir: both families', and
-// the Hopper forward's other plain kernels where they are built.
+// prec at padded head dimension dp in direction dir: both families', the
+// Hopper forward's other plain kernels where they are built, and each
+// persistent one's form with the conversion passes.
 func candidates(prec Precision, dp int, dir direction) []candidate {
 	cs := []candidate{{fam: FamilySM80}, {fam: FamilySM90}}
 	if dir == forwardDir {
@@ -113,8 +123,28 @@ func candidates(prec Precision, dp int, dir direction) []candidate {
 				cs = append(cs, candidate{fam: FamilySM90, plain: k})
 			}
 		}
+		for _, k := range []plainForward{plainDefault, plainWS2} {
+			if k.persistentFor(prec, dp) {
+				cs = append(cs, candidate{fam: FamilySM90, plain: k, passes: true})
+			}
+		}
 	}
 	return cs
+}
+
+// tunedCandidates returns the candidates of prec that no family option
+// names (another plain kernel, or the passes), at any head dimension: the
+// ones a backend opens with a forcing table (forcingTable).
+func tunedCandidates(prec Precision) []candidate {
+	var out []candidate
+	for _, dp := range headDims {
+		for _, c := range candidates(prec, dp, forwardDir) {
+			if (c.plain != plainDefault || c.passes) && !slices.Contains(out, c) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
 }
 
 // distinctCandidates returns the candidates of prec, dp and dir that run
@@ -347,11 +377,13 @@ func chooseTuned(c Capability, fam Family, t *TuneTable, r request) (choice, err
 
 // chooseCandidate is choose within cand's family, with cand's plain
 // kernel where the family's choice is the Hopper plain forward and that
-// kernel is built for it.
+// kernel is built for it, and the conversion passes where cand asks for
+// them and that kernel is persistent.
 func chooseCandidate(c Capability, cand candidate, r request) (choice, error) {
 	ch, err := choose(c, cand.fam, r)
 	if err == nil && ch.kind == kindWGMMA && ch.dir == forwardDir && !ch.full && cand.plain.builtFor(ch.prec, ch.dp) {
 		ch.plain = cand.plain
+		ch.passes = cand.passes && cand.plain.persistentFor(ch.prec, ch.dp)
 	}
 	return ch, err
 }

@@ -83,16 +83,13 @@ func Tune(o TuneOptions) (*TuneTable, error) {
 }
 
 // tuneBackends opens one backend of prec per candidate name: the families'
-// by WithFamily, the Hopper forward's other plain kernels, where prec has
-// them, as FamilyAuto backends with a table that chooses that kernel
-// wherever it is built.
+// by WithFamily, the others (tunedCandidates: the Hopper forward's other
+// plain kernels and the conversion passes, where prec has them) as
+// FamilyAuto backends with a table that chooses that candidate wherever it
+// exists.
 func tuneBackends(o TuneOptions, prec Precision) (map[string]*Backend, error) {
 	opts := map[string]Option{FamilySM80.String(): WithFamily(FamilySM80), FamilySM90.String(): WithFamily(FamilySM90)}
-	for _, k := range []plainForward{plainRowBlock, plainWS2} {
-		if !k.builtForAny(prec) {
-			continue // a context and modules for the defaults again
-		}
-		c := candidate{fam: FamilySM90, plain: k}
+	for _, c := range tunedCandidates(prec) {
 		opts[c.String()] = WithTuneTable(forcingTable(prec, c))
 	}
 	bs := map[string]*Backend{}

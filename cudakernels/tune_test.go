@@ -120,6 +120,50 @@ func TestChooseTunedLengths(t *testing.T) {
 	}
 }
 
+// TestPassesCandidate checks the candidates that make a persistent forward
+// take the conversion passes: named after their kernel, accepted where
+// that kernel is persistent only, and chosen with choice.passes there.
+func TestPassesCandidate(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		prec Precision
+		dp   int
+		ok   bool
+	}{
+		{"sm90-passes", BF16, 128, true}, {"sm90-passes", TF32, 128, true},
+		{"sm90-passes", BF16, 64, false}, // the three-consumer kernel is not persistent: it always takes the passes
+		{"sm90-ws2-passes", FP16, 64, true}, {"sm90-ws2-passes", BF16, 128, false},
+		{"sm90-rowblock-passes", BF16, 128, false}, {"sm80-passes", BF16, 128, false},
+	} {
+		cand, err := parseCandidate(c.name, c.prec, c.dp, forwardDir)
+		if (err == nil) != c.ok {
+			t.Errorf("%s for %v at D=%d: %v, want accepted = %v", c.name, c.prec, c.dp, err, c.ok)
+			continue
+		}
+		if !c.ok {
+			continue
+		}
+		ch, err := chooseCandidate(h200, cand, request{prec: c.prec, d: c.dp, dir: forwardDir})
+		if err != nil || !ch.passes || ch.plain != cand.plain {
+			t.Errorf("%s for %v at D=%d chose %+v, %v; want its plain kernel with the passes", c.name, c.prec, c.dp, ch, err)
+		}
+		// The backward has no such candidate, and the same candidate asks
+		// nothing of it.
+		if _, err := parseCandidate(c.name, c.prec, c.dp, backwardDir); err == nil {
+			t.Errorf("%s accepted for a backward", c.name)
+		}
+		if ch, _ := chooseCandidate(h200, cand, request{prec: c.prec, d: c.dp, dir: backwardDir}); ch.passes {
+			t.Errorf("%s for %v at D=%d set passes on the backward's choice", c.name, c.prec, c.dp)
+		}
+	}
+	// The default candidates never ask for the passes.
+	for _, cand := range candidates(BF16, 128, forwardDir) {
+		if ch, _ := chooseCandidate(h200, cand, request{prec: BF16, d: 128, dir: forwardDir}); ch.passes != cand.passes {
+			t.Errorf("%v chose passes = %v", cand, ch.passes)
+		}
+	}
+}
+
 // TestDistinctCandidates pins what Tune times on an H200 (every kind where
 // two candidates differ) and that a device of one family has nothing to
 // time.
@@ -138,12 +182,12 @@ func TestDistinctCandidates(t *testing.T) {
 		dir  direction
 		want string
 	}{
-		{h200, BF16, 64, forwardDir, "sm80 sm90 sm90-rowblock sm90-ws2"},
-		{h200, FP16, 128, forwardDir, "sm80 sm90 sm90-rowblock"},
+		{h200, BF16, 64, forwardDir, "sm80 sm90 sm90-rowblock sm90-ws2 sm90-ws2-passes"},
+		{h200, FP16, 128, forwardDir, "sm80 sm90 sm90-rowblock sm90-passes"},
 		{h200, BF16, 256, forwardDir, "sm80 sm90"},
 		{h200, BF16, 32, forwardDir, "sm80"}, // no Hopper kernel at 32: one kernel, nothing to tune
 		{h200, TF32, 64, forwardDir, "sm80 sm90"},
-		{h200, TF32, 128, forwardDir, "sm80 sm90 sm90-rowblock"},
+		{h200, TF32, 128, forwardDir, "sm80 sm90 sm90-rowblock sm90-passes"},
 		{h200, TF32, 256, forwardDir, "sm80"},
 		{h200, BF16, 128, backwardDir, "sm80 sm90"},
 		{h200, TF32, 64, backwardDir, "sm80 sm90"},
@@ -158,6 +202,14 @@ func TestDistinctCandidates(t *testing.T) {
 	// precision has it.
 	if plainWS2.builtForAny(TF32) || !plainWS2.builtForAny(BF16) || !plainRowBlock.builtForAny(TF32) {
 		t.Error("builtForAny: the two-consumer kernel is BF16/FP16 only, the row-block candidate exists for TF32 at D = 128")
+	}
+	for prec, want := range map[Precision]string{
+		BF16: "sm90-rowblock sm90-ws2 sm90-ws2-passes sm90-passes",
+		TF32: "sm90-rowblock sm90-passes",
+	} {
+		if got := names(tunedCandidates(prec)); got != want {
+			t.Errorf("the backends Tune opens for %v beside the families: %q, want %q", prec, got, want)
+		}
 	}
 	// The forcing table of a candidate marks exactly the kinds where it is
 	// built, and every length takes it.
