@@ -2,7 +2,6 @@ package cudakernels
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/gorgonia-flash/flashattention/kernels"
 )
@@ -155,12 +154,6 @@ func (k plainForward) builtFor(prec Precision, dp int) bool {
 	return true
 }
 
-// builtForAny reports whether k is built for prec at some head dimension:
-// where it is not, a backend that asks for it runs the defaults.
-func (k plainForward) builtForAny(prec Precision) bool {
-	return slices.ContainsFunc(headDims, func(dp int) bool { return k.builtFor(prec, dp) })
-}
-
 // persistentFor reports whether k, for the Hopper plain forward of prec at
 // dp, is a persistent warp-specialized kernel: one that can make its K and
 // Vᵀ images itself (KVConverter), so that the conversion passes are a
@@ -168,9 +161,9 @@ func (k plainForward) builtForAny(prec Precision) bool {
 func (k plainForward) persistentFor(prec Precision, dp int) bool {
 	switch k {
 	case plainDefault:
-		return wgmmaWSBuilt(prec, dp) && wgmmaWSPersistent(wgmmaWSConsumers(dp))
+		return wgmmaWSBuilt(prec, dp) && wgmmaFwdWS.persistent(dp)
 	case plainWS2:
-		return wgmmaWS2Built(prec, dp) && wgmmaWSPersistent(2)
+		return wgmmaWS2Built(prec, dp) && wgmmaFwdWS2.persistent(dp)
 	}
 	return false
 }
