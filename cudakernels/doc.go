@@ -298,8 +298,11 @@
 // behind the last one's tiles. The persistent kernels also make the K and
 // Vᵀ images themselves, with the producer warpgroup's three idle warps:
 // tasks of 16 KB of float32 rows taken from a second counter, staged by
-// bulk copies, converted and published with a count per head and key
-// tile that the producer waits for before copying the tile (KVConverter;
+// bulk copies (each warp into staging areas of its own, so that one
+// warp's fence and release overlap the others' converting; TF32, with two
+// areas, converts each task with the three warps together), converted
+// and published with a count per head and key tile that the producer
+// waits for before copying the tile (KVConverter;
 // kernelParams.KSrc, VSrc; where D is a multiple of 4, K and V are
 // 16-byte aligned and it measured faster, which short D = 128 problems did
 // not (wgmmaFwdOwnKVPays); else the two conversion passes run before the

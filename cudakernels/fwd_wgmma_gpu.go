@@ -186,7 +186,7 @@ func (f *wgmmaForward) launch(p kernels.Params, buf fwdBuffers, stream cu.Stream
 	// than the passes (wgmmaFwdOwnKVPays).
 	// (A tuning table's candidate may ask for the passes: f.c.passes.)
 	ownsKV := !f.c.passes && wgmmaFwdOwnsKV(kind, f.c.prec, f.c.dp, p.B, p.H, p.Nk, p.D) &&
-		wgmmaFwdOwnKVPays(f.c.dp, p.Nk, p.Causal) && buf.k%16 == 0 && buf.v%16 == 0
+		wgmmaFwdOwnKVPays(f.c.prec, f.c.dp, p.Nk, p.Causal) && buf.k%16 == 0 && buf.v%16 == 0
 	if persistent {
 		// Blocks after the grid's first items take theirs from the counter.
 		grid = min(grid, f.sms)

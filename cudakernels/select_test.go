@@ -408,15 +408,18 @@ func TestFwdOwnsKV(t *testing.T) {
 		t.Error("the three-consumer kernel has staging areas")
 	}
 	for _, tc := range []struct {
+		prec   Precision
 		dp, nk int
 		causal bool
 		want   bool
 	}{
-		{64, 512, true, true}, {128, 512, false, false}, {128, 1024, false, true}, {128, 1024, true, false},
-		{128, 2048, true, true}, {128, 16384, true, true},
+		{BF16, 64, 512, true, true}, {TF32, 128, 512, false, false}, {TF32, 128, 1024, false, true},
+		{TF32, 128, 1024, true, false}, {TF32, 128, 2048, true, true}, {TF32, 128, 16384, true, true},
+		{BF16, 128, 512, false, true}, {FP16, 128, 512, true, false}, {BF16, 128, 1024, true, true},
+		{BF16, 128, 256, false, false},
 	} {
-		if got := wgmmaFwdOwnKVPays(tc.dp, tc.nk, tc.causal); got != tc.want {
-			t.Errorf("dp %d nk %d causal %v: the conversion pays %v, want %v", tc.dp, tc.nk, tc.causal, got, tc.want)
+		if got := wgmmaFwdOwnKVPays(tc.prec, tc.dp, tc.nk, tc.causal); got != tc.want {
+			t.Errorf("%v dp %d nk %d causal %v: the conversion pays %v, want %v", tc.prec, tc.dp, tc.nk, tc.causal, got, tc.want)
 		}
 	}
 	// Too many tasks for the kernel's 32-bit counters: the passes.

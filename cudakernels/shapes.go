@@ -361,16 +361,17 @@ func wgmmaFwdOwnsKV(kind wgmmaFwdKernel, prec Precision, dp, b, h, nk, d int) bo
 }
 
 // wgmmaFwdOwnKVPays is where the in-kernel conversion measured faster
-// than the two passes (H100, 2026-12-07, RESULTS; BF16, FP16 and TF32, B·N
-// = 16k, hidden 2048): always for the two-consumer kernel at dp = 64
-// (−11 to −21 % at N = 512 and 1k), and at dp = 128 from
-// wgmmaFwdOwnKVMinKeys keys a row sees on average (nk, half of it under
-// the causal mask): −4 to −12 % there, but +10 to +19 % below it (N = 512,
-// and N = 1k causal), where the forward moves Q and O at nearly the DRAM's
-// speed and the conversion's traffic no longer hides under the products.
-const wgmmaFwdOwnKVMinKeys = 1024
-
-func wgmmaFwdOwnKVPays(dp, nk int, causal bool) bool {
+// than the two passes (H100, 2026-12-07, RESULTS; B·N = 16k, hidden 2048):
+// always for the two-consumer kernel at dp = 64 (−11 to −21 % at N = 512
+// and 1k), and at dp = 128 from wgmmaFwdOwnKVMinKeys(prec) keys a row sees
+// on average (nk, half of it under the causal mask). Below that the
+// forward moves Q and O at nearly the DRAM's speed and the conversion's
+// traffic no longer hides under the products: +2.4 % at N = 512 causal
+// for BF16 and FP16, whose converter warps work apart (KVConverter's
+// run_warps; N = 512 itself −3.7 %, N = 1k causal −5.1 %); +5.5 to
+// +12.5 % at N = 512 and 1k causal for TF32, whose two staging areas keep
+// the converters one team.
+func wgmmaFwdOwnKVPays(prec Precision, dp, nk int, causal bool) bool {
 	if dp < 128 {
 		return true
 	}
@@ -378,7 +379,15 @@ func wgmmaFwdOwnKVPays(dp, nk int, causal bool) bool {
 	if causal {
 		seen /= 2
 	}
-	return seen >= wgmmaFwdOwnKVMinKeys
+	return seen >= wgmmaFwdOwnKVMinKeys(prec)
+}
+
+// wgmmaFwdOwnKVMinKeys is wgmmaFwdOwnKVPays's bound at dp = 128.
+func wgmmaFwdOwnKVMinKeys(prec Precision) int {
+	if prec == TF32 {
+		return 1024
+	}
+	return 512
 }
 
 // wgmmaFwdCvtTasks is KVConverter's total: for each head and key tile, its

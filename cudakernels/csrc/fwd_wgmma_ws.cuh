@@ -255,11 +255,12 @@ __device__ __forceinline__ void named_bar(int id, int count) {
 // double the tile loop's traffic: every query block reads all of K and V.)
 //
 // A task is kRows rows (kWsCvtBytes of float32) of K or of V of one head.
-// Each block's converters take tasks from the task counter, kStages at a
-// time in flight: one thread bulk-copies the task's rows into a staging
-// area, all 96 convert them from there into the image and publish their
-// stores, then that thread raises the count of the task's (head, key tile)
-// and takes the next task into the area. Tasks go out in the order the
+// Each converter warp takes tasks from the task counter into the staging
+// areas it owns (run; with TF32's two areas the three warps together):
+// its lane 0 bulk-copies the task's rows into an area, the warp converts
+// them from there into the image and publishes its stores, then lane 0
+// raises the count of the task's (head, key tile) and takes the next task
+// into the area. Tasks go out in the order the
 // items need them: heads in block_order's groups of kOrderPairs, key tile
 // by key tile within a group, K and V of each head of the group at each
 // tile. The producer waits for a tile's count to reach kPerTile before it
@@ -270,8 +271,8 @@ __device__ __forceinline__ void named_bar(int id, int count) {
 template <typename E, int DP, int NC> struct KVConverter {
   using S = typename E::Storage;
   static constexpr int kBK = fwd_bk<E, DP>(), kRows = kWsCvtBytes / (DP * 4), kPerTile = 2 * kBK / kRows;
-  static constexpr int kStages = ws_cvt_stages<E, DP, NC>(), kThreads = 96, kVec = mma::StorageOf<E>::kVec;
-  static constexpr int kBar = 8;  // named barrier: the consumers' are 1 … NC
+  static constexpr int kStages = ws_cvt_stages<E, DP, NC>(), kVec = mma::StorageOf<E>::kVec;
+  static constexpr int kBar = 8;  // run_team's named barrier: the consumers' are 1 … NC
   static_assert(E::kParts == 1, "the split type is not warp-specialized");
   static_assert(kBK % kRows == 0 && kRows % 8 == 0, "tasks split a key tile into groups of 8 keys");
   static_assert(kStages >= 2, "at least two staging areas: a copy in flight while one converts");
@@ -347,11 +348,11 @@ template <typename E, int DP, int NC> struct KVConverter {
   }
 
   // convert writes task k's rows from staging area s into its image, as
-  // thread ct of the converters. K: its 16-byte chunks in image order, a
+  // thread ct of a team of kTeam. K: its 16-byte chunks in image order, a
   // row's chunks to consecutive threads; V: one column (d) of kVec keys per
   // chunk, consecutive columns to consecutive threads (reads of one staged
   // row, without bank conflicts).
-  __device__ __forceinline__ void convert(const Task& k, int s, int ct) const {
+  template <int kTeam> __device__ __forceinline__ void convert(const Task& k, int s, int ct) const {
     const float* st = reinterpret_cast<const float*>(smem + (area(s) - smem_addr(smem)));
     const int dim = static_cast<int>(p.dim), valid = valid_rows(k);
     unsigned char* img = reinterpret_cast<unsigned char*>(
@@ -360,7 +361,7 @@ template <typename E, int DP, int NC> struct KVConverter {
     if (!k.v) {
       constexpr int kChunks = DP / kVec;
 #pragma unroll 1
-      for (int w = ct; w < kRows * kChunks; w += kThreads) {
+      for (int w = ct; w < kRows * kChunks; w += kTeam) {
         const int r = w / kChunks, c = w % kChunks;
         float f[kVec];
 #pragma unroll
@@ -375,7 +376,7 @@ template <typename E, int DP, int NC> struct KVConverter {
     } else {
       constexpr int kKeyChunks = kRows / kVec;
 #pragma unroll 1
-      for (int w = ct; w < DP * kKeyChunks; w += kThreads) {
+      for (int w = ct; w < DP * kKeyChunks; w += kTeam) {
         const int d = w % DP, kc = w / DP;
         float f[kVec];
 #pragma unroll
@@ -389,14 +390,63 @@ template <typename E, int DP, int NC> struct KVConverter {
     }
   }
 
-  // run is the converters' loop (thread ct of 96). The thread that issues
-  // takes the refill's ticket before converting, so that the atomic's
-  // round trip overlaps the conversion. The count is raised after the
-  // named barrier by that thread alone, a release at GPU scope, which
-  // covers every converter's stores (the barrier orders them before it, as
-  // CUTLASS's GenericBarrier does); each thread's proxy fence makes its
-  // stores visible to other blocks' bulk copies.
+  // run is the converters' loop (thread ct of 96). With three staging
+  // areas or more (16-bit operands) each warp works on its own
+  // (run_warps); with two (TF32 at DP = 128) the three warps convert each
+  // task together (run_team): two warps of one area each ran the TF32
+  // forward 16 % slower where the conversion binds (N = 1k, and 2k causal;
+  // H100, 2026-12-07).
   __device__ void run(int ct) const {
+    if constexpr (kStages >= 3) {
+      run_warps(ct / 32, ct % 32);
+    } else {
+      run_team(ct);
+    }
+  }
+
+  // run_warps: warp `warp` owns the staging areas s ≡ warp (mod 3); its
+  // lane 0 issues their copies and takes the next task's ticket before
+  // converting (the atomic's round trip under the conversion). After
+  // converting, the lanes fence their stores for the async proxy and meet
+  // at __syncwarp, which orders them before lane 0's release at GPU scope
+  // (red.release.gpu: MEMBAR.GPU, then the add). Why per warp: as one team
+  // every task waited in turn on the stores' fence, one named barrier and
+  // one MEMBAR.GPU (1.7–2.1 µs converting and fencing, 0.5 µs releasing a
+  // 16 KB task, H100 trace, fwd-trace.patch), and the producers waited on
+  // the conversion for 46–49 % of the forward at D = 128, N = 1k and 2k
+  // causal; here a warp's fence and release run while the other two
+  // convert (−13 % there).
+  __device__ void run_warps(int warp, int lane) const {
+    constexpr int kWarps = 3;
+    const int owned = (kStages - warp + kWarps - 1) / kWarps;
+    if (lane == 0)
+      for (int j = 0; j < owned; ++j) issue(warp + j * kWarps, take());
+#pragma unroll 1
+    for (unsigned n = 0;; ++n) {
+      const unsigned use = n / static_cast<unsigned>(owned);
+      const int s = warp + static_cast<int>(n - use * static_cast<unsigned>(owned)) * kWarps;
+      mbar_wait(full(s), use & 1);
+      const unsigned t = *slot(s);
+      if (t >= total()) return;
+      const unsigned next = lane == 0 ? take() : 0u;
+      const Task k = decode(t);
+      convert<32>(k, s, lane);
+      publish_writes();
+      __syncwarp();  // every lane's stores made, the staging area read
+      if (lane == 0) {
+        count_done(counters() + 2 + static_cast<long long>(k.bh) * kv_tiles() + k.tile);
+        issue(s, next);
+      }
+    }
+  }
+
+  // run_team: the three warps take the areas in turn and convert each task
+  // together; the issuing thread (ct 0) takes the refill's ticket before
+  // converting, and raises the count after the named barrier kBar, a
+  // release at GPU scope that covers every converter's stores (the barrier
+  // orders them before it, as CUTLASS's GenericBarrier does).
+  __device__ void run_team(int ct) const {
+    constexpr int kTeam = 96;
     if (ct == 0)
       for (int s = 0; s < kStages; ++s) issue(s, take());
 #pragma unroll 1
@@ -407,9 +457,9 @@ template <typename E, int DP, int NC> struct KVConverter {
       if (t >= total()) return;
       const unsigned next = ct == 0 ? take() : 0u;
       const Task k = decode(t);
-      convert(k, s, ct);
+      convert<kTeam>(k, s, ct);
       publish_writes();
-      named_bar(kBar, kThreads);  // every thread's stores made, the staging area read
+      named_bar(kBar, kTeam);  // every thread's stores made, the staging area read
       if (ct == 0) {
         count_done(counters() + 2 + static_cast<long long>(k.bh) * kv_tiles() + k.tile);
         issue(s, next);
