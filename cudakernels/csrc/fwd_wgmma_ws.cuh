@@ -260,14 +260,14 @@ __device__ __forceinline__ void named_bar(int id, int count) {
 // its lane 0 bulk-copies the task's rows into an area, the warp converts
 // them from there into the image and publishes its stores, then lane 0
 // raises the count of the task's (head, key tile) and takes the next task
-// into the area. Tasks go out in the order the
-// items need them: heads in block_order's groups of kOrderPairs, key tile
-// by key tile within a group, K and V of each head of the group at each
-// tile. The producer waits for a tile's count to reach kPerTile before it
-// copies the tile (wait_count, before it waits for the stage to be free,
-// so that the check's round trip overlaps that wait). Converters wait for
-// nothing but their own copies, so the tasks finish with any number of
-// the grid's blocks resident: no block waits on one that cannot run.
+// into the area. Tasks go out in the order the items need them: heads in
+// block_order's groups of kOrderPairs, key tile by key tile within a
+// group, K and V of each head of the group at each tile. The producer
+// waits for a tile's count to reach kPerTile before it copies the tile
+// (wait_count, before it waits for the stage to be free, so that the
+// check's round trip overlaps that wait). Converters wait for nothing but
+// their own copies, so the tasks finish with any number of the grid's
+// blocks resident: no block waits on one that cannot run.
 template <typename E, int DP, int NC> struct KVConverter {
   using S = typename E::Storage;
   static constexpr int kBK = fwd_bk<E, DP>(), kRows = kWsCvtBytes / (DP * 4), kPerTile = 2 * kBK / kRows;
