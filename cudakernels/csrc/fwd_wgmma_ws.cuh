@@ -273,6 +273,7 @@ template <typename E, int DP, int NC> struct KVConverter {
   static constexpr int kBK = fwd_bk<E, DP>(), kRows = kWsCvtBytes / (DP * 4), kPerTile = 2 * kBK / kRows;
   static constexpr int kStages = ws_cvt_stages<E, DP, NC>(), kVec = mma::StorageOf<E>::kVec;
   static constexpr int kBar = 8;  // run_team's named barrier: the consumers' are 1 … NC
+  static constexpr int kThreads = 96;  // warps 1 … 3 of the producer warpgroup
   static_assert(E::kParts == 1, "the split type is not warp-specialized");
   static_assert(kBK % kRows == 0 && kRows % 8 == 0, "tasks split a key tile into groups of 8 keys");
   static_assert(kStages >= 2, "at least two staging areas: a copy in flight while one converts");
@@ -390,7 +391,7 @@ template <typename E, int DP, int NC> struct KVConverter {
     }
   }
 
-  // run is the converters' loop (thread ct of 96). With three staging
+  // run is the converters' loop (thread ct of kThreads). With three staging
   // areas or more (16-bit operands) each warp works on its own
   // (run_warps); with two (TF32 at DP = 128) the three warps convert each
   // task together (run_team): two warps of one area each ran the TF32
@@ -417,7 +418,7 @@ template <typename E, int DP, int NC> struct KVConverter {
   // causal; here a warp's fence and release run while the other two
   // convert (−13 % there).
   __device__ void run_warps(int warp, int lane) const {
-    constexpr int kWarps = 3;
+    constexpr int kWarps = kThreads / 32;
     const int owned = (kStages - warp + kWarps - 1) / kWarps;
     if (lane == 0)
       for (int j = 0; j < owned; ++j) issue(warp + j * kWarps, take());
@@ -446,7 +447,6 @@ template <typename E, int DP, int NC> struct KVConverter {
   // release at GPU scope that covers every converter's stores (the barrier
   // orders them before it, as CUTLASS's GenericBarrier does).
   __device__ void run_team(int ct) const {
-    constexpr int kTeam = 96;
     if (ct == 0)
       for (int s = 0; s < kStages; ++s) issue(s, take());
 #pragma unroll 1
@@ -457,9 +457,9 @@ template <typename E, int DP, int NC> struct KVConverter {
       if (t >= total()) return;
       const unsigned next = ct == 0 ? take() : 0u;
       const Task k = decode(t);
-      convert<kTeam>(k, s, ct);
+      convert<kThreads>(k, s, ct);
       publish_writes();
-      named_bar(kBar, kTeam);  // every thread's stores made, the staging area read
+      named_bar(kBar, kThreads);  // every thread's stores made, the staging area read
       if (ct == 0) {
         count_done(counters() + 2 + static_cast<long long>(k.bh) * kv_tiles() + k.tile);
         issue(s, next);
