@@ -177,6 +177,19 @@ template <int N> __device__ __forceinline__ void fence_regs(float (&x)[N][4]) {
     }
 }
 
+// tree_reduce folds v[0 … N) with op in pairs, ⌈log2 N⌉ dependent steps
+// deep, and returns the result (v is overwritten). Why: a running fold is N
+// steps deep, and ptxas keeps the order it is written in (for fmaxf too,
+// though exact): the D = 64 forward's softmax spent most of its samples
+// waiting on such chains of FMNMX and FADD (H100 ncu, 2026-12-07).
+template <int N, typename Op> __device__ __forceinline__ float tree_reduce(float (&v)[N], Op op) {
+#pragma unroll
+  for (int w = 1; w < N; w *= 2)
+#pragma unroll
+    for (int j = 0; j + w < N; j += 2 * w) v[j] = op(v[j], v[j + w]);
+  return v[0];
+}
+
 // prefetch_l2 asks L2 for the line holding x (nothing on the host).
 __device__ __forceinline__ void prefetch_l2(const float* x) {
 #ifdef FLASH_EMU
@@ -827,34 +840,43 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
             }
           mult = 1.f;
         }
+        // Both rows' extrema, each a tree over the thread's scores, then
+        // across the row's four threads; the sums are trees too (see
+        // tree_reduce).
+        float mx[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          float mx;
+          float v[kNS];
           if (kMasked || scale_log2 >= 0.f) {
-            mx = -kInf;
 #pragma unroll
-            for (int j = 0; j < kNS; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+            for (int j = 0; j < kNS; ++j) v[j] = fmaxf(s[j][2 * r], s[j][2 * r + 1]);
+            mx[r] = tree_reduce(v, [](float a, float b) { return fmaxf(a, b); });
           } else {
-            mx = kInf;
 #pragma unroll
-            for (int j = 0; j < kNS; ++j) mx = fminf(mx, fminf(s[j][2 * r], s[j][2 * r + 1]));
+            for (int j = 0; j < kNS; ++j) v[j] = fminf(s[j][2 * r], s[j][2 * r + 1]);
+            mx[r] = tree_reduce(v, [](float a, float b) { return fminf(a, b); });
           }
-          mx *= mult;
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          const float m_new = fmaxf(m[r], mx);
+          mx[r] *= mult;
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+#pragma unroll
+        for (int r = 0; r < 2; ++r) mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float m_new = fmaxf(m[r], mx[r]);
           // A row with no visible key so far keeps m = −inf; its reference is 0.
           const float ref = m_new == -kInf ? 0.f : m_new;
           alpha[r] = ex2_ftz(m[r] - ref);
           m[r] = m_new;
-          float sum = 0.f;
+          float part[kNS];
 #pragma unroll
           for (int j = 0; j < kNS; ++j) {
             s[j][2 * r] = ex2_ftz(fmaf(s[j][2 * r], mult, -ref));
             s[j][2 * r + 1] = ex2_ftz(fmaf(s[j][2 * r + 1], mult, -ref));
-            sum += s[j][2 * r] + s[j][2 * r + 1];
+            part[j] = s[j][2 * r] + s[j][2 * r + 1];
           }
-          l[r] = l[r] * alpha[r] + sum;
+          l[r] = l[r] * alpha[r] + tree_reduce(part, [](float a, float b) { return a + b; });
         }
       });
     };
