@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"gorgonia.org/cu"
 
@@ -111,8 +112,9 @@ func loadRegistry(dev Capability, fam Family, prec Precision, tuned *TuneTable, 
 		return nil, err
 	}
 	// Every length a tuning table times, so that each of its entries'
-	// kernels is loaded (without a table, the length changes nothing).
-	lengths := append([]int{1}, tuned.lengths()...)
+	// kernels is loaded, and those on each side of the heuristic's bounds
+	// (wgmmaWS2Pays).
+	lengths := append(slices.Clone(heuristicLengths), tuned.lengths()...)
 	for _, f64 := range []bool{false, true} {
 		for _, dp := range headDims {
 			for _, dir := range []direction{forwardDir, backwardDir} {

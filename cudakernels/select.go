@@ -219,6 +219,9 @@ func choose(c Capability, fam Family, r request) (choice, error) {
 			ErrUnsupported, fwd.kind, dp, fwd.smem, c.MaxSmem)
 	}
 	if r.dir == forwardDir {
+		if fam == FamilyAuto && fwd.kind == kindWGMMA && r.plain && wgmmaWS2Built(r.prec, dp) && wgmmaWS2Pays(r.nq, r.causal) {
+			fwd.plain = plainWS2
+		}
 		return fwd, nil
 	}
 	if useHopper && wgmmaBwdBuilt(r.prec, dp, r.biasOrDropout) {
@@ -233,6 +236,26 @@ func choose(c Capability, fam Family, r request) (choice, error) {
 	}
 	return simtChoice(backwardDir, false, dp, r.prec, c.MaxSmem), nil
 }
+
+// wgmmaWS2Pays is the heuristic's choice between the Hopper plain
+// forward's two warp-specialized kernels at dp = 64 (16-bit operands, where
+// wgmmaWS2Built): the two-consumer one (_ws2: 128 rows a block on a
+// persistent grid, converting K and V itself) for nq ≤ 2048, and causal
+// nq ≤ 4096, the three-consumer one (192 rows, a block per item) from
+// there on. It is the H100's tuning table (tuned/h100.json, 2026-12-07)
+// made a rule: _ws2 won at BF16 N ≤ 2048 (FP16 N ≤ 1024, at 2048 within
+// 0.4 %) and causal N ≤ 4096 for both, the causal N = 2048 forward by
+// 13.5 %; short causal problems give 192-row blocks too few items to
+// balance. Only FamilyAuto backends on devices without a table take it
+// (an H200 has none): an explicit FamilySM90 keeps the three-consumer
+// kernel, which the tests' sm90 set covers. heuristicLengths are a query
+// count on each side of its bounds, at which loadRegistry loads the
+// kernels the heuristic may choose.
+func wgmmaWS2Pays(nq int, causal bool) bool {
+	return nq <= 2048 || causal && nq <= 4096
+}
+
+var heuristicLengths = []int{1, 4096, 8192}
 
 // fp32TensorCoreChoice returns the 3xTF32 Hopper kernels of an FP32 call
 // (not float64) on a Hopper device of a backend not held to FamilySM80

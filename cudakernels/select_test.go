@@ -427,3 +427,56 @@ func TestFwdOwnsKV(t *testing.T) {
 		t.Error("2^27 heads·keys·… converted in-kernel: the task count overflows")
 	}
 }
+
+// TestChooseWS2Heuristic pins wgmmaWS2Pays's rule: without a tuning table,
+// a FamilyAuto backend on Hopper runs plain 16-bit forwards at dp = 64 on
+// the two-consumer kernel up to 2048 queries (4096 causal) and on the
+// three-consumer one beyond; nothing else changes kernel with the length,
+// and heuristicLengths meet every outcome, so that loadRegistry loads each
+// kernel the heuristic may choose.
+func TestChooseWS2Heuristic(t *testing.T) {
+	cases := []struct {
+		fam    Family
+		prec   Precision
+		d      int
+		causal bool
+		plain  bool
+		nq     int
+		want   plainForward
+	}{
+		{FamilyAuto, BF16, 64, false, true, 512, plainWS2},
+		{FamilyAuto, BF16, 64, false, true, 2048, plainWS2},
+		{FamilyAuto, BF16, 64, false, true, 2049, plainDefault},
+		{FamilyAuto, FP16, 40, false, true, 1024, plainWS2},
+		{FamilyAuto, FP16, 64, true, true, 4096, plainWS2},
+		{FamilyAuto, BF16, 64, true, true, 4097, plainDefault},
+		{FamilyAuto, BF16, 64, false, false, 512, plainDefault}, // variants take _var
+		{FamilyAuto, BF16, 128, false, true, 512, plainDefault}, // one kernel at dp = 128
+		{FamilyAuto, TF32, 64, false, true, 512, plainDefault},  // no _ws2 for TF32
+		{FamilySM90, BF16, 64, false, true, 512, plainDefault},  // the sm90 set's kernel
+	}
+	for _, tc := range cases {
+		r := request{prec: tc.prec, d: tc.d, dir: forwardDir, causal: tc.causal, plain: tc.plain, nq: tc.nq}
+		c, err := choose(h200, tc.fam, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.plain != tc.want {
+			t.Errorf("%v %v D%d causal=%v plain=%v Nq=%d: plain forward %v, want %v", tc.fam, tc.prec, tc.d, tc.causal, tc.plain,
+				tc.nq, c.plain, tc.want)
+		}
+		if b, _ := choose(h200, tc.fam, request{prec: tc.prec, d: tc.d, dir: backwardDir, causal: tc.causal, plain: tc.plain,
+			nq: tc.nq}); b.plain != plainDefault {
+			t.Errorf("backward of %+v: plain %v", r, b.plain)
+		}
+	}
+	for _, causal := range []bool{false, true} {
+		seen := map[bool]bool{}
+		for _, nq := range heuristicLengths {
+			seen[wgmmaWS2Pays(nq, causal)] = true
+		}
+		if !seen[false] || !seen[true] {
+			t.Errorf("causal=%v: heuristicLengths %v meet only %v of wgmmaWS2Pays's outcomes", causal, heuristicLengths, seen)
+		}
+	}
+}
