@@ -432,7 +432,7 @@ template <typename E, int DP, int NC> struct KVConverter {
     constexpr int kChunks = DP / kVec, kStep = kTeam / kChunks;
     const int c = ct % kChunks, r0 = ct / kChunks;
     const float* src = st + r0 * DP + c * kVec;
-    uint4* out = img + (c / 8) * kBK * 8;
+    uint4* out = img + image_panel(c, kBK);
     const int end = (static_cast<int>(sub) + 1) * kRows;
 #pragma unroll 1
     for (int r = static_cast<int>(sub) * kRows + r0; r < end; r += kStep, src += kStep * DP) {
@@ -442,7 +442,7 @@ template <typename E, int DP, int NC> struct KVConverter {
         const float4 a = *reinterpret_cast<const float4*>(src + e);
         f[e] = a.x, f[e + 1] = a.y, f[e + 2] = a.z, f[e + 3] = a.w;
       }
-      out[r * 8 + ((c % 8) ^ (r % 8))] = mma::image_value<E>(f, 0);
+      out[r * 8 + image_swizzle(r, c)] = mma::image_value<E>(f, 0);
     }
   }
   // V: thread ct converts column d = ct + kTeam·j (j < DP / kTeam) of each
@@ -451,10 +451,11 @@ template <typename E, int DP, int NC> struct KVConverter {
   template <int kTeam>
   __device__ __forceinline__ void convert_full_v(const float* st, uint4* img, unsigned sub, int ct) const {
     constexpr int kKeyChunks = kRows / kVec;
+    static_assert(kTeam % 8 == 0, "a thread's rows d share d % 8, its swizzle");
 #pragma unroll 1
     for (int kc = 0; kc < kKeyChunks; ++kc) {
       const int col = static_cast<int>(sub) * kKeyChunks + kc;  // the image's chunk column
-      uint4* out = img + (col / 8) * DP * 8 + ((col % 8) ^ (ct % 8));
+      uint4* out = img + image_panel(col, DP) + image_swizzle(ct, col);
 #pragma unroll 1
       for (int d = ct; d < DP; d += kTeam) {
         float f[kVec];

@@ -30,10 +30,20 @@ namespace sm90 {
 
 using mma::smem_addr;
 
-// image_chunk is the index, in 16-byte chunks from the start of a tile image
-// of `rows` rows, of logical chunk c (16 bytes, counted along K) of row r.
+// A tile image of `rows` rows is panels of 8 chunks (16 bytes each,
+// counted along K) a row, row after row; within a row of a panel, chunk
+// c % 8 sits at position (c % 8) ⊕ (r % 8), the 128-byte swizzle.
+// image_panel is the index, in chunks, of the panel holding chunk c, and
+// image_swizzle the position of chunk c within row r of its panel.
+// image_chunk is the index, in 16-byte chunks from the start of the image,
+// of logical chunk c of row r; loops that advance along rows or columns
+// use the two parts.
+__device__ __forceinline__ int image_panel(int c, int rows) { return (c / 8) * rows * 8; }
+__device__ __forceinline__ int image_swizzle(int r, int c) { return (c % 8) ^ (r % 8); }
 __device__ __forceinline__ int image_chunk(int r, int c, int rows) {
-  return ((c / 8) * rows + r) * 8 + ((c % 8) ^ (r % 8));
+  // image_panel(c, rows) + 8r + image_swizzle(r, c), in this association:
+  // written as that sum, ptxas 12.4 emitted other code for the callers.
+  return ((c / 8) * rows + r) * 8 + image_swizzle(r, c);
 }
 
 // kDescHigh is the high word of every wgmma descriptor the kernels make:
