@@ -307,7 +307,11 @@
 // 16-byte aligned and it measured faster, which short D = 128 problems did
 // not (wgmmaFwdOwnKVPays); else the two conversion passes run before the
 // launch, which then asks for no staging areas: shared memory left
-// unasked is the SM's L1).
+// unasked is the SM's L1). At 16 bits and padded D = 64, where the
+// exponentials and sums of the softmax bound the loop rather than the
+// tensor cores, P's row sums are a second product beside P·V, P times a
+// 1 KB tile of ones (ws_sums_on_tc): they are then the sums of the
+// rounded P that P·V multiplies.
 // Backward: the
 // same two deterministic kernels as the mma.sync family (dK and dV per 128
 // keys, dQ per 128 queries), each GEMM a wgmma (WithDeterministic(false):

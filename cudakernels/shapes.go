@@ -302,15 +302,25 @@ func wgmmaWSBarBytes(nc int) int {
 	return 4 * wgmmaWSStages * 8
 }
 
+// wgmmaWSOnesBytes is ws_ones_bytes: the tile of ones that the 16-bit
+// kernels at DP = 64 sum P's rows against on the tensor cores
+// (ws_sums_on_tc).
+func wgmmaWSOnesBytes(prec Precision, dp int) int {
+	if elemBytes(prec) == 2 && dp == 64 {
+		return 1024
+	}
+	return 0
+}
+
 // wgmmaWSBaseSmem is ws_base_bytes: alignment slack, Q (wgmmaWSRows(nc)
-// rows), the stages of K and Vᵀ and wgmmaWSBarBytes. It is what a launch
-// without the K/V conversion takes (wgmmaForward.launch): the conversion's
-// staging areas come last, and the shared memory a launch leaves is the
-// SM's L1 cache, whose loss cost the short BF16 D = 128 forwards 1.3–6.3 %
-// (H100, 2026-12-07).
+// rows), the stages of K and Vᵀ, wgmmaWSOnesBytes and wgmmaWSBarBytes. It
+// is what a launch without the K/V conversion takes (wgmmaForward.launch):
+// the conversion's staging areas come last, and the shared memory a launch
+// leaves is the SM's L1 cache, whose loss cost the short BF16 D = 128
+// forwards 1.3–6.3 % (H100, 2026-12-07).
 func wgmmaWSBaseSmem(prec Precision, dp, nc int) int {
 	eb, bk := elemBytes(prec), wgmmaFwdBK(prec, dp, false)
-	return 1024 + wgmmaWSRows(nc)*dp*eb + 2*wgmmaWSStages*bk*dp*eb + wgmmaWSBarBytes(nc)
+	return 1024 + wgmmaWSRows(nc)*dp*eb + 2*wgmmaWSStages*bk*dp*eb + wgmmaWSOnesBytes(prec, dp) + wgmmaWSBarBytes(nc)
 }
 
 // The persistent warp-specialized kernels convert K and V into their

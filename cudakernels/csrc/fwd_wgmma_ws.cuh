@@ -108,15 +108,28 @@ template <typename E, int DP> __host__ __device__ constexpr bool ws_built() {
 template <int NC> __host__ __device__ constexpr int ws_ring_bytes() { return ws_persistent<NC>() ? 6 * 8 : 0; }
 // ws_bar_bytes: the 4·kWsStages mbarriers of the stages and the item ring.
 template <int NC> __host__ __device__ constexpr int ws_bar_bytes() { return 4 * kWsStages * 8 + ws_ring_bytes<NC>(); }
+// ws_sums_on_tc: the kernels that sum P's rows on the tensor cores, as
+// the product of P with a tile of ones (an n8 wgmma beside each of P·V's),
+// instead of 62 FADD a thread and tile: 16-bit operands at DP = 64, where
+// the softmax, not the tensor cores, bounds the loop. The sums are then
+// those of the 16-bit P that P·V multiplies. ws_ones_bytes is their tile
+// of ones: one 1024-byte panel, which every k-slice's descriptor reads
+// (all of it is ones, so where the swizzle puts a slice does not matter).
+template <typename E, int DP> __host__ __device__ constexpr bool ws_sums_on_tc() {
+  return sizeof(typename E::Storage) == 2 && DP == 64;
+}
+template <typename E, int DP> __host__ __device__ constexpr int ws_ones_bytes() {
+  return ws_sums_on_tc<E, DP>() ? 1024 : 0;
+}
 // ws_base_bytes: up to 1024 bytes to align the tiles, Q (ws_rows rows),
-// kWsStages stages of a K and a Vᵀ tile of fwd_bk keys, ws_bar_bytes. It
-// is all a launch without the K/V conversion needs, which matters: the
+// kWsStages stages of a K and a Vᵀ tile of fwd_bk keys, ws_ones_bytes and
+// ws_bar_bytes. It is all a launch without the K/V conversion needs, which matters: the
 // rest of the SM's 256 KB is its L1 cache, and with the conversion's
 // staging areas allocated but unused the short BF16 D = 128 forwards that
 // keep the conversion passes ran 1.3–6.3 % slower (H100, 2026-12-07).
 template <typename E, int DP, int NC> __host__ __device__ constexpr int ws_base_bytes() {
   return 1024 + ws_rows<NC>() * DP * static_cast<int>(sizeof(typename E::Storage)) +
-         2 * kWsStages * fwd_kv_bytes<E, DP>() + ws_bar_bytes<NC>();
+         2 * kWsStages * fwd_kv_bytes<E, DP>() + ws_ones_bytes<E, DP>() + ws_bar_bytes<NC>();
 }
 // The persistent kernels convert K and V into their images themselves
 // (KVConverter below): a task is kWsCvtBytes of float32 rows, which a bulk
@@ -651,7 +664,8 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
   // (KVConverter), so that a launch without it can leave them out.
   using Cvt = KVConverter<E, DP, NC>;
   constexpr int kCvtStages = ws_cvt_stages<E, DP, NC>();
-  const uint32_t sK = sQ + kQBytes, sV = sK + kWsStages * kKVBytes, bars = sV + kWsStages * kKVBytes;
+  const uint32_t sK = sQ + kQBytes, sV = sK + kWsStages * kKVBytes, sOnes = sV + kWsStages * kKVBytes;
+  const uint32_t bars = sOnes + ws_ones_bytes<E, DP>();
   auto full_k = [&](int st) { return bars + 8 * st; };
   auto full_v = [&](int st) { return bars + 8 * (kWsStages + st); };
   auto empty_k = [&](int st) { return bars + 8 * (2 * kWsStages + st); };
@@ -682,6 +696,14 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
         for (int st = 0; st < kCvtStages; ++st) mbar_init(Cvt(p, bars).full(st), 1);
     }
     mbar_fence_init();
+  }
+  if constexpr (ws_sums_on_tc<E, DP>()) {
+    // The tile of ones, written before any wgmma can read it.
+    if (threadIdx.x < 64) {
+      const uint32_t one = E::pack(1.f, 1.f);
+      reinterpret_cast<uint4*>(smem + (sOnes - smem_addr(smem)))[threadIdx.x] = make_uint4(one, one, one, one);
+      fence_proxy_async();
+    }
   }
   __syncthreads();
 
@@ -765,6 +787,16 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
   float acc[kNO][4];
   float s[kNS][4];
   uint32_t pf[BK / E::kK][4];  // P of the last tile, the A operand of its P·V
+  // With ws_sums_on_tc, the row sums of P accumulate on the tensor cores
+  // beside O, rescaled with it: every column of the n8 tile holds its row's.
+  constexpr bool kSumsOnTC = ws_sums_on_tc<E, DP>();
+  float ls[1][4];
+  const uint64_t ones_desc = desc_sw128(sOnes);
+  // fence_acc: fence_regs of what P·V accumulates into.
+  auto fence_acc = [&] {
+    fence_regs(acc);
+    if constexpr (kSumsOnTC) fence_regs(ls);
+  };
 
   // qk issues S = Q·K_itᵀ for the tile in stage st.
   auto qk = [&](int st) {
@@ -779,8 +811,10 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
   auto pv = [&](int st) {
     const uint64_t v_desc = desc_sw128(sV + st * kKVBytes);
 #pragma unroll
-    for (int kk = 0; kk < BK / E::kK; ++kk)
+    for (int kk = 0; kk < BK / E::kK; ++kk) {
       Wgmma<E, DP>::rs(reinterpret_cast<float(&)[DP / 2]>(acc), pf[kk], desc_advance(v_desc, k_slice_offset(kk, DP)));
+      if constexpr (kSumsOnTC) Wgmma<E, 8>::rs(ls[0], pf[kk], ones_desc);
+    }
     wgmma_commit();
   };
   auto pack_p = [&] {
@@ -808,6 +842,7 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
     float m[2] = {-kInf, -kInf}, l[2] = {0.f, 0.f};  // l: this thread's partial sums
 #pragma unroll
     for (int n = 0; n < kNO; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+    ls[0][0] = ls[0][1] = ls[0][2] = ls[0][3] = 0.f;
 
     // The warpgroup's Q rows: the last item's epilogue is done with the
     // region (every thread past this barrier), then each thread's stores
@@ -872,14 +907,17 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
           const float ref = m_new == -kInf ? 0.f : m_new;
           alpha[r] = ex2_ftz(m[r] - ref);
           m[r] = m_new;
-          float part[kNS];
 #pragma unroll
           for (int j = 0; j < kNS; ++j) {
             s[j][2 * r] = ex2_ftz(fmaf(s[j][2 * r], mult, -ref));
             s[j][2 * r + 1] = ex2_ftz(fmaf(s[j][2 * r + 1], mult, -ref));
-            part[j] = s[j][2 * r] + s[j][2 * r + 1];
           }
-          l[r] = l[r] * alpha[r] + tree_reduce(part, [](float a, float b) { return a + b; });
+          if constexpr (!kSumsOnTC) {
+            float part[kNS];
+#pragma unroll
+            for (int j = 0; j < kNS; ++j) part[j] = s[j][2 * r] + s[j][2 * r + 1];
+            l[r] = l[r] * alpha[r] + tree_reduce(part, [](float a, float b) { return a + b; });
+          }
         }
       });
     };
@@ -905,7 +943,7 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
         const int st = it % kWsStages, pst = (it - 1) % kWsStages;
         mbar_wait(full_k(st), phase(it));
         mbar_wait(full_v(pst), phase(it - 1));
-        fence_regs(acc);
+        fence_acc();
         wgmma_fence();
         qk(st);
         pv(pst);
@@ -914,23 +952,24 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
         mbar_arrive(empty_k(st));
         softmax(it, alpha);
         wgmma_wait<0>();
-        fence_regs(acc);
+        fence_acc();
         mbar_arrive(empty_v(pst));
 #pragma unroll
         for (int r = 0; r < 2; ++r)
           if (alpha[r] != 1.f) {
 #pragma unroll
             for (int n = 0; n < kNO; ++n) acc[n][2 * r] *= alpha[r], acc[n][2 * r + 1] *= alpha[r];
+            if constexpr (kSumsOnTC) ls[0][2 * r] *= alpha[r], ls[0][2 * r + 1] *= alpha[r];
           }
         pack_p();
       }
       const int last = (n_tiles - 1) % kWsStages;
       mbar_wait(full_v(last), phase(n_tiles - 1));
-      fence_regs(acc);
+      fence_acc();
       wgmma_fence();
       pv(last);
       wgmma_wait<0>();
-      fence_regs(acc);
+      fence_acc();
       mbar_arrive(empty_v(last));
     }
     if constexpr (ws_persistent<NC>()) {
@@ -963,6 +1002,12 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
     // Epilogue: O = acc / l and LSE; rows that see no key get O = 0 and
     // LSE = +inf (finish_row's conventions).
     float inv[2];
+    if constexpr (kSumsOnTC) {
+      // Each of the quad's threads holds its rows' whole sums, which
+      // finish_wg_rows adds over the quad: one thread's alone.
+#pragma unroll
+      for (int r = 0; r < 2; ++r) l[r] = t == 0 ? ls[0][2 * r] : 0.f;
+    }
     finish_wg_rows(p, bh, nq, row_of(0), vis, m, l, 1.f, t, inv);
     // O = 0 exactly for a row without keys, whatever its zero probabilities
     // met (0·NaN from a non-finite V is NaN).

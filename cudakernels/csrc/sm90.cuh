@@ -198,6 +198,7 @@ template <typename E, int N> struct WgmmaRsMN {
 template <typename E, int N> struct Wgmma;
 
 // Accumulator operand lists: "{%0, …, %n−1}" and the matching "+f" constraints.
+#define FLASH_WGMMA_D4 "{%0, %1, %2, %3}"
 #define FLASH_WGMMA_D16 \
   "{" "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15" "}"
 #define FLASH_WGMMA_D32 \
@@ -219,6 +220,7 @@ template <typename E, int N> struct Wgmma;
 #define FLASH_WGMMA_ACC8(i)                                                                                \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
       "+f"(d[i + 7])
+#define FLASH_WGMMA_OPS4 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
 #define FLASH_WGMMA_OPS16 FLASH_WGMMA_ACC8(0), FLASH_WGMMA_ACC8(8)
 #define FLASH_WGMMA_OPS32 FLASH_WGMMA_OPS16, FLASH_WGMMA_ACC8(16), FLASH_WGMMA_ACC8(24)
 #define FLASH_WGMMA_OPS64 \
@@ -268,6 +270,11 @@ template <typename E, int N> struct Wgmma;
 
 FLASH_WGMMA_ALL_N(BF16, "k16", ".f32.bf16.bf16", ", 0, 0", ", 0")
 FLASH_WGMMA_ALL_N(FP16, "k16", ".f32.f16.f16", ", 0, 0", ", 0")
+// n8, for the row sums of P against a tile of ones (fwd_wgmma_ws.cuh).
+#define FLASH_WGMMA_N8(E, TYPES) \
+  FLASH_WGMMA(E, 8, 4, "m64n8k16" TYPES, ", 0, 0", ", 0", "%4, %5", "%6", "{%4, %5, %6, %7}, %8", "%9")
+FLASH_WGMMA_N8(BF16, ".f32.bf16.bf16")
+FLASH_WGMMA_N8(FP16, ".f32.f16.f16")
 FLASH_WGMMA_ALL_N(TF32, "k8", ".f32.tf32.tf32", "", "")
 // The split type's products are tf32 products (split_ss, split_rs), its
 // ss form handing the asm the descriptors' low words alone, the high word
