@@ -438,13 +438,12 @@ __device__ void fwd_1rowblock(const Params& p) {
       }
     }
 #pragma unroll
-    for (int r = 0; r < kR; ++r) tile_max[r] = -Math<float>::inf();
+    for (int r = 0; r < kR; ++r) {
+      float v[kNS];
 #pragma unroll
-    for (int mt = 0; mt < kFwdMT; ++mt)
-#pragma unroll
-      for (int j = 0; j < kNS; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) tile_max[2 * mt + e / 2] = fmaxf(tile_max[2 * mt + e / 2], s[mt][j][e]);
+      for (int j = 0; j < kNS; ++j) v[j] = fmaxf(s[r / 2][j][2 * (r % 2)], s[r / 2][j][2 * (r % 2) + 1]);
+      tile_max[r] = tree_reduce(v, [](float a, float b) { return fmaxf(a, b); });
+    }
     float ref[kR];
 #pragma unroll
     for (int r = 0; r < kR; ++r) {
@@ -472,11 +471,14 @@ __device__ void fwd_1rowblock(const Params& p) {
 #pragma unroll
       for (int j = 0; j < kNS; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = 2 * mt + e / 2;
-          s[mt][j][e] = ex2_ftz(s[mt][j][e] - ref[r]);
-          l[r] += s[mt][j][e];
-        }
+        for (int e = 0; e < 4; ++e) s[mt][j][e] = ex2_ftz(s[mt][j][e] - ref[2 * mt + e / 2]);
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      float part[kNS];
+#pragma unroll
+      for (int j = 0; j < kNS; ++j) part[j] = s[r / 2][j][2 * (r % 2)] + s[r / 2][j][2 * (r % 2) + 1];
+      l[r] += tree_reduce(part, [](float a, float b) { return a + b; });
+    }
     if constexpr (kFull) {
       if (ex.drop.on()) {
 #pragma unroll

@@ -374,9 +374,10 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
     float ref[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float mx = -kInf;
+      float v[kNS];
 #pragma unroll
-      for (int j = 0; j < kNS; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+      for (int j = 0; j < kNS; ++j) v[j] = fmaxf(s[j][2 * r], s[j][2 * r + 1]);
+      float mx = tree_reduce(v, [](float a, float b) { return fmaxf(a, b); });
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(m[r], mx);
@@ -393,10 +394,14 @@ __device__ __forceinline__ void fwd_body(const Params& p, long long bh, long lon
 #pragma unroll
     for (int j = 0; j < kNS; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[j][e] = score_exp<E::kExact>(s[j][e] - ref[e / 2]);
-        l[e / 2] += s[j][e];
-      }
+      for (int e = 0; e < 4; ++e) s[j][e] = score_exp<E::kExact>(s[j][e] - ref[e / 2]);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float part[kNS];
+#pragma unroll
+      for (int j = 0; j < kNS; ++j) part[j] = s[j][2 * r] + s[j][2 * r + 1];
+      l[r] += tree_reduce(part, [](float a, float b) { return a + b; });
+    }
     if constexpr (kFull) {
       if (ex.drop.on()) {
         const long long rows[2] = {row_of(0), row_of(1)};

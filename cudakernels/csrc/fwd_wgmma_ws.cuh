@@ -190,21 +190,6 @@ template <int N> __device__ __forceinline__ void fence_regs(float (&x)[N][4]) {
     }
 }
 
-// tree_reduce folds v[0 … N) with op in pairs, ⌈log2 N⌉ dependent steps
-// deep, and returns the result (v is overwritten). Why: a running fold is N
-// steps deep, and ptxas keeps the order it is written in (for fmaxf too,
-// though exact): with the softmax's row maxima and sums as such chains of
-// FMNMX and FADD, the D = 64 forward's tile loop spent 54 % of its samples
-// on fixed-latency waits and short scoreboards; as trees, the forward ran
-// 1–5 % faster at D = 64 and 2–4 % at D = 128, N ≥ 4k (H100, 2026-12-07).
-template <int N, typename Op> __device__ __forceinline__ float tree_reduce(float (&v)[N], Op op) {
-#pragma unroll
-  for (int w = 1; w < N; w *= 2)
-#pragma unroll
-    for (int j = 0; j + w < N; j += 2 * w) v[j] = op(v[j], v[j + w]);
-  return v[0];
-}
-
 // prefetch_l2 asks L2 for the line holding x (nothing on the host).
 __device__ __forceinline__ void prefetch_l2(const float* x) {
 #ifdef FLASH_EMU
