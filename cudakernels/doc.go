@@ -466,13 +466,13 @@
 // command) times every candidate on the
 // device at several lengths, for every kind of call where two of them
 // differ, and writes the table with every time that decided. Committed:
-// the H100's (tuned/h100.json, 2026-12-07, written before the -passes
-// candidates), which departs from the heuristic only at BF16/FP16
-// D = 64, for the two-consumer forward: N ≤ 2048, and causal N ≤ 4096
-// (the causal N = 2048 forward 13.5 % faster). The H200 has none; since
-// 2026-12-07 the heuristic of every FamilyAuto backend without a table
-// makes that departure a rule (wgmmaWS2Pays), so an H200 takes the
-// two-consumer forward there too, untimed on it.
+// the H100's (tuned/h100.json, 2026-12-07, thirty-eighth session). It
+// takes the two-consumer forward at BF16/FP16 D = 64 for N ≤ 2048 and
+// causal N ≤ 4096 (the causal N = 2048 forward 13.5 % faster in the
+// thirty-fifth session's run), which the heuristic of every FamilyAuto
+// backend makes a rule (wgmmaWS2Pays), so that the table and the heuristic
+// now differ only within noise (tuned/README.md). The H200 has no table:
+// it runs the heuristic, that rule included, untimed on it.
 // The Go files follow csrc/: fwd_simt_gpu.go, bwd_simt_gpu.go,
 // fwd_mma_gpu.go, bwd_mma_gpu.go, fwd_wgmma_gpu.go and bwd_wgmma_gpu.go
 // launch one family and direction each, convert_gpu.go the conversions, and
