@@ -235,7 +235,7 @@ __device__ __forceinline__ void count_done(int* c) {
 // then orders the bulk copies that follow after what it saw. Each acquire
 // load invalidates the SM's whole L1 (ptxas 12.4: LDG.E.STRONG.GPU, then
 // CCTL.IVALL), so a stack slot that any warp of the block reloads in a
-// loop costs it a trip to L2 (see q_tiles_of in fwd_wgmma_ws).
+// loop costs it a trip to L2 (see q_tiles_of in fwd_wgmma_ws below).
 __device__ __forceinline__ void wait_count(const int* c, int need) {
 #ifdef FLASH_EMU  // the other fibers raise it
   while (*static_cast<const volatile int*>(c) < need) ::emu::spin();
