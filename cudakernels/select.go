@@ -242,14 +242,15 @@ func choose(c Capability, fam Family, r request) (choice, error) {
 // wgmmaWS2Built): the two-consumer one (_ws2: 128 rows a block on a
 // persistent grid, converting K and V itself) for nq ≤ 2048, and causal
 // nq ≤ 4096, the three-consumer one (192 rows, a block per item) from
-// there on. It is the H100's tuning tables (tuned/h100.json, 2026-12-07)
-// made a rule: _ws2 won at N ≤ 2048 (FP16 at 2048 within 0.4 % in the
-// first table, 2.3 % ahead in the second) and causal N ≤ 4096, the causal
-// N = 2048 forward by 13.5 %. Only FamilyAuto backends on devices without a table take it
-// (an H200 has none): an explicit FamilySM90 keeps the three-consumer
-// kernel, which the tests' sm90 set covers. heuristicLengths are a query
-// count on each side of its bounds, at which loadRegistry loads the
-// kernels the heuristic may choose.
+// there on. It is what the H100's tuning tables (tuned/h100.json,
+// 2026-12-07) chose, made a rule: _ws2 won at N ≤ 2048 (FP16 at 2048
+// within 0.4 % in the first table, 2.3 % ahead in the second) and causal
+// N ≤ 4096, the causal N = 2048 forward by 13.5 %. Only FamilyAuto
+// backends on devices without a table take it (an H200 has none): an
+// explicit FamilySM90 keeps the three-consumer kernel, which the tests'
+// sm90 set covers. heuristicLengths are a query count on each side of its
+// bounds, at which loadRegistry loads the kernels the heuristic may
+// choose.
 func wgmmaWS2Pays(nq int, causal bool) bool {
 	return nq <= 2048 || causal && nq <= 4096
 }

@@ -123,10 +123,11 @@ template <typename E, int DP> __host__ __device__ constexpr int ws_ones_bytes() 
 }
 // ws_base_bytes: up to 1024 bytes to align the tiles, Q (ws_rows rows),
 // kWsStages stages of a K and a Vᵀ tile of fwd_bk keys, ws_ones_bytes and
-// ws_bar_bytes. It is all a launch without the K/V conversion needs, which matters: the
-// rest of the SM's 256 KB is its L1 cache, and with the conversion's
-// staging areas allocated but unused the short BF16 D = 128 forwards that
-// keep the conversion passes ran 1.3–6.3 % slower (H100, 2026-12-07).
+// ws_bar_bytes. It is all a launch without the K/V conversion needs, which
+// matters: the rest of the SM's 256 KB is its L1 cache, and with the
+// conversion's staging areas allocated but unused the short BF16 D = 128
+// forwards that keep the conversion passes ran 1.3–6.3 % slower (H100,
+// 2026-12-07).
 template <typename E, int DP, int NC> __host__ __device__ constexpr int ws_base_bytes() {
   return 1024 + ws_rows<NC>() * DP * static_cast<int>(sizeof(typename E::Storage)) +
          2 * kWsStages * fwd_kv_bytes<E, DP>() + ws_ones_bytes<E, DP>() + ws_bar_bytes<NC>();
@@ -189,6 +190,26 @@ template <int N> __device__ __forceinline__ void fence_regs(float (&x)[N][4]) {
 #endif
     }
 }
+
+// row_reduce folds with op, as a tree (tree_reduce), the scores of row r
+// (0 or 1) that a thread holds in an m16n8 accumulator layout: s[j][2r]
+// and s[j][2r + 1] of each n8 tile j. FMax, FMin and FSum are the
+// softmax's ops.
+template <int N, typename Op> __device__ __forceinline__ float row_reduce(const float (&s)[N][4], int r, Op op) {
+  float v[N];
+#pragma unroll
+  for (int j = 0; j < N; ++j) v[j] = op(s[j][2 * r], s[j][2 * r + 1]);
+  return tree_reduce(v, op);
+}
+struct FMax {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct FMin {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fminf(a, b); }
+};
+struct FSum {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
 
 // prefetch_l2 asks L2 for the line holding x (nothing on the host).
 __device__ __forceinline__ void prefetch_l2(const float* x) {
@@ -880,19 +901,8 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
         // tree_reduce).
         float mx[2];
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float v[kNS];
-          if (kMasked || scale_log2 >= 0.f) {
-#pragma unroll
-            for (int j = 0; j < kNS; ++j) v[j] = fmaxf(s[j][2 * r], s[j][2 * r + 1]);
-            mx[r] = tree_reduce(v, [](float a, float b) { return fmaxf(a, b); });
-          } else {
-#pragma unroll
-            for (int j = 0; j < kNS; ++j) v[j] = fminf(s[j][2 * r], s[j][2 * r + 1]);
-            mx[r] = tree_reduce(v, [](float a, float b) { return fminf(a, b); });
-          }
-          mx[r] *= mult;
-        }
+        for (int r = 0; r < 2; ++r)
+          mx[r] = mult * (kMasked || scale_log2 >= 0.f ? row_reduce(s, r, FMax{}) : row_reduce(s, r, FMin{}));
 #pragma unroll
         for (int r = 0; r < 2; ++r) mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
 #pragma unroll
@@ -909,12 +919,7 @@ template <typename E, int DP, int NC = ws_consumers<DP>()> __device__ void fwd_w
             s[j][2 * r] = ex2_ftz(fmaf(s[j][2 * r], mult, -ref));
             s[j][2 * r + 1] = ex2_ftz(fmaf(s[j][2 * r + 1], mult, -ref));
           }
-          if constexpr (!kSumsOnTC) {
-            float part[kNS];
-#pragma unroll
-            for (int j = 0; j < kNS; ++j) part[j] = s[j][2 * r] + s[j][2 * r + 1];
-            l[r] = l[r] * alpha[r] + tree_reduce(part, [](float a, float b) { return a + b; });
-          }
+          if constexpr (!kSumsOnTC) l[r] = l[r] * alpha[r] + row_reduce(s, r, FSum{});
         }
       });
     };
