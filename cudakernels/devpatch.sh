@@ -13,9 +13,9 @@
 #     and FP16 sm90 sets on the fused backward (FLASHATTN_DETERMINISTIC=0)
 #     with TestFusedBackwardMatchesTwoKernels, and compute-sanitizer's
 #     memcheck, racecheck and synccheck on -test.short runs of SANITIZE
-#     (default: BF16's and TF32's sm90 golden cases); racecheck once more
-#     on the fused backward with FUSED=1. Each process has TEST_TIMEOUT
-#     seconds (default 150).
+#     (default: BF16's and TF32's sm90 golden cases); racecheck and
+#     memcheck once more on the fused backward with FUSED=1. Each process
+#     has TEST_TIMEOUT seconds (default 150).
 #  2. devab.sh with BENCH (default the 16-bit and TF32 forward and
 #     backward), ROUNDS (default 4) and what time is left of LIMIT seconds
 #     (default 480) for the whole script.
@@ -44,9 +44,11 @@ if [[ "${FUSED:-0}" == 1 ]]; then
 	(cd "$root/cudakernels" && FLASHATTN_DETERMINISTIC=0 timeout "$tmo" "$t" -test.v \
 		-test.run 'TestConformance(BF16|FP16)$/^sm90$|TestFusedBackwardMatchesTwoKernels' >"$logs/conf-fused.log" 2>&1
 		echo "fused conformance: exit $? at ${SECONDS}s") &
-	(cd "$root/cudakernels" && FLASHATTN_DETERMINISTIC=0 timeout "$tmo" compute-sanitizer --tool racecheck --error-exitcode 1 \
-		"$t" -test.short -test.run 'TestConformanceBF16$/^sm90$/golden' >"$logs/racecheck-fused.log" 2>&1
-		echo "fused racecheck: exit $? at ${SECONDS}s") &
+	for tool in racecheck memcheck; do
+		(cd "$root/cudakernels" && FLASHATTN_DETERMINISTIC=0 timeout "$tmo" compute-sanitizer --tool "$tool" --error-exitcode 1 \
+			"$t" -test.short -test.run 'TestConformanceBF16$/^sm90$/golden' >"$logs/$tool-fused.log" 2>&1
+			echo "fused $tool: exit $? at ${SECONDS}s") &
+	done
 fi
 for tool in memcheck racecheck synccheck; do
 	(cd "$root/cudakernels" && timeout "$tmo" compute-sanitizer --tool "$tool" --error-exitcode 1 \
