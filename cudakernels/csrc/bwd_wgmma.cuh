@@ -532,7 +532,12 @@ __device__ __forceinline__ void store_ds_tile(uint32_t tile, const uint32_t (&df
 // block's part of dQ in warpgroup wg's half of the columns, scale·dS·K
 // summed over the block's kBwdBlock keys (dS from the tile, K from sK, both
 // MN-major), and adds it into p.dq with red.global.add (the host zeroed
-// dq). Waits for every product of the step.
+// dq). Waits for every product of the step: leaving the dQ product in
+// flight into the next step, to wait for it under that step's Sᵀ, makes
+// ptxas 12.4 serialize every wgmma of the kernel (C7514: an accumulator
+// read after a wait for a group issued in the previous iteration), so
+// overlapping dQ's hand-off across steps needs a warp of its own (NOTES,
+// fortieth session).
 template <typename E, int DP>
 __device__ __forceinline__ void reduce_dq(const Params& p, uint32_t ds_tile, uint32_t sK, long long bh, long long q0,
                                           int wg, int warp, int g, int t) {
