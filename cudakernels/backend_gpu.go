@@ -63,12 +63,12 @@ func WithFamily(f Family) Option { return func(c *config) { c.family = f } }
 
 // WithDeterministic(false) lets the Hopper backward of plain BF16 and FP16
 // problems at head dimensions up to 128 run as one kernel that sums dQ by
-// atomic reductions in float32, instead of a second kernel that recomputes
-// the scores for dQ: dQ's bits then vary from run to run (the sums' order
-// does), within the same error bound. The default, true, keeps every result
-// bit-identical between runs. The fused kernel (2026-12-04) has been
-// compiled but not yet run on a GPU: until it has passed the conformance
-// suite there, leave this option alone outside tests.
+// reductions in float32, instead of a second kernel that recomputes the
+// scores for dQ: dQ's bits then vary from run to run (the sums' order
+// does), within the same error bound, and the backward's scratch holds a
+// float32 copy of dQ (padded to 128 rows and the kernel's head
+// dimension). The default, true, keeps every result bit-identical between
+// runs. Which of the two is faster depends on the shape: bench/RESULTS.md.
 func WithDeterministic(on bool) Option { return func(c *config) { c.reduceDQ = !on } }
 
 // WithDevice selects the CUDA device by ordinal (default 0).

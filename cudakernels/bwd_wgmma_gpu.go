@@ -25,7 +25,8 @@ import (
 // c.drop the _drop kernels there (dropout without a bias) and no dbias.
 // dkdvDQ, loaded when the backend allows it (WithDeterministic(false)) and
 // built (wgmmaBwdFusedBuilt), replaces dkdv and dq on plain problems: it
-// also adds dQ's part of its keys into a zeroed dq by reductions.
+// also adds dQ's part of its keys into a zeroed accumulator in the
+// scratch by bulk reductions, from which dqFromAccum writes dq.
 // toRowsVt, where the kernels read transposed images (wgmmaBwdTImages),
 // writes a tensor's row and transposed images in one pass (calls without
 // lengths). Where wgmmaBwdSplit3 (FP32 at dp = 128), dv and dk take the
@@ -35,7 +36,7 @@ import (
 // row image (fusesDelta).
 type wgmmaBackward struct {
 	dkdv, dq, dkdvVar, dqVar, stats, statsVar, dbias cu.Function
-	dkdvDQ, dv, dk                                   cu.Function
+	dkdvDQ, dqFromAccum, dv, dk                      cu.Function
 	toRows, toVt, toRowsLen, toVtLen, toRowsVt       cu.Function
 	dotImage                                         cu.Function
 	c                                                choice
@@ -91,6 +92,9 @@ func loadWgmmaBackward(mod cu.Module, c choice, maxSmem int, reduceDQ bool) (*wg
 			if b.dkdvDQ, err = lookup(mod, "flash_bwd_dkdv_dq"+suffix, wgmmaBwdFusedSmem(c.prec, c.dp), maxSmem); err != nil {
 				return nil, err
 			}
+			if b.dqFromAccum, err = function(mod, fmt.Sprintf("flash_bwd_dq_from_accum_d%d", c.dp)); err != nil {
+				return nil, err
+			}
 		}
 	}
 	type named struct {
@@ -124,6 +128,7 @@ func loadWgmmaBackward(mod cu.Module, c choice, maxSmem int, reduceDQ bool) (*wg
 type wgmmaBwdScratch struct {
 	q, qT, dout, doutT, k, kT, v cu.DevicePtr
 	lseLog2, deltaPad            cu.DevicePtr
+	dqAccum                      cu.DevicePtr // the fused kernel's dQ sums, where mayFuse
 }
 
 func (b *wgmmaBackward) padded(p kernels.Params) (nq, nk int64) {
@@ -138,7 +143,20 @@ func (b *wgmmaBackward) carve(p kernels.Params, base cu.DevicePtr, s *wgmmaBwdSc
 	if wgmmaBwdTImages(b.c.prec) {
 		parts = append(parts, part{&s.qT, qb}, part{&s.doutT, qb}, part{&s.kT, kb})
 	}
+	if b.mayFuse(p) {
+		parts = append(parts, part{&s.dqAccum, bh * nq * int64(b.c.dp) * 4})
+	}
 	return carve(base, parts...)
+}
+
+// mayFuse reports whether launch takes the fused kernel for p, and the
+// scratch holds dQ's accumulator: the kernel is loaded (never with
+// c.full's bias and dropout kernels) and p is plain as isPlain asks of
+// its parameters (one key head per query head, no lengths, softcap,
+// ALiBi or window's left bound).
+func (b *wgmmaBackward) mayFuse(p kernels.Params) bool {
+	return b.dkdvDQ != (cu.Function{}) && p.KVHeads() == p.H && p.QLens == nil && p.KLens == nil && p.Softcap == 0 &&
+		p.ALiBi == nil && (!p.Window.On || p.Window.Left < 0)
 }
 
 // computes accepts every variant but dropout and the bias (the _var
@@ -209,7 +227,7 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 	ops.qT, ops.kT, ops.doutT = uint64(s.qT), uint64(s.kT), uint64(s.doutT)
 	ops.lseLog2, ops.deltaPad = uint64(s.lseLog2), uint64(s.deltaPad)
 	kp := newParams(p, ops)
-	kind := wgmmaBackwardKernel(b.c, &kp, b.dkdvDQ != (cu.Function{}))
+	kind := wgmmaBackwardKernel(b.c, &kp, b.mayFuse(p))
 	convs := []conversion{{qim, buf.q, s.q, s.qT, p.Nq, nqPad}}
 	fused := b.fusesDelta(p, buf)
 	if !fused { // else below, with D
@@ -270,11 +288,20 @@ func (b *wgmmaBackward) launch(p kernels.Params, buf bwdBuffers, stream cu.Strea
 		return err
 	}
 	if kind == wgmmaBwdFused {
-		// One kernel: dQ's sums go into dq by reductions, from zero.
-		if err := cu.MemsetD32Async(buf.dq, 0, bh*int64(p.Nq)*int64(p.D), stream); err != nil {
-			return fmt.Errorf("cudakernels: clearing dq: %w", err)
+		// One kernel: dQ's sums go into the accumulator by reductions, from
+		// zero; then dq from them, a block per 64 queries of a head.
+		if err := cu.MemsetD32Async(s.dqAccum, 0, bh*nqPad*int64(b.c.dp), stream); err != nil {
+			return fmt.Errorf("cudakernels: clearing dQ's accumulator: %w", err)
 		}
+		kp.DQAccum = uint64(s.dqAccum)
 		if err := launch(b.dkdvDQ, gridK, b.c.threads, wgmmaBwdFusedSmem(b.c.prec, b.c.dp), stream, &kp); err != nil {
+			return err
+		}
+		steps := bh * nqPad / wgmmaBwdTile
+		if steps > math.MaxInt32 {
+			return fmt.Errorf("cudakernels: %d query steps exceed the grid of dQ's conversion", steps)
+		}
+		if err := launch(b.dqFromAccum, int(steps), wgmmaDQAccumThreads, 0, stream, &kp); err != nil {
 			return err
 		}
 	} else {

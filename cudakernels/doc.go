@@ -29,9 +29,9 @@
 // by the device model's tuning table where one is committed (tuned/), or
 // by the one WithTuneTable gives (Tune and cmd/flashtune make them).
 // WithDeterministic(false) lets the Hopper backward of plain BF16/FP16
-// problems sum dQ by float32 reductions in one kernel instead of two
-// deterministic ones (BF16's sm90 conformance set passed with it on the
-// H100, 2026-12-06, but for its determinism test, which it skips).
+// problems sum dQ by float32 bulk reductions in one kernel instead of two
+// deterministic ones (BF16's sm90 conformance set passes with it on the
+// H100, but for its determinism test, which it skips).
 //
 // Shapes, the masking convention (bottom-right aligned causal; rows that see
 // no key get LSE = +Inf, output 0, gradients 0) and the saved state (LSE
@@ -316,9 +316,10 @@
 // same two deterministic kernels as the mma.sync family (dK and dV per 128
 // keys, dQ per 128 queries), each GEMM a wgmma (WithDeterministic(false):
 // plain BF16/FP16 problems at padded D 64 and 128 take one dK/dV kernel
-// that also adds dQ's part of its keys into a zeroed dQ by float32
-// reductions, five products instead of seven, dQ's last bits varying from
-// run to run); every thread arrives on the
+// that also adds dQ's part of its keys into a zeroed float32 accumulator
+// in the scratch, one bulk reduction per warpgroup and step from shared
+// memory, five products instead of seven, dQ's last bits varying from run
+// to run; a last pass writes dQ from the accumulator); every thread arrives on the
 // empty barriers, because an mbarrier arrive releases only the arriving
 // thread's reads (racecheck flags the LSE and D reads otherwise). The
 // copying thread refills the stages of step i − 1 right after issuing step

@@ -46,6 +46,7 @@ type kernelParams struct {
 	KNew, VNew, DestRows  uint64
 	WorkCounter           uint64
 	KSrc, VSrc            uint64
+	DQAccum               uint64
 }
 
 // tensorAt is a device tensor of [B, H, rows, ld] elements (ld ≥ the

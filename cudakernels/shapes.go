@@ -601,13 +601,18 @@ func wgmmaBwdFusedBuilt(prec Precision, dp int) bool {
 	return (prec == BF16 || prec == FP16) && (dp == 64 || dp == 128)
 }
 
-// wgmmaBwdFusedSmem is bwd_dkdv_smem_bytes with kDQ: the dK/dV kernel's
-// and two tiles of 16-bit dS, [wgmmaBwdBlock keys, step queries].
+// wgmmaBwdFusedSmem is bwd_dkdv_smem_bytes with kDQ: the dK/dV kernel's,
+// two tiles of 16-bit dS, [wgmmaBwdBlock keys, step queries], and the dQ
+// staging (bwd_dq_stage_bytes: two steps' parts of both warpgroups, each
+// [wgmmaBwdTile queries, dp/2 columns] of float32).
 func wgmmaBwdFusedSmem(prec Precision, dp int) int {
 	step, _ := wgmmaBwdShape(prec, dp)
 	dkdv, _ := wgmmaBwdSmem(prec, dp, false)
-	return dkdv + 2*wgmmaBwdBlock*step*2
+	return dkdv + 2*wgmmaBwdBlock*step*2 + 2*2*wgmmaBwdTile*dp/2*4
 }
+
+// wgmmaDQAccumThreads is kDqAccumThreads: a block of dq_from_accum.
+const wgmmaDQAccumThreads = 256
 
 // wgmmaBwdSmem is bwd_dkdv_smem_bytes and bwd_dq_smem_bytes; with
 // biasTiles (the _full kernels), dK/dV adds one float32 bias tile [step

@@ -39,10 +39,13 @@
 //                  a block barrier each computes scale·dS·K for the step's
 //                  queries and half of the columns, with dS and K both
 //                  MN-major (the transpose bits of wgmma: the tile and the
-//                  K image as they are), then adds it into dq, zeroed by
-//                  the host, with red.global.add: the sums' order, and dQ's
-//                  last bits, vary from run to run. Two tiles alternate by
-//                  step, so one barrier per step orders every reuse.
+//                  K image as they are), stores it into shared memory and
+//                  adds it into p.dq_accum, zeroed by the host, with one
+//                  bulk reduction a warpgroup (reduce_dq): the sums'
+//                  order, and dQ's last bits, vary from run to run. Two
+//                  tiles alternate by step, so one barrier per step orders
+//                  every reuse; two steps' staging alternate too.
+//                  dq_from_accum then writes dq from p.dq_accum.
 //
 // One thread issues the copies: the block's fixed tiles once, then the
 // streamed tiles into two stages with full/empty mbarriers as in the
@@ -170,15 +173,25 @@ template <typename E, int DP, int ROWS> __host__ __device__ constexpr int bwd_ro
 // Q and dO steps, bwd_tstages of Qᵀ and dOᵀ, two stages of the steps' LSE
 // and D, (kBias: the _full kernel) the bias tile, seven mbarriers.
 // select.go repeats both layouts (wgmmaBwdSmem).
-// kDQ (the fused kernel, bwd_dq_fused) adds two dS tiles.
+// kDQ (the fused kernel, bwd_dq_fused) adds two dS tiles and the dQ
+// staging (bwd_dq_stage_bytes).
+//
+// bwd_dq_part_bytes is one warpgroup's part of a step's dQ, [kBwdTile
+// queries, DP/2 columns] of float32; the staging holds two steps' parts
+// of both warpgroups (reduce_dq).
+template <int DP> __host__ __device__ constexpr int bwd_dq_part_bytes() { return kBwdTile * DP / 2 * 4; }
+template <int DP> __host__ __device__ constexpr int bwd_dq_stage_bytes() {
+  return 2 * kBwdWarpgroups * bwd_dq_part_bytes<DP>();
+}
 template <typename E, int DP, bool kBias = false, bool kDQ = false>
 __host__ __device__ constexpr int bwd_dkdv_smem_bytes() {
   constexpr int kStep = bwd_step<E, DP>();
   return 1024 + 2 * bwd_rows_bytes<E, DP, kBwdBlock>() + 2 * (2 + bwd_tstages<E, DP>()) * bwd_rows_bytes<E, DP, kStep>() +
-         (kDQ ? 2 * kBwdBlock * kStep * 2 : 0) + 4 * kStep * 4 + (kBias ? kStep * kBwdBlock * 4 : 0) + 7 * 8;
+         (kDQ ? 2 * kBwdBlock * kStep * 2 + bwd_dq_stage_bytes<DP>() : 0) + 4 * kStep * 4 +
+         (kBias ? kStep * kBwdBlock * 4 : 0) + 7 * 8;
 }
 // bwd_dq_fused reports whether the fused backward (dkdv_colblock with kDQ:
-// dQ's sums too, by reductions into a zeroed dq) is built for E at DP:
+// dQ's sums too, by bulk reductions into p.dq_accum) is built for E at DP:
 // plain problems of 16-bit operands at DP 64 and 128. select.go repeats
 // it (wgmmaBwdFusedBuilt).
 template <typename E, int DP> __host__ __device__ constexpr bool bwd_dq_fused() {
@@ -531,16 +544,28 @@ __device__ __forceinline__ void store_ds_tile(uint32_t tile, const uint32_t (&df
 // reduce_dq computes, for the step's 64 queries from q0 of head bh, the
 // block's part of dQ in warpgroup wg's half of the columns, scale·dS·K
 // summed over the block's kBwdBlock keys (dS from the tile, K from sK, both
-// MN-major), and adds it into p.dq with red.global.add (the host zeroed
-// dq). Waits for every product of the step: leaving the dQ product in
-// flight into the next step, to wait for it under that step's Sᵀ, makes
-// ptxas 12.4 serialize every wgmma of the kernel (C7514: an accumulator
-// read after a wait for a group issued in the previous iteration), so
-// overlapping dQ's hand-off across steps needs a warp of its own (NOTES,
-// fortieth session).
+// MN-major), stores it into the warpgroup's part of the staging at part
+// and has the warpgroup's first thread add that part into p.dq_accum with
+// one bulk reduction (cp.reduce.async.bulk, 16 KB at DP = 128, which the
+// L2 takes in whole lines). Waits for every product of the step: leaving
+// the dQ product in flight into the next step, to wait for it under that
+// step's Sᵀ, makes ptxas 12.4 serialize every wgmma of the kernel (C7514:
+// an accumulator read after a wait for a group issued in the previous
+// iteration), so overlapping dQ's hand-off across steps needs a warp of
+// its own (NOTES, fortieth session).
+//
+// p.dq_accum holds the sums in the order of the accumulators (the
+// fragment order): for each head, each step of 64 queries, each
+// warpgroup, warp and n8 tile j, the 32 lanes' four floats one after the
+// other. The stores are then 512 contiguous bytes a warp, free of bank
+// conflicts, and a part is one contiguous run for one bulk reduction;
+// dq_from_accum puts the sums where dq wants them. Adding into dq itself
+// took one red.global.add per pair of floats (16 a thread and step at DP =
+// 128) or, row by row, 128 bulk reductions a step, which ran 5–35 %
+// slower than the reductions (NOTES, twenty-fifth session).
 template <typename E, int DP>
 __device__ __forceinline__ void reduce_dq(const Params& p, uint32_t ds_tile, uint32_t sK, long long bh, long long q0,
-                                          int wg, int warp, int g, int t) {
+                                          int wg, int warp, int t_lane, uint32_t part) {
   constexpr int kN = DP / 2;  // columns per warpgroup
   constexpr int kTileBytes = bwd_rows_bytes<E, DP, kBwdTile>();
   float acc[kN / 8][4];
@@ -563,25 +588,60 @@ __device__ __forceinline__ void reduce_dq(const Params& p, uint32_t ds_tile, uin
   wgmma_commit();
   wgmma_wait<0>();
   const float scale = static_cast<float>(p.scale);
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j) {
+    const uint32_t at = part + ((warp * (kN / 8) + j) * 32 + t_lane) * 16;
+    const float x = acc[j][0] * scale, y = acc[j][1] * scale, z = acc[j][2] * scale, w = acc[j][3] * scale;
+#ifdef FLASH_EMU
+    const float v4[4] = {x, y, z, w};
+    std::memcpy(::emu::shared_at(at), v4, 16);
+#else
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(at), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
+#endif
+  }
+  fence_proxy_async();
+  wg_bar(wg);  // the part is whole, and visible to the bulk reduction
+  if (threadIdx.x % 128 == 0) {
+    constexpr int kPart = bwd_dq_part_bytes<DP>();
+    float* dst = static_cast<float*>(p.dq_accum) + (bh * bwd_padded(p.nq) + q0) * DP + wg * (kPart / 4);
+    bulk_reduce_add(dst, part, kPart);
+    bulk_commit();
+  }
+}
+
+// dq_from_accum writes dq from the fused backward's sums (p.dq_accum, in
+// reduce_dq's fragment order, already scaled): a block of kDqAccumThreads
+// per 64 queries of a head, each thread four sums at a time, the reads
+// 512 contiguous bytes a warp and the writes 32 bytes a row (a warp's
+// n8 tile: 8 rows of 8 columns, twice).
+constexpr int kDqAccumThreads = 256;
+template <int DP>
+__device__ void dq_from_accum(const Params& p) {
+  constexpr int kN = DP / 2, kTiles = kN / 8;  // columns and n8 tiles per warpgroup
+  constexpr int kPerThread = kBwdTile * DP / 4 / kDqAccumThreads;
+  static_assert(kPerThread * kDqAccumThreads * 4 == kBwdTile * DP, "a block takes a whole step");
+  const unsigned steps = static_cast<unsigned>(bwd_padded(p.nq) / kBwdTile);
+  const unsigned bh = blockIdx.x / steps, step = blockIdx.x - bh * steps;
+  const float4* src = reinterpret_cast<const float4*>(static_cast<const float*>(p.dq_accum) +
+                                                      static_cast<long long>(blockIdx.x) * kBwdTile * DP);
   float* dq = head_of(static_cast<float*>(p.dq), bh, p.h, p.dq_batch_stride, p.dq_head_stride);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const long long row = q0 + warp * 16 + g + 8 * h;
-    if (row >= p.nq) continue;
-    float* dr = dq + row * p.dq_row_stride;
+  for (int i = 0; i < kPerThread; ++i) {
+    const int f = static_cast<int>(threadIdx.x) + i * kDqAccumThreads;  // float4 of the step
+    const int lane = f % 32, j = f / 32 % kTiles, warp = f / (32 * kTiles) % 4, wg = f / (32 * kTiles * 4);
+    const float4 a = src[f];
+    const long long col = wg * kN + 8 * j + 2 * (lane % 4);
 #pragma unroll
-    for (int j = 0; j < kN / 8; ++j) {
-      const long long col = wg * kN + 8 * j + 2 * t;
-      const float x = acc[j][2 * h] * scale, y = acc[j][2 * h + 1] * scale;
+    for (int h = 0; h < 2; ++h) {
+      const long long row = static_cast<long long>(step) * kBwdTile + warp * 16 + lane / 4 + 8 * h;
+      if (row >= p.nq) continue;
+      float* dr = dq + row * p.dq_row_stride;
+      const float x = h == 0 ? a.x : a.z, y = h == 0 ? a.y : a.w;
       if (col + 1 < p.dim && (reinterpret_cast<uintptr_t>(dr + col) & 7) == 0) {
-#ifdef FLASH_EMU
-        dr[col] += x, dr[col + 1] += y;
-#else
-        asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dr + col), "f"(x), "f"(y) : "memory");
-#endif
+        *reinterpret_cast<float2*>(dr + col) = make_float2(x, y);
       } else {
-        if (col < p.dim) atomicAdd(dr + col, x);
-        if (col + 1 < p.dim) atomicAdd(dr + col + 1, y);
+        if (col < p.dim) dr[col] = x;
+        if (col + 1 < p.dim) dr[col + 1] = y;
       }
     }
   }
@@ -612,17 +672,22 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
   constexpr int kStats = STEP * 4;
   constexpr int kNS = STEP / 8;  // n8 tiles of Sᵀ per warp: queries
   constexpr int kND = DP / 8;    // n8 tiles of dK and dV per warp
+  static_assert(!kDQ || STEP == kBwdTile, "reduce_dq stages and adds steps of kBwdTile queries");
 
   unsigned char* const sm = aligned_smem();
   const uint32_t base = smem_addr(sm);
   // K and V, then stages of [Q, dO], stages of [Qᵀ, dOᵀ] (bwd_tstages:
-  // none for 16-bit operands), (kDQ) two dS tiles, LSE and D per stage, (kBias) the bias tile, then the mbarriers
+  // none for 16-bit operands), (kDQ) two dS tiles and the dQ staging, LSE and D per stage, (kBias) the bias
+  // tile, then the mbarriers
   // kv_full, full[2] (Q, dO, LSE, D), tfull[2] (Qᵀ, dOᵀ) and empty[2] (one
   // phase per step, both kinds of stage).
   constexpr int kDsBytes = kDQ ? kBwdBlock * STEP * 2 : 0;  // [block keys, STEP queries] of 16-bit dS
   const uint32_t sK = base, sV = sK + kFixed, sStage = sV + kFixed, sTStage = sStage + 4 * kStep;
   [[maybe_unused]] const uint32_t sDS = sTStage + 2 * TST * kStep;
-  const int stats_off = 2 * kFixed + (4 + 2 * TST) * kStep + 2 * kDsBytes, bias_off = stats_off + 4 * kStats;
+  constexpr int kDqStage = kDQ ? bwd_dq_stage_bytes<DP>() : 0;
+  [[maybe_unused]] const uint32_t sDQ = sDS + 2 * kDsBytes;  // kDQ: the dQ staging
+  const int stats_off = 2 * kFixed + (4 + 2 * TST) * kStep + 2 * kDsBytes + kDqStage,
+            bias_off = stats_off + 4 * kStats;
   constexpr int kBiasLd = kBwdBlock;  // floats per row of the bias tile
   const uint32_t bars = base + bias_off + (kBias ? STEP * kBiasLd * 4 : 0);
   const uint32_t kv_full = bars;
@@ -875,8 +940,13 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
       // tile. The tiles alternate by step: a warpgroup overwrites this one
       // at step i + 2, after the barrier of step i + 1, which the other
       // passes only once its product of step i is done.
+      // The staging's part of step i − 2, which this step rewrites, must
+      // have been read: its warpgroup's first thread waits for its bulk
+      // reductions but the last one (step i − 1's) before the barrier.
+      if (threadIdx.x % 128 == 0) bulk_wait_read<1>();
       __syncthreads();
-      reduce_dq<E, DP>(p, ds_tile, sK, kvh, q0, wg, warp, g, t);
+      reduce_dq<E, DP>(p, ds_tile, sK, kvh, q0, wg, warp, lane,
+                       sDQ + ((i & 1) * kBwdWarpgroups + wg) * bwd_dq_part_bytes<DP>());
     } else {
       step_product<E, DP, 0>(acc_dk, [&](auto& c) { gemm_rs<E, DP, STEP>(c, df, st, tst); });  // dK += dSᵀ·Q
     }
@@ -910,8 +980,12 @@ __device__ __forceinline__ void dkdv_body(const Params& p, long long kvh, long l
   float* dk = head_of(static_cast<float*>(p.dk), kvh, kv_heads, p.dk_batch_stride, p.dk_head_stride);
   float* dv = head_of(static_cast<float*>(p.dv), kvh, kv_heads, p.dv_batch_stride, p.dv_head_stride);
   // The fused kernel's last reduce_dq reads both warpgroups' K tiles:
-  // neither may overwrite its own before the other is done.
-  if constexpr (kDQ) __syncthreads();
+  // neither may overwrite its own before the other is done. Its bulk
+  // reductions complete before the block leaves the staging.
+  if constexpr (kDQ) {
+    if (threadIdx.x % 128 == 0) bulk_wait_done();
+    __syncthreads();
+  }
   // dV's dropout factor, here rather than in Pᵀ∘Z (probs_dkdv).
   const Dropout drop = dropout_of(p);
   const float dv_scale = kFull && drop.on() ? static_cast<float>(drop.scale) : 1.f;

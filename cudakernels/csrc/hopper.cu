@@ -184,8 +184,10 @@ FLASH_BWD_WGMMA(fp16, FP16, 64)
 FLASH_BWD_WGMMA(fp16, FP16, 128)
 
 // The fused backward (bwd_dq_fused): dkdv_colblock adding dQ's part of its
-// keys into a zeroed dq (reductions: the sums' order varies from run to
-// run), in place of the dQ kernel, for plain 16-bit problems.
+// keys into the zeroed p.dq_accum (bulk reductions: the sums' order varies
+// from run to run), in place of the dQ kernel, for plain 16-bit problems;
+// then dq_from_accum writes dq from those sums, a block of kDqAccumThreads
+// per 64 queries of each head (any element type: one per DP).
 #define FLASH_BWD_WGMMA_FUSED(NAME, E, DP)                                                  \
   extern "C" __global__ void __launch_bounds__(flash::sm90::kBwdThreads, 1)                  \
       flash_bwd_dkdv_dq_wgmma_##NAME##_d##DP(const __grid_constant__ flash::Params p) {     \
@@ -195,6 +197,13 @@ FLASH_BWD_WGMMA_FUSED(bf16, BF16, 64)
 FLASH_BWD_WGMMA_FUSED(bf16, BF16, 128)
 FLASH_BWD_WGMMA_FUSED(fp16, FP16, 64)
 FLASH_BWD_WGMMA_FUSED(fp16, FP16, 128)
+#define FLASH_BWD_DQ_FROM_ACCUM(DP)                                                              \
+  extern "C" __global__ void __launch_bounds__(flash::sm90::kDqAccumThreads)                     \
+      flash_bwd_dq_from_accum_d##DP(const __grid_constant__ flash::Params p) {                   \
+    flash::sm90::dq_from_accum<DP>(p);                                                           \
+  }
+FLASH_BWD_DQ_FROM_ACCUM(64)
+FLASH_BWD_DQ_FROM_ACCUM(128)
 FLASH_BWD_WGMMA(tf32, TF32, 64)
 FLASH_BWD_WGMMA(tf32, TF32, 128)
 // The FP32 precision on tf32 tensor cores (3xTF32), plain problems at DP =

@@ -133,9 +133,14 @@ struct Params {
   // kernel, and for those two where the host converted K and V.
   const void* k_src;
   const void* v_src;
+  // The fused Hopper backward's dQ sums (bwd_wgmma.cuh's reduce_dq):
+  // float32 [b, h, nq padded to 128, dim padded to DP] in the order the
+  // accumulators hold them, zero at launch; dq_from_accum then writes dq.
+  // Null for every other kernel.
+  void* dq_accum;
 };
 
-static_assert(sizeof(Params) == 76 * 8, "Params: every field is 8 bytes; update params.go's kernelParams too");
+static_assert(sizeof(Params) == 77 * 8, "Params: every field is 8 bytes; update params.go's kernelParams too");
 static_assert(__builtin_offsetof(Params, q_batch_stride) == 15 * 8, "Params: pointers come first");
 static_assert(__builtin_offsetof(Params, b) == 39 * 8, "Params: strides before sizes");
 static_assert(__builtin_offsetof(Params, scale) == 45 * 8, "Params: scale ends the plain problem");

@@ -115,6 +115,12 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, unsigned parity) { ::emu
 __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
   ::emu::bulk_copy(dst, src, bytes, bar);
 }
+__device__ __forceinline__ void bulk_reduce_add(float* dst, uint32_t src, uint32_t bytes) {
+  ::emu::bulk_reduce_add(dst, src, bytes);
+}
+__device__ __forceinline__ void bulk_commit() { ::emu::bulk_commit(); }
+template <int N> __device__ __forceinline__ void bulk_wait_read() { ::emu::bulk_wait_read(N); }
+__device__ __forceinline__ void bulk_wait_done() { ::emu::bulk_wait_read(0); }
 __device__ __forceinline__ void wgmma_fence() {}
 __device__ __forceinline__ void wgmma_commit() { ::emu::wgmma_commit(); }
 template <int N> __device__ __forceinline__ void wgmma_wait() { ::emu::wgmma_wait(N); }
@@ -154,6 +160,23 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_
                "l"(src), "r"(bytes), "r"(bar)
                : "memory");
 }
+
+// bulk_reduce_add starts adding bytes of float32 (a multiple of 16, both
+// addresses 16-byte aligned) from shared src into global dst, in the L2,
+// as part of this thread's open bulk group; bulk_commit closes the group,
+// and bulk_wait_read<N> waits until every group of this thread but the
+// newest N has read its shared memory, which may then be rewritten;
+// bulk_wait_done waits until every group has completed, its writes too.
+__device__ __forceinline__ void bulk_reduce_add(float* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void bulk_wait_done() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 // wgmma_fence orders this thread's earlier register writes (accumulators, A
 // fragments) before the wgmma that follow; commit and wait close a group.

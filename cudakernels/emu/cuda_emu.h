@@ -71,6 +71,7 @@ struct alignas(16) float4 {
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline float2 make_float2(float x, float y) { return {x, y}; }
 
 namespace emu {
 
@@ -182,6 +183,15 @@ struct Pending {
   unsigned group;             // commit group it belongs to
 };
 
+// BulkReduce is a cp.reduce.async.bulk a thread issued and has not yet
+// waited for (sm90_emu.h): it reads shared memory and adds into global
+// memory at the cp.async.bulk.wait_group.read that completes its group.
+struct BulkReduce {
+  float* dst;
+  uint32_t src, bytes;
+  unsigned group;  // bulk group it belongs to
+};
+
 // Mbarrier is an mbarrier's state (sm90_emu.h): arrivals a phase expects
 // and still awaits, the transaction bytes it awaits, phases completed.
 struct Mbarrier {
@@ -209,6 +219,8 @@ struct Launch {
   std::vector<std::pair<uint32_t, Mbarrier>> mbarriers;
   std::vector<std::vector<Pending>> pending;
   std::vector<unsigned> committed;  // groups each thread committed
+  std::vector<std::vector<BulkReduce>> bulk;  // each thread's bulk reductions not yet waited for
+  std::vector<unsigned> bulkCommitted;        // bulk groups each thread committed
   uint64_t progress = 0;
   void (*body)(void*) = nullptr;
   void* kernel = nullptr;
@@ -284,6 +296,10 @@ inline void start() {
     std::fprintf(stderr, "emu: thread %u returned with a wgmma it never waited for\n", tid.x);
     std::abort();
   }
+  if (!l.bulk[tid.x].empty()) {
+    std::fprintf(stderr, "emu: thread %u returned with a bulk reduction it never waited for\n", tid.x);
+    std::abort();
+  }
   f.done = true;
   ++l.exited, ++l.warpExited[w], ++l.progress;
   if (l.arrived > 0 && l.arrived == bdim.x - l.exited) l.arrived = 0, ++l.gen;
@@ -308,6 +324,8 @@ template <typename F> void launch(unsigned grid, unsigned threads, unsigned smem
   l.words.assign(threads, 0);
   l.frags.assign(threads, {});
   l.pending.assign(threads, {});
+  l.bulk.assign(threads, {});
+  l.bulkCommitted.assign(threads, 0);
   l.committed.assign(threads, 0);
   l.kernel = &kernel;
   l.body = [](void* k) { (*static_cast<F*>(k))(); };

@@ -33,6 +33,7 @@
 // natural units); the dK/dV and dQ kernels (or the fused one into a
 // zeroed dQ); the dBias kernel where Params asks for dBias.
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "../csrc/bwd_wgmma.cuh"
@@ -291,9 +292,16 @@ void backwardPair(Params& p, const BwdShape& sh, long long biasSlices, long long
   const unsigned gridK = static_cast<unsigned>(kvh * ((p.nk + kBwdBlock - 1) / kBwdBlock));
   const unsigned gridQ = static_cast<unsigned>(bh * ((p.nq + kBwdBlock - 1) / kBwdBlock));
   if constexpr (K == kFused) {
+    // dQ's sums go into a zeroed accumulator, then into dq, whose old
+    // contents must not matter: NaNs here.
+    const long long nqPad = roundUp(p.nq, kBwdPad);
+    std::vector<float> accum(bh * nqPad * DP, 0.f);
+    p.dq_accum = accum.data();
     float* dq = static_cast<float*>(p.dq);
-    std::fill(dq, dq + bh * p.nq * p.dim, 0.f);
+    std::fill(dq, dq + bh * p.nq * p.dim, std::numeric_limits<float>::quiet_NaN());
     emu::launch(gridK, kBwdThreads, sh.smemDKDV, [&] { dkdv_colblock<E, DP, false, false, false, true>(p); });
+    emu::launch(static_cast<unsigned>(bh * nqPad / kBwdTile), kDqAccumThreads, 0, [&] { dq_from_accum<DP>(p); });
+    p.dq_accum = nullptr;
   } else {
     constexpr bool kV = K != kPlainRowBlock, kF = K == kFull || K == kDrop, kB = K == kFull;
     emu::launch(gridK, kBwdThreads, sh.smemDKDV, [&] { dkdv_colblock<E, DP, kV, kF, kB>(p); });

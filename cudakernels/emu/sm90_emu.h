@@ -212,6 +212,45 @@ inline void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t ba
   ++running->progress;
 }
 
+// bulk_reduce_add is cp.reduce.async.bulk.global.shared::cta.bulk_group
+// .add.f32: recorded at issue in the thread's open bulk group, its shared
+// bytes read and added into dst only when a bulk_wait_read completes that
+// group, the latest moment the hardware may read them, so that a kernel
+// that rewrites them before it waits sees its results change.
+inline void bulk_reduce_add(float* dst, uint32_t src, uint32_t bytes) {
+  if (src % 16 != 0 || reinterpret_cast<uintptr_t>(dst) % 16 != 0 || bytes % 16 != 0)
+    fail("cp.reduce.async.bulk: an address or size not a multiple of 16 bytes");
+  if (src + bytes > dyn_smem) fail("cp.reduce.async.bulk: past the block's shared memory");
+  running->bulk[tid.x].push_back({dst, src, bytes, running->bulkCommitted[tid.x]});
+}
+
+// bulk_commit is cp.async.bulk.commit_group: it closes the open group.
+inline void bulk_commit() { ++running->bulkCommitted[tid.x]; }
+
+// bulk_wait_read is cp.async.bulk.wait_group.read n: every bulk group of
+// the thread but the newest n committed ones has read its shared memory
+// (and here added it into global memory). A reduction in a group not yet
+// committed counts as pending too (PTX leaves it to no group until then).
+inline void bulk_wait_read(unsigned n) {
+  std::vector<BulkReduce>& pending = running->bulk[tid.x];
+  const unsigned committed = running->bulkCommitted[tid.x];
+  std::vector<BulkReduce> left;
+  for (const BulkReduce& r : pending) {
+    if (r.group + n >= committed) {
+      left.push_back(r);
+      continue;
+    }
+    const unsigned char* s = shared_at(r.src);
+    for (uint32_t i = 0; i < r.bytes / 4; ++i) {
+      float x;
+      std::memcpy(&x, s + 4 * i, 4);
+      r.dst[i] += x;
+    }
+  }
+  pending.swap(left);
+  ++running->progress;
+}
+
 }  // namespace emu
 
 inline float atomicAdd(float* p, float x) {

@@ -158,7 +158,7 @@ func MaskedNaNMayPropagate() Option { return func(o *options) { o.maskedNaN = tr
 // NonDeterministic skips the determinism tests, which require
 // bit-identical outputs from repeated calls: for a backend configured to
 // sum in an order that varies from call to call (the fused GPU backward
-// adds dQ with atomic reductions, cudakernels.WithDeterministic(false)).
+// adds dQ with float32 reductions, cudakernels.WithDeterministic(false)).
 // Every output is still held to the accuracy bounds.
 func NonDeterministic() Option { return func(o *options) { o.nondeterministic = true } }
 
