@@ -30,8 +30,8 @@
 // by the one WithTuneTable gives (Tune and cmd/flashtune make them).
 // WithDeterministic(false) lets the Hopper backward of plain BF16/FP16
 // problems sum dQ by float32 bulk reductions in one kernel instead of two
-// deterministic ones (BF16's sm90 conformance set passes with it on the
-// H100, but for its determinism test, which it skips).
+// deterministic ones (BF16's and FP16's sm90 conformance sets pass with it
+// on an H100, 2026-12-07, but for the determinism test, which it skips).
 //
 // Shapes, the masking convention (bottom-right aligned causal; rows that see
 // no key get LSE = +Inf, output 0, gradients 0) and the saved state (LSE
@@ -319,8 +319,8 @@
 // that also adds dQ's part of its keys into a zeroed float32 accumulator
 // in the scratch, one bulk reduction per warpgroup and step from shared
 // memory, five products instead of seven, dQ's last bits varying from run
-// to run; a last pass writes dQ from the accumulator); every thread arrives on the
-// empty barriers, because an mbarrier arrive releases only the arriving
+// to run; a last pass writes dQ from the accumulator); every thread
+// arrives on the empty barriers, because an mbarrier arrive releases only the arriving
 // thread's reads (racecheck flags the LSE and D reads otherwise). The
 // copying thread refills the stages of step i − 1 right after issuing step
 // i's first products rather than at the end of step i − 1, where its
