@@ -320,8 +320,9 @@
 // in the scratch, one bulk reduction per warpgroup and step from shared
 // memory, five products instead of seven, dQ's last bits varying from run
 // to run; a last pass writes dQ from the accumulator); every thread
-// arrives on the empty barriers, because an mbarrier arrive releases only the arriving
-// thread's reads (racecheck flags the LSE and D reads otherwise). The
+// arrives on the empty barriers, because an mbarrier arrive releases only
+// the arriving thread's reads (racecheck flags the LSE and D reads
+// otherwise). The
 // copying thread refills the stages of step i − 1 right after issuing step
 // i's first products rather than at the end of step i − 1, where its
 // warpgroup would wait for the other one every step. TF32 at D = 128
