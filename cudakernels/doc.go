@@ -322,13 +322,13 @@
 // to run; a last pass writes dQ from the accumulator); every thread
 // arrives on the empty barriers, because an mbarrier arrive releases only
 // the arriving thread's reads (racecheck flags the LSE and D reads
-// otherwise). The
-// copying thread refills the stages of step i − 1 right after issuing step
-// i's first products rather than at the end of step i − 1, where its
-// warpgroup would wait for the other one every step. TF32 at D = 128
-// streams steps of 32 rows and single-buffers Qᵀ and dOᵀ so that two
-// warpgroups fit shared memory (158 against 101 TFLOP/s with one), and
-// keeps the late refill, since its next step needs those tiles at once.
+// otherwise). The copying thread refills the stages of step i − 1 right
+// after issuing step i's first products rather than at the end of step
+// i − 1, where its warpgroup would wait for the other one every step.
+// TF32 at D = 128 streams steps of 32 rows and single-buffers Qᵀ and dOᵀ
+// so that two warpgroups fit shared memory (158 against 101 TFLOP/s with
+// one), and keeps the late refill, since its next step needs those tiles
+// at once.
 // The BF16/FP16 backward of a call without lengths writes dO's image in
 // the pass that computes D = rowsum(dO∘O) (a warp per image row), so dO
 // is read once, not twice. Its plain and fused dK/dV kernels read their
