@@ -252,9 +252,3 @@ inline void bulk_wait_read(unsigned n) {
 }
 
 }  // namespace emu
-
-inline float atomicAdd(float* p, float x) {
-  const float old = *p;
-  *p = old + x;
-  return old;
-}
